@@ -1,0 +1,78 @@
+# rebuno build. GNU make + pkg-config; everything lands in build/.
+#   make            release binary build/rebuno
+#   make asan       ASan+UBSan binary build/asan/rebuno (what the tests run)
+#   make unit       Criterion unit tests (ASan+UBSan)
+#   make test       the whole suite: scripts/test.sh without the apt step
+#   make bench      benchmarks (bench/)
+#   make lint       cppcheck over src/
+#   make fmt        clang-format in place
+PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 openssl libcurl
+CC       ?= cc
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lm -lpthread
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter \
+            -Wstrict-prototypes -Wmissing-prototypes -Wvla
+HARDEN   := -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fPIE
+CFLAGS_COMMON := -std=gnu11 $(WARN) -Isrc $(PKG_CFLAGS) -MMD -MP -D_GNU_SOURCE
+RELEASE_CFLAGS := $(CFLAGS_COMMON) -O2 -g $(HARDEN)
+ASAN_CFLAGS := $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDHARDEN := -pie -Wl,-z,relro,-z,now
+
+SRC      := $(sort $(wildcard src/*/*.c))
+LIB_SRC  := $(filter-out src/cli/main.c,$(SRC))
+UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+REL_OBJ  := $(SRC:%.c=build/rel/%.o)
+ASAN_OBJ := $(SRC:%.c=build/asan/%.o)
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=build/asan/%.o)
+REL_LIB_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
+UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
+
+.PHONY: all asan unit test bench lint fmt clean
+all: build/rebuno
+
+build/rebuno: $(REL_OBJ)
+	$(CC) $(LDHARDEN) -o $@ $^ $(PKG_LIBS)
+
+asan: build/asan/rebuno
+build/asan/rebuno: $(ASAN_OBJ)
+	$(CC) -fsanitize=address,undefined -o $@ $^ $(PKG_LIBS)
+
+build/rel/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(RELEASE_CFLAGS) -c -o $@ $<
+
+build/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -c -o $@ $<
+
+build/asan/unit_tests: $(UNIT_OBJ) $(ASAN_LIB_OBJ)
+	$(CC) -fsanitize=address,undefined -o $@ $^ $(PKG_LIBS) -lcriterion
+
+unit: build/asan/unit_tests
+	build/asan/unit_tests
+
+build/bench/%: bench/%.c $(REL_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(RELEASE_CFLAGS) $(LDHARDEN) -o $@ $^ $(PKG_LIBS)
+
+bench: build/rebuno $(BENCH_SRC:bench/%.c=build/bench/%)
+	bash bench/run.sh
+
+test: build/rebuno build/asan/rebuno build/asan/unit_tests
+	bash scripts/test.sh --no-install
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability -Isrc --std=c11 \
+	  --suppress=missingIncludeSystem src/
+
+fmt:
+	clang-format -i $(SRC) $(wildcard src/*/*.h) $(UNIT_SRC) $(BENCH_SRC)
+
+clean:
+	rm -rf build
+
+-include $(REL_OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(UNIT_OBJ:.o=.d)
