@@ -1,0 +1,99 @@
+/*
+ * policy.h - the step policy: load a YAML policy once, evaluate every step.
+ *
+ * Every tool/LLM/local call an agent makes is a step; before it runs the kernel
+ * asks policy_eval() whether it may (allow), may not (deny) or needs a human
+ * (require_approval). Loading is strict: unknown keys, wrong types, bad values,
+ * duplicate ids, invalid regexes and YAML syntax errors are all rejected with a
+ * "file:line:col: what is wrong; how to fix it" message, so a typo can never
+ * silently widen or narrow what an agent may do. Evaluation is pure (no I/O, no
+ * locks, no allocation in the common case) and the compiled policy is immutable,
+ * so one policy may be evaluated from many threads at once.
+ *
+ * Language (rules are tried in document order; the first match wins):
+ *
+ *   default_action: deny              # allow | deny; default deny
+ *   rules:
+ *     - id: allow-llm                 # required, unique, [A-Za-z0-9_.:-]{1,128}
+ *       when:                         # all present conditions AND-ed
+ *         step_kind: llm_call         # or step_kinds: [tool_call, local]
+ *         target: "shell*"            # fnmatch glob ('*' crosses '/'); targets: [...]
+ *         agent: coder                # exact; agents: [...]
+ *         arguments:
+ *           command: {regex: "^ls( |$)"}   # equals not_equals contains prefix
+ *                                          # one_of regex glob (all must pass)
+ *       then:
+ *         decision: require_approval  # allow | deny | require_approval
+ *         reason: "..."
+ *         approval: {timeout: 15m, approvers: [alice], message: "..."}
+ *
+ * Built-in outcomes: no rule matched -> rule_id "default" (default_action); an
+ * unmatched "local" step -> allow, rule_id "local"; NULL policy -> allow,
+ * rule_id "permissive".
+ */
+#ifndef REBUNO_POLICY_POLICY_H
+#define REBUNO_POLICY_POLICY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+struct policy;
+
+enum policy_decision { POLICY_ALLOW, POLICY_DENY, POLICY_REQUIRE_APPROVAL };
+
+/* Hard limits on what a policy may be. */
+#define POLICY_MAX_BYTES (1024 * 1024)
+#define POLICY_MAX_RULES 10000
+
+/*
+ * Load and compile a policy. NULL on error with err = 400 "policy_invalid", the
+ * message "<file>:<line>:<col>: <what is wrong>; <the fix>" and err->field the
+ * path of the offending element (e.g. "rules[2].when.targets").
+ */
+struct policy *policy_load_file(const char *path, struct err *err);
+/*
+ * Same from memory. `filename` names the source in messages (NULL = "<inline>");
+ * `line_offset` is added to every reported line so a policy embedded in another
+ * YAML file reports lines of that file (pass the number of lines before it).
+ */
+struct policy *policy_load_string(const char *yaml, size_t len, const char *filename,
+                                  int line_offset, struct err *err);
+void policy_free(struct policy *p);
+
+size_t policy_rule_count(const struct policy *p);
+/* POLICY_ALLOW or POLICY_DENY: what happens when no rule matches. */
+enum policy_decision policy_default_action(const struct policy *p);
+
+struct policy_input {
+    const char *kind;   /* "tool_call" | "llm_call" | "local" */
+    const char *target; /* tool name / model; NULL is treated as "" */
+    const char *agent;  /* agent id; NULL matches no agent condition */
+    const json_t *args; /* step arguments; may be NULL */
+};
+
+struct policy_result {
+    enum policy_decision decision;
+    const char *rule_id;          /* borrowed from policy (or static) */
+    const char *reason;           /* borrowed; never NULL ("" allowed) */
+    int64_t approval_timeout_ms;  /* 0 = use the kernel default */
+    const json_t *approvers;      /* borrowed JSON array or NULL */
+    const char *approval_message; /* borrowed or NULL */
+};
+
+/* Decide one step. `p` may be NULL (no policy configured: allow everything). */
+void policy_eval(const struct policy *p, const struct policy_input *in, struct policy_result *out);
+
+/* "allow" "deny" "require_approval" */
+const char *policy_decision_name(enum policy_decision d);
+
+/*
+ * Parse a duration: bare integer seconds ("900") or Go-like unit groups
+ * ("90s" "15m" "1h30m" "2h" "30d" "1500ms"; units d h m s ms, integers only).
+ * 0 with *ms set, or -EINVAL (empty, negative, unknown unit, overflow).
+ */
+int policy_parse_duration(const char *s, int64_t *ms);
+
+#endif
