@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# deps.sh - install the Debian packages rebuno needs to build, run and test.
+# Installs only what is missing, so it is quick on a machine that has them.
+set -euo pipefail
+PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev libjansson-dev
+      libyaml-dev libsqlite3-dev libssl-dev libseccomp-dev libcap-dev libcurl4-openssl-dev
+      libcriterion-dev python3 python3-pytest sqlite3)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

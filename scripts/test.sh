@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite: installs what is missing, builds, runs the C unit
+# tests (ASan+UBSan) and the integration tests (pytest against the real binary),
+# and ends with one line: "tests: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" != "--no-install" ]; then bash scripts/deps.sh || exit 1; fi
+make -j"$(nproc)" all asan build/asan/unit_tests >/tmp/rebuno-build.log 2>&1 || { cat /tmp/rebuno-build.log; echo "tests: 0 passed, 1 failed"; exit 1; }
+
+passed=0; failed=0
+# --- C unit tests (Criterion) ---
+out=$(build/asan/unit_tests --jobs=2 2>&1); rc=$?
+echo "$out" | tail -n 40
+syn=$(echo "$out" | grep -E "Synthesis: Tested" | tail -n1)
+t=$(echo "$syn" | sed -nE 's/.*Tested: ([0-9]+).*/\1/p'); p=$(echo "$syn" | sed -nE 's/.*Passing: ([0-9]+).*/\1/p')
+if [ -z "$t" ]; then failed=$((failed+1)); else passed=$((passed+p)); failed=$((failed+t-p)); fi
+[ $rc -eq 0 ] || [ -n "$t" ] || failed=$((failed+1))
+
+# --- integration tests (pytest, real binary over loopback) ---
+export REBUNO_BIN="$PWD/build/asan/rebuno"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1); rc=$?
+echo "$out" | tail -n 60
+line=$(echo "$out" | grep -E "^(=+ )?[0-9]+ (passed|failed)|no tests ran|[0-9]+ (passed|failed)" | tail -n1)
+count() { echo "$line" | grep -oE "[0-9]+ $1" | grep -oE "[0-9]+" | head -n1; }
+p=$(count passed); f=$(count failed); e=$(count error)
+passed=$((passed+${p:-0})); failed=$((failed+${f:-0}+${e:-0}))
+if [ $rc -ne 0 ] && [ -z "$f" ] && [ -z "$e" ]; then failed=$((failed+1)); fi
+
+echo "tests: $passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,1114 @@
+/*
+ * api.c - routes of the kernel API, validation, auth and group commit.
+ *
+ * Group commit: a handler that changes state runs its kernel operation inside a
+ * savepoint of the current batch transaction (opening one if needed) and queues
+ * its reply instead of sending it. A low-priority libevent event fires once the
+ * loop has no more ready input, commits the batch with one fsync, then sends the
+ * held replies and wakes long-polling claims and SSE watchers. A request is thus
+ * acknowledged only after its writes are durable, and 32 concurrent agents cost
+ * one fsync per round rather than 32. A batch is also flushed once it holds
+ * MAX_BATCH operations so a steady stream cannot starve it.
+ */
+#include "api/api.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "kernel/identity.h"
+
+#define MAX_BATCH 256
+#define SWEEP_INTERVAL_MS 200
+#define KEEPALIVE_MS 15000
+#define SSE_PAGE 256
+
+enum perm { P_PUBLIC, P_READ, P_CLIENT, P_AGENT, P_APPROVE };
+
+struct key_entry {
+    char hash[STEP_ID_LEN];
+    enum api_role role;
+    char *agent;
+};
+
+struct held_reply {
+    struct held_reply *next;
+    struct http_req *req; /* NULL once the client went away */
+    int status;
+    json_t *body;
+    struct err err;
+};
+
+struct waiter {
+    struct waiter *next, *prev;
+    struct api *api;
+    struct http_req *req;
+    char *agent, *worker_id;
+    struct event *timer;
+};
+
+struct watcher {
+    struct watcher *next, *prev;
+    struct api *api;
+    struct http_req *req;
+    char exec_id[UUID_STR_LEN];
+    int64_t last_sent;
+    bool blocked, pump_after_commit;
+    struct event *keepalive;
+};
+
+struct route {
+    const char *method, *pattern;
+    enum perm perm;
+    void (*fn)(struct api *a, struct http_req *r);
+    struct api *api;
+};
+
+struct api {
+    struct event_base *base;
+    struct http_server *http;
+    struct kernel *k;
+    struct store *st;
+    struct event *flush_ev, *sweep_ev;
+    int batch_ops;
+    struct held_reply *held, **held_tail;
+    struct waiter *waiters;
+    struct watcher *watchers;
+    struct key_entry *keys;
+    int n_keys;
+    struct route *routes;
+    int n_routes;
+    bool shutting_down;
+};
+
+static void flush(struct api *a);
+static void pump(struct watcher *w);
+
+/* --- replies and group commit --- */
+
+static void held_closed(struct http_req *req, void *arg)
+{
+    ((struct held_reply *)arg)->req = NULL;
+}
+
+/* Send now, or hold until the open batch commits. body is stolen. */
+static void reply(struct api *a, struct http_req *r, int status, json_t *body)
+{
+    if (!store_in_tx(a->st)) {
+        http_reply_json(r, status, body);
+        return;
+    }
+    struct held_reply *h = xcalloc(1, sizeof *h);
+    h->req = r;
+    h->status = status;
+    h->body = body;
+    *a->held_tail = h;
+    a->held_tail = &h->next;
+    http_req_on_close(r, held_closed, h);
+}
+
+static void reply_err(struct api *a, struct http_req *r, const struct err *e)
+{
+    if (!store_in_tx(a->st)) {
+        http_reply_err(r, e);
+        return;
+    }
+    reply(a, r, 0, NULL);
+    struct held_reply *h = (struct held_reply *)((char *)a->held_tail - offsetof(struct held_reply, next));
+    h->err = *e;
+}
+
+static int op_begin(struct api *a, struct err *err)
+{
+    if (!store_in_tx(a->st)) {
+        int r = store_begin(a->st);
+        if (r < 0) return err_internal(err, "storage unavailable: %s", store_errmsg(a->st));
+        event_active(a->flush_ev, 0, 0);
+    }
+    if (store_op_begin(a->st) < 0) return err_internal(err, "storage error: %s", store_errmsg(a->st));
+    return 0;
+}
+
+static void op_end(struct api *a, bool ok)
+{
+    if (store_op_end(a->st, ok) < 0) log_error("savepoint failed", "error=\"%s\"", store_errmsg(a->st));
+    if (++a->batch_ops >= MAX_BATCH) flush(a);
+}
+
+static void wake_agent(struct api *a, const char *agent);
+
+static void flush(struct api *a)
+{
+    if (!store_in_tx(a->st)) return;
+    int r = store_commit(a->st);
+    bool ok = r == 0;
+    if (!ok) {
+        log_error("commit failed; replying 500 to the batch", "error=\"%s\" ops=%d", store_errmsg(a->st), a->batch_ops);
+        store_rollback(a->st);
+    }
+    a->batch_ops = 0;
+    struct held_reply *h = a->held;
+    a->held = NULL;
+    a->held_tail = &a->held;
+    while (h) {
+        struct held_reply *next = h->next;
+        if (h->req) {
+            http_req_on_close(h->req, NULL, NULL);
+            if (!ok) {
+                json_decref(h->body);
+                http_reply_error(h->req, 500, "internal_error", "", "the write could not be made durable; nothing was changed");
+            } else if (h->err.status) {
+                http_reply_err(h->req, &h->err);
+            } else {
+                http_reply_json(h->req, h->status, h->body);
+            }
+        } else {
+            json_decref(h->body);
+        }
+        free(h);
+        h = next;
+    }
+    struct kernel_notes notes;
+    kernel_take_notes(a->k, &notes);
+    if (ok) {
+        for (int i = 0; i < notes.n_agents; i++) wake_agent(a, notes.agents[i]);
+        for (struct watcher *w = a->watchers, *next; w; w = next) {
+            next = w->next;
+            bool hit = w->pump_after_commit;
+            for (int i = 0; !hit && i < notes.n_execs; i++) hit = strcmp(notes.execs[i], w->exec_id) == 0;
+            w->pump_after_commit = false;
+            if (hit) pump(w);
+        }
+    }
+    kernel_notes_fini(&notes);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    flush(arg);
+}
+
+/* Run one kernel operation in the batch and reply with its result. */
+typedef int (*kop_fn)(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err);
+
+static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, void *ctx)
+{
+    struct err err = ERR_INIT;
+    json_t *out = NULL;
+    if (op_begin(a, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    int rc = fn(a, r, ctx, &out, &err);
+    op_end(a, rc == 0);
+    if (rc < 0) reply_err(a, r, &err);
+    else reply(a, r, out ? status : 204, out);
+}
+
+/* --- auth --- */
+
+static void key_hash(const char *key, char out[STEP_ID_LEN])
+{
+    identity_sha256_hex(key, strlen(key), out);
+}
+
+static const struct key_entry *lookup_key(struct api *a, const char *token)
+{
+    char h[STEP_ID_LEN];
+    key_hash(token, h);
+    const struct key_entry *found = NULL;
+    /* Compare against every key in constant time so timing reveals nothing. */
+    for (int i = 0; i < a->n_keys; i++)
+        if (CRYPTO_memcmp(h, a->keys[i].hash, 64) == 0) found = &a->keys[i];
+    return found;
+}
+
+static struct caller caller_of(struct http_req *r)
+{
+    const struct key_entry *k = http_req_data(r);
+    struct caller c = {k && k->role == ROLE_AGENT ? k->agent : NULL};
+    return c;
+}
+
+static bool perm_ok(const struct key_entry *k, enum perm p)
+{
+    if (!k || k->role == ROLE_ADMIN || p == P_PUBLIC || p == P_READ) return true;
+    switch (p) {
+    case P_CLIENT: case P_APPROVE: return k->role == ROLE_CLIENT;
+    case P_AGENT: return k->role == ROLE_AGENT;
+    default: return false;
+    }
+}
+
+static void route_entry(struct http_req *r, void *arg)
+{
+    struct route *rt = arg;
+    struct api *a = rt->api;
+    if (rt->perm != P_PUBLIC) {
+        if (a->n_keys == 0) {
+            if (!http_req_peer_is_loopback(r)) {
+                http_reply_error(r, 403, "forbidden", "", "this kernel has no API keys configured and only serves loopback clients");
+                return;
+            }
+        } else {
+            const char *auth = http_req_header(r, "Authorization");
+            if (!auth || strncasecmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
+                http_reply_error(r, 401, "unauthorized", "Authorization",
+                                 "missing API key: send 'Authorization: Bearer <key>' (REBUNO_API_KEY for the CLI and SDK)");
+                return;
+            }
+            const struct key_entry *k = lookup_key(a, auth + 7);
+            if (!k) {
+                http_reply_error(r, 401, "unauthorized", "Authorization", "unknown API key");
+                return;
+            }
+            if (!perm_ok(k, rt->perm)) {
+                http_reply_error(r, 403, "forbidden", "", "a key with role %s may not call %s %s",
+                                 k->role == ROLE_AGENT ? "agent" : "client", rt->method, rt->pattern);
+                return;
+            }
+            http_req_set_data(r, (void *)k);
+        }
+    }
+    rt->fn(a, r);
+}
+
+int api_role_parse(const char *s, enum api_role *out)
+{
+    if (strcmp(s, "admin") == 0) *out = ROLE_ADMIN;
+    else if (strcmp(s, "client") == 0) *out = ROLE_CLIENT;
+    else if (strcmp(s, "agent") == 0) *out = ROLE_AGENT;
+    else return -EINVAL;
+    return 0;
+}
+
+/* --- input validation --- */
+
+static int check_fields(const json_t *body, const char *const *allowed, struct err *err)
+{
+    if (!json_is_object(body)) return err_invalid(err, "body", "the request body must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        bool ok = false;
+        for (int i = 0; allowed[i]; i++)
+            if (strcmp(key, allowed[i]) == 0) ok = true;
+        if (!ok) {
+            char list[256] = "";
+            for (int i = 0; allowed[i]; i++) {
+                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+            }
+            return err_invalid(err, key, "unknown field \"%s\"; this request takes: %s", key,
+                               *list ? list : "no fields");
+        }
+    }
+    return 0;
+}
+
+/* Optional (or required) string field with a length cap. */
+static int get_str(const json_t *body, const char *key, bool required, size_t max,
+                   const char **out, struct err *err)
+{
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) {
+        if (required) return err_invalid(err, key, "%s: required", key);
+        return 0;
+    }
+    if (!json_is_string(v)) return err_invalid(err, key, "%s: must be a string", key);
+    size_t n = json_string_length(v);
+    if (required && n == 0) return err_invalid(err, key, "%s: must not be empty", key);
+    if (n > max) return err_invalid(err, key, "%s: at most %zu bytes", key, max);
+    if (strlen(json_string_value(v)) != n) return err_invalid(err, key, "%s: must not contain NUL bytes", key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int get_int(const json_t *body, const char *key, int64_t min, int64_t max, int64_t *out,
+                   struct err *err)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return err_invalid(err, key, "%s: must be an integer", key);
+    int64_t n = json_integer_value(v);
+    if (n < min || n > max)
+        return err_invalid(err, key, "%s: must be between %lld and %lld", key, (long long)min, (long long)max);
+    *out = n;
+    return 0;
+}
+
+static int query_int(struct http_req *r, const char *name, int64_t min, int64_t max, int64_t *out,
+                     struct err *err)
+{
+    const char *s = http_req_query(r, name);
+    if (!s) return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return err_invalid(err, name, "%s: must be an integer between %lld and %lld", name, (long long)min,
+                           (long long)max);
+    *out = v;
+    return 0;
+}
+
+static json_t *body_json(struct http_req *r, const char *const *allowed, struct err *err)
+{
+    json_t *b = http_req_json(r, true, err);
+    if (!b) return NULL;
+    if (check_fields(b, allowed, err) < 0) {
+        json_decref(b);
+        return NULL;
+    }
+    return b;
+}
+
+static int dispatch_ref(struct http_req *r, struct dispatch_ref *d, struct err *err)
+{
+    d->id = http_req_header(r, "Rebuno-Dispatch-Id");
+    d->attempt = 0;
+    const char *at = http_req_header(r, "Rebuno-Dispatch-Attempt");
+    if (!d->id || !at)
+        return err_invalid(err, d->id ? "Rebuno-Dispatch-Attempt" : "Rebuno-Dispatch-Id",
+                           "agent calls need the Rebuno-Dispatch-Id and Rebuno-Dispatch-Attempt headers from the claim");
+    char *end;
+    errno = 0;
+    long long v = strtoll(at, &end, 10);
+    if (errno || end == at || *end || v < 1)
+        return err_invalid(err, "Rebuno-Dispatch-Attempt", "Rebuno-Dispatch-Attempt must be a positive integer");
+    d->attempt = v;
+    return 0;
+}
+
+static bool status_valid(const char *s)
+{
+    enum exec_status st;
+    return exec_status_parse(s, &st) == 0;
+}
+
+/* --- execution handlers --- */
+
+struct create_ctx {
+    const char *agent;
+    json_t *input;
+    int64_t deadline_ms;
+};
+
+static int op_create(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct create_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_create(a->k, &who, c->agent, c->input, c->deadline_ms, out, err);
+}
+
+static void h_create(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"agent", "input", "deadline_seconds", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct create_ctx c = {0};
+    int64_t deadline = 0;
+    if (!b || get_str(b, "agent", true, 128, &c.agent, &err) < 0 ||
+        get_int(b, "deadline_seconds", 1, 31536000, &deadline, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    json_t *empty = NULL;
+    c.input = json_object_get(b, "input");
+    if (!c.input) c.input = empty = json_object();
+    c.deadline_ms = deadline * 1000;
+    run_op(a, r, 201, op_create, &c);
+    json_decref(empty);
+    json_decref(b);
+}
+
+static void h_get(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out = NULL;
+    struct caller who = caller_of(r);
+    if (kernel_get(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static void h_list(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    int64_t limit = 50;
+    const char *status = http_req_query(r, "status"), *cursor = http_req_query(r, "cursor");
+    if (query_int(r, "limit", 1, 200, &limit, &err) < 0) goto fail;
+    if (status && !status_valid(status)) {
+        err_invalid(&err, "status", "status: one of pending, running, blocked, completed, failed, cancelled");
+        goto fail;
+    }
+    if (cursor && !uuid_valid(cursor)) {
+        err_invalid(&err, "cursor", "cursor: pass the next_cursor of a previous page");
+        goto fail;
+    }
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (kernel_list(a->k, &who, http_req_query(r, "agent"), status, cursor, (int)limit, &out, &err) < 0) goto fail;
+    reply(a, r, 200, out);
+    return;
+fail:
+    reply_err(a, r, &err);
+}
+
+static int op_cancel(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct caller who = caller_of(r);
+    return kernel_cancel(a->k, &who, http_req_param(r, "id"), ctx, out, err);
+}
+
+static void h_cancel(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"reason", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    const char *reason = NULL;
+    if (!b || get_str(b, "reason", false, 1024, &reason, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    run_op(a, r, 200, op_cancel, (void *)reason);
+    json_decref(b);
+}
+
+static void h_events(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    int64_t after = 0, limit = 100;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (query_int(r, "after", 0, INT64_MAX, &after, &err) < 0 || query_int(r, "limit", 1, 1000, &limit, &err) < 0 ||
+        kernel_events(a->k, &who, http_req_param(r, "id"), after, (int)limit, &out, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    json_object_del(out, "terminal");
+    reply(a, r, 200, out);
+}
+
+static void h_steps(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (kernel_steps(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static void h_step_get(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (kernel_step_get(a->k, &who, http_req_param(r, "id"), http_req_param(r, "step"), &out, &err) < 0)
+        reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+/* --- SSE watch --- */
+
+static void watcher_free(struct watcher *w)
+{
+    struct api *a = w->api;
+    if (w->prev) w->prev->next = w->next;
+    else a->watchers = w->next;
+    if (w->next) w->next->prev = w->prev;
+    event_free(w->keepalive);
+    free(w);
+}
+
+static void watcher_closed(struct http_req *r, void *arg)
+{
+    watcher_free(arg);
+}
+
+static void watcher_end(struct watcher *w)
+{
+    struct http_req *r = w->req;
+    http_req_on_close(r, NULL, NULL);
+    watcher_free(w);
+    http_sse_end(r);
+}
+
+static void watcher_drained(struct http_req *r, void *arg)
+{
+    struct watcher *w = arg;
+    w->blocked = false;
+    pump(w);
+}
+
+/* Send every committed event after last_sent; end the stream after a terminal execution. */
+static void pump(struct watcher *w)
+{
+    struct api *a = w->api;
+    if (w->blocked) return;
+    if (store_in_tx(a->st)) { /* never show uncommitted events */
+        w->pump_after_commit = true;
+        return;
+    }
+    for (;;) {
+        struct err err = ERR_INIT;
+        json_t *out;
+        if (kernel_events(a->k, NULL, w->exec_id, w->last_sent, SSE_PAGE, &out, &err) < 0) {
+            watcher_end(w);
+            return;
+        }
+        json_t *events = json_object_get(out, "events");
+        bool terminal = json_is_true(json_object_get(out, "terminal"));
+        size_t i, n = json_array_size(events);
+        json_t *ev;
+        json_array_foreach(events, i, ev) {
+            char id[24];
+            snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(ev, "seq")));
+            char *data = json_dumps(ev, JSON_COMPACT);
+            int rc = http_sse_send(w->req, id, json_string_value(json_object_get(ev, "type")), data);
+            free(data);
+            if (rc == -EAGAIN) {
+                w->blocked = true;
+                json_decref(out);
+                return;
+            }
+            w->last_sent = json_integer_value(json_object_get(ev, "seq"));
+        }
+        json_decref(out);
+        if (n == SSE_PAGE) continue;
+        if (terminal) watcher_end(w);
+        return;
+    }
+}
+
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct watcher *w = arg;
+    http_sse_comment(w->req, "keep-alive");
+}
+
+static void h_stream(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    int64_t after = 0;
+    const char *last = http_req_header(r, "Last-Event-ID");
+    json_t *exec;
+    struct caller who = caller_of(r);
+    if (query_int(r, "after", 0, INT64_MAX, &after, &err) < 0) goto fail;
+    if (last) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(last, &end, 10);
+        if (errno || end == last || *end || v < 0) {
+            err_invalid(&err, "Last-Event-ID", "Last-Event-ID must be the seq of the last event received");
+            goto fail;
+        }
+        after = v;
+    }
+    if (kernel_get(a->k, &who, http_req_param(r, "id"), &exec, &err) < 0) goto fail;
+    struct watcher *w = xcalloc(1, sizeof *w);
+    w->api = a;
+    w->req = r;
+    snprintf(w->exec_id, sizeof w->exec_id, "%s", json_string_value(json_object_get(exec, "id")));
+    json_decref(exec);
+    w->last_sent = after;
+    w->next = a->watchers;
+    if (a->watchers) a->watchers->prev = w;
+    a->watchers = w;
+    w->keepalive = event_new(a->base, -1, EV_PERSIST, keepalive_cb, w);
+    struct timeval tv = {KEEPALIVE_MS / 1000, 0};
+    event_add(w->keepalive, &tv);
+    http_req_on_close(r, watcher_closed, w);
+    http_sse_on_drain(r, watcher_drained, w);
+    http_sse_start(r);
+    pump(w);
+    return;
+fail:
+    reply_err(a, r, &err);
+}
+
+/* --- workers and claims --- */
+
+struct worker_ctx {
+    const char *name;
+};
+
+static int op_worker(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct caller who = caller_of(r);
+    return kernel_register_worker(a->k, &who, http_req_param(r, "agent"), ((struct worker_ctx *)ctx)->name, out, err);
+}
+
+static void h_worker(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"name", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct worker_ctx c = {0};
+    if (!b || get_str(b, "name", false, 256, &c.name, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    run_op(a, r, 201, op_worker, &c);
+    json_decref(b);
+}
+
+static void waiter_free(struct waiter *w)
+{
+    struct api *a = w->api;
+    if (w->prev) w->prev->next = w->next;
+    else a->waiters = w->next;
+    if (w->next) w->next->prev = w->prev;
+    event_free(w->timer);
+    free(w->agent);
+    free(w->worker_id);
+    free(w);
+}
+
+static void waiter_closed(struct http_req *r, void *arg)
+{
+    waiter_free(arg);
+}
+
+static void waiter_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct waiter *w = arg;
+    struct http_req *r = w->req;
+    http_req_on_close(r, NULL, NULL);
+    waiter_free(w);
+    http_reply_json(r, 204, NULL);
+}
+
+/* Try to claim for the waiter; true when it was answered. */
+static bool waiter_try(struct waiter *w)
+{
+    struct api *a = w->api;
+    struct err err = ERR_INIT;
+    json_t *out = NULL;
+    if (op_begin(a, &err) < 0) return false;
+    struct caller who = {NULL};
+    int rc = kernel_claim(a->k, &who, w->agent, w->worker_id, &out, &err);
+    op_end(a, rc == 0);
+    if (rc == 0 && !out) return false;
+    struct http_req *r = w->req;
+    http_req_on_close(r, NULL, NULL);
+    waiter_free(w);
+    if (rc < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+    return true;
+}
+
+static void wake_agent(struct api *a, const char *agent)
+{
+    /* Oldest waiter first; stop at the first that finds nothing left. Waiters were
+     * pushed at the head, so walk to the tail. */
+    struct waiter *tail = NULL;
+    for (struct waiter *w = a->waiters; w; w = w->next) tail = w;
+    for (struct waiter *w = tail, *prev; w; w = prev) {
+        prev = w->prev;
+        if (strcmp(w->agent, agent) != 0) continue;
+        if (!waiter_try(w)) break;
+    }
+}
+
+struct claim_ctx {
+    const char *worker_id;
+};
+
+static void h_claim(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"worker_id", "wait_seconds", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct claim_ctx c = {0};
+    int64_t wait = 30;
+    if (!b || get_str(b, "worker_id", true, 64, &c.worker_id, &err) < 0 ||
+        get_int(b, "wait_seconds", 0, 60, &wait, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    if (!uuid_valid(c.worker_id)) {
+        err_invalid(&err, "worker_id", "worker_id: use the id returned by POST /v0/agents/{agent}/workers");
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    json_t *out = NULL;
+    if (op_begin(a, &err) < 0) goto fail;
+    struct caller who = caller_of(r);
+    int rc = kernel_claim(a->k, &who, http_req_param(r, "agent"), c.worker_id, &out, &err);
+    op_end(a, rc == 0);
+    if (rc < 0) goto fail;
+    if (out) {
+        reply(a, r, 200, out);
+    } else if (wait == 0 || a->shutting_down) {
+        reply(a, r, 204, NULL);
+    } else {
+        struct waiter *w = xcalloc(1, sizeof *w);
+        w->api = a;
+        w->req = r;
+        w->agent = xstrdup(http_req_param(r, "agent"));
+        w->worker_id = xstrdup(c.worker_id);
+        w->timer = evtimer_new(a->base, waiter_timeout, w);
+        struct timeval tv = {(time_t)wait, 0};
+        evtimer_add(w->timer, &tv);
+        w->next = a->waiters;
+        if (a->waiters) a->waiters->prev = w;
+        a->waiters = w;
+        http_req_on_close(r, waiter_closed, w);
+    }
+    json_decref(b);
+    return;
+fail:
+    reply_err(a, r, &err);
+    json_decref(b);
+}
+
+static void h_agents(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    if (kernel_agents(a->k, &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+/* --- agent calls on an execution --- */
+
+struct agent_ctx {
+    struct dispatch_ref d;
+    json_t *body;
+    const char *args_text;
+    size_t args_len;
+    const char *kind, *target, *error;
+    enum idempotency idem;
+    bool ok;
+};
+
+static int op_heartbeat(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct agent_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_heartbeat(a->k, &who, http_req_param(r, "id"), &c->d, out, err);
+}
+
+static void h_heartbeat(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    struct agent_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0) {
+        http_reply_err(r, &err);
+        return;
+    }
+    run_op(a, r, 200, op_heartbeat, &c);
+}
+
+static int op_complete(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct agent_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_complete(a->k, &who, http_req_param(r, "id"), &c->d, json_object_get(c->body, "output"),
+                           json_object_get(c->body, "state"), out, err);
+}
+
+static void h_complete(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"output", "state", NULL};
+    struct err err = ERR_INIT;
+    struct agent_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err))) {
+        http_reply_err(r, &err);
+        return;
+    }
+    run_op(a, r, 200, op_complete, &c);
+    json_decref(c.body);
+}
+
+static int op_fail(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct agent_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_fail(a->k, &who, http_req_param(r, "id"), &c->d, c->error, out, err);
+}
+
+static void h_fail(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"error", NULL};
+    struct err err = ERR_INIT;
+    struct agent_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err)) ||
+        get_str(c.body, "error", true, 4096, &c.error, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(c.body);
+        return;
+    }
+    run_op(a, r, 200, op_fail, &c);
+    json_decref(c.body);
+}
+
+static int op_submit(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct agent_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    json_t *args = json_object_get(c->body, "args");
+    return kernel_submit_step(a->k, &who, http_req_param(r, "id"), &c->d, c->kind, c->target, c->args_text,
+                              c->args_len, args, c->idem, out, err);
+}
+
+static void h_submit(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"kind", "target", "args", "idempotency", NULL};
+    struct err err = ERR_INIT;
+    struct agent_ctx c = {0};
+    const char *idem = NULL;
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err)) ||
+        get_str(c.body, "kind", true, 32, &c.kind, &err) < 0 ||
+        get_str(c.body, "target", true, 256, &c.target, &err) < 0 ||
+        get_str(c.body, "idempotency", false, 32, &idem, &err) < 0)
+        goto fail;
+    if (strcmp(c.kind, "tool_call") != 0 && strcmp(c.kind, "llm_call") != 0 && strcmp(c.kind, "local") != 0) {
+        err_invalid(&err, "kind", "kind: one of tool_call, llm_call, local (got \"%s\")", c.kind);
+        goto fail;
+    }
+    if (idem && idempotency_parse(idem, &c.idem) < 0) {
+        err_invalid(&err, "idempotency", "idempotency: safe_to_retry or at_most_once (got \"%s\")", idem);
+        goto fail;
+    }
+    if (strcmp(c.kind, "llm_call") == 0) c.idem = IDEM_SAFE_TO_RETRY; /* a model call has no outside effect */
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    int found = identity_find_member(body, len, "args", &c.args_text, &c.args_len, &err);
+    if (found < 0) goto fail;
+    if (!found) c.args_text = NULL;
+    run_op(a, r, 200, op_submit, &c);
+    json_decref(c.body);
+    return;
+fail:
+    http_reply_err(r, &err);
+    json_decref(c.body);
+}
+
+static int op_finish_step(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct agent_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    json_t *v = json_object_get(c->body, c->ok ? "result" : "error");
+    return kernel_finish_step(a->k, &who, http_req_param(r, "id"), &c->d, http_req_param(r, "step"), c->ok, v,
+                              out, err);
+}
+
+static void finish_step(struct api *a, struct http_req *r, bool ok)
+{
+    static const char *const ok_fields[] = {"result", NULL};
+    static const char *const fail_fields[] = {"error", NULL};
+    struct err err = ERR_INIT;
+    struct agent_ctx c = {.ok = ok};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, ok ? ok_fields : fail_fields, &err))) {
+        http_reply_err(r, &err);
+        return;
+    }
+    if (!ok && !json_object_get(c.body, "error")) {
+        err_invalid(&err, "error", "error: required (any JSON value describing the failure)");
+        http_reply_err(r, &err);
+        json_decref(c.body);
+        return;
+    }
+    run_op(a, r, 200, op_finish_step, &c);
+    json_decref(c.body);
+}
+
+static void h_step_complete(struct api *a, struct http_req *r)
+{
+    finish_step(a, r, true);
+}
+
+static void h_step_fail(struct api *a, struct http_req *r)
+{
+    finish_step(a, r, false);
+}
+
+/* --- approvals --- */
+
+static void h_approvals(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    const char *status = http_req_query(r, "status"), *exec = http_req_query(r, "execution_id");
+    enum approval_status st;
+    if (status && strcmp(status, "all") == 0) status = NULL;
+    if (status && approval_status_parse(status, &st) < 0) {
+        err_invalid(&err, "status", "status: one of pending, granted, denied, expired, all");
+        reply_err(a, r, &err);
+        return;
+    }
+    json_t *out;
+    if (kernel_approvals(a->k, status, exec, &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static void h_approval_get(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    if (kernel_approval_get(a->k, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+struct decide_ctx {
+    bool approve;
+    const char *by, *reason;
+};
+
+static int op_decide(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct decide_ctx *c = ctx;
+    return kernel_approval_decide(a->k, http_req_param(r, "id"), c->approve, c->by, c->reason, out, err);
+}
+
+static void decide(struct api *a, struct http_req *r, bool approve)
+{
+    static const char *const fields[] = {"by", "reason", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct decide_ctx c = {approve, NULL, NULL};
+    if (!b || get_str(b, "by", true, 256, &c.by, &err) < 0 || get_str(b, "reason", false, 4096, &c.reason, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    run_op(a, r, 200, op_decide, &c);
+    json_decref(b);
+}
+
+static void h_approve(struct api *a, struct http_req *r)
+{
+    decide(a, r, true);
+}
+
+static void h_deny(struct api *a, struct http_req *r)
+{
+    decide(a, r, false);
+}
+
+static void h_health(struct api *a, struct http_req *r)
+{
+    http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* --- timers --- */
+
+static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct api *a = arg;
+    int64_t now = clock_now_ms();
+    int64_t due = kernel_next_due(a->k);
+    if (due == 0 || due > now) return;
+    struct err err = ERR_INIT;
+    if (op_begin(a, &err) < 0) {
+        log_error("sweep could not start", "error=\"%s\"", err.msg);
+        return;
+    }
+    int n = kernel_sweep(a->k, now, &err);
+    op_end(a, n >= 0);
+    if (n < 0) log_error("sweep failed", "error=\"%s\"", err.msg);
+}
+
+/* --- setup --- */
+
+static const struct route route_table[] = {
+    {"GET", "/v0/health", P_PUBLIC, h_health, NULL},
+    {"POST", "/v0/executions", P_CLIENT, h_create, NULL},
+    {"GET", "/v0/executions", P_READ, h_list, NULL},
+    {"GET", "/v0/executions/:id", P_READ, h_get, NULL},
+    {"POST", "/v0/executions/:id/cancel", P_CLIENT, h_cancel, NULL},
+    {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL},
+    {"GET", "/v0/executions/:id/events/stream", P_READ, h_stream, NULL},
+    {"GET", "/v0/executions/:id/steps", P_READ, h_steps, NULL},
+    {"POST", "/v0/executions/:id/steps", P_AGENT, h_submit, NULL},
+    {"GET", "/v0/executions/:id/steps/:step", P_READ, h_step_get, NULL},
+    {"POST", "/v0/executions/:id/steps/:step/complete", P_AGENT, h_step_complete, NULL},
+    {"POST", "/v0/executions/:id/steps/:step/fail", P_AGENT, h_step_fail, NULL},
+    {"POST", "/v0/executions/:id/heartbeat", P_AGENT, h_heartbeat, NULL},
+    {"POST", "/v0/executions/:id/complete", P_AGENT, h_complete, NULL},
+    {"POST", "/v0/executions/:id/fail", P_AGENT, h_fail, NULL},
+    {"GET", "/v0/agents", P_READ, h_agents, NULL},
+    {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL},
+    {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL},
+    {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL},
+    {"GET", "/v0/approvals/:id", P_CLIENT, h_approval_get, NULL},
+    {"POST", "/v0/approvals/:id/approve", P_APPROVE, h_approve, NULL},
+    {"POST", "/v0/approvals/:id/deny", P_APPROVE, h_deny, NULL},
+};
+
+struct api *api_new(struct event_base *base, struct http_server *http, struct kernel *k,
+                    const struct api_key_config *keys, int n_keys)
+{
+    struct api *a = xcalloc(1, sizeof *a);
+    a->base = base;
+    a->http = http;
+    a->k = k;
+    a->st = kernel_store(k);
+    a->held_tail = &a->held;
+    /* Lowest priority: runs only once the loop has no ready input left. */
+    a->flush_ev = event_new(base, -1, 0, flush_cb, a);
+    event_priority_set(a->flush_ev, event_base_get_npriorities(base) - 1);
+    a->sweep_ev = event_new(base, -1, EV_PERSIST, sweep_cb, a);
+    struct timeval tv = {0, SWEEP_INTERVAL_MS * 1000};
+    event_add(a->sweep_ev, &tv);
+    a->keys = xcalloc((size_t)n_keys + 1, sizeof *a->keys);
+    a->n_keys = n_keys;
+    for (int i = 0; i < n_keys; i++) {
+        key_hash(keys[i].key, a->keys[i].hash);
+        a->keys[i].role = keys[i].role;
+        a->keys[i].agent = keys[i].agent ? xstrdup(keys[i].agent) : NULL;
+    }
+    a->n_routes = (int)ARRAY_LEN(route_table);
+    a->routes = xmalloc(sizeof route_table);
+    memcpy(a->routes, route_table, sizeof route_table);
+    for (int i = 0; i < a->n_routes; i++) {
+        a->routes[i].api = a;
+        http_route(http, a->routes[i].method, a->routes[i].pattern, route_entry, &a->routes[i]);
+    }
+    return a;
+}
+
+bool api_has_keys(const struct api *a)
+{
+    return a->n_keys > 0;
+}
+
+void api_shutdown(struct api *a)
+{
+    a->shutting_down = true;
+    flush(a);
+    while (a->waiters) {
+        struct waiter *w = a->waiters;
+        struct http_req *r = w->req;
+        http_req_on_close(r, NULL, NULL);
+        waiter_free(w);
+        http_reply_json(r, 204, NULL);
+    }
+    while (a->watchers) watcher_end(a->watchers);
+    event_del(a->sweep_ev);
+}
+
+void api_free(struct api *a)
+{
+    if (!a) return;
+    flush(a);
+    while (a->waiters) waiter_free(a->waiters);
+    while (a->watchers) watcher_free(a->watchers);
+    event_free(a->flush_ev);
+    event_free(a->sweep_ev);
+    for (int i = 0; i < a->n_keys; i++) free(a->keys[i].agent);
+    free(a->keys);
+    free(a->routes);
+    free(a);
+}

@@ -1,0 +1,37 @@
+/*
+ * api.h - the kernel's HTTP API (/v0) on the shared HTTP layer.
+ *
+ * Owns the glue between HTTP and the kernel: request validation, API-key auth,
+ * group commit (requests that arrive together share one transaction and one
+ * fsync; their replies are held until it commits), long-poll claims, SSE
+ * watchers, and the timer that expires leases, deadlines and approvals.
+ */
+#ifndef REBUNO_API_API_H
+#define REBUNO_API_API_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+
+#include "base/err.h"
+#include "kernel/kernel.h"
+#include "net/http.h"
+
+enum api_role { ROLE_ADMIN, ROLE_CLIENT, ROLE_AGENT };
+
+struct api_key_config {
+    const char *key;   /* the secret */
+    enum api_role role;
+    const char *agent; /* for ROLE_AGENT */
+};
+
+struct api;
+
+struct api *api_new(struct event_base *base, struct http_server *http, struct kernel *k,
+                    const struct api_key_config *keys, int n_keys);
+/* Commit what is pending, end watchers and long-polls, stop timers. */
+void api_shutdown(struct api *a);
+void api_free(struct api *a);
+bool api_has_keys(const struct api *a);
+int api_role_parse(const char *s, enum api_role *out);
+
+#endif

@@ -1,0 +1,10 @@
+/* commands.h - one entry point per rebuno subcommand; argv[0] is the subcommand's name. */
+#ifndef REBUNO_CLI_COMMANDS_H
+#define REBUNO_CLI_COMMANDS_H
+
+int cmd_serve(int argc, char **argv); /* dev, server */
+int cmd_policy(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_approval(int argc, char **argv);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * main.c - the rebuno binary: dispatch to one subcommand.
+ *
+ * Servers: dev, server. Clients of the HTTP API: exec, approval. Local tools:
+ * policy. Each subcommand lives in its own cmd_*.c and gets argv starting at
+ * its own name.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+#define REBUNO_VERSION "0.1.0"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "rebuno %s - durable execution for AI agents\n\n"
+            "usage: rebuno <command> [options]\n\n"
+            "servers:\n"
+            "  dev       run the kernel for local development (SQLite under .rebuno/)\n"
+            "  server    run the kernel for configured agents only\n"
+            "clients (REBUNO_URL, default http://127.0.0.1:8080):\n"
+            "  exec      create, list, watch, cancel, approve executions\n"
+            "  approval  list and decide approvals\n"
+            "tools:\n"
+            "  policy    check or try a policy file\n"
+            "  version   print the version\n\n"
+            "Run 'rebuno <command> --help' for a command's options.\n",
+            REBUNO_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "dev") || !strcmp(cmd, "server")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "exec")) return cmd_exec(argc - 1, argv + 1);
+    if (!strcmp(cmd, "approval")) return cmd_approval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("rebuno %s\n", REBUNO_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "error: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

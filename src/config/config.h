@@ -1,0 +1,49 @@
+/*
+ * config.h - one table of settings shared by the config file, env vars and flags.
+ *
+ * Each setting has a name (the YAML key), an env var (REBUNO_<NAME>), a flag
+ * (--name with '_' as '-'), a type, a default and bounds. Precedence: flag > env >
+ * file > default. The file also holds the lists that only make sense there:
+ * agents (name, policy, lease) and api_keys. Errors name file:line:col and the fix.
+ */
+#ifndef REBUNO_CONFIG_CONFIG_H
+#define REBUNO_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/err.h"
+
+struct config_agent {
+    char *name;
+    char *policy_file;   /* resolved relative to the config file */
+    char *policy_inline; /* YAML text of an inline policy */
+    int policy_line;     /* line of the inline policy in the config file */
+    int64_t lease_timeout_seconds, max_attempts; /* 0 = default */
+};
+
+struct config_key {
+    char *key, *role, *agent;
+};
+
+struct config {
+    char *path; /* config file, NULL when none */
+    char *listen, *state_dir, *store, *log_level;
+    int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
+    struct config_agent *agents;
+    int n_agents;
+    struct config_key *keys;
+    int n_keys;
+};
+
+/* Fill c from defaults, --config FILE (or REBUNO_CONFIG), env and the flags in argv
+ * (argv[0] is the subcommand). Unknown flags are errors. */
+int config_load(struct config *c, int argc, char **argv, struct err *err);
+void config_fini(struct config *c);
+/* Print the settings table (for --help). */
+void config_usage(FILE *out);
+/* Path of the SQLite database this config uses. Caller frees. */
+char *config_store_path(const struct config *c);
+
+#endif

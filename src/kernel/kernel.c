@@ -1,0 +1,1332 @@
+/*
+ * kernel.c - durable executions: create, claim, steps, approvals, leases.
+ *
+ * Each public function is one logical operation inside the caller's store
+ * savepoint. The pattern is always: load the execution, check the caller and the
+ * dispatch lease, decide (rules.c, policy), then append events and update the
+ * projections they describe. Nothing here talks to the network; notifications
+ * for after the commit are queued as notes.
+ */
+#include "kernel/kernel.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/xalloc.h"
+#include "kernel/identity.h"
+#include "kernel/rules.h"
+#include "policy/policy.h"
+
+#define MAX_ARGS_BYTES (1024 * 1024)
+#define SWEEP_BATCH 64
+
+struct agent_conf {
+    char *name;
+    struct policy *policy;
+    int64_t lease_ms, max_attempts;
+};
+
+struct worker {
+    char id[UUID_STR_LEN];
+    char *agent, *name;
+    int64_t last_seen;
+};
+
+struct kernel {
+    struct store *st;
+    struct kernel_config cfg;
+    struct agent_conf *agents;
+    int n_agents;
+    struct worker *workers;
+    int n_workers;
+    struct kernel_notes notes;
+};
+
+/* --- small helpers --- */
+
+static int store_fail(struct err *err, int r, const char *what)
+{
+    if (r == -ENOENT) return err_notfound(err, "%s not found", what);
+    return err_internal(err, "storage error while %s (%d)", what, r);
+}
+
+static json_t *json_from_text(const char *text)
+{
+    if (!text) return json_null();
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    if (!v) v = json_loads(text, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
+    return v ? v : json_string(text);
+}
+
+static char *json_text(const json_t *v)
+{
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+static json_t *time_json(int64_t ms)
+{
+    if (ms <= 0) return json_null();
+    char buf[40];
+    clock_format_iso(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static void set_str(char **dst, const char *src)
+{
+    free(*dst);
+    *dst = src ? xstrdup(src) : NULL;
+}
+
+void kernel_notes_fini(struct kernel_notes *n)
+{
+    free(n->execs);
+    for (int i = 0; i < n->n_agents; i++) free(n->agents[i]);
+    free(n->agents);
+    memset(n, 0, sizeof *n);
+}
+
+static void note_exec(struct kernel *k, const char *id)
+{
+    struct kernel_notes *n = &k->notes;
+    for (int i = 0; i < n->n_execs; i++)
+        if (strcmp(n->execs[i], id) == 0) return;
+    if (n->n_execs == n->cap_execs)
+        n->execs = xrealloc(n->execs, (size_t)(n->cap_execs = n->cap_execs ? n->cap_execs * 2 : 16) * sizeof *n->execs);
+    memcpy(n->execs[n->n_execs++], id, UUID_STR_LEN);
+}
+
+static void note_agent(struct kernel *k, const char *agent)
+{
+    struct kernel_notes *n = &k->notes;
+    for (int i = 0; i < n->n_agents; i++)
+        if (strcmp(n->agents[i], agent) == 0) return;
+    if (n->n_agents == n->cap_agents)
+        n->agents = xrealloc(n->agents, (size_t)(n->cap_agents = n->cap_agents ? n->cap_agents * 2 : 8) * sizeof *n->agents);
+    n->agents[n->n_agents++] = xstrdup(agent);
+}
+
+void kernel_take_notes(struct kernel *k, struct kernel_notes *out)
+{
+    *out = k->notes;
+    memset(&k->notes, 0, sizeof k->notes);
+}
+
+/* Append one event (payload stolen) and note the execution for watchers. */
+static int emit(struct kernel *k, struct execution *e, const char *type, json_t *payload,
+                int64_t now, struct err *err)
+{
+    char *text = json_text(payload);
+    json_decref(payload);
+    int r = store_event_append(k->st, e, type, text, now);
+    free(text);
+    if (r < 0) return store_fail(err, r, "appending an event");
+    note_exec(k, e->id);
+    return 0;
+}
+
+static int save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err)
+{
+    e->updated_at = now;
+    int r = store_exec_update(k->st, e);
+    return r < 0 ? store_fail(err, r, "updating the execution") : 0;
+}
+
+/* --- agents and workers --- */
+
+static struct agent_conf *find_agent(struct kernel *k, const char *name)
+{
+    for (int i = 0; i < k->n_agents; i++)
+        if (strcmp(k->agents[i].name, name) == 0) return &k->agents[i];
+    return NULL;
+}
+
+static struct agent_conf *ensure_agent(struct kernel *k, const char *name)
+{
+    struct agent_conf *a = find_agent(k, name);
+    if (a) return a;
+    k->agents = xrealloc(k->agents, (size_t)(k->n_agents + 1) * sizeof *k->agents);
+    a = &k->agents[k->n_agents++];
+    memset(a, 0, sizeof *a);
+    a->name = xstrdup(name);
+    return a;
+}
+
+static int64_t agent_lease_ms(struct kernel *k, const struct agent_conf *a)
+{
+    return a && a->lease_ms > 0 ? a->lease_ms : k->cfg.lease_ms;
+}
+
+static int64_t agent_max_attempts(struct kernel *k, const struct agent_conf *a)
+{
+    return a && a->max_attempts > 0 ? a->max_attempts : k->cfg.max_attempts;
+}
+
+static int load_agent_name(const char *name, void *arg)
+{
+    ensure_agent(arg, name);
+    return 0;
+}
+
+struct kernel *kernel_new(struct store *st, const struct kernel_config *cfg)
+{
+    struct kernel *k = xcalloc(1, sizeof *k);
+    k->st = st;
+    k->cfg = *cfg;
+    if (k->cfg.lease_ms <= 0) k->cfg.lease_ms = 120000;
+    if (k->cfg.max_attempts <= 0) k->cfg.max_attempts = 5;
+    if (k->cfg.approval_timeout_ms <= 0) k->cfg.approval_timeout_ms = 900000;
+    store_agents_each(st, load_agent_name, k); /* agents seen before a restart */
+    return k;
+}
+
+void kernel_free(struct kernel *k)
+{
+    if (!k) return;
+    for (int i = 0; i < k->n_agents; i++) {
+        free(k->agents[i].name);
+        policy_free(k->agents[i].policy);
+    }
+    free(k->agents);
+    for (int i = 0; i < k->n_workers; i++) {
+        free(k->workers[i].agent);
+        free(k->workers[i].name);
+    }
+    free(k->workers);
+    kernel_notes_fini(&k->notes);
+    free(k);
+}
+
+struct store *kernel_store(struct kernel *k)
+{
+    return k->st;
+}
+
+void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy, int64_t lease_ms,
+                      int64_t max_attempts)
+{
+    struct agent_conf *a = ensure_agent(k, name);
+    policy_free(a->policy);
+    a->policy = policy;
+    a->lease_ms = lease_ms;
+    a->max_attempts = max_attempts;
+}
+
+bool kernel_agent_known(struct kernel *k, const char *name)
+{
+    return find_agent(k, name) != NULL;
+}
+
+static int require_agent(struct kernel *k, const char *agent, int64_t now, struct err *err)
+{
+    if (find_agent(k, agent)) return 0;
+    if (!k->cfg.open_agents)
+        return err_set(err, 404, "not_found", "agent",
+                       "no agent named \"%s\" is configured; add it under agents: in the config file",
+                       agent);
+    ensure_agent(k, agent);
+    int r = store_agent_upsert(k->st, agent, now);
+    return r < 0 ? store_fail(err, r, "registering the agent") : 0;
+}
+
+static int check_caller_agent(const struct caller *c, const char *agent, struct err *err)
+{
+    if (c && c->agent && strcmp(c->agent, agent) != 0)
+        return err_set(err, 403, "forbidden", "", "this API key belongs to agent \"%s\", not \"%s\"",
+                       c->agent, agent);
+    return 0;
+}
+
+/* Load an execution the caller may see. */
+static int load_exec(struct kernel *k, const struct caller *c, const char *id,
+                     struct execution *e, struct err *err)
+{
+    if (!uuid_valid(id)) return err_set(err, 404, "not_found", "id", "no execution with id \"%s\"", id);
+    int r = store_exec_get(k->st, id, e);
+    if (r == -ENOENT) return err_set(err, 404, "not_found", "id", "no execution with id \"%s\"", id);
+    if (r < 0) return store_fail(err, r, "reading the execution");
+    if (check_caller_agent(c, e->agent, err) < 0) {
+        execution_fini(e);
+        return -1;
+    }
+    return 0;
+}
+
+/* --- JSON views --- */
+
+static json_t *exec_json(const struct execution *e)
+{
+    json_t *d = json_null();
+    if (e->dispatch_id[0]) {
+        d = json_pack("{s:s, s:I, s:s, s:o, s:o}", "id", e->dispatch_id, "attempt", (json_int_t)e->attempt,
+                      "state", dispatch_state_name(e->dstate), "worker_id",
+                      e->worker_id[0] && e->dstate == DISPATCH_LEASED ? json_string(e->worker_id) : json_null(),
+                      "lease_deadline", e->dstate == DISPATCH_LEASED ? time_json(e->lease_deadline) : json_null());
+    }
+    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
+                     "agent", e->agent, "session", e->session ? json_string(e->session) : json_null(),
+                     "status", exec_status_name(e->status), "input", json_from_text(e->input),
+                     "output", json_from_text(e->output), "state", json_from_text(e->state),
+                     "failure_reason", e->failure_reason ? json_string(e->failure_reason) : json_null(),
+                     "created_at", time_json(e->created_at), "updated_at", time_json(e->updated_at),
+                     "deadline_at", time_json(e->deadline_at), "last_seq", (json_int_t)e->last_seq,
+                     "dispatch", d);
+}
+
+static json_t *opt_str(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *step_json(const struct step *s)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
+                     "step_id", s->step_id, "execution_id", s->exec_id, "kind", s->kind, "target", s->target,
+                     "args", json_from_text(s->args), "args_hash", s->args_hash,
+                     "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem),
+                     "status", step_status_name(s->status), "result", json_from_text(s->result),
+                     "error", json_from_text(s->error), "rule_id", opt_str(s->rule_id),
+                     "approval_id", s->approval_id[0] ? json_string(s->approval_id) : json_null(),
+                     "runs", (json_int_t)s->runs, "created_at", time_json(s->created_at),
+                     "completed_at", time_json(s->completed_at));
+}
+
+static json_t *approval_json(struct kernel *k, const struct approval *a)
+{
+    struct step s;
+    bool have = store_step_get(k->st, a->step_id, &s) == 0;
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                          "id", a->id, "execution_id", a->exec_id, "step_id", a->step_id,
+                          "kind", have ? json_string(s.kind) : json_null(),
+                          "target", have ? json_string(s.target) : json_null(),
+                          "args", have ? json_from_text(s.args) : json_null(),
+                          "status", approval_status_name(a->status), "rule_id", opt_str(a->rule_id),
+                          "reason", opt_str(a->reason), "message", opt_str(a->message),
+                          "approvers", json_from_text(a->approvers), "timeout_at", time_json(a->timeout_at),
+                          "decided_by", opt_str(a->decided_by), "decided_at", time_json(a->decided_at),
+                          "rationale", opt_str(a->rationale), "created_at", time_json(a->created_at));
+    if (have) step_fini(&s);
+    return j;
+}
+
+/* --- dispatch helpers --- */
+
+/* Queue a fresh dispatch for the execution (new id, attempt counter restarts). */
+static int queue_new_dispatch(struct kernel *k, struct execution *e, int64_t now, struct err *err)
+{
+    uuid_v7(e->dispatch_id);
+    e->attempt = 0;
+    e->dstate = DISPATCH_QUEUED;
+    e->queued_at = now;
+    e->worker_id[0] = '\0';
+    e->lease_deadline = 0;
+    note_agent(k, e->agent);
+    return emit(k, e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e->dispatch_id,
+                                                    "attempt", (json_int_t)(e->attempt + 1)), now, err);
+}
+
+static void release_dispatch(struct execution *e, enum dispatch_state to)
+{
+    e->dstate = to;
+    e->lease_deadline = 0;
+}
+
+/* Check the caller's dispatch and renew its lease. */
+static int check_lease(struct kernel *k, struct execution *e, const struct dispatch_ref *d,
+                       int64_t now, struct err *err)
+{
+    switch (rules_lease_check(e, d ? d->id : NULL, d ? d->attempt : 0)) {
+    case LEASE_MISSING:
+        return err_set(err, 400, "validation_error", "Rebuno-Dispatch-Id",
+                       "agent calls need the Rebuno-Dispatch-Id and Rebuno-Dispatch-Attempt headers from the claim");
+    case LEASE_SUPERSEDED:
+        return err_set(err, 409, "lease_superseded", "Rebuno-Dispatch-Attempt",
+                       "dispatch %s attempt %lld is no longer current (now %s attempt %lld); stop working on execution %s",
+                       d->id, (long long)d->attempt, e->dispatch_id[0] ? e->dispatch_id : "none",
+                       (long long)e->attempt, e->id);
+    case LEASE_EXPIRED:
+        return err_set(err, 409, "lease_superseded", "Rebuno-Dispatch-Attempt",
+                       "the lease of dispatch %s attempt %lld expired and the execution was queued for another worker",
+                       d->id, (long long)d->attempt);
+    case LEASE_OK: break;
+    }
+    if (e->dstate == DISPATCH_LEASED) e->lease_deadline = now + e->lease_ms;
+    return 0;
+}
+
+/* --- executions --- */
+
+int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
+                  int64_t deadline_ms, json_t **out, struct err *err)
+{
+    int64_t now = clock_now_ms();
+    if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    struct agent_conf *a = find_agent(k, agent);
+    struct execution e;
+    memset(&e, 0, sizeof e);
+    uuid_v7(e.id);
+    e.agent = xstrdup(agent);
+    e.input = json_text(input);
+    e.status = EXEC_PENDING;
+    e.created_at = e.updated_at = now;
+    e.deadline_at = deadline_ms > 0 ? now + deadline_ms : 0;
+    e.lease_ms = agent_lease_ms(k, a);
+    e.max_attempts = agent_max_attempts(k, a);
+    int rc = -1;
+    int r = store_exec_insert(k->st, &e);
+    if (r < 0) {
+        store_fail(err, r, "creating the execution");
+        goto out;
+    }
+    if (emit(k, &e, "execution.created",
+             json_pack("{s:s, s:s, s:O, s:o}", "execution_id", e.id, "agent", e.agent, "input", input,
+                       "deadline_at", time_json(e.deadline_at)), now, err) < 0 ||
+        queue_new_dispatch(k, &e, now, err) < 0 || save_exec(k, &e, now, err) < 0)
+        goto out;
+    *out = exec_json(&e);
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    *out = exec_json(&e);
+    execution_fini(&e);
+    return 0;
+}
+
+static int list_one(struct execution *e, void *arg)
+{
+    json_array_append_new(arg, exec_json(e));
+    return 0;
+}
+
+int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
+                const char *cursor, int limit, json_t **out, struct err *err)
+{
+    if (c && c->agent) {
+        if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
+        agent = c->agent;
+    }
+    json_t *arr = json_array();
+    int r = store_exec_list(k->st, agent, status, cursor, limit + 1, list_one, arr);
+    if (r < 0) {
+        json_decref(arr);
+        return store_fail(err, r, "listing executions");
+    }
+    json_t *next = json_null();
+    if ((int)json_array_size(arr) > limit) {
+        json_array_remove(arr, (size_t)limit);
+        next = json_incref(json_object_get(json_array_get(arr, (size_t)limit - 1), "id"));
+    }
+    *out = json_pack("{s:o, s:o}", "executions", arr, "next_cursor", next);
+    return 0;
+}
+
+/* Move an execution to a terminal status and clean up what hangs off it. */
+static int finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
+                       const char *reason, int64_t now, struct err *err);
+
+int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
+                  json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    if (exec_status_terminal(e.status)) {
+        err_set(err, 409, "execution_terminal", "", "execution %s is already %s", e.id,
+                exec_status_name(e.status));
+        goto out;
+    }
+    if (finish_exec(k, &e, EXEC_CANCELLED, reason ? reason : "client_cancelled", now, err) < 0) goto out;
+    *out = exec_json(&e);
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+struct events_ctx {
+    const char *exec_id;
+    json_t *arr;
+};
+
+static json_t *event_json(const char *exec_id, int64_t seq, const char *type, const char *payload,
+                          int64_t at)
+{
+    return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "seq", (json_int_t)seq,
+                     "type", type, "at", time_json(at), "payload", json_from_text(payload));
+}
+
+static int events_one(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
+{
+    struct events_ctx *x = arg;
+    json_array_append_new(x->arr, event_json(x->exec_id, seq, type, payload, at));
+    return 0;
+}
+
+int kernel_events(struct kernel *k, const struct caller *c, const char *id, int64_t after,
+                  int limit, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    struct events_ctx x = {e.id, json_array()};
+    int r = store_events_each(k->st, e.id, after, limit, events_one, &x);
+    if (r < 0) {
+        json_decref(x.arr);
+        execution_fini(&e);
+        return store_fail(err, r, "reading events");
+    }
+    *out = json_pack("{s:o, s:I, s:b}", "events", x.arr, "last_seq", (json_int_t)e.last_seq,
+                     "terminal", exec_status_terminal(e.status));
+    execution_fini(&e);
+    return 0;
+}
+
+int kernel_exec_terminal(struct kernel *k, const char *id)
+{
+    struct execution e;
+    if (store_exec_get(k->st, id, &e) < 0) return -1;
+    int t = exec_status_terminal(e.status);
+    execution_fini(&e);
+    return t;
+}
+
+static int steps_one(struct step *s, void *arg)
+{
+    json_array_append_new(arg, step_json(s));
+    return 0;
+}
+
+int kernel_steps(struct kernel *k, const struct caller *c, const char *id, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    json_t *arr = json_array();
+    int r = store_steps_each(k->st, e.id, steps_one, arr);
+    execution_fini(&e);
+    if (r < 0) {
+        json_decref(arr);
+        return store_fail(err, r, "reading steps");
+    }
+    *out = json_pack("{s:o}", "steps", arr);
+    return 0;
+}
+
+static int load_step(struct kernel *k, const struct execution *e, const char *step_id,
+                     struct step *s, struct err *err)
+{
+    int r = store_step_get(k->st, step_id, s);
+    if (r == 0 && strcmp(s->exec_id, e->id) != 0) {
+        step_fini(s);
+        r = -ENOENT;
+    }
+    if (r == -ENOENT)
+        return err_set(err, 404, "not_found", "step_id", "execution %s has no step %s", e->id, step_id);
+    return r < 0 ? store_fail(err, r, "reading the step") : 0;
+}
+
+int kernel_step_get(struct kernel *k, const struct caller *c, const char *id, const char *step_id,
+                    json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    struct step s;
+    int r = load_step(k, &e, step_id, &s, err);
+    execution_fini(&e);
+    if (r < 0) return -1;
+    *out = step_json(&s);
+    step_fini(&s);
+    return 0;
+}
+
+/* --- workers, claims, leases --- */
+
+static struct worker *find_worker(struct kernel *k, const char *id)
+{
+    for (int i = 0; i < k->n_workers; i++)
+        if (strcmp(k->workers[i].id, id) == 0) return &k->workers[i];
+    return NULL;
+}
+
+static struct worker *add_worker(struct kernel *k, const char *id, const char *agent, const char *name)
+{
+    /* Forget workers not seen for an hour so the table stays small. */
+    int64_t now = clock_now_ms();
+    for (int i = 0; i < k->n_workers;) {
+        if (now - k->workers[i].last_seen > 3600 * 1000) {
+            free(k->workers[i].agent);
+            free(k->workers[i].name);
+            k->workers[i] = k->workers[--k->n_workers];
+        } else {
+            i++;
+        }
+    }
+    k->workers = xrealloc(k->workers, (size_t)(k->n_workers + 1) * sizeof *k->workers);
+    struct worker *w = &k->workers[k->n_workers++];
+    snprintf(w->id, sizeof w->id, "%s", id);
+    w->agent = xstrdup(agent);
+    w->name = xstrdup(name ? name : "");
+    w->last_seen = now;
+    return w;
+}
+
+int kernel_register_worker(struct kernel *k, const struct caller *c, const char *agent,
+                           const char *name, json_t **out, struct err *err)
+{
+    int64_t now = clock_now_ms();
+    if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    char id[UUID_STR_LEN];
+    uuid_v7(id);
+    add_worker(k, id, agent, name);
+    struct agent_conf *a = find_agent(k, agent);
+    *out = json_pack("{s:s, s:s, s:I, s:I}", "worker_id", id, "agent", agent, "lease_timeout_seconds",
+                     (json_int_t)(agent_lease_ms(k, a) / 1000), "max_attempts",
+                     (json_int_t)agent_max_attempts(k, a));
+    return 0;
+}
+
+int kernel_claim(struct kernel *k, const struct caller *c, const char *agent,
+                 const char *worker_id, json_t **out, struct err *err)
+{
+    int64_t now = clock_now_ms();
+    *out = NULL;
+    if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    struct worker *w = find_worker(k, worker_id);
+    if (!w) w = add_worker(k, worker_id, agent, NULL); /* a worker from before a kernel restart */
+    if (strcmp(w->agent, agent) != 0)
+        return err_set(err, 409, "conflict", "worker_id", "worker %s is registered for agent \"%s\"",
+                       worker_id, w->agent);
+    w->last_seen = now;
+    char id[UUID_STR_LEN];
+    int r = store_exec_next_queued(k->st, agent, id);
+    if (r == -ENOENT) return 0;
+    if (r < 0) return store_fail(err, r, "looking for queued work");
+    struct execution e;
+    if ((r = store_exec_get(k->st, id, &e)) < 0) return store_fail(err, r, "reading the execution");
+    int rc = -1;
+    e.attempt++;
+    e.dstate = DISPATCH_LEASED;
+    snprintf(e.worker_id, sizeof e.worker_id, "%s", worker_id);
+    e.lease_deadline = now + e.lease_ms;
+    /* Occurrence counting restarts with every attempt, so the re-run regenerates the same ids. */
+    if ((r = store_counters_clear(k->st, e.id)) < 0) {
+        store_fail(err, r, "resetting step counters");
+        goto out;
+    }
+    if (e.status == EXEC_PENDING) {
+        e.status = EXEC_RUNNING;
+        if (emit(k, &e, "execution.started", json_pack("{s:s}", "execution_id", e.id), now, err) < 0) goto out;
+    }
+    if (emit(k, &e, "dispatch.claimed",
+             json_pack("{s:s, s:I, s:s, s:s, s:o}", "dispatch_id", e.dispatch_id, "attempt",
+                       (json_int_t)e.attempt, "worker_id", worker_id, "worker_name", w->name,
+                       "lease_deadline", time_json(e.lease_deadline)), now, err) < 0 ||
+        save_exec(k, &e, now, err) < 0)
+        goto out;
+    *out = json_pack("{s:o, s:{s:s, s:I, s:o, s:I}}", "execution", exec_json(&e), "dispatch", "id",
+                     e.dispatch_id, "attempt", (json_int_t)e.attempt, "lease_deadline",
+                     time_json(e.lease_deadline), "lease_timeout_seconds", (json_int_t)(e.lease_ms / 1000));
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+int kernel_heartbeat(struct kernel *k, const struct caller *c, const char *id,
+                     const struct dispatch_ref *d, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    if (exec_status_terminal(e.status)) {
+        err_set(err, 409, "execution_terminal", "", "execution %s is %s", e.id, exec_status_name(e.status));
+        goto out;
+    }
+    if (check_lease(k, &e, d, now, err) < 0 || save_exec(k, &e, now, err) < 0) goto out;
+    *out = json_pack("{s:o, s:s}", "lease_deadline", time_json(e.lease_deadline), "status",
+                     exec_status_name(e.status));
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+/* Expire a pending approval and deny its step (cancel, timeout). */
+static int approval_close(struct kernel *k, struct execution *e, struct approval *a,
+                          enum approval_status to, const char *by, const char *rationale,
+                          const char *step_reason, int64_t now, struct err *err);
+
+struct finish_ctx {
+    struct kernel *k;
+    struct execution *e;
+    int64_t now;
+    struct err *err;
+};
+
+static int cancel_running_step(struct step *s, void *arg)
+{
+    struct finish_ctx *x = arg;
+    s->status = STEP_CANCELLED;
+    s->completed_at = x->now;
+    set_str(&s->error, "{\"reason\":\"execution_cancelled\"}");
+    int r = store_step_update(x->k->st, s);
+    if (r < 0) return store_fail(x->err, r, "cancelling a step");
+    return emit(x->k, x->e, "step.cancelled",
+                json_pack("{s:s, s:s, s:s, s:{s:s}}", "step_id", s->step_id, "kind", s->kind, "target",
+                          s->target, "error", "reason", "execution_cancelled"), x->now, x->err);
+}
+
+static int expire_pending_approval(struct approval *a, void *arg)
+{
+    struct finish_ctx *x = arg;
+    return approval_close(x->k, x->e, a, APPROVAL_EXPIRED, NULL, "execution_cancelled",
+                          "execution_cancelled", x->now, x->err);
+}
+
+static int finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
+                       const char *reason, int64_t now, struct err *err)
+{
+    ASSERT(rules_exec_transition_ok(e->status, to));
+    e->status = to;
+    release_dispatch(e, DISPATCH_NONE);
+    if (to != EXEC_COMPLETED) set_str(&e->failure_reason, reason);
+    struct finish_ctx x = {k, e, now, err};
+    if (to == EXEC_CANCELLED) {
+        int r = store_approvals_each(k->st, "pending", e->id, 1000, expire_pending_approval, &x);
+        if (r < 0) return err->status ? -1 : store_fail(err, r, "expiring approvals");
+    }
+    if (to != EXEC_COMPLETED) {
+        int r = store_steps_each_status(k->st, e->id, STEP_EXECUTING, cancel_running_step, &x);
+        if (r < 0) return err->status ? -1 : store_fail(err, r, "cancelling steps");
+    }
+    const char *type = to == EXEC_COMPLETED ? "execution.completed"
+                       : to == EXEC_FAILED  ? "execution.failed"
+                                            : "execution.cancelled";
+    json_t *p = json_pack("{s:s, s:s}", "execution_id", e->id, "status", exec_status_name(to));
+    if (to == EXEC_COMPLETED) {
+        json_object_set_new(p, "output", json_from_text(e->output));
+        if (e->state) json_object_set_new(p, "state", json_from_text(e->state));
+    } else {
+        json_object_set_new(p, "reason", json_string(reason));
+    }
+    if (emit(k, e, type, p, now, err) < 0) return -1;
+    return save_exec(k, e, now, err);
+}
+
+static int agent_finish(struct kernel *k, const struct caller *c, const char *id,
+                        const struct dispatch_ref *d, enum exec_status to, const json_t *output,
+                        const json_t *state, const char *reason, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    if (exec_status_terminal(e.status)) {
+        err_set(err, 409, "execution_terminal", "", "execution %s is already %s", e.id,
+                exec_status_name(e.status));
+        goto out;
+    }
+    if (check_lease(k, &e, d, now, err) < 0) goto out;
+    if (e.status == EXEC_BLOCKED && to == EXEC_COMPLETED) {
+        err_set(err, 409, "conflict", "", "execution %s is blocked on an approval; it cannot complete until that is decided",
+                e.id);
+        goto out;
+    }
+    if (to == EXEC_COMPLETED) {
+        free(e.output);
+        e.output = json_text(output ? output : json_null());
+        free(e.state);
+        e.state = state && !json_is_null(state) ? json_text(state) : NULL;
+    }
+    if (finish_exec(k, &e, to, reason, now, err) < 0) goto out;
+    *out = exec_json(&e);
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+int kernel_complete(struct kernel *k, const struct caller *c, const char *id,
+                    const struct dispatch_ref *d, const json_t *output, const json_t *state,
+                    json_t **out, struct err *err)
+{
+    return agent_finish(k, c, id, d, EXEC_COMPLETED, output, state, NULL, out, err);
+}
+
+int kernel_fail(struct kernel *k, const struct caller *c, const char *id,
+                const struct dispatch_ref *d, const char *error, json_t **out, struct err *err)
+{
+    return agent_finish(k, c, id, d, EXEC_FAILED, NULL, NULL, error, out, err);
+}
+
+int kernel_agents(struct kernel *k, json_t **out, struct err *err)
+{
+    json_t *arr = json_array();
+    int64_t now = clock_now_ms();
+    for (int i = 0; i < k->n_agents; i++) {
+        struct agent_conf *a = &k->agents[i];
+        int workers = 0;
+        for (int j = 0; j < k->n_workers; j++)
+            if (strcmp(k->workers[j].agent, a->name) == 0 &&
+                now - k->workers[j].last_seen < 2 * agent_lease_ms(k, a))
+                workers++;
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:b, s:i}", "name", a->name,
+                                             "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
+                                             "max_attempts", (json_int_t)agent_max_attempts(k, a),
+                                             "has_policy", a->policy != NULL, "workers", workers));
+    }
+    *out = json_pack("{s:o}", "agents", arr);
+    return 0;
+}
+
+/* --- steps --- */
+
+static json_t *decision(const char *d, const char *step_id)
+{
+    json_t *j = json_pack("{s:s}", "decision", d);
+    if (step_id) json_object_set_new(j, "step_id", json_string(step_id));
+    return j;
+}
+
+static json_t *denied_decision(const struct step *s)
+{
+    json_t *j = decision("denied", s->step_id);
+    json_t *e = json_from_text(s->error);
+    json_t *reason = json_object_get(e, "reason");
+    json_object_set_new(j, "reason", json_is_string(reason) ? json_incref(reason) : json_string("policy_denied"));
+    json_object_set_new(j, "rule_id", opt_str(s->rule_id));
+    json_decref(e);
+    return j;
+}
+
+static int start_step_run(struct kernel *k, struct execution *e, struct step *s, int64_t now,
+                          struct err *err)
+{
+    s->status = STEP_EXECUTING;
+    s->runs++;
+    int r = store_step_update(k->st, s);
+    if (r < 0) return store_fail(err, r, "updating the step");
+    return emit(k, e, "step.executing",
+                json_pack("{s:s, s:s, s:s, s:I, s:I}", "step_id", s->step_id, "kind", s->kind, "target",
+                          s->target, "run", (json_int_t)s->runs, "attempt", (json_int_t)e->attempt),
+                now, err);
+}
+
+/* A step with a record is submitted again (replay, approval resume, orphan). */
+static int resubmit(struct kernel *k, struct execution *e, struct step *s, enum idempotency idem,
+                    int64_t now, json_t **out, struct err *err)
+{
+    switch (rules_resubmit(s->status, idem)) {
+    case RESUBMIT_REPLAY_RESULT:
+        *out = decision("replay", s->step_id);
+        json_object_set_new(*out, "result", json_from_text(s->result));
+        return 0;
+    case RESUBMIT_REPLAY_ERROR:
+        *out = decision("replay", s->step_id);
+        json_object_set_new(*out, "error", json_from_text(s->error));
+        return 0;
+    case RESUBMIT_DENIED:
+        *out = denied_decision(s);
+        return 0;
+    case RESUBMIT_BLOCKED:
+        *out = decision("blocked", s->step_id);
+        json_object_set_new(*out, "approval_id", json_string(s->approval_id));
+        json_object_set_new(*out, "reason", json_string("awaiting_approval"));
+        return 0;
+    case RESUBMIT_PROCEED:
+        if (start_step_run(k, e, s, now, err) < 0) return -1;
+        *out = decision("proceed", s->step_id);
+        json_object_set_new(*out, "rule_id", opt_str(s->rule_id));
+        return 0;
+    case RESUBMIT_INDETERMINATE: {
+        s->status = STEP_FAILED;
+        s->indeterminate = true;
+        s->completed_at = now;
+        json_t *error = json_pack("{s:s, s:s}", "reason", "indeterminate", "message",
+                                  "outcome unknown: the worker stopped while this at_most_once step was running, "
+                                  "so it may already have taken effect. Check the state before continuing.");
+        free(s->error);
+        s->error = json_text(error);
+        int r = store_step_update(k->st, s);
+        if (r < 0) {
+            json_decref(error);
+            return store_fail(err, r, "failing the step");
+        }
+        if (emit(k, e, "step.failed", json_pack("{s:s, s:s, s:s, s:O}", "step_id", s->step_id, "kind", s->kind,
+                                                "target", s->target, "error", error), now, err) < 0) {
+            json_decref(error);
+            return -1;
+        }
+        *out = decision("replay", s->step_id);
+        json_object_set_new(*out, "error", error);
+        return 0;
+    }
+    case RESUBMIT_TERMINAL:
+        *out = decision("execution_terminal", NULL);
+        return 0;
+    }
+    return err_internal(err, "unhandled step status");
+}
+
+/* A new step: record the policy's decision. */
+static int first_submit(struct kernel *k, struct execution *e, struct step *s, const json_t *args,
+                        int64_t now, json_t **out, struct err *err)
+{
+    struct agent_conf *a = find_agent(k, e->agent);
+    struct policy_result pr;
+    bool retry_refused = false;
+    if (s->idem == IDEM_AT_MOST_ONCE) {
+        int r = store_step_has_indeterminate(k->st, e->id, s->kind, s->target, s->args_hash, &retry_refused);
+        if (r < 0) return store_fail(err, r, "checking earlier attempts");
+    }
+    if (retry_refused) {
+        memset(&pr, 0, sizeof pr);
+        pr.decision = POLICY_DENY;
+        pr.rule_id = "__indeterminate_retry";
+        pr.reason = "an earlier attempt of this at_most_once call has an unknown outcome; retry refused";
+    } else {
+        struct policy_input in = {s->kind, s->target, e->agent, args};
+        policy_eval(a ? a->policy : NULL, &in, &pr);
+    }
+    s->rule_id = xstrdup(pr.rule_id);
+    s->created_at = now;
+    json_t *proposed = json_pack("{s:s, s:s, s:s, s:o, s:s, s:I, s:s}", "step_id", s->step_id, "kind", s->kind,
+                                 "target", s->target, "args", json_from_text(s->args), "args_hash", s->args_hash,
+                                 "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem));
+    switch (pr.decision) {
+    case POLICY_ALLOW:
+        s->status = STEP_EXECUTING;
+        s->runs = 1;
+        break;
+    case POLICY_DENY: {
+        s->status = STEP_DENIED;
+        s->completed_at = now;
+        json_t *error = json_pack("{s:s, s:s}", "reason", pr.reason && *pr.reason ? pr.reason : "policy_denied",
+                                  "rule_id", pr.rule_id);
+        s->error = json_text(error);
+        json_decref(error);
+        break;
+    }
+    case POLICY_REQUIRE_APPROVAL:
+        s->status = STEP_AWAITING_APPROVAL;
+        uuid_v7(s->approval_id);
+        break;
+    }
+    int r = store_step_insert(k->st, s);
+    if (r < 0) {
+        json_decref(proposed);
+        return store_fail(err, r, "recording the step");
+    }
+    if (emit(k, e, "step.proposed", proposed, now, err) < 0) return -1;
+    const char *reason = pr.reason ? pr.reason : "";
+    switch (pr.decision) {
+    case POLICY_ALLOW:
+        if (emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:s}", "step_id", s->step_id, "target", s->target,
+                                                 "rule_id", pr.rule_id, "reason", reason), now, err) < 0 ||
+            emit(k, e, "step.executing", json_pack("{s:s, s:s, s:s, s:i, s:I}", "step_id", s->step_id, "kind", s->kind,
+                                                   "target", s->target, "run", 1, "attempt", (json_int_t)e->attempt),
+                 now, err) < 0)
+            return -1;
+        *out = decision("proceed", s->step_id);
+        json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
+        return 0;
+    case POLICY_DENY:
+        if (emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:s, s:o}", "step_id", s->step_id, "kind", s->kind,
+                                                "target", s->target, "rule_id", pr.rule_id, "error",
+                                                json_from_text(s->error)), now, err) < 0)
+            return -1;
+        *out = denied_decision(s);
+        return 0;
+    case POLICY_REQUIRE_APPROVAL: {
+        struct approval ap;
+        memset(&ap, 0, sizeof ap);
+        memcpy(ap.id, s->approval_id, sizeof ap.id);
+        memcpy(ap.exec_id, e->id, sizeof ap.exec_id);
+        memcpy(ap.step_id, s->step_id, sizeof ap.step_id);
+        ap.status = APPROVAL_PENDING;
+        ap.rule_id = xstrdup(pr.rule_id);
+        ap.reason = xstrdup(reason);
+        ap.message = pr.approval_message ? xstrdup(pr.approval_message) : NULL;
+        ap.approvers = pr.approvers ? json_text(pr.approvers) : NULL;
+        ap.created_at = now;
+        ap.timeout_at = now + (pr.approval_timeout_ms > 0 ? pr.approval_timeout_ms : k->cfg.approval_timeout_ms);
+        r = store_approval_insert(k->st, &ap);
+        int rc = -1;
+        if (r < 0) {
+            store_fail(err, r, "recording the approval");
+            goto approval_out;
+        }
+        e->status = EXEC_BLOCKED;
+        release_dispatch(e, DISPATCH_RELEASED);
+        if (emit(k, e, "step.awaiting_approval", json_pack("{s:s, s:s, s:s, s:s, s:s}", "step_id", s->step_id,
+                                                           "kind", s->kind, "target", s->target, "rule_id",
+                                                           pr.rule_id, "reason", reason), now, err) < 0 ||
+            emit(k, e, "approval.requested", json_pack("{s:s, s:s, s:s, s:s, s:o}", "approval_id", ap.id,
+                                                       "step_id", s->step_id, "target", s->target, "reason",
+                                                       reason, "timeout_at", time_json(ap.timeout_at)), now, err) < 0 ||
+            emit(k, e, "execution.blocked", json_pack("{s:s, s:s, s:s}", "execution_id", e->id, "approval_id",
+                                                      ap.id, "status", "blocked"), now, err) < 0)
+            goto approval_out;
+        *out = decision("blocked", s->step_id);
+        json_object_set_new(*out, "approval_id", json_string(ap.id));
+        json_object_set_new(*out, "reason", json_string(reason));
+        json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
+        rc = 0;
+    approval_out:
+        approval_fini(&ap);
+        return rc;
+    }
+    }
+    return err_internal(err, "unhandled policy decision");
+}
+
+int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
+                       const struct dispatch_ref *d, const char *kind, const char *target,
+                       const char *args_text, size_t args_len, const json_t *args,
+                       enum idempotency idem, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    struct step s;
+    memset(&s, 0, sizeof s);
+    struct buf canon;
+    buf_init(&canon, MAX_ARGS_BYTES);
+    if (exec_status_terminal(e.status)) {
+        *out = decision("execution_terminal", NULL);
+        rc = 0;
+        goto out;
+    }
+    if (check_lease(k, &e, d, now, err) < 0) goto out;
+    if (identity_canonical_json(args_text ? args_text : "{}", args_text ? args_len : 2, &canon, err) < 0) goto out;
+    char args_hash[STEP_ID_LEN];
+    identity_sha256_hex(canon.data, canon.len, args_hash);
+    int64_t consumed;
+    int r = store_counter_get(k->st, e.id, kind, target, args_hash, &consumed);
+    if (r < 0 && r != -ENOENT) {
+        store_fail(err, r, "reading step counters");
+        goto out;
+    }
+    int64_t occurrence = r == -ENOENT ? 0 : consumed + 1;
+    char step_id[STEP_ID_LEN];
+    identity_step_id(e.id, kind, target, args_hash, occurrence, step_id);
+
+    r = store_step_get(k->st, step_id, &s);
+    if (r == 0) {
+        if (resubmit(k, &e, &s, idem, now, out, err) < 0) goto out;
+    } else if (r != -ENOENT) {
+        store_fail(err, r, "reading the step");
+        goto out;
+    } else if (e.status == EXEC_BLOCKED) {
+        /* Nothing new may start while an approval is pending; nothing is recorded. */
+        *out = decision("execution_blocked", NULL);
+        rc = 0;
+        goto out;
+    } else {
+        memcpy(s.step_id, step_id, sizeof s.step_id);
+        memcpy(s.exec_id, e.id, sizeof s.exec_id);
+        s.kind = xstrdup(kind);
+        s.target = xstrdup(target);
+        memcpy(s.args_hash, args_hash, sizeof s.args_hash);
+        s.occurrence = occurrence;
+        s.idem = idem;
+        s.args = buf_steal(&canon, NULL);
+        if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
+    }
+    if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence)) < 0) {
+        store_fail(err, r, "advancing step counters");
+        goto out;
+    }
+    if (save_exec(k, &e, now, err) < 0) goto out;
+    rc = 0;
+out:
+    if (rc < 0 && *out) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    buf_fini(&canon);
+    step_fini(&s);
+    execution_fini(&e);
+    return rc;
+}
+
+int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
+                       const struct dispatch_ref *d, const char *step_id, bool ok,
+                       const json_t *value, json_t **out, struct err *err)
+{
+    struct execution e;
+    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    struct step s;
+    memset(&s, 0, sizeof s);
+    if (exec_status_terminal(e.status)) {
+        *out = decision("execution_terminal", NULL);
+        rc = 0;
+        goto out;
+    }
+    if (check_lease(k, &e, d, now, err) < 0 || load_step(k, &e, step_id, &s, err) < 0) goto out;
+    if (step_status_terminal(s.status)) {
+        /* Already settled (a duplicate or a superseded report): the record wins. */
+        *out = decision("replay", s.step_id);
+        json_object_set_new(*out, s.status == STEP_SUCCEEDED ? "result" : "error",
+                            json_from_text(s.status == STEP_SUCCEEDED ? s.result : s.error));
+        rc = 0;
+        goto out;
+    }
+    if (s.status != STEP_EXECUTING) {
+        err_set(err, 409, "conflict", "step_id", "step %s is %s, not executing; submit it first", s.step_id,
+                step_status_name(s.status));
+        goto out;
+    }
+    s.status = ok ? STEP_SUCCEEDED : STEP_FAILED;
+    s.completed_at = now;
+    char *text = json_text(value ? value : json_null());
+    if (ok) s.result = text;
+    else s.error = text;
+    int r = store_step_update(k->st, &s);
+    if (r < 0) {
+        store_fail(err, r, "recording the step outcome");
+        goto out;
+    }
+    json_t *p = json_pack("{s:s, s:s, s:s, s:O}", "step_id", s.step_id, "kind", s.kind, "target", s.target,
+                          ok ? "result" : "error", value ? value : json_null());
+    if (emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 || save_exec(k, &e, now, err) < 0)
+        goto out;
+    *out = decision("recorded", s.step_id);
+    rc = 0;
+out:
+    step_fini(&s);
+    execution_fini(&e);
+    return rc;
+}
+
+/* --- approvals --- */
+
+static int approvals_one(struct approval *a, void *arg)
+{
+    void **x = arg;
+    json_array_append_new(x[1], approval_json(x[0], a));
+    return 0;
+}
+
+int kernel_approvals(struct kernel *k, const char *status, const char *exec_id, json_t **out,
+                     struct err *err)
+{
+    json_t *arr = json_array();
+    void *x[2] = {k, arr};
+    int r = store_approvals_each(k->st, status, exec_id, 1000, approvals_one, x);
+    if (r < 0) {
+        json_decref(arr);
+        return store_fail(err, r, "listing approvals");
+    }
+    *out = json_pack("{s:o}", "approvals", arr);
+    return 0;
+}
+
+static int load_approval(struct kernel *k, const char *id, struct approval *a, struct err *err)
+{
+    int r = uuid_valid(id) ? store_approval_get(k->st, id, a) : -ENOENT;
+    if (r == -ENOENT) return err_set(err, 404, "not_found", "id", "no approval with id \"%s\"", id);
+    return r < 0 ? store_fail(err, r, "reading the approval") : 0;
+}
+
+int kernel_approval_get(struct kernel *k, const char *id, json_t **out, struct err *err)
+{
+    struct approval a;
+    if (load_approval(k, id, &a, err) < 0) return -1;
+    *out = approval_json(k, &a);
+    approval_fini(&a);
+    return 0;
+}
+
+static int approval_close(struct kernel *k, struct execution *e, struct approval *a,
+                          enum approval_status to, const char *by, const char *rationale,
+                          const char *step_reason, int64_t now, struct err *err)
+{
+    a->status = to;
+    a->decided_at = now;
+    set_str(&a->decided_by, by);
+    set_str(&a->rationale, rationale);
+    int r = store_approval_update(k->st, a);
+    if (r < 0) return store_fail(err, r, "updating the approval");
+    const char *type = to == APPROVAL_GRANTED ? "approval.granted"
+                       : to == APPROVAL_DENIED ? "approval.denied"
+                                               : "approval.expired";
+    if (emit(k, e, type, json_pack("{s:s, s:s, s:o, s:o}", "approval_id", a->id, "step_id", a->step_id,
+                                   "decided_by", opt_str(by), "rationale", opt_str(rationale)), now, err) < 0)
+        return -1;
+    struct step s;
+    if (load_step(k, e, a->step_id, &s, err) < 0) return -1;
+    int rc = -1;
+    if (to == APPROVAL_GRANTED) {
+        s.status = STEP_ALLOWED;
+        if ((r = store_step_update(k->st, &s)) < 0) {
+            store_fail(err, r, "updating the step");
+            goto out;
+        }
+        if (emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "target", s.target,
+                                                 "approval_id", a->id, "decided_by", opt_str(by)), now, err) < 0)
+            goto out;
+    } else {
+        s.status = STEP_DENIED;
+        s.completed_at = now;
+        json_t *error = json_pack("{s:s, s:s}", "reason", step_reason, "rule_id", s.rule_id ? s.rule_id : "");
+        free(s.error);
+        s.error = json_text(error);
+        if ((r = store_step_update(k->st, &s)) < 0) {
+            json_decref(error);
+            store_fail(err, r, "updating the step");
+            goto out;
+        }
+        if (emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "kind", s.kind,
+                                                "target", s.target, "error", error), now, err) < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    step_fini(&s);
+    return rc;
+}
+
+/* Decide or expire an approval and resume its execution with a new dispatch. */
+static int approval_resolve(struct kernel *k, struct approval *a, enum approval_status to,
+                            const char *by, const char *rationale, int64_t now, struct err *err)
+{
+    struct execution e;
+    int r = store_exec_get(k->st, a->exec_id, &e);
+    if (r < 0) return store_fail(err, r, "reading the execution");
+    int rc = -1;
+    const char *step_reason = to == APPROVAL_EXPIRED ? "approval_timeout"
+                              : rationale && *rationale ? rationale
+                                                        : "approval_denied";
+    if (approval_close(k, &e, a, to, by, rationale, step_reason, now, err) < 0) goto out;
+    if (e.status == EXEC_BLOCKED) {
+        e.status = EXEC_RUNNING;
+        if (emit(k, &e, "execution.resumed", json_pack("{s:s, s:s, s:s}", "execution_id", e.id, "approval_id",
+                                                       a->id, "status", "running"), now, err) < 0 ||
+            queue_new_dispatch(k, &e, now, err) < 0)
+            goto out;
+    }
+    rc = save_exec(k, &e, now, err);
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+int kernel_approval_decide(struct kernel *k, const char *id, bool approve, const char *by,
+                           const char *reason, json_t **out, struct err *err)
+{
+    struct approval a;
+    if (load_approval(k, id, &a, err) < 0) return -1;
+    int rc = -1;
+    if (a.status != APPROVAL_PENDING) {
+        err_set(err, 409, "conflict", "", "approval %s is already %s", a.id, approval_status_name(a.status));
+        goto out;
+    }
+    if (a.approvers) {
+        json_t *list = json_from_text(a.approvers);
+        bool listed = false;
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v) if (json_is_string(v) && strcmp(json_string_value(v), by) == 0) listed = true;
+        json_decref(list);
+        if (!listed) {
+            err_set(err, 403, "forbidden", "by", "\"%s\" is not among this approval's approvers %s", by, a.approvers);
+            goto out;
+        }
+    }
+    if (approval_resolve(k, &a, approve ? APPROVAL_GRANTED : APPROVAL_DENIED, by, reason, clock_now_ms(), err) < 0)
+        goto out;
+    *out = approval_json(k, &a);
+    rc = 0;
+out:
+    approval_fini(&a);
+    return rc;
+}
+
+/* --- timers --- */
+
+static int expire_lease(struct kernel *k, const char *id, int64_t now, struct err *err)
+{
+    struct execution e;
+    int r = store_exec_get(k->st, id, &e);
+    if (r < 0) return store_fail(err, r, "reading the execution");
+    int rc = 0;
+    if (e.dstate != DISPATCH_LEASED || e.lease_deadline > now) goto out;
+    rc = -1;
+    if (emit(k, &e, "dispatch.expired", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
+                                                  (json_int_t)e.attempt, "worker_id", e.worker_id), now, err) < 0)
+        goto out;
+    if (e.attempt >= e.max_attempts) {
+        if (finish_exec(k, &e, EXEC_FAILED, "dispatch_exhausted", now, err) < 0) goto out;
+    } else {
+        e.dstate = DISPATCH_QUEUED;
+        e.queued_at = now;
+        e.lease_deadline = 0;
+        note_agent(k, e.agent);
+        if (emit(k, &e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e.dispatch_id, "attempt",
+                                                     (json_int_t)(e.attempt + 1)), now, err) < 0 ||
+            save_exec(k, &e, now, err) < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+static int expire_deadline(struct kernel *k, const char *id, int64_t now, struct err *err)
+{
+    struct execution e;
+    int r = store_exec_get(k->st, id, &e);
+    if (r < 0) return store_fail(err, r, "reading the execution");
+    int rc = 0;
+    if (!exec_status_terminal(e.status) && e.deadline_at > 0 && e.deadline_at <= now)
+        rc = finish_exec(k, &e, EXEC_CANCELLED, "deadline_exceeded", now, err);
+    execution_fini(&e);
+    return rc;
+}
+
+static int expire_approval(struct kernel *k, const char *id, int64_t now, struct err *err)
+{
+    struct approval a;
+    int r = store_approval_get(k->st, id, &a);
+    if (r < 0) return store_fail(err, r, "reading the approval");
+    int rc = 0;
+    if (a.status == APPROVAL_PENDING && a.timeout_at <= now)
+        rc = approval_resolve(k, &a, APPROVAL_EXPIRED, NULL, "timeout", now, err);
+    approval_fini(&a);
+    return rc;
+}
+
+int kernel_sweep(struct kernel *k, int64_t now, struct err *err)
+{
+    char ids[SWEEP_BATCH][UUID_STR_LEN];
+    int n, handled = 0, r;
+    if ((r = store_exec_expired_leases(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding expired leases");
+    for (int i = 0; i < n; i++, handled++)
+        if (expire_lease(k, ids[i], now, err) < 0) return -1;
+    if ((r = store_exec_past_deadline(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding deadlines");
+    for (int i = 0; i < n; i++, handled++)
+        if (expire_deadline(k, ids[i], now, err) < 0) return -1;
+    if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding expired approvals");
+    for (int i = 0; i < n; i++, handled++)
+        if (expire_approval(k, ids[i], now, err) < 0) return -1;
+    return handled;
+}
+
+int64_t kernel_next_due(struct kernel *k)
+{
+    return store_next_timer(k->st);
+}

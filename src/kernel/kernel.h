@@ -1,0 +1,123 @@
+/*
+ * kernel.h - durable executions: the operations of the kernel API.
+ *
+ * Every operation runs inside a store operation (savepoint) opened by the caller
+ * (the API layer's group-commit batch) and writes its events and the projections
+ * they change (execution, step, approval rows) together, so they commit or vanish
+ * as one. Operations return 0 with a new JSON reply in *out, or -1 with err.
+ *
+ * Side effects that must wait for the commit (waking long-polling workers, pushing
+ * events to watchers) are recorded as notes, which the caller takes after commit
+ * with kernel_take_notes().
+ */
+#ifndef REBUNO_KERNEL_KERNEL_H
+#define REBUNO_KERNEL_KERNEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "kernel/model.h"
+#include "store/store.h"
+
+struct policy;
+
+struct kernel_config {
+    int64_t lease_ms;            /* default lease (agents may override); 120000 */
+    int64_t max_attempts;        /* default dispatch attempts before dispatch_exhausted; 5 */
+    int64_t approval_timeout_ms; /* default approval timeout; 900000 */
+    bool open_agents;            /* accept agents that are not configured (dev mode) */
+};
+
+struct kernel;
+
+/* Who is calling: NULL agent = not restricted (admin/client/dev). */
+struct caller {
+    const char *agent;
+};
+
+/* The dispatch an agent call claims to act under (from Rebuno-Dispatch-* headers). */
+struct dispatch_ref {
+    const char *id;
+    int64_t attempt;
+};
+
+/* Post-commit notifications. */
+struct kernel_notes {
+    char (*execs)[UUID_STR_LEN]; /* executions that got new events */
+    int n_execs, cap_execs;
+    char **agents;               /* agents that got queued work */
+    int n_agents, cap_agents;
+};
+void kernel_notes_fini(struct kernel_notes *n);
+
+struct kernel *kernel_new(struct store *st, const struct kernel_config *cfg);
+void kernel_free(struct kernel *k);
+struct store *kernel_store(struct kernel *k);
+
+/* Configure an agent (takes ownership of policy, which may be NULL = allow all).
+ * lease_ms / max_attempts 0 = defaults. */
+void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy, int64_t lease_ms,
+                      int64_t max_attempts);
+bool kernel_agent_known(struct kernel *k, const char *name);
+/* Move the notes accumulated since the last call into *out (which it initialises). */
+void kernel_take_notes(struct kernel *k, struct kernel_notes *out);
+
+/* executions */
+int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
+                  int64_t deadline_ms, json_t **out, struct err *err);
+int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out,
+               struct err *err);
+int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
+                const char *cursor, int limit, json_t **out, struct err *err);
+int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
+                  json_t **out, struct err *err);
+/* Events with seq > after, at most limit. Sets *terminal when the execution is over. */
+int kernel_events(struct kernel *k, const struct caller *c, const char *id, int64_t after,
+                  int limit, json_t **out, struct err *err);
+int kernel_steps(struct kernel *k, const struct caller *c, const char *id, json_t **out,
+                 struct err *err);
+int kernel_step_get(struct kernel *k, const struct caller *c, const char *id, const char *step_id,
+                    json_t **out, struct err *err);
+
+/* workers and dispatch */
+int kernel_register_worker(struct kernel *k, const struct caller *c, const char *agent,
+                           const char *name, json_t **out, struct err *err);
+/* *out = NULL when nothing is queued for the agent. */
+int kernel_claim(struct kernel *k, const struct caller *c, const char *agent,
+                 const char *worker_id, json_t **out, struct err *err);
+int kernel_heartbeat(struct kernel *k, const struct caller *c, const char *id,
+                     const struct dispatch_ref *d, json_t **out, struct err *err);
+int kernel_complete(struct kernel *k, const struct caller *c, const char *id,
+                    const struct dispatch_ref *d, const json_t *output, const json_t *state,
+                    json_t **out, struct err *err);
+int kernel_fail(struct kernel *k, const struct caller *c, const char *id,
+                const struct dispatch_ref *d, const char *error, json_t **out, struct err *err);
+int kernel_agents(struct kernel *k, json_t **out, struct err *err);
+
+/* steps. args_text is the raw JSON text of "args" (NULL = {}); args its parsed value. */
+int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
+                       const struct dispatch_ref *d, const char *kind, const char *target,
+                       const char *args_text, size_t args_len, const json_t *args,
+                       enum idempotency idem, json_t **out, struct err *err);
+int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
+                       const struct dispatch_ref *d, const char *step_id, bool ok,
+                       const json_t *value, json_t **out, struct err *err);
+
+/* approvals */
+int kernel_approvals(struct kernel *k, const char *status, const char *exec_id, json_t **out,
+                     struct err *err);
+int kernel_approval_get(struct kernel *k, const char *id, json_t **out, struct err *err);
+int kernel_approval_decide(struct kernel *k, const char *id, bool approve, const char *by,
+                           const char *reason, json_t **out, struct err *err);
+
+/* Expire leases, deadlines and approvals due at `now`. Returns the number handled. */
+int kernel_sweep(struct kernel *k, int64_t now, struct err *err);
+/* When the next sweep is due (ms since epoch), 0 when nothing is pending. */
+int64_t kernel_next_due(struct kernel *k);
+
+/* Is the execution terminal? (for SSE: close after the terminal event). -1 when unknown. */
+int kernel_exec_terminal(struct kernel *k, const char *id);
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * store.h - persistence of the kernel's event log and projections.
+ *
+ * The store is an interface so a PostgreSQL implementation can sit beside the
+ * embedded SQLite one; today only SQLite exists (store_sqlite.c). All calls
+ * happen on the kernel's loop thread. The caller groups writes in transactions:
+ * store_begin() opens a batch (group commit), store_op_begin()/store_op_end()
+ * wrap each logical operation in a savepoint so one failing request rolls back
+ * alone, and store_commit() makes the whole batch durable with one fsync.
+ *
+ * Functions return 0, -ENOENT (not found), or another -errno; they never print.
+ * Entities read from the store are owned by the caller (free with *_fini).
+ */
+#ifndef REBUNO_STORE_STORE_H
+#define REBUNO_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernel/model.h"
+
+struct store;
+
+/* path: SQLite database file (created with its directory's permissions 0600). */
+struct store *store_open(const char *path, char *errbuf, size_t errlen);
+void store_close(struct store *st);
+/* Text of the last SQLite error, for logs. */
+const char *store_errmsg(struct store *st);
+
+int store_begin(struct store *st);
+int store_commit(struct store *st);
+int store_rollback(struct store *st);
+bool store_in_tx(const struct store *st);
+int store_op_begin(struct store *st);
+/* ok=true releases the savepoint, false rolls back to it. */
+int store_op_end(struct store *st, bool ok);
+
+/* agents seen by the kernel (configured or registered by a worker) */
+int store_agent_upsert(struct store *st, const char *name, int64_t now);
+typedef int (*store_name_fn)(const char *name, void *arg);
+int store_agents_each(struct store *st, store_name_fn fn, void *arg);
+
+/* executions */
+int store_exec_insert(struct store *st, const struct execution *e);
+int store_exec_get(struct store *st, const char *id, struct execution *out);
+int store_exec_update(struct store *st, const struct execution *e);
+typedef int (*store_exec_fn)(struct execution *e, void *arg); /* e is freed after the call */
+/* Newest first; cursor = id to continue after (exclusive), NULL for the start. */
+int store_exec_list(struct store *st, const char *agent, const char *status, const char *cursor,
+                    int limit, store_exec_fn fn, void *arg);
+/* Oldest queued execution of agent; -ENOENT if none. */
+int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN]);
+/* Ids (at most `max`) of leased executions whose lease ended at or before now. */
+int store_exec_expired_leases(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max,
+                              int *n);
+int store_exec_past_deadline(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max,
+                             int *n);
+/* Earliest lease deadline / execution deadline / approval timeout, 0 when none. */
+int64_t store_next_timer(struct store *st);
+
+/* events: append uses e->last_seq + 1 and bumps e->last_seq (the caller persists e). */
+int store_event_append(struct store *st, struct execution *e, const char *type,
+                       const char *payload, int64_t at);
+typedef int (*store_event_fn)(int64_t seq, const char *type, const char *payload, int64_t at,
+                              void *arg);
+int store_events_each(struct store *st, const char *exec_id, int64_t after, int limit,
+                      store_event_fn fn, void *arg);
+
+/* steps */
+int store_step_get(struct store *st, const char *step_id, struct step *out);
+int store_step_insert(struct store *st, const struct step *s);
+int store_step_update(struct store *st, const struct step *s);
+typedef int (*store_step_fn)(struct step *s, void *arg);
+int store_steps_each(struct store *st, const char *exec_id, store_step_fn fn, void *arg);
+/* Steps of exec_id in a status (e.g. STEP_EXECUTING at cancel). */
+int store_steps_each_status(struct store *st, const char *exec_id, enum step_status status,
+                            store_step_fn fn, void *arg);
+/* True when an at_most_once twin (same kind/target/args) already failed indeterminate. */
+int store_step_has_indeterminate(struct store *st, const char *exec_id, const char *kind,
+                                 const char *target, const char *args_hash, bool *out);
+
+/* occurrence counters, scoped to the current dispatch attempt of an execution */
+int store_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
+                      const char *args_hash, int64_t *consumed); /* -ENOENT when none */
+int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
+                      const char *args_hash, int64_t consumed);
+int store_counters_clear(struct store *st, const char *exec_id);
+
+/* approvals */
+int store_approval_insert(struct store *st, const struct approval *a);
+int store_approval_get(struct store *st, const char *id, struct approval *out);
+int store_approval_update(struct store *st, const struct approval *a);
+typedef int (*store_approval_fn)(struct approval *a, void *arg);
+/* status NULL = any; exec_id NULL = any. Oldest first. */
+int store_approvals_each(struct store *st, const char *status, const char *exec_id, int limit,
+                         store_approval_fn fn, void *arg);
+int store_approvals_expired(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max,
+                            int *n);
+
+#endif

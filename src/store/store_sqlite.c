@@ -1,0 +1,751 @@
+/*
+ * store_sqlite.c - the embedded SQLite store.
+ *
+ * One connection, used only from the kernel's loop thread. WAL journal with
+ * synchronous=FULL: a COMMIT returns only after the WAL is fsynced, so every
+ * acknowledged write survives kill -9 and power loss. Throughput comes from group
+ * commit (the kernel batches many requests into one transaction), not from
+ * weakening durability. Every statement is prepared once at open.
+ *
+ * Tables are STRICT. Executions carry their current dispatch (queue state, lease)
+ * inline, so claiming, renewing and expiring a lease is one row update. Events are
+ * keyed (execution_id, seq) WITHOUT ROWID so an execution's log is contiguous.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+static const char *schema_sql =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;"
+    "CREATE TABLE IF NOT EXISTS agents(name TEXT PRIMARY KEY, created_at INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE IF NOT EXISTS executions("
+    " id TEXT PRIMARY KEY, agent TEXT NOT NULL, session TEXT, input TEXT NOT NULL,"
+    " status TEXT NOT NULL, output TEXT, state TEXT, failure_reason TEXT,"
+    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, deadline_at INTEGER NOT NULL,"
+    " last_seq INTEGER NOT NULL, dispatch_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    " dstate TEXT NOT NULL, queued_at INTEGER NOT NULL, worker_id TEXT NOT NULL,"
+    " lease_deadline INTEGER NOT NULL, lease_ms INTEGER NOT NULL, max_attempts INTEGER NOT NULL"
+    ") STRICT;"
+    "CREATE INDEX IF NOT EXISTS executions_queue ON executions(agent, queued_at) WHERE dstate='queued';"
+    "CREATE INDEX IF NOT EXISTS executions_lease ON executions(lease_deadline) WHERE dstate='leased';"
+    "CREATE INDEX IF NOT EXISTS executions_deadline ON executions(deadline_at)"
+    " WHERE deadline_at > 0 AND status IN ('pending','running','blocked');"
+    "CREATE INDEX IF NOT EXISTS executions_agent ON executions(agent, id);"
+    "CREATE INDEX IF NOT EXISTS executions_status ON executions(status, id);"
+    "CREATE TABLE IF NOT EXISTS events(execution_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " type TEXT NOT NULL, payload TEXT NOT NULL, at INTEGER NOT NULL,"
+    " PRIMARY KEY(execution_id, seq)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS steps(step_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL,"
+    " kind TEXT NOT NULL, target TEXT NOT NULL, args_hash TEXT NOT NULL, occurrence INTEGER NOT NULL,"
+    " idempotency TEXT NOT NULL, status TEXT NOT NULL, args TEXT NOT NULL, result TEXT, error TEXT,"
+    " rule_id TEXT, approval_id TEXT NOT NULL, runs INTEGER NOT NULL, indeterminate INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, completed_at INTEGER NOT NULL) STRICT;"
+    "CREATE INDEX IF NOT EXISTS steps_execution ON steps(execution_id, created_at);"
+    "CREATE INDEX IF NOT EXISTS steps_indeterminate ON steps(execution_id, kind, target, args_hash)"
+    " WHERE indeterminate = 1;"
+    "CREATE TABLE IF NOT EXISTS step_counters(execution_id TEXT NOT NULL, kind TEXT NOT NULL,"
+    " target TEXT NOT NULL, args_hash TEXT NOT NULL, consumed INTEGER NOT NULL,"
+    " PRIMARY KEY(execution_id, kind, target, args_hash)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS approvals(id TEXT PRIMARY KEY, execution_id TEXT NOT NULL,"
+    " step_id TEXT NOT NULL, status TEXT NOT NULL, rule_id TEXT, reason TEXT, message TEXT,"
+    " approvers TEXT, timeout_at INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+    " decided_at INTEGER NOT NULL, decided_by TEXT, rationale TEXT) STRICT;"
+    "CREATE INDEX IF NOT EXISTS approvals_pending ON approvals(timeout_at) WHERE status='pending';"
+    "CREATE INDEX IF NOT EXISTS approvals_execution ON approvals(execution_id, created_at);"
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1');";
+
+#define EXEC_COLS                                                                          \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
+    " worker_id, lease_deadline, lease_ms, max_attempts"
+#define STEP_COLS                                                                          \
+    "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
+    " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
+    " completed_at"
+#define APPROVAL_COLS                                                                      \
+    "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
+    " created_at, decided_at, decided_by, rationale"
+
+enum stmt_id {
+    S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE, S_ROLLBACK_TO,
+    S_AGENT_UPSERT, S_AGENTS,
+    S_EXEC_INSERT, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_PAST_DEADLINE, S_NEXT_LEASE, S_NEXT_DEADLINE, S_NEXT_APPROVAL,
+    S_EVENT_INSERT, S_EVENTS,
+    S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
+    S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR,
+    S_APPROVAL_INSERT, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
+    S_COUNT
+};
+
+static const char *stmt_sql[S_COUNT] = {
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_SAVEPOINT] = "SAVEPOINT op",
+    [S_RELEASE] = "RELEASE op",
+    [S_ROLLBACK_TO] = "ROLLBACK TO op",
+    [S_AGENT_UPSERT] = "INSERT INTO agents(name, created_at) VALUES(?1, ?2) ON CONFLICT DO NOTHING",
+    [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
+    [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
+                      "?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
+    [S_EXEC_GET] = "SELECT " EXEC_COLS " FROM executions WHERE id = ?1",
+    [S_EXEC_UPDATE] = "UPDATE executions SET agent=?2, session=?3, input=?4, status=?5, output=?6,"
+                      " state=?7, failure_reason=?8, created_at=?9, updated_at=?10,"
+                      " deadline_at=?11, last_seq=?12, dispatch_id=?13, attempt=?14, dstate=?15,"
+                      " queued_at=?16, worker_id=?17, lease_deadline=?18, lease_ms=?19,"
+                      " max_attempts=?20 WHERE id=?1",
+    [S_EXEC_NEXT_QUEUED] = "SELECT id FROM executions WHERE dstate='queued' AND agent=?1"
+                           " ORDER BY queued_at, id LIMIT 1",
+    [S_EXEC_EXPIRED] = "SELECT id FROM executions WHERE dstate='leased' AND lease_deadline <= ?1"
+                       " ORDER BY lease_deadline LIMIT ?2",
+    [S_EXEC_PAST_DEADLINE] = "SELECT id FROM executions WHERE deadline_at > 0 AND deadline_at <= ?1"
+                             " AND status IN ('pending','running','blocked') LIMIT ?2",
+    [S_NEXT_LEASE] = "SELECT min(lease_deadline) FROM executions WHERE dstate='leased'",
+    [S_NEXT_DEADLINE] = "SELECT min(deadline_at) FROM executions WHERE deadline_at > 0"
+                        " AND status IN ('pending','running','blocked')",
+    [S_NEXT_APPROVAL] = "SELECT min(timeout_at) FROM approvals WHERE status='pending'",
+    [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES(?1,?2,?3,?4,?5)",
+    [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=?1 AND seq > ?2"
+                 " ORDER BY seq LIMIT ?3",
+    [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE step_id = ?1",
+    [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                      "?12,?13,?14,?15,?16,?17)",
+    [S_STEP_UPDATE] = "UPDATE steps SET status=?8, result=?10, error=?11, rule_id=?12,"
+                      " approval_id=?13, runs=?14, indeterminate=?15, completed_at=?17,"
+                      " idempotency=?7 WHERE step_id=?1 AND execution_id=?2 AND kind=?3"
+                      " AND target=?4 AND args_hash=?5 AND occurrence=?6 AND args=?9"
+                      " AND created_at=?16",
+    [S_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=?1 ORDER BY created_at, rowid",
+    [S_STEPS_STATUS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=?1 AND status=?2"
+                       " ORDER BY created_at, rowid",
+    [S_STEP_INDET] = "SELECT 1 FROM steps WHERE execution_id=?1 AND kind=?2 AND target=?3"
+                     " AND args_hash=?4 AND indeterminate=1 LIMIT 1",
+    [S_COUNTER_GET] = "SELECT consumed FROM step_counters WHERE execution_id=?1 AND kind=?2"
+                      " AND target=?3 AND args_hash=?4",
+    [S_COUNTER_SET] = "INSERT INTO step_counters(execution_id, kind, target, args_hash, consumed)"
+                      " VALUES(?1,?2,?3,?4,?5) ON CONFLICT DO UPDATE SET"
+                      " consumed = max(consumed, excluded.consumed)",
+    [S_COUNTERS_CLEAR] = "DELETE FROM step_counters WHERE execution_id=?1",
+    [S_APPROVAL_INSERT] = "INSERT INTO approvals(" APPROVAL_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,"
+                          "?8,?9,?10,?11,?12,?13)",
+    [S_APPROVAL_GET] = "SELECT " APPROVAL_COLS " FROM approvals WHERE id=?1",
+    [S_APPROVAL_UPDATE] = "UPDATE approvals SET status=?4, decided_at=?11, decided_by=?12,"
+                          " rationale=?13 WHERE id=?1",
+    [S_APPROVALS_EXPIRED] = "SELECT id FROM approvals WHERE status='pending' AND timeout_at <= ?1"
+                            " ORDER BY timeout_at LIMIT ?2",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *stmt[S_COUNT];
+    bool in_tx;
+};
+
+/* --- helpers --- */
+
+static int rc_errno(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_OK: case SQLITE_DONE: case SQLITE_ROW: return 0;
+    case SQLITE_CONSTRAINT: return -EEXIST;
+    case SQLITE_BUSY: case SQLITE_LOCKED: return -EBUSY;
+    case SQLITE_FULL: return -ENOSPC;
+    case SQLITE_NOMEM: return -ENOMEM;
+    default: return -EIO;
+    }
+}
+
+static sqlite3_stmt *use(struct store *st, enum stmt_id id)
+{
+    sqlite3_stmt *s = st->stmt[id];
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *v)
+{
+    if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(s, i);
+}
+
+static char *col_dup(sqlite3_stmt *s, int i)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? xstrndup((const char *)t, (size_t)sqlite3_column_bytes(s, i)) : NULL;
+}
+
+static void col_copy(sqlite3_stmt *s, int i, char *dst, size_t n)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+/* Run a statement that returns no rows. */
+static int run(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : rc_errno(rc);
+    sqlite3_reset(s);
+    return r;
+}
+
+/* --- open / close / transactions --- */
+
+struct store *store_open(const char *path, char *errbuf, size_t errlen)
+{
+    struct store *st = xcalloc(1, sizeof *st);
+    int rc = sqlite3_open_v2(path, &st->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(errbuf, errlen, "cannot open %s: %s", path, st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    char *msg = NULL;
+    const char *pragmas = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                          " PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                          " PRAGMA cache_size=-65536;";
+    if (sqlite3_exec(st->db, pragmas, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(errbuf, errlen, "cannot initialise %s: %s", path, msg ? msg : "unknown error");
+        sqlite3_free(msg);
+        goto fail;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                               NULL) != SQLITE_OK) {
+            snprintf(errbuf, errlen, "cannot prepare statement %d: %s", i, sqlite3_errmsg(st->db));
+            goto fail;
+        }
+    }
+    return st;
+fail:
+    store_close(st);
+    return NULL;
+}
+
+void store_close(struct store *st)
+{
+    if (!st) return;
+    for (int i = 0; i < S_COUNT; i++) sqlite3_finalize(st->stmt[i]);
+    sqlite3_close(st->db);
+    free(st);
+}
+
+const char *store_errmsg(struct store *st)
+{
+    return sqlite3_errmsg(st->db);
+}
+
+int store_begin(struct store *st)
+{
+    int r = run(use(st, S_BEGIN));
+    if (r == 0) st->in_tx = true;
+    return r;
+}
+
+int store_commit(struct store *st)
+{
+    int r = run(use(st, S_COMMIT));
+    if (r == 0) st->in_tx = false;
+    return r;
+}
+
+int store_rollback(struct store *st)
+{
+    int r = run(use(st, S_ROLLBACK));
+    st->in_tx = false;
+    return r;
+}
+
+bool store_in_tx(const struct store *st)
+{
+    return st->in_tx;
+}
+
+int store_op_begin(struct store *st)
+{
+    return run(use(st, S_SAVEPOINT));
+}
+
+int store_op_end(struct store *st, bool ok)
+{
+    if (!ok) {
+        int r = run(use(st, S_ROLLBACK_TO));
+        if (r < 0) return r;
+    }
+    return run(use(st, S_RELEASE));
+}
+
+/* --- agents --- */
+
+int store_agent_upsert(struct store *st, const char *name, int64_t now)
+{
+    sqlite3_stmt *s = use(st, S_AGENT_UPSERT);
+    bind_text(s, 1, name);
+    sqlite3_bind_int64(s, 2, now);
+    return run(s);
+}
+
+int store_agents_each(struct store *st, store_name_fn fn, void *arg)
+{
+    sqlite3_stmt *s = use(st, S_AGENTS);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) r = fn((const char *)sqlite3_column_text(s, 0), arg);
+    sqlite3_reset(s);
+    return r;
+}
+
+/* --- executions --- */
+
+static void bind_exec(sqlite3_stmt *s, const struct execution *e)
+{
+    bind_text(s, 1, e->id);
+    bind_text(s, 2, e->agent);
+    bind_text(s, 3, e->session);
+    bind_text(s, 4, e->input);
+    bind_text(s, 5, exec_status_name(e->status));
+    bind_text(s, 6, e->output);
+    bind_text(s, 7, e->state);
+    bind_text(s, 8, e->failure_reason);
+    sqlite3_bind_int64(s, 9, e->created_at);
+    sqlite3_bind_int64(s, 10, e->updated_at);
+    sqlite3_bind_int64(s, 11, e->deadline_at);
+    sqlite3_bind_int64(s, 12, e->last_seq);
+    bind_text(s, 13, e->dispatch_id);
+    sqlite3_bind_int64(s, 14, e->attempt);
+    bind_text(s, 15, dispatch_state_name(e->dstate));
+    sqlite3_bind_int64(s, 16, e->queued_at);
+    bind_text(s, 17, e->worker_id);
+    sqlite3_bind_int64(s, 18, e->lease_deadline);
+    sqlite3_bind_int64(s, 19, e->lease_ms);
+    sqlite3_bind_int64(s, 20, e->max_attempts);
+}
+
+static void read_exec(sqlite3_stmt *s, struct execution *e)
+{
+    memset(e, 0, sizeof *e);
+    col_copy(s, 0, e->id, sizeof e->id);
+    e->agent = col_dup(s, 1);
+    e->session = col_dup(s, 2);
+    e->input = col_dup(s, 3);
+    exec_status_parse((const char *)sqlite3_column_text(s, 4), &e->status);
+    e->output = col_dup(s, 5);
+    e->state = col_dup(s, 6);
+    e->failure_reason = col_dup(s, 7);
+    e->created_at = sqlite3_column_int64(s, 8);
+    e->updated_at = sqlite3_column_int64(s, 9);
+    e->deadline_at = sqlite3_column_int64(s, 10);
+    e->last_seq = sqlite3_column_int64(s, 11);
+    col_copy(s, 12, e->dispatch_id, sizeof e->dispatch_id);
+    e->attempt = sqlite3_column_int64(s, 13);
+    dispatch_state_parse((const char *)sqlite3_column_text(s, 14), &e->dstate);
+    e->queued_at = sqlite3_column_int64(s, 15);
+    col_copy(s, 16, e->worker_id, sizeof e->worker_id);
+    e->lease_deadline = sqlite3_column_int64(s, 17);
+    e->lease_ms = sqlite3_column_int64(s, 18);
+    e->max_attempts = sqlite3_column_int64(s, 19);
+}
+
+int store_exec_insert(struct store *st, const struct execution *e)
+{
+    sqlite3_stmt *s = use(st, S_EXEC_INSERT);
+    bind_exec(s, e);
+    return run(s);
+}
+
+int store_exec_update(struct store *st, const struct execution *e)
+{
+    sqlite3_stmt *s = use(st, S_EXEC_UPDATE);
+    bind_exec(s, e);
+    int r = run(s);
+    if (r == 0 && sqlite3_changes(st->db) != 1) return -ENOENT;
+    return r;
+}
+
+int store_exec_get(struct store *st, const char *id, struct execution *out)
+{
+    sqlite3_stmt *s = use(st, S_EXEC_GET);
+    bind_text(s, 1, id);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) read_exec(s, out);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_exec_list(struct store *st, const char *agent, const char *status, const char *cursor,
+                    int limit, store_exec_fn fn, void *arg)
+{
+    /* Built per call: the filter combinations are few and listing is not a hot path. */
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT " EXEC_COLS " FROM executions WHERE 1=1%s%s%s ORDER BY id DESC LIMIT ?4",
+             agent ? " AND agent = ?1" : "", status ? " AND status = ?2" : "",
+             cursor ? " AND id < ?3" : "");
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) return -EIO;
+    if (agent) bind_text(s, 1, agent);
+    if (status) bind_text(s, 2, status);
+    if (cursor) bind_text(s, 3, cursor);
+    sqlite3_bind_int(s, 4, limit);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct execution e;
+        read_exec(s, &e);
+        r = fn(&e, arg);
+        execution_fini(&e);
+    }
+    sqlite3_finalize(s);
+    return r;
+}
+
+int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN])
+{
+    sqlite3_stmt *s = use(st, S_EXEC_NEXT_QUEUED);
+    bind_text(s, 1, agent);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) col_copy(s, 0, id_out, UUID_STR_LEN);
+    sqlite3_reset(s);
+    return r;
+}
+
+static int collect_ids(struct store *st, enum stmt_id id, int64_t now, char (*ids)[UUID_STR_LEN],
+                       int max, int *n)
+{
+    sqlite3_stmt *s = use(st, id);
+    sqlite3_bind_int64(s, 1, now);
+    sqlite3_bind_int(s, 2, max);
+    int rc;
+    *n = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < max) col_copy(s, 0, ids[(*n)++], UUID_STR_LEN);
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
+}
+
+int store_exec_expired_leases(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(st, S_EXEC_EXPIRED, now, ids, max, n);
+}
+
+int store_exec_past_deadline(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(st, S_EXEC_PAST_DEADLINE, now, ids, max, n);
+}
+
+int store_approvals_expired(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(st, S_APPROVALS_EXPIRED, now, ids, max, n);
+}
+
+static int64_t scalar(struct store *st, enum stmt_id id)
+{
+    sqlite3_stmt *s = use(st, id);
+    int64_t v = 0;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) v = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return v;
+}
+
+int64_t store_next_timer(struct store *st)
+{
+    int64_t best = 0;
+    enum stmt_id ids[] = {S_NEXT_LEASE, S_NEXT_DEADLINE, S_NEXT_APPROVAL};
+    for (size_t i = 0; i < ARRAY_LEN(ids); i++) {
+        int64_t v = scalar(st, ids[i]);
+        if (v > 0 && (best == 0 || v < best)) best = v;
+    }
+    return best;
+}
+
+/* --- events --- */
+
+int store_event_append(struct store *st, struct execution *e, const char *type, const char *payload,
+                       int64_t at)
+{
+    sqlite3_stmt *s = use(st, S_EVENT_INSERT);
+    bind_text(s, 1, e->id);
+    sqlite3_bind_int64(s, 2, e->last_seq + 1);
+    bind_text(s, 3, type);
+    bind_text(s, 4, payload);
+    sqlite3_bind_int64(s, 5, at);
+    int r = run(s);
+    if (r == 0) e->last_seq++;
+    return r;
+}
+
+int store_events_each(struct store *st, const char *exec_id, int64_t after, int limit,
+                      store_event_fn fn, void *arg)
+{
+    sqlite3_stmt *s = use(st, S_EVENTS);
+    bind_text(s, 1, exec_id);
+    sqlite3_bind_int64(s, 2, after);
+    sqlite3_bind_int(s, 3, limit);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = fn(sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
+               (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3), arg);
+    sqlite3_reset(s);
+    return r;
+}
+
+/* --- steps --- */
+
+static void bind_step(sqlite3_stmt *s, const struct step *p)
+{
+    bind_text(s, 1, p->step_id);
+    bind_text(s, 2, p->exec_id);
+    bind_text(s, 3, p->kind);
+    bind_text(s, 4, p->target);
+    bind_text(s, 5, p->args_hash);
+    sqlite3_bind_int64(s, 6, p->occurrence);
+    bind_text(s, 7, idempotency_name(p->idem));
+    bind_text(s, 8, step_status_name(p->status));
+    bind_text(s, 9, p->args);
+    bind_text(s, 10, p->result);
+    bind_text(s, 11, p->error);
+    bind_text(s, 12, p->rule_id);
+    bind_text(s, 13, p->approval_id);
+    sqlite3_bind_int64(s, 14, p->runs);
+    sqlite3_bind_int(s, 15, p->indeterminate);
+    sqlite3_bind_int64(s, 16, p->created_at);
+    sqlite3_bind_int64(s, 17, p->completed_at);
+}
+
+static void read_step(sqlite3_stmt *s, struct step *p)
+{
+    memset(p, 0, sizeof *p);
+    col_copy(s, 0, p->step_id, sizeof p->step_id);
+    col_copy(s, 1, p->exec_id, sizeof p->exec_id);
+    p->kind = col_dup(s, 2);
+    p->target = col_dup(s, 3);
+    col_copy(s, 4, p->args_hash, sizeof p->args_hash);
+    p->occurrence = sqlite3_column_int64(s, 5);
+    idempotency_parse((const char *)sqlite3_column_text(s, 6), &p->idem);
+    step_status_parse((const char *)sqlite3_column_text(s, 7), &p->status);
+    p->args = col_dup(s, 8);
+    p->result = col_dup(s, 9);
+    p->error = col_dup(s, 10);
+    p->rule_id = col_dup(s, 11);
+    col_copy(s, 12, p->approval_id, sizeof p->approval_id);
+    p->runs = sqlite3_column_int64(s, 13);
+    p->indeterminate = sqlite3_column_int(s, 14) != 0;
+    p->created_at = sqlite3_column_int64(s, 15);
+    p->completed_at = sqlite3_column_int64(s, 16);
+}
+
+int store_step_get(struct store *st, const char *step_id, struct step *out)
+{
+    sqlite3_stmt *s = use(st, S_STEP_GET);
+    bind_text(s, 1, step_id);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) read_step(s, out);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_step_insert(struct store *st, const struct step *p)
+{
+    sqlite3_stmt *s = use(st, S_STEP_INSERT);
+    bind_step(s, p);
+    return run(s);
+}
+
+int store_step_update(struct store *st, const struct step *p)
+{
+    /* The WHERE clause pins the immutable columns: an update can change a step's
+     * outcome, never its identity or arguments. */
+    sqlite3_stmt *s = use(st, S_STEP_UPDATE);
+    bind_step(s, p);
+    int r = run(s);
+    if (r == 0 && sqlite3_changes(st->db) != 1) return -ENOENT;
+    return r;
+}
+
+static int steps_loop(sqlite3_stmt *s, store_step_fn fn, void *arg)
+{
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct step p;
+        read_step(s, &p);
+        r = fn(&p, arg);
+        step_fini(&p);
+    }
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_steps_each(struct store *st, const char *exec_id, store_step_fn fn, void *arg)
+{
+    sqlite3_stmt *s = use(st, S_STEPS);
+    bind_text(s, 1, exec_id);
+    return steps_loop(s, fn, arg);
+}
+
+int store_steps_each_status(struct store *st, const char *exec_id, enum step_status status,
+                            store_step_fn fn, void *arg)
+{
+    /* Collected first: the callback may update the rows being iterated. */
+    sqlite3_stmt *s = use(st, S_STEPS_STATUS);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, step_status_name(status));
+    struct step *list = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) list = xrealloc(list, (cap = cap ? cap * 2 : 8) * sizeof *list);
+        read_step(s, &list[n++]);
+    }
+    sqlite3_reset(s);
+    int r = rc == SQLITE_DONE ? 0 : rc_errno(rc);
+    for (size_t i = 0; i < n; i++) {
+        if (r == 0) r = fn(&list[i], arg);
+        step_fini(&list[i]);
+    }
+    free(list);
+    return r;
+}
+
+int store_step_has_indeterminate(struct store *st, const char *exec_id, const char *kind,
+                                 const char *target, const char *args_hash, bool *out)
+{
+    sqlite3_stmt *s = use(st, S_STEP_INDET);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, kind);
+    bind_text(s, 3, target);
+    bind_text(s, 4, args_hash);
+    int rc = sqlite3_step(s);
+    *out = rc == SQLITE_ROW;
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
+}
+
+/* --- counters --- */
+
+int store_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
+                      const char *args_hash, int64_t *consumed)
+{
+    sqlite3_stmt *s = use(st, S_COUNTER_GET);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, kind);
+    bind_text(s, 3, target);
+    bind_text(s, 4, args_hash);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) *consumed = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
+                      const char *args_hash, int64_t consumed)
+{
+    sqlite3_stmt *s = use(st, S_COUNTER_SET);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, kind);
+    bind_text(s, 3, target);
+    bind_text(s, 4, args_hash);
+    sqlite3_bind_int64(s, 5, consumed);
+    return run(s);
+}
+
+int store_counters_clear(struct store *st, const char *exec_id)
+{
+    sqlite3_stmt *s = use(st, S_COUNTERS_CLEAR);
+    bind_text(s, 1, exec_id);
+    return run(s);
+}
+
+/* --- approvals --- */
+
+static void bind_approval(sqlite3_stmt *s, const struct approval *a)
+{
+    bind_text(s, 1, a->id);
+    bind_text(s, 2, a->exec_id);
+    bind_text(s, 3, a->step_id);
+    bind_text(s, 4, approval_status_name(a->status));
+    bind_text(s, 5, a->rule_id);
+    bind_text(s, 6, a->reason);
+    bind_text(s, 7, a->message);
+    bind_text(s, 8, a->approvers);
+    sqlite3_bind_int64(s, 9, a->timeout_at);
+    sqlite3_bind_int64(s, 10, a->created_at);
+    sqlite3_bind_int64(s, 11, a->decided_at);
+    bind_text(s, 12, a->decided_by);
+    bind_text(s, 13, a->rationale);
+}
+
+static void read_approval(sqlite3_stmt *s, struct approval *a)
+{
+    memset(a, 0, sizeof *a);
+    col_copy(s, 0, a->id, sizeof a->id);
+    col_copy(s, 1, a->exec_id, sizeof a->exec_id);
+    col_copy(s, 2, a->step_id, sizeof a->step_id);
+    approval_status_parse((const char *)sqlite3_column_text(s, 3), &a->status);
+    a->rule_id = col_dup(s, 4);
+    a->reason = col_dup(s, 5);
+    a->message = col_dup(s, 6);
+    a->approvers = col_dup(s, 7);
+    a->timeout_at = sqlite3_column_int64(s, 8);
+    a->created_at = sqlite3_column_int64(s, 9);
+    a->decided_at = sqlite3_column_int64(s, 10);
+    a->decided_by = col_dup(s, 11);
+    a->rationale = col_dup(s, 12);
+}
+
+int store_approval_insert(struct store *st, const struct approval *a)
+{
+    sqlite3_stmt *s = use(st, S_APPROVAL_INSERT);
+    bind_approval(s, a);
+    return run(s);
+}
+
+int store_approval_get(struct store *st, const char *id, struct approval *out)
+{
+    sqlite3_stmt *s = use(st, S_APPROVAL_GET);
+    bind_text(s, 1, id);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) read_approval(s, out);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_approval_update(struct store *st, const struct approval *a)
+{
+    sqlite3_stmt *s = use(st, S_APPROVAL_UPDATE);
+    bind_approval(s, a);
+    return run(s);
+}
+
+int store_approvals_each(struct store *st, const char *status, const char *exec_id, int limit,
+                         store_approval_fn fn, void *arg)
+{
+    char sql[384];
+    snprintf(sql, sizeof sql, "SELECT " APPROVAL_COLS " FROM approvals WHERE 1=1%s%s"
+             " ORDER BY created_at, id LIMIT ?3",
+             status ? " AND status = ?1" : "", exec_id ? " AND execution_id = ?2" : "");
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) return -EIO;
+    if (status) bind_text(s, 1, status);
+    if (exec_id) bind_text(s, 2, exec_id);
+    sqlite3_bind_int(s, 3, limit);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct approval a;
+        read_approval(s, &a);
+        r = fn(&a, arg);
+        approval_fini(&a);
+    }
+    sqlite3_finalize(s);
+    return r;
+}

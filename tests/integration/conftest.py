@@ -1,0 +1,218 @@
+"""Fixtures for integration tests: start the real rebuno binary on loopback.
+
+Every kernel gets its own temporary state folder and a free port, and is killed
+when the test ends (pass or fail). Tests talk plain HTTP with http.client so
+nothing is mocked.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+BIN = os.environ.get("REBUNO_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "asan", "rebuno")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Kernel:
+    """A running `rebuno dev|server` process."""
+
+    def __init__(self, state_dir, config=None, mode="dev", env=None, args=()):
+        self.state_dir = state_dir
+        self.config_path = None
+        self.mode = mode
+        self.env = env or {}
+        self.args = list(args)
+        if config is not None:
+            self.config_path = os.path.join(state_dir, "rebuno.yaml")
+            with open(self.config_path, "w") as f:
+                f.write(config)
+        self.port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(state_dir, "kernel.log")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait=True):
+        cmd = [BIN, self.mode, "--listen", f"127.0.0.1:{self.port}", "--state-dir",
+               os.path.join(self.state_dir, "state"), *self.args]
+        if self.config_path:
+            cmd += ["--config", self.config_path]
+        env = dict(os.environ, **self.env)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kernel exited with {self.proc.returncode}:\n{self.read_log()}")
+            try:
+                if self.request("GET", "/v0/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("kernel did not become ready:\n" + self.read_log())
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc and self.proc.returncode is not None and self.log.closed:
+            return self.proc.returncode
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.log.close()
+        return self.proc.returncode if self.proc else None
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=70, key=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+        if data is not None:
+            h.setdefault("Content-Type", "application/json")
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, body=data, headers=h)
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        parsed = None
+        if payload:
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = payload.decode(errors="replace")
+        return resp.status, parsed
+
+    # --- conveniences ---
+    def ok(self, method, path, body=None, status=(200, 201, 204), **kw):
+        st, out = self.request(method, path, body, **kw)
+        assert st in (status if isinstance(status, tuple) else (status,)), (st, out)
+        return out
+
+    def create(self, agent="hello", input=None, **extra):
+        body = {"agent": agent}
+        if input is not None:
+            body["input"] = input
+        body.update(extra)
+        return self.ok("POST", "/v0/executions", body, status=201)
+
+    def worker(self, agent="hello"):
+        return self.ok("POST", f"/v0/agents/{agent}/workers", {}, status=201)["worker_id"]
+
+    def claim(self, agent, worker_id, wait=0):
+        st, out = self.request("POST", f"/v0/agents/{agent}/claim",
+                               {"worker_id": worker_id, "wait_seconds": wait})
+        assert st in (200, 204), (st, out)
+        return out if st == 200 else None
+
+    def events(self, exec_id, after=0):
+        return self.ok("GET", f"/v0/executions/{exec_id}/events?after={after}&limit=1000")["events"]
+
+
+class Dispatch:
+    """An agent's view of one claim: submits steps under its dispatch headers."""
+
+    def __init__(self, kernel, claim):
+        self.k = kernel
+        self.exec_id = claim["execution"]["id"]
+        self.id = claim["dispatch"]["id"]
+        self.attempt = claim["dispatch"]["attempt"]
+        self.claim = claim
+
+    @property
+    def headers(self):
+        return {"Rebuno-Dispatch-Id": self.id, "Rebuno-Dispatch-Attempt": str(self.attempt)}
+
+    def call(self, method, path, body=None):
+        return self.k.request(method, f"/v0/executions/{self.exec_id}{path}", body, headers=self.headers)
+
+    def submit(self, target, args=None, kind="tool_call", idempotency=None):
+        body = {"kind": kind, "target": target}
+        if args is not None:
+            body["args"] = args
+        if idempotency:
+            body["idempotency"] = idempotency
+        st, out = self.call("POST", "/steps", body)
+        assert st == 200, (st, out)
+        return out
+
+    def finish(self, step_id, result=None, error=None):
+        if error is not None:
+            st, out = self.call("POST", f"/steps/{step_id}/fail", {"error": error})
+        else:
+            st, out = self.call("POST", f"/steps/{step_id}/complete", {"result": result})
+        assert st == 200, (st, out)
+        return out
+
+    def complete(self, output=None, state=None):
+        body = {"output": output}
+        if state is not None:
+            body["state"] = state
+        return self.call("POST", "/complete", body)
+
+
+@pytest.fixture
+def tmpdir_path():
+    with tempfile.TemporaryDirectory(prefix="rebuno-test-") as d:
+        yield d
+
+
+@pytest.fixture
+def make_kernel(tmpdir_path):
+    started = []
+
+    def make(config=None, mode="dev", **kw):
+        d = tempfile.mkdtemp(dir=tmpdir_path)
+        k = Kernel(d, config=config, mode=mode, **kw)
+        started.append(k)
+        return k
+
+    yield make
+    problems = []
+    for k in started:
+        if k.proc is None:
+            continue
+        k.stop(signal.SIGTERM)  # graceful, so LeakSanitizer checks the exit
+        log = k.read_log()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            if marker in log:
+                problems.append(f"{marker} in {k.log_path}:\n{log[-4000:]}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def kernel(make_kernel):
+    return make_kernel().start()
