@@ -7,6 +7,7 @@ nothing is mocked.
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -210,6 +211,8 @@ def make_kernel(tmpdir_path):
         for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
             if marker in log:
                 problems.append(f"{marker} in {k.log_path}:\n{log[-4000:]}")
+        if re.search(r"^==\d+== ", log, re.M):  # valgrind (REBUNO_BIN may wrap it) reports errors like this
+            problems.append(f"valgrind errors in {k.log_path}:\n{log[-4000:]}")
     assert not problems, "\n".join(problems)
 
 
