@@ -15,6 +15,9 @@ def hammer(k, stop, acked, errors, agent_n):
             ex = k.create(agent, {"n": agent_n})
             acked["execs"].add(ex["id"])
             d = Dispatch(k, k.claim(agent, w))
+            # The claim may hand over an older execution of this agent, even one whose
+            # create committed but whose reply the kill cut off.
+            acked["execs"].add(d.exec_id)
             for i in range(5):
                 dec = d.submit("tool", {"i": i})
                 acked["proceeds"].add(dec["step_id"])
@@ -23,7 +26,6 @@ def hammer(k, stop, acked, errors, agent_n):
                 acked["results"][dec["step_id"]] = {"i": i}
             st, _ = d.complete({"done": True})
             if st == 200:
-                # The claim may hand over an older queued execution of this agent.
                 acked["completed"].add(d.exec_id)
     except (OSError, AssertionError, TypeError, KeyError) as e:  # the kernel was killed under us
         errors.append(repr(e))

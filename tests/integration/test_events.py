@@ -93,3 +93,20 @@ def test_many_watchers_see_the_same_log(kernel):
         t.join(10)
     final = [e["seq"] for e in kernel.events(ex["id"])]
     assert all(r == final for r in results), results
+
+
+def test_list_filters_and_cursor_pagination(kernel):
+    ids = [kernel.create("pager", {"i": i})["id"] for i in range(7)]
+    kernel.create("other", {})
+    seen, cursor = [], None
+    while True:
+        q = "agent=pager&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        page = kernel.ok("GET", f"/v0/executions?{q}")
+        seen += [e["id"] for e in page["executions"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == list(reversed(ids)), "pages must be newest first, complete and without repeats"
+    kernel.ok("POST", f"/v0/executions/{ids[0]}/cancel", {})
+    cancelled = kernel.ok("GET", "/v0/executions?status=cancelled")["executions"]
+    assert [e["id"] for e in cancelled] == [ids[0]]
