@@ -23,37 +23,17 @@
 #define MAX_ARGS_BYTES (1024 * 1024)
 #define SWEEP_BATCH 64
 
-struct agent_conf {
-    char *name;
-    struct policy *policy;
-    int64_t lease_ms, max_attempts;
-};
-
-struct worker {
-    char id[UUID_STR_LEN];
-    char *agent, *name;
-    int64_t last_seen;
-};
-
-struct kernel {
-    struct store *st;
-    struct kernel_config cfg;
-    struct agent_conf *agents;
-    int n_agents;
-    struct worker *workers;
-    int n_workers;
-    struct kernel_notes notes;
-};
+#include "kernel/kernel_int.h"
 
 /* --- small helpers --- */
 
-static int store_fail(struct err *err, int r, const char *what)
+int k_store_fail(struct err *err, int r, const char *what)
 {
     if (r == -ENOENT) return err_notfound(err, "%s not found", what);
     return err_internal(err, "storage error while %s (%d)", what, r);
 }
 
-static json_t *json_from_text(const char *text)
+json_t *k_json(const char *text)
 {
     if (!text) return json_null();
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
@@ -61,12 +41,12 @@ static json_t *json_from_text(const char *text)
     return v ? v : json_string(text);
 }
 
-static char *json_text(const json_t *v)
+char *k_text(const json_t *v)
 {
     return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
-static json_t *time_json(int64_t ms)
+json_t *k_time(int64_t ms)
 {
     if (ms <= 0) return json_null();
     char buf[40];
@@ -74,7 +54,7 @@ static json_t *time_json(int64_t ms)
     return json_string(buf);
 }
 
-static void set_str(char **dst, const char *src)
+void k_set_str(char **dst, const char *src)
 {
     free(*dst);
     *dst = src ? xstrdup(src) : NULL;
@@ -88,7 +68,7 @@ void kernel_notes_fini(struct kernel_notes *n)
     memset(n, 0, sizeof *n);
 }
 
-static void note_exec(struct kernel *k, const char *id)
+void k_note_exec(struct kernel *k, const char *id)
 {
     struct kernel_notes *n = &k->notes;
     for (int i = 0; i < n->n_execs; i++)
@@ -98,7 +78,7 @@ static void note_exec(struct kernel *k, const char *id)
     memcpy(n->execs[n->n_execs++], id, UUID_STR_LEN);
 }
 
-static void note_agent(struct kernel *k, const char *agent)
+void k_note_agent(struct kernel *k, const char *agent)
 {
     struct kernel_notes *n = &k->notes;
     for (int i = 0; i < n->n_agents; i++)
@@ -115,28 +95,28 @@ void kernel_take_notes(struct kernel *k, struct kernel_notes *out)
 }
 
 /* Append one event (payload stolen) and note the execution for watchers. */
-static int emit(struct kernel *k, struct execution *e, const char *type, json_t *payload,
+int k_emit(struct kernel *k, struct execution *e, const char *type, json_t *payload,
                 int64_t now, struct err *err)
 {
-    char *text = json_text(payload);
+    char *text = k_text(payload);
     json_decref(payload);
     int r = store_event_append(k->st, e, type, text, now);
     free(text);
-    if (r < 0) return store_fail(err, r, "appending an event");
-    note_exec(k, e->id);
+    if (r < 0) return k_store_fail(err, r, "appending an event");
+    k_note_exec(k, e->id);
     return 0;
 }
 
-static int save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err)
+int k_save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err)
 {
     e->updated_at = now;
     int r = store_exec_update(k->st, e);
-    return r < 0 ? store_fail(err, r, "updating the execution") : 0;
+    return r < 0 ? k_store_fail(err, r, "updating the execution") : 0;
 }
 
 /* --- agents and workers --- */
 
-static struct agent_conf *find_agent(struct kernel *k, const char *name)
+struct agent_conf *k_find_agent(struct kernel *k, const char *name)
 {
     for (int i = 0; i < k->n_agents; i++)
         if (strcmp(k->agents[i].name, name) == 0) return &k->agents[i];
@@ -145,7 +125,7 @@ static struct agent_conf *find_agent(struct kernel *k, const char *name)
 
 static struct agent_conf *ensure_agent(struct kernel *k, const char *name)
 {
-    struct agent_conf *a = find_agent(k, name);
+    struct agent_conf *a = k_find_agent(k, name);
     if (a) return a;
     k->agents = xrealloc(k->agents, (size_t)(k->n_agents + 1) * sizeof *k->agents);
     a = &k->agents[k->n_agents++];
@@ -216,19 +196,19 @@ void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy,
 
 bool kernel_agent_known(struct kernel *k, const char *name)
 {
-    return find_agent(k, name) != NULL;
+    return k_find_agent(k, name) != NULL;
 }
 
 static int require_agent(struct kernel *k, const char *agent, int64_t now, struct err *err)
 {
-    if (find_agent(k, agent)) return 0;
+    if (k_find_agent(k, agent)) return 0;
     if (!k->cfg.open_agents)
         return err_set(err, 404, "not_found", "agent",
                        "no agent named \"%s\" is configured; add it under agents: in the config file",
                        agent);
     ensure_agent(k, agent);
     int r = store_agent_upsert(k->st, agent, now);
-    return r < 0 ? store_fail(err, r, "registering the agent") : 0;
+    return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
 }
 
 static int check_caller_agent(const struct caller *c, const char *agent, struct err *err)
@@ -240,13 +220,13 @@ static int check_caller_agent(const struct caller *c, const char *agent, struct 
 }
 
 /* Load an execution the caller may see. */
-static int load_exec(struct kernel *k, const struct caller *c, const char *id,
+int k_load_exec(struct kernel *k, const struct caller *c, const char *id,
                      struct execution *e, struct err *err)
 {
     if (!uuid_valid(id)) return err_set(err, 404, "not_found", "id", "no execution with id \"%s\"", id);
     int r = store_exec_get(k->st, id, e);
     if (r == -ENOENT) return err_set(err, 404, "not_found", "id", "no execution with id \"%s\"", id);
-    if (r < 0) return store_fail(err, r, "reading the execution");
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
     if (check_caller_agent(c, e->agent, err) < 0) {
         execution_fini(e);
         return -1;
@@ -256,41 +236,41 @@ static int load_exec(struct kernel *k, const struct caller *c, const char *id,
 
 /* --- JSON views --- */
 
-static json_t *exec_json(const struct execution *e)
+json_t *k_exec_json(const struct execution *e)
 {
     json_t *d = json_null();
     if (e->dispatch_id[0]) {
         d = json_pack("{s:s, s:I, s:s, s:o, s:o}", "id", e->dispatch_id, "attempt", (json_int_t)e->attempt,
                       "state", dispatch_state_name(e->dstate), "worker_id",
                       e->worker_id[0] && e->dstate == DISPATCH_LEASED ? json_string(e->worker_id) : json_null(),
-                      "lease_deadline", e->dstate == DISPATCH_LEASED ? time_json(e->lease_deadline) : json_null());
+                      "lease_deadline", e->dstate == DISPATCH_LEASED ? k_time(e->lease_deadline) : json_null());
     }
     return json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
                      "agent", e->agent, "session", e->session ? json_string(e->session) : json_null(),
-                     "status", exec_status_name(e->status), "input", json_from_text(e->input),
-                     "output", json_from_text(e->output), "state", json_from_text(e->state),
+                     "status", exec_status_name(e->status), "input", k_json(e->input),
+                     "output", k_json(e->output), "state", k_json(e->state),
                      "failure_reason", e->failure_reason ? json_string(e->failure_reason) : json_null(),
-                     "created_at", time_json(e->created_at), "updated_at", time_json(e->updated_at),
-                     "deadline_at", time_json(e->deadline_at), "last_seq", (json_int_t)e->last_seq,
+                     "created_at", k_time(e->created_at), "updated_at", k_time(e->updated_at),
+                     "deadline_at", k_time(e->deadline_at), "last_seq", (json_int_t)e->last_seq,
                      "dispatch", d);
 }
 
-static json_t *opt_str(const char *s)
+json_t *k_opt_str(const char *s)
 {
     return s ? json_string(s) : json_null();
 }
 
-static json_t *step_json(const struct step *s)
+json_t *k_step_json(const struct step *s)
 {
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
                      "step_id", s->step_id, "execution_id", s->exec_id, "kind", s->kind, "target", s->target,
-                     "args", json_from_text(s->args), "args_hash", s->args_hash,
+                     "args", k_json(s->args), "args_hash", s->args_hash,
                      "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem),
-                     "status", step_status_name(s->status), "result", json_from_text(s->result),
-                     "error", json_from_text(s->error), "rule_id", opt_str(s->rule_id),
+                     "status", step_status_name(s->status), "result", k_json(s->result),
+                     "error", k_json(s->error), "rule_id", k_opt_str(s->rule_id),
                      "approval_id", s->approval_id[0] ? json_string(s->approval_id) : json_null(),
-                     "runs", (json_int_t)s->runs, "created_at", time_json(s->created_at),
-                     "completed_at", time_json(s->completed_at));
+                     "runs", (json_int_t)s->runs, "created_at", k_time(s->created_at),
+                     "completed_at", k_time(s->completed_at));
 }
 
 static json_t *approval_json(struct kernel *k, const struct approval *a)
@@ -301,12 +281,12 @@ static json_t *approval_json(struct kernel *k, const struct approval *a)
                           "id", a->id, "execution_id", a->exec_id, "step_id", a->step_id,
                           "kind", have ? json_string(s.kind) : json_null(),
                           "target", have ? json_string(s.target) : json_null(),
-                          "args", have ? json_from_text(s.args) : json_null(),
-                          "status", approval_status_name(a->status), "rule_id", opt_str(a->rule_id),
-                          "reason", opt_str(a->reason), "message", opt_str(a->message),
-                          "approvers", json_from_text(a->approvers), "timeout_at", time_json(a->timeout_at),
-                          "decided_by", opt_str(a->decided_by), "decided_at", time_json(a->decided_at),
-                          "rationale", opt_str(a->rationale), "created_at", time_json(a->created_at));
+                          "args", have ? k_json(s.args) : json_null(),
+                          "status", approval_status_name(a->status), "rule_id", k_opt_str(a->rule_id),
+                          "reason", k_opt_str(a->reason), "message", k_opt_str(a->message),
+                          "approvers", k_json(a->approvers), "timeout_at", k_time(a->timeout_at),
+                          "decided_by", k_opt_str(a->decided_by), "decided_at", k_time(a->decided_at),
+                          "rationale", k_opt_str(a->rationale), "created_at", k_time(a->created_at));
     if (have) step_fini(&s);
     return j;
 }
@@ -314,7 +294,7 @@ static json_t *approval_json(struct kernel *k, const struct approval *a)
 /* --- dispatch helpers --- */
 
 /* Queue a fresh dispatch for the execution (new id, attempt counter restarts). */
-static int queue_new_dispatch(struct kernel *k, struct execution *e, int64_t now, struct err *err)
+int k_queue_dispatch(struct kernel *k, struct execution *e, int64_t now, struct err *err)
 {
     uuid_v7(e->dispatch_id);
     e->attempt = 0;
@@ -322,8 +302,8 @@ static int queue_new_dispatch(struct kernel *k, struct execution *e, int64_t now
     e->queued_at = now;
     e->worker_id[0] = '\0';
     e->lease_deadline = 0;
-    note_agent(k, e->agent);
-    return emit(k, e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e->dispatch_id,
+    k_note_agent(k, e->agent);
+    return k_emit(k, e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e->dispatch_id,
                                                     "attempt", (json_int_t)(e->attempt + 1)), now, err);
 }
 
@@ -334,7 +314,7 @@ static void release_dispatch(struct execution *e, enum dispatch_state to)
 }
 
 /* Check the caller's dispatch and renew its lease. */
-static int check_lease(struct kernel *k, struct execution *e, const struct dispatch_ref *d,
+int k_check_lease(struct kernel *k, struct execution *e, const struct dispatch_ref *d,
                        int64_t now, struct err *err)
 {
     switch (rules_lease_check(e, d ? d->id : NULL, d ? d->attempt : 0)) {
@@ -363,12 +343,12 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
 {
     int64_t now = clock_now_ms();
     if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
-    struct agent_conf *a = find_agent(k, agent);
+    struct agent_conf *a = k_find_agent(k, agent);
     struct execution e;
     memset(&e, 0, sizeof e);
     uuid_v7(e.id);
     e.agent = xstrdup(agent);
-    e.input = json_text(input);
+    e.input = k_text(input);
     e.status = EXEC_PENDING;
     e.created_at = e.updated_at = now;
     e.deadline_at = deadline_ms > 0 ? now + deadline_ms : 0;
@@ -377,15 +357,15 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
     int rc = -1;
     int r = store_exec_insert(k->st, &e);
     if (r < 0) {
-        store_fail(err, r, "creating the execution");
+        k_store_fail(err, r, "creating the execution");
         goto out;
     }
-    if (emit(k, &e, "execution.created",
+    if (k_emit(k, &e, "execution.created",
              json_pack("{s:s, s:s, s:O, s:o}", "execution_id", e.id, "agent", e.agent, "input", input,
-                       "deadline_at", time_json(e.deadline_at)), now, err) < 0 ||
-        queue_new_dispatch(k, &e, now, err) < 0 || save_exec(k, &e, now, err) < 0)
+                       "deadline_at", k_time(e.deadline_at)), now, err) < 0 ||
+        k_queue_dispatch(k, &e, now, err) < 0 || k_save_exec(k, &e, now, err) < 0)
         goto out;
-    *out = exec_json(&e);
+    *out = k_exec_json(&e);
     rc = 0;
 out:
     execution_fini(&e);
@@ -395,15 +375,15 @@ out:
 int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
-    *out = exec_json(&e);
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
+    *out = k_exec_json(&e);
     execution_fini(&e);
     return 0;
 }
 
 static int list_one(struct execution *e, void *arg)
 {
-    json_array_append_new(arg, exec_json(e));
+    json_array_append_new(arg, k_exec_json(e));
     return 0;
 }
 
@@ -418,7 +398,7 @@ int kernel_list(struct kernel *k, const struct caller *c, const char *agent, con
     int r = store_exec_list(k->st, agent, status, cursor, limit + 1, list_one, arr);
     if (r < 0) {
         json_decref(arr);
-        return store_fail(err, r, "listing executions");
+        return k_store_fail(err, r, "listing executions");
     }
     json_t *next = json_null();
     if ((int)json_array_size(arr) > limit) {
@@ -429,15 +409,12 @@ int kernel_list(struct kernel *k, const struct caller *c, const char *agent, con
     return 0;
 }
 
-/* Move an execution to a terminal status and clean up what hangs off it. */
-static int finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
-                       const char *reason, int64_t now, struct err *err);
 
 int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
                   json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     int64_t now = clock_now_ms();
     int rc = -1;
     if (exec_status_terminal(e.status)) {
@@ -445,8 +422,8 @@ int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, cons
                 exec_status_name(e.status));
         goto out;
     }
-    if (finish_exec(k, &e, EXEC_CANCELLED, reason ? reason : "client_cancelled", now, err) < 0) goto out;
-    *out = exec_json(&e);
+    if (k_finish_exec(k, &e, EXEC_CANCELLED, reason ? reason : "client_cancelled", now, err) < 0) goto out;
+    *out = k_exec_json(&e);
     rc = 0;
 out:
     execution_fini(&e);
@@ -462,7 +439,7 @@ static json_t *event_json(const char *exec_id, int64_t seq, const char *type, co
                           int64_t at)
 {
     return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "seq", (json_int_t)seq,
-                     "type", type, "at", time_json(at), "payload", json_from_text(payload));
+                     "type", type, "at", k_time(at), "payload", k_json(payload));
 }
 
 static int events_one(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
@@ -476,13 +453,13 @@ int kernel_events(struct kernel *k, const struct caller *c, const char *id, int6
                   int limit, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     struct events_ctx x = {e.id, json_array()};
     int r = store_events_each(k->st, e.id, after, limit, events_one, &x);
     if (r < 0) {
         json_decref(x.arr);
         execution_fini(&e);
-        return store_fail(err, r, "reading events");
+        return k_store_fail(err, r, "reading events");
     }
     *out = json_pack("{s:o, s:I, s:b}", "events", x.arr, "last_seq", (json_int_t)e.last_seq,
                      "terminal", exec_status_terminal(e.status));
@@ -501,26 +478,26 @@ int kernel_exec_terminal(struct kernel *k, const char *id)
 
 static int steps_one(struct step *s, void *arg)
 {
-    json_array_append_new(arg, step_json(s));
+    json_array_append_new(arg, k_step_json(s));
     return 0;
 }
 
 int kernel_steps(struct kernel *k, const struct caller *c, const char *id, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     json_t *arr = json_array();
     int r = store_steps_each(k->st, e.id, steps_one, arr);
     execution_fini(&e);
     if (r < 0) {
         json_decref(arr);
-        return store_fail(err, r, "reading steps");
+        return k_store_fail(err, r, "reading steps");
     }
     *out = json_pack("{s:o}", "steps", arr);
     return 0;
 }
 
-static int load_step(struct kernel *k, const struct execution *e, const char *step_id,
+int k_load_step(struct kernel *k, const struct execution *e, const char *step_id,
                      struct step *s, struct err *err)
 {
     int r = store_step_get(k->st, step_id, s);
@@ -530,19 +507,19 @@ static int load_step(struct kernel *k, const struct execution *e, const char *st
     }
     if (r == -ENOENT)
         return err_set(err, 404, "not_found", "step_id", "execution %s has no step %s", e->id, step_id);
-    return r < 0 ? store_fail(err, r, "reading the step") : 0;
+    return r < 0 ? k_store_fail(err, r, "reading the step") : 0;
 }
 
 int kernel_step_get(struct kernel *k, const struct caller *c, const char *id, const char *step_id,
                     json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     struct step s;
-    int r = load_step(k, &e, step_id, &s, err);
+    int r = k_load_step(k, &e, step_id, &s, err);
     execution_fini(&e);
     if (r < 0) return -1;
-    *out = step_json(&s);
+    *out = k_step_json(&s);
     step_fini(&s);
     return 0;
 }
@@ -586,7 +563,7 @@ int kernel_register_worker(struct kernel *k, const struct caller *c, const char 
     char id[UUID_STR_LEN];
     uuid_v7(id);
     add_worker(k, id, agent, name);
-    struct agent_conf *a = find_agent(k, agent);
+    struct agent_conf *a = k_find_agent(k, agent);
     *out = json_pack("{s:s, s:s, s:I, s:I}", "worker_id", id, "agent", agent, "lease_timeout_seconds",
                      (json_int_t)(agent_lease_ms(k, a) / 1000), "max_attempts",
                      (json_int_t)agent_max_attempts(k, a));
@@ -608,9 +585,9 @@ int kernel_claim(struct kernel *k, const struct caller *c, const char *agent,
     char id[UUID_STR_LEN];
     int r = store_exec_next_queued(k->st, agent, id);
     if (r == -ENOENT) return 0;
-    if (r < 0) return store_fail(err, r, "looking for queued work");
+    if (r < 0) return k_store_fail(err, r, "looking for queued work");
     struct execution e;
-    if ((r = store_exec_get(k->st, id, &e)) < 0) return store_fail(err, r, "reading the execution");
+    if ((r = store_exec_get(k->st, id, &e)) < 0) return k_store_fail(err, r, "reading the execution");
     int rc = -1;
     e.attempt++;
     e.dstate = DISPATCH_LEASED;
@@ -618,22 +595,22 @@ int kernel_claim(struct kernel *k, const struct caller *c, const char *agent,
     e.lease_deadline = now + e.lease_ms;
     /* Occurrence counting restarts with every attempt, so the re-run regenerates the same ids. */
     if ((r = store_counters_clear(k->st, e.id)) < 0) {
-        store_fail(err, r, "resetting step counters");
+        k_store_fail(err, r, "resetting step counters");
         goto out;
     }
     if (e.status == EXEC_PENDING) {
         e.status = EXEC_RUNNING;
-        if (emit(k, &e, "execution.started", json_pack("{s:s}", "execution_id", e.id), now, err) < 0) goto out;
+        if (k_emit(k, &e, "execution.started", json_pack("{s:s}", "execution_id", e.id), now, err) < 0) goto out;
     }
-    if (emit(k, &e, "dispatch.claimed",
+    if (k_emit(k, &e, "dispatch.claimed",
              json_pack("{s:s, s:I, s:s, s:s, s:o}", "dispatch_id", e.dispatch_id, "attempt",
                        (json_int_t)e.attempt, "worker_id", worker_id, "worker_name", w->name,
-                       "lease_deadline", time_json(e.lease_deadline)), now, err) < 0 ||
-        save_exec(k, &e, now, err) < 0)
+                       "lease_deadline", k_time(e.lease_deadline)), now, err) < 0 ||
+        k_save_exec(k, &e, now, err) < 0)
         goto out;
-    *out = json_pack("{s:o, s:{s:s, s:I, s:o, s:I}}", "execution", exec_json(&e), "dispatch", "id",
+    *out = json_pack("{s:o, s:{s:s, s:I, s:o, s:I}}", "execution", k_exec_json(&e), "dispatch", "id",
                      e.dispatch_id, "attempt", (json_int_t)e.attempt, "lease_deadline",
-                     time_json(e.lease_deadline), "lease_timeout_seconds", (json_int_t)(e.lease_ms / 1000));
+                     k_time(e.lease_deadline), "lease_timeout_seconds", (json_int_t)(e.lease_ms / 1000));
     rc = 0;
 out:
     execution_fini(&e);
@@ -644,15 +621,15 @@ int kernel_heartbeat(struct kernel *k, const struct caller *c, const char *id,
                      const struct dispatch_ref *d, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     int64_t now = clock_now_ms();
     int rc = -1;
     if (exec_status_terminal(e.status)) {
         err_set(err, 409, "execution_terminal", "", "execution %s is %s", e.id, exec_status_name(e.status));
         goto out;
     }
-    if (check_lease(k, &e, d, now, err) < 0 || save_exec(k, &e, now, err) < 0) goto out;
-    *out = json_pack("{s:o, s:s}", "lease_deadline", time_json(e.lease_deadline), "status",
+    if (k_check_lease(k, &e, d, now, err) < 0 || k_save_exec(k, &e, now, err) < 0) goto out;
+    *out = json_pack("{s:o, s:s}", "lease_deadline", k_time(e.lease_deadline), "status",
                      exec_status_name(e.status));
     rc = 0;
 out:
@@ -677,10 +654,10 @@ static int cancel_running_step(struct step *s, void *arg)
     struct finish_ctx *x = arg;
     s->status = STEP_CANCELLED;
     s->completed_at = x->now;
-    set_str(&s->error, "{\"reason\":\"execution_cancelled\"}");
+    k_set_str(&s->error, "{\"reason\":\"execution_cancelled\"}");
     int r = store_step_update(x->k->st, s);
-    if (r < 0) return store_fail(x->err, r, "cancelling a step");
-    return emit(x->k, x->e, "step.cancelled",
+    if (r < 0) return k_store_fail(x->err, r, "cancelling a step");
+    return k_emit(x->k, x->e, "step.cancelled",
                 json_pack("{s:s, s:s, s:s, s:{s:s}}", "step_id", s->step_id, "kind", s->kind, "target",
                           s->target, "error", "reason", "execution_cancelled"), x->now, x->err);
 }
@@ -692,34 +669,34 @@ static int expire_pending_approval(struct approval *a, void *arg)
                           "execution_cancelled", x->now, x->err);
 }
 
-static int finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
+int k_finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
                        const char *reason, int64_t now, struct err *err)
 {
     ASSERT(rules_exec_transition_ok(e->status, to));
     e->status = to;
     release_dispatch(e, DISPATCH_NONE);
-    if (to != EXEC_COMPLETED) set_str(&e->failure_reason, reason);
+    if (to != EXEC_COMPLETED) k_set_str(&e->failure_reason, reason);
     struct finish_ctx x = {k, e, now, err};
     if (to == EXEC_CANCELLED) {
         int r = store_approvals_each(k->st, "pending", e->id, 1000, expire_pending_approval, &x);
-        if (r < 0) return err->status ? -1 : store_fail(err, r, "expiring approvals");
+        if (r < 0) return err->status ? -1 : k_store_fail(err, r, "expiring approvals");
     }
     if (to != EXEC_COMPLETED) {
         int r = store_steps_each_status(k->st, e->id, STEP_EXECUTING, cancel_running_step, &x);
-        if (r < 0) return err->status ? -1 : store_fail(err, r, "cancelling steps");
+        if (r < 0) return err->status ? -1 : k_store_fail(err, r, "cancelling steps");
     }
     const char *type = to == EXEC_COMPLETED ? "execution.completed"
                        : to == EXEC_FAILED  ? "execution.failed"
                                             : "execution.cancelled";
     json_t *p = json_pack("{s:s, s:s}", "execution_id", e->id, "status", exec_status_name(to));
     if (to == EXEC_COMPLETED) {
-        json_object_set_new(p, "output", json_from_text(e->output));
-        if (e->state) json_object_set_new(p, "state", json_from_text(e->state));
+        json_object_set_new(p, "output", k_json(e->output));
+        if (e->state) json_object_set_new(p, "state", k_json(e->state));
     } else {
         json_object_set_new(p, "reason", json_string(reason));
     }
-    if (emit(k, e, type, p, now, err) < 0) return -1;
-    return save_exec(k, e, now, err);
+    if (k_emit(k, e, type, p, now, err) < 0) return -1;
+    return k_save_exec(k, e, now, err);
 }
 
 static int agent_finish(struct kernel *k, const struct caller *c, const char *id,
@@ -727,7 +704,7 @@ static int agent_finish(struct kernel *k, const struct caller *c, const char *id
                         const json_t *state, const char *reason, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     int64_t now = clock_now_ms();
     int rc = -1;
     if (exec_status_terminal(e.status)) {
@@ -735,7 +712,7 @@ static int agent_finish(struct kernel *k, const struct caller *c, const char *id
                 exec_status_name(e.status));
         goto out;
     }
-    if (check_lease(k, &e, d, now, err) < 0) goto out;
+    if (k_check_lease(k, &e, d, now, err) < 0) goto out;
     if (e.status == EXEC_BLOCKED && to == EXEC_COMPLETED) {
         err_set(err, 409, "conflict", "", "execution %s is blocked on an approval; it cannot complete until that is decided",
                 e.id);
@@ -743,12 +720,12 @@ static int agent_finish(struct kernel *k, const struct caller *c, const char *id
     }
     if (to == EXEC_COMPLETED) {
         free(e.output);
-        e.output = json_text(output ? output : json_null());
+        e.output = k_text(output ? output : json_null());
         free(e.state);
-        e.state = state && !json_is_null(state) ? json_text(state) : NULL;
+        e.state = state && !json_is_null(state) ? k_text(state) : NULL;
     }
-    if (finish_exec(k, &e, to, reason, now, err) < 0) goto out;
-    *out = exec_json(&e);
+    if (k_finish_exec(k, &e, to, reason, now, err) < 0) goto out;
+    *out = k_exec_json(&e);
     rc = 0;
 out:
     execution_fini(&e);
@@ -790,7 +767,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
 
 /* --- steps --- */
 
-static json_t *decision(const char *d, const char *step_id)
+json_t *k_decision(const char *d, const char *step_id)
 {
     json_t *j = json_pack("{s:s}", "decision", d);
     if (step_id) json_object_set_new(j, "step_id", json_string(step_id));
@@ -799,11 +776,11 @@ static json_t *decision(const char *d, const char *step_id)
 
 static json_t *denied_decision(const struct step *s)
 {
-    json_t *j = decision("denied", s->step_id);
-    json_t *e = json_from_text(s->error);
+    json_t *j = k_decision("denied", s->step_id);
+    json_t *e = k_json(s->error);
     json_t *reason = json_object_get(e, "reason");
     json_object_set_new(j, "reason", json_is_string(reason) ? json_incref(reason) : json_string("policy_denied"));
-    json_object_set_new(j, "rule_id", opt_str(s->rule_id));
+    json_object_set_new(j, "rule_id", k_opt_str(s->rule_id));
     json_decref(e);
     return j;
 }
@@ -814,8 +791,8 @@ static int start_step_run(struct kernel *k, struct execution *e, struct step *s,
     s->status = STEP_EXECUTING;
     s->runs++;
     int r = store_step_update(k->st, s);
-    if (r < 0) return store_fail(err, r, "updating the step");
-    return emit(k, e, "step.executing",
+    if (r < 0) return k_store_fail(err, r, "updating the step");
+    return k_emit(k, e, "step.executing",
                 json_pack("{s:s, s:s, s:s, s:I, s:I}", "step_id", s->step_id, "kind", s->kind, "target",
                           s->target, "run", (json_int_t)s->runs, "attempt", (json_int_t)e->attempt),
                 now, err);
@@ -827,25 +804,25 @@ static int resubmit(struct kernel *k, struct execution *e, struct step *s, enum 
 {
     switch (rules_resubmit(s->status, idem)) {
     case RESUBMIT_REPLAY_RESULT:
-        *out = decision("replay", s->step_id);
-        json_object_set_new(*out, "result", json_from_text(s->result));
+        *out = k_decision("replay", s->step_id);
+        json_object_set_new(*out, "result", k_json(s->result));
         return 0;
     case RESUBMIT_REPLAY_ERROR:
-        *out = decision("replay", s->step_id);
-        json_object_set_new(*out, "error", json_from_text(s->error));
+        *out = k_decision("replay", s->step_id);
+        json_object_set_new(*out, "error", k_json(s->error));
         return 0;
     case RESUBMIT_DENIED:
         *out = denied_decision(s);
         return 0;
     case RESUBMIT_BLOCKED:
-        *out = decision("blocked", s->step_id);
+        *out = k_decision("blocked", s->step_id);
         json_object_set_new(*out, "approval_id", json_string(s->approval_id));
         json_object_set_new(*out, "reason", json_string("awaiting_approval"));
         return 0;
     case RESUBMIT_PROCEED:
         if (start_step_run(k, e, s, now, err) < 0) return -1;
-        *out = decision("proceed", s->step_id);
-        json_object_set_new(*out, "rule_id", opt_str(s->rule_id));
+        *out = k_decision("proceed", s->step_id);
+        json_object_set_new(*out, "rule_id", k_opt_str(s->rule_id));
         return 0;
     case RESUBMIT_INDETERMINATE: {
         s->status = STEP_FAILED;
@@ -855,23 +832,23 @@ static int resubmit(struct kernel *k, struct execution *e, struct step *s, enum 
                                   "outcome unknown: the worker stopped while this at_most_once step was running, "
                                   "so it may already have taken effect. Check the state before continuing.");
         free(s->error);
-        s->error = json_text(error);
+        s->error = k_text(error);
         int r = store_step_update(k->st, s);
         if (r < 0) {
             json_decref(error);
-            return store_fail(err, r, "failing the step");
+            return k_store_fail(err, r, "failing the step");
         }
-        if (emit(k, e, "step.failed", json_pack("{s:s, s:s, s:s, s:O}", "step_id", s->step_id, "kind", s->kind,
+        if (k_emit(k, e, "step.failed", json_pack("{s:s, s:s, s:s, s:O}", "step_id", s->step_id, "kind", s->kind,
                                                 "target", s->target, "error", error), now, err) < 0) {
             json_decref(error);
             return -1;
         }
-        *out = decision("replay", s->step_id);
+        *out = k_decision("replay", s->step_id);
         json_object_set_new(*out, "error", error);
         return 0;
     }
     case RESUBMIT_TERMINAL:
-        *out = decision("execution_terminal", NULL);
+        *out = k_decision("execution_terminal", NULL);
         return 0;
     }
     return err_internal(err, "unhandled step status");
@@ -881,12 +858,12 @@ static int resubmit(struct kernel *k, struct execution *e, struct step *s, enum 
 static int first_submit(struct kernel *k, struct execution *e, struct step *s, const json_t *args,
                         int64_t now, json_t **out, struct err *err)
 {
-    struct agent_conf *a = find_agent(k, e->agent);
+    struct agent_conf *a = k_find_agent(k, e->agent);
     struct policy_result pr;
     bool retry_refused = false;
     if (s->idem == IDEM_AT_MOST_ONCE) {
         int r = store_step_has_indeterminate(k->st, e->id, s->kind, s->target, s->args_hash, &retry_refused);
-        if (r < 0) return store_fail(err, r, "checking earlier attempts");
+        if (r < 0) return k_store_fail(err, r, "checking earlier attempts");
     }
     if (retry_refused) {
         memset(&pr, 0, sizeof pr);
@@ -900,7 +877,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     s->rule_id = xstrdup(pr.rule_id);
     s->created_at = now;
     json_t *proposed = json_pack("{s:s, s:s, s:s, s:o, s:s, s:I, s:s}", "step_id", s->step_id, "kind", s->kind,
-                                 "target", s->target, "args", json_from_text(s->args), "args_hash", s->args_hash,
+                                 "target", s->target, "args", k_json(s->args), "args_hash", s->args_hash,
                                  "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem));
     switch (pr.decision) {
     case POLICY_ALLOW:
@@ -912,7 +889,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         s->completed_at = now;
         json_t *error = json_pack("{s:s, s:s}", "reason", pr.reason && *pr.reason ? pr.reason : "policy_denied",
                                   "rule_id", pr.rule_id);
-        s->error = json_text(error);
+        s->error = k_text(error);
         json_decref(error);
         break;
     }
@@ -924,25 +901,25 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     int r = store_step_insert(k->st, s);
     if (r < 0) {
         json_decref(proposed);
-        return store_fail(err, r, "recording the step");
+        return k_store_fail(err, r, "recording the step");
     }
-    if (emit(k, e, "step.proposed", proposed, now, err) < 0) return -1;
+    if (k_emit(k, e, "step.proposed", proposed, now, err) < 0) return -1;
     const char *reason = pr.reason ? pr.reason : "";
     switch (pr.decision) {
     case POLICY_ALLOW:
-        if (emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:s}", "step_id", s->step_id, "target", s->target,
+        if (k_emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:s}", "step_id", s->step_id, "target", s->target,
                                                  "rule_id", pr.rule_id, "reason", reason), now, err) < 0 ||
-            emit(k, e, "step.executing", json_pack("{s:s, s:s, s:s, s:i, s:I}", "step_id", s->step_id, "kind", s->kind,
+            k_emit(k, e, "step.executing", json_pack("{s:s, s:s, s:s, s:i, s:I}", "step_id", s->step_id, "kind", s->kind,
                                                    "target", s->target, "run", 1, "attempt", (json_int_t)e->attempt),
                  now, err) < 0)
             return -1;
-        *out = decision("proceed", s->step_id);
+        *out = k_decision("proceed", s->step_id);
         json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
         return 0;
     case POLICY_DENY:
-        if (emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:s, s:o}", "step_id", s->step_id, "kind", s->kind,
+        if (k_emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:s, s:o}", "step_id", s->step_id, "kind", s->kind,
                                                 "target", s->target, "rule_id", pr.rule_id, "error",
-                                                json_from_text(s->error)), now, err) < 0)
+                                                k_json(s->error)), now, err) < 0)
             return -1;
         *out = denied_decision(s);
         return 0;
@@ -956,27 +933,27 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         ap.rule_id = xstrdup(pr.rule_id);
         ap.reason = xstrdup(reason);
         ap.message = pr.approval_message ? xstrdup(pr.approval_message) : NULL;
-        ap.approvers = pr.approvers ? json_text(pr.approvers) : NULL;
+        ap.approvers = pr.approvers ? k_text(pr.approvers) : NULL;
         ap.created_at = now;
         ap.timeout_at = now + (pr.approval_timeout_ms > 0 ? pr.approval_timeout_ms : k->cfg.approval_timeout_ms);
         r = store_approval_insert(k->st, &ap);
         int rc = -1;
         if (r < 0) {
-            store_fail(err, r, "recording the approval");
+            k_store_fail(err, r, "recording the approval");
             goto approval_out;
         }
         e->status = EXEC_BLOCKED;
         release_dispatch(e, DISPATCH_RELEASED);
-        if (emit(k, e, "step.awaiting_approval", json_pack("{s:s, s:s, s:s, s:s, s:s}", "step_id", s->step_id,
+        if (k_emit(k, e, "step.awaiting_approval", json_pack("{s:s, s:s, s:s, s:s, s:s}", "step_id", s->step_id,
                                                            "kind", s->kind, "target", s->target, "rule_id",
                                                            pr.rule_id, "reason", reason), now, err) < 0 ||
-            emit(k, e, "approval.requested", json_pack("{s:s, s:s, s:s, s:s, s:o}", "approval_id", ap.id,
+            k_emit(k, e, "approval.requested", json_pack("{s:s, s:s, s:s, s:s, s:o}", "approval_id", ap.id,
                                                        "step_id", s->step_id, "target", s->target, "reason",
-                                                       reason, "timeout_at", time_json(ap.timeout_at)), now, err) < 0 ||
-            emit(k, e, "execution.blocked", json_pack("{s:s, s:s, s:s}", "execution_id", e->id, "approval_id",
+                                                       reason, "timeout_at", k_time(ap.timeout_at)), now, err) < 0 ||
+            k_emit(k, e, "execution.blocked", json_pack("{s:s, s:s, s:s}", "execution_id", e->id, "approval_id",
                                                       ap.id, "status", "blocked"), now, err) < 0)
             goto approval_out;
-        *out = decision("blocked", s->step_id);
+        *out = k_decision("blocked", s->step_id);
         json_object_set_new(*out, "approval_id", json_string(ap.id));
         json_object_set_new(*out, "reason", json_string(reason));
         json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
@@ -995,7 +972,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        enum idempotency idem, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     int64_t now = clock_now_ms();
     int rc = -1;
     struct step s;
@@ -1003,18 +980,18 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     struct buf canon;
     buf_init(&canon, MAX_ARGS_BYTES);
     if (exec_status_terminal(e.status)) {
-        *out = decision("execution_terminal", NULL);
+        *out = k_decision("execution_terminal", NULL);
         rc = 0;
         goto out;
     }
-    if (check_lease(k, &e, d, now, err) < 0) goto out;
+    if (k_check_lease(k, &e, d, now, err) < 0) goto out;
     if (identity_canonical_json(args_text ? args_text : "{}", args_text ? args_len : 2, &canon, err) < 0) goto out;
     char args_hash[STEP_ID_LEN];
     identity_sha256_hex(canon.data, canon.len, args_hash);
     int64_t consumed;
     int r = store_counter_get(k->st, e.id, kind, target, args_hash, &consumed);
     if (r < 0 && r != -ENOENT) {
-        store_fail(err, r, "reading step counters");
+        k_store_fail(err, r, "reading step counters");
         goto out;
     }
     int64_t occurrence = r == -ENOENT ? 0 : consumed + 1;
@@ -1025,11 +1002,11 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     if (r == 0) {
         if (resubmit(k, &e, &s, idem, now, out, err) < 0) goto out;
     } else if (r != -ENOENT) {
-        store_fail(err, r, "reading the step");
+        k_store_fail(err, r, "reading the step");
         goto out;
     } else if (e.status == EXEC_BLOCKED) {
         /* Nothing new may start while an approval is pending; nothing is recorded. */
-        *out = decision("execution_blocked", NULL);
+        *out = k_decision("execution_blocked", NULL);
         rc = 0;
         goto out;
     } else {
@@ -1044,10 +1021,10 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
     }
     if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence)) < 0) {
-        store_fail(err, r, "advancing step counters");
+        k_store_fail(err, r, "advancing step counters");
         goto out;
     }
-    if (save_exec(k, &e, now, err) < 0) goto out;
+    if (k_save_exec(k, &e, now, err) < 0) goto out;
     rc = 0;
 out:
     if (rc < 0 && *out) {
@@ -1065,22 +1042,22 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
                        const json_t *value, json_t **out, struct err *err)
 {
     struct execution e;
-    if (load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     int64_t now = clock_now_ms();
     int rc = -1;
     struct step s;
     memset(&s, 0, sizeof s);
     if (exec_status_terminal(e.status)) {
-        *out = decision("execution_terminal", NULL);
+        *out = k_decision("execution_terminal", NULL);
         rc = 0;
         goto out;
     }
-    if (check_lease(k, &e, d, now, err) < 0 || load_step(k, &e, step_id, &s, err) < 0) goto out;
+    if (k_check_lease(k, &e, d, now, err) < 0 || k_load_step(k, &e, step_id, &s, err) < 0) goto out;
     if (step_status_terminal(s.status)) {
         /* Already settled (a duplicate or a superseded report): the record wins. */
-        *out = decision("replay", s.step_id);
+        *out = k_decision("replay", s.step_id);
         json_object_set_new(*out, s.status == STEP_SUCCEEDED ? "result" : "error",
-                            json_from_text(s.status == STEP_SUCCEEDED ? s.result : s.error));
+                            k_json(s.status == STEP_SUCCEEDED ? s.result : s.error));
         rc = 0;
         goto out;
     }
@@ -1091,19 +1068,19 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
     }
     s.status = ok ? STEP_SUCCEEDED : STEP_FAILED;
     s.completed_at = now;
-    char *text = json_text(value ? value : json_null());
+    char *text = k_text(value ? value : json_null());
     if (ok) s.result = text;
     else s.error = text;
     int r = store_step_update(k->st, &s);
     if (r < 0) {
-        store_fail(err, r, "recording the step outcome");
+        k_store_fail(err, r, "recording the step outcome");
         goto out;
     }
     json_t *p = json_pack("{s:s, s:s, s:s, s:O}", "step_id", s.step_id, "kind", s.kind, "target", s.target,
                           ok ? "result" : "error", value ? value : json_null());
-    if (emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 || save_exec(k, &e, now, err) < 0)
+    if (k_emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 || k_save_exec(k, &e, now, err) < 0)
         goto out;
-    *out = decision("recorded", s.step_id);
+    *out = k_decision("recorded", s.step_id);
     rc = 0;
 out:
     step_fini(&s);
@@ -1128,7 +1105,7 @@ int kernel_approvals(struct kernel *k, const char *status, const char *exec_id, 
     int r = store_approvals_each(k->st, status, exec_id, 1000, approvals_one, x);
     if (r < 0) {
         json_decref(arr);
-        return store_fail(err, r, "listing approvals");
+        return k_store_fail(err, r, "listing approvals");
     }
     *out = json_pack("{s:o}", "approvals", arr);
     return 0;
@@ -1138,7 +1115,7 @@ static int load_approval(struct kernel *k, const char *id, struct approval *a, s
 {
     int r = uuid_valid(id) ? store_approval_get(k->st, id, a) : -ENOENT;
     if (r == -ENOENT) return err_set(err, 404, "not_found", "id", "no approval with id \"%s\"", id);
-    return r < 0 ? store_fail(err, r, "reading the approval") : 0;
+    return r < 0 ? k_store_fail(err, r, "reading the approval") : 0;
 }
 
 int kernel_approval_get(struct kernel *k, const char *id, json_t **out, struct err *err)
@@ -1156,40 +1133,40 @@ static int approval_close(struct kernel *k, struct execution *e, struct approval
 {
     a->status = to;
     a->decided_at = now;
-    set_str(&a->decided_by, by);
-    set_str(&a->rationale, rationale);
+    k_set_str(&a->decided_by, by);
+    k_set_str(&a->rationale, rationale);
     int r = store_approval_update(k->st, a);
-    if (r < 0) return store_fail(err, r, "updating the approval");
+    if (r < 0) return k_store_fail(err, r, "updating the approval");
     const char *type = to == APPROVAL_GRANTED ? "approval.granted"
                        : to == APPROVAL_DENIED ? "approval.denied"
                                                : "approval.expired";
-    if (emit(k, e, type, json_pack("{s:s, s:s, s:o, s:o}", "approval_id", a->id, "step_id", a->step_id,
-                                   "decided_by", opt_str(by), "rationale", opt_str(rationale)), now, err) < 0)
+    if (k_emit(k, e, type, json_pack("{s:s, s:s, s:o, s:o}", "approval_id", a->id, "step_id", a->step_id,
+                                   "decided_by", k_opt_str(by), "rationale", k_opt_str(rationale)), now, err) < 0)
         return -1;
     struct step s;
-    if (load_step(k, e, a->step_id, &s, err) < 0) return -1;
+    if (k_load_step(k, e, a->step_id, &s, err) < 0) return -1;
     int rc = -1;
     if (to == APPROVAL_GRANTED) {
         s.status = STEP_ALLOWED;
         if ((r = store_step_update(k->st, &s)) < 0) {
-            store_fail(err, r, "updating the step");
+            k_store_fail(err, r, "updating the step");
             goto out;
         }
-        if (emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "target", s.target,
-                                                 "approval_id", a->id, "decided_by", opt_str(by)), now, err) < 0)
+        if (k_emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "target", s.target,
+                                                 "approval_id", a->id, "decided_by", k_opt_str(by)), now, err) < 0)
             goto out;
     } else {
         s.status = STEP_DENIED;
         s.completed_at = now;
         json_t *error = json_pack("{s:s, s:s}", "reason", step_reason, "rule_id", s.rule_id ? s.rule_id : "");
         free(s.error);
-        s.error = json_text(error);
+        s.error = k_text(error);
         if ((r = store_step_update(k->st, &s)) < 0) {
             json_decref(error);
-            store_fail(err, r, "updating the step");
+            k_store_fail(err, r, "updating the step");
             goto out;
         }
-        if (emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "kind", s.kind,
+        if (k_emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:o}", "step_id", s.step_id, "kind", s.kind,
                                                 "target", s.target, "error", error), now, err) < 0)
             goto out;
     }
@@ -1205,7 +1182,7 @@ static int approval_resolve(struct kernel *k, struct approval *a, enum approval_
 {
     struct execution e;
     int r = store_exec_get(k->st, a->exec_id, &e);
-    if (r < 0) return store_fail(err, r, "reading the execution");
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
     int rc = -1;
     const char *step_reason = to == APPROVAL_EXPIRED ? "approval_timeout"
                               : rationale && *rationale ? rationale
@@ -1213,12 +1190,12 @@ static int approval_resolve(struct kernel *k, struct approval *a, enum approval_
     if (approval_close(k, &e, a, to, by, rationale, step_reason, now, err) < 0) goto out;
     if (e.status == EXEC_BLOCKED) {
         e.status = EXEC_RUNNING;
-        if (emit(k, &e, "execution.resumed", json_pack("{s:s, s:s, s:s}", "execution_id", e.id, "approval_id",
+        if (k_emit(k, &e, "execution.resumed", json_pack("{s:s, s:s, s:s}", "execution_id", e.id, "approval_id",
                                                        a->id, "status", "running"), now, err) < 0 ||
-            queue_new_dispatch(k, &e, now, err) < 0)
+            k_queue_dispatch(k, &e, now, err) < 0)
             goto out;
     }
-    rc = save_exec(k, &e, now, err);
+    rc = k_save_exec(k, &e, now, err);
 out:
     execution_fini(&e);
     return rc;
@@ -1235,7 +1212,7 @@ int kernel_approval_decide(struct kernel *k, const char *id, bool approve, const
         goto out;
     }
     if (a.approvers) {
-        json_t *list = json_from_text(a.approvers);
+        json_t *list = k_json(a.approvers);
         bool listed = false;
         size_t i;
         json_t *v;
@@ -1261,23 +1238,23 @@ static int expire_lease(struct kernel *k, const char *id, int64_t now, struct er
 {
     struct execution e;
     int r = store_exec_get(k->st, id, &e);
-    if (r < 0) return store_fail(err, r, "reading the execution");
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
     int rc = 0;
     if (e.dstate != DISPATCH_LEASED || e.lease_deadline > now) goto out;
     rc = -1;
-    if (emit(k, &e, "dispatch.expired", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
+    if (k_emit(k, &e, "dispatch.expired", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
                                                   (json_int_t)e.attempt, "worker_id", e.worker_id), now, err) < 0)
         goto out;
     if (e.attempt >= e.max_attempts) {
-        if (finish_exec(k, &e, EXEC_FAILED, "dispatch_exhausted", now, err) < 0) goto out;
+        if (k_finish_exec(k, &e, EXEC_FAILED, "dispatch_exhausted", now, err) < 0) goto out;
     } else {
         e.dstate = DISPATCH_QUEUED;
         e.queued_at = now;
         e.lease_deadline = 0;
-        note_agent(k, e.agent);
-        if (emit(k, &e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e.dispatch_id, "attempt",
+        k_note_agent(k, e.agent);
+        if (k_emit(k, &e, "dispatch.queued", json_pack("{s:s, s:I}", "dispatch_id", e.dispatch_id, "attempt",
                                                      (json_int_t)(e.attempt + 1)), now, err) < 0 ||
-            save_exec(k, &e, now, err) < 0)
+            k_save_exec(k, &e, now, err) < 0)
             goto out;
     }
     rc = 0;
@@ -1290,10 +1267,10 @@ static int expire_deadline(struct kernel *k, const char *id, int64_t now, struct
 {
     struct execution e;
     int r = store_exec_get(k->st, id, &e);
-    if (r < 0) return store_fail(err, r, "reading the execution");
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
     int rc = 0;
     if (!exec_status_terminal(e.status) && e.deadline_at > 0 && e.deadline_at <= now)
-        rc = finish_exec(k, &e, EXEC_CANCELLED, "deadline_exceeded", now, err);
+        rc = k_finish_exec(k, &e, EXEC_CANCELLED, "deadline_exceeded", now, err);
     execution_fini(&e);
     return rc;
 }
@@ -1302,7 +1279,7 @@ static int expire_approval(struct kernel *k, const char *id, int64_t now, struct
 {
     struct approval a;
     int r = store_approval_get(k->st, id, &a);
-    if (r < 0) return store_fail(err, r, "reading the approval");
+    if (r < 0) return k_store_fail(err, r, "reading the approval");
     int rc = 0;
     if (a.status == APPROVAL_PENDING && a.timeout_at <= now)
         rc = approval_resolve(k, &a, APPROVAL_EXPIRED, NULL, "timeout", now, err);
@@ -1314,13 +1291,13 @@ int kernel_sweep(struct kernel *k, int64_t now, struct err *err)
 {
     char ids[SWEEP_BATCH][UUID_STR_LEN];
     int n, handled = 0, r;
-    if ((r = store_exec_expired_leases(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding expired leases");
+    if ((r = store_exec_expired_leases(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding expired leases");
     for (int i = 0; i < n; i++, handled++)
         if (expire_lease(k, ids[i], now, err) < 0) return -1;
-    if ((r = store_exec_past_deadline(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding deadlines");
+    if ((r = store_exec_past_deadline(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding deadlines");
     for (int i = 0; i < n; i++, handled++)
         if (expire_deadline(k, ids[i], now, err) < 0) return -1;
-    if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return store_fail(err, r, "finding expired approvals");
+    if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding expired approvals");
     for (int i = 0; i < n; i++, handled++)
         if (expire_approval(k, ids[i], now, err) < 0) return -1;
     return handled;
