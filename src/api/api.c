@@ -395,26 +395,82 @@ static bool status_valid(const char *s)
 /* --- execution handlers --- */
 
 struct create_ctx {
-    const char *agent;
+    const char *agent, *session;
     json_t *input;
     int64_t deadline_ms;
 };
+
+/* Session names: 1..128 of [A-Za-z0-9_.:/-] (they show up in branch names and CLIs). */
+static int check_session(const char *session, struct err *err)
+{
+    if (!session) return 0;
+    for (const char *p = session; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_.:/-", *p)))
+            return err_invalid(err, "session", "session: use letters, digits and _ . : / - (got \"%s\")", session);
+    return 0;
+}
+
+/* An optional array of at most max objects; each checked by fn. */
+static int check_array(const json_t *body, const char *key, size_t max, int (*fn)(const json_t *, struct err *),
+                       struct err *err)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) > max)
+        return err_invalid(err, key, "%s: must be an array of at most %zu items", key, max);
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) if (fn(item, err) < 0) return -1;
+    return 0;
+}
+
+static int check_resource_key(const json_t *v, struct err *err)
+{
+    if (!json_is_string(v) || !kernel_resource_key_valid(json_string_value(v)))
+        return err_invalid(err, "resources", "resources: keys are 1..128 of [A-Za-z0-9_.-]");
+    return 0;
+}
+
+static int check_capture(const json_t *v, struct err *err)
+{
+    static const char *const fields[] = {"key", "generation", "checkpoint_ref", NULL};
+    const char *key, *ref;
+    int64_t gen = -1;
+    if (check_fields(v, fields, err) < 0 || get_str(v, "key", true, 128, &key, err) < 0 ||
+        get_str(v, "checkpoint_ref", true, 1024, &ref, err) < 0 ||
+        get_int(v, "generation", 0, INT64_MAX, &gen, err) < 0)
+        return err_wrap(err, "captures");
+    if (gen < 0) return err_invalid(err, "generation", "captures: generation is required (from the proceed decision)");
+    return 0;
+}
+
+static int check_failure(const json_t *v, struct err *err)
+{
+    static const char *const fields[] = {"key", "generation", "error", NULL};
+    const char *key, *msg;
+    int64_t gen = 0;
+    if (check_fields(v, fields, err) < 0 || get_str(v, "key", true, 128, &key, err) < 0 ||
+        get_str(v, "error", true, 4096, &msg, err) < 0 || get_int(v, "generation", 0, INT64_MAX, &gen, err) < 0)
+        return err_wrap(err, "capture_failures");
+    return 0;
+}
 
 static int op_create(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
 {
     struct create_ctx *c = ctx;
     struct caller who = caller_of(r);
-    return kernel_create(a->k, &who, c->agent, c->input, c->deadline_ms, out, err);
+    return kernel_create(a->k, &who, c->agent, c->input, c->session, c->deadline_ms, out, err);
 }
 
 static void h_create(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"agent", "input", "deadline_seconds", NULL};
+    static const char *const fields[] = {"agent", "input", "session", "deadline_seconds", NULL};
     struct err err = ERR_INIT;
     json_t *b = body_json(r, fields, &err);
     struct create_ctx c = {0};
     int64_t deadline = 0;
     if (!b || get_str(b, "agent", true, 128, &c.agent, &err) < 0 ||
+        get_str(b, "session", false, 128, &c.session, &err) < 0 || check_session(c.session, &err) < 0 ||
         get_int(b, "deadline_seconds", 1, 31536000, &deadline, &err) < 0) {
         http_reply_err(r, &err);
         json_decref(b);
@@ -454,7 +510,9 @@ static void h_list(struct api *a, struct http_req *r)
     }
     json_t *out;
     struct caller who = caller_of(r);
-    if (kernel_list(a->k, &who, http_req_query(r, "agent"), status, cursor, (int)limit, &out, &err) < 0) goto fail;
+    if (kernel_list(a->k, &who, http_req_query(r, "agent"), status, http_req_query(r, "session"), cursor, (int)limit,
+                    &out, &err) < 0)
+        goto fail;
     reply(a, r, 200, out);
     return;
 fail:
@@ -859,20 +917,22 @@ static int op_submit(struct api *a, struct http_req *r, void *ctx, json_t **out,
     struct agent_ctx *c = ctx;
     struct caller who = caller_of(r);
     json_t *args = json_object_get(c->body, "args");
+    json_t *resources = json_object_get(c->body, "resources");
     return kernel_submit_step(a->k, &who, http_req_param(r, "id"), &c->d, c->kind, c->target, c->args_text,
-                              c->args_len, args, c->idem, out, err);
+                              c->args_len, args, json_is_array(resources) ? resources : NULL, c->idem, out, err);
 }
 
 static void h_submit(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"kind", "target", "args", "idempotency", NULL};
+    static const char *const fields[] = {"kind", "target", "args", "idempotency", "resources", NULL};
     struct err err = ERR_INIT;
     struct agent_ctx c = {0};
     const char *idem = NULL;
     if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err)) ||
         get_str(c.body, "kind", true, 32, &c.kind, &err) < 0 ||
         get_str(c.body, "target", true, 256, &c.target, &err) < 0 ||
-        get_str(c.body, "idempotency", false, 32, &idem, &err) < 0)
+        get_str(c.body, "idempotency", false, 32, &idem, &err) < 0 ||
+        check_array(c.body, "resources", 32, check_resource_key, &err) < 0)
         goto fail;
     if (strcmp(c.kind, "tool_call") != 0 && strcmp(c.kind, "llm_call") != 0 && strcmp(c.kind, "local") != 0) {
         err_invalid(&err, "kind", "kind: one of tool_call, llm_call, local (got \"%s\")", c.kind);
@@ -901,17 +961,20 @@ static int op_finish_step(struct api *a, struct http_req *r, void *ctx, json_t *
     struct agent_ctx *c = ctx;
     struct caller who = caller_of(r);
     json_t *v = json_object_get(c->body, c->ok ? "result" : "error");
+    json_t *caps = json_object_get(c->body, "captures"), *fails = json_object_get(c->body, "capture_failures");
     return kernel_finish_step(a->k, &who, http_req_param(r, "id"), &c->d, http_req_param(r, "step"), c->ok, v,
-                              out, err);
+                              json_is_array(caps) ? caps : NULL, json_is_array(fails) ? fails : NULL, out, err);
 }
 
 static void finish_step(struct api *a, struct http_req *r, bool ok)
 {
-    static const char *const ok_fields[] = {"result", NULL};
-    static const char *const fail_fields[] = {"error", NULL};
+    static const char *const ok_fields[] = {"result", "captures", "capture_failures", NULL};
+    static const char *const fail_fields[] = {"error", "captures", "capture_failures", NULL};
     struct err err = ERR_INIT;
     struct agent_ctx c = {.ok = ok};
-    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, ok ? ok_fields : fail_fields, &err))) {
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, ok ? ok_fields : fail_fields, &err)) ||
+        check_array(c.body, "captures", 64, check_capture, &err) < 0 ||
+        check_array(c.body, "capture_failures", 64, check_failure, &err) < 0) {
         http_reply_err(r, &err);
         return;
     }
@@ -933,6 +996,174 @@ static void h_step_complete(struct api *a, struct http_req *r)
 static void h_step_fail(struct api *a, struct http_req *r)
 {
     finish_step(a, r, false);
+}
+
+/* --- sessions, resources, forks --- */
+
+static void h_previous(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (kernel_previous(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static void h_resources(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (kernel_resources(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+struct resource_ctx {
+    struct dispatch_ref d;
+    struct resource_spec spec;
+    json_t *body;
+};
+
+static int op_register(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct resource_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_resource_register(a->k, &who, http_req_param(r, "id"), &c->d, &c->spec, out, err);
+}
+
+static int get_bool(const json_t *body, const char *key, bool def, bool *out, struct err *err)
+{
+    json_t *v = json_object_get(body, key);
+    *out = def;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return err_invalid(err, key, "%s: must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static void h_register(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"key", "driver_id", "configuration", "coverage_reuse", "every_steps",
+                                         "on_completion", NULL};
+    struct err err = ERR_INIT;
+    struct resource_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err)) ||
+        get_str(c.body, "key", true, 128, &c.spec.key, &err) < 0 ||
+        get_str(c.body, "driver_id", true, 256, &c.spec.driver_id, &err) < 0 ||
+        get_int(c.body, "every_steps", 0, 1000000, &c.spec.every_steps, &err) < 0 ||
+        get_bool(c.body, "coverage_reuse", false, &c.spec.coverage_reuse, &err) < 0 ||
+        get_bool(c.body, "on_completion", true, &c.spec.on_completion, &err) < 0)
+        goto fail;
+    if (!kernel_resource_key_valid(c.spec.key)) {
+        err_invalid(&err, "key", "key: 1..128 of [A-Za-z0-9_.-]");
+        goto fail;
+    }
+    c.spec.configuration = json_object_get(c.body, "configuration");
+    run_op(a, r, 200, op_register, &c);
+    json_decref(c.body);
+    return;
+fail:
+    http_reply_err(r, &err);
+    json_decref(c.body);
+}
+
+static int op_bind(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct resource_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    *out = NULL;
+    return kernel_resource_bind(a->k, &who, http_req_param(r, "id"), &c->d, http_req_param(r, "key"),
+                                json_object_get(c->body, "binding"), err);
+}
+
+static void h_bind(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"binding", NULL};
+    struct err err = ERR_INIT;
+    struct resource_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err))) goto fail;
+    json_t *b = json_object_get(c.body, "binding");
+    if (!b || json_is_null(b)) {
+        err_invalid(&err, "binding", "binding: required (the driver's JSON locator of the resource)");
+        goto fail;
+    }
+    run_op(a, r, 204, op_bind, &c);
+    json_decref(c.body);
+    return;
+fail:
+    http_reply_err(r, &err);
+    json_decref(c.body);
+}
+
+static int op_checkpoints(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct resource_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    json_t *caps = json_object_get(c->body, "captures"), *fails = json_object_get(c->body, "capture_failures");
+    return kernel_checkpoints(a->k, &who, http_req_param(r, "id"), &c->d, json_is_array(caps) ? caps : NULL,
+                              json_is_array(fails) ? fails : NULL, out, err);
+}
+
+static void h_checkpoints(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"captures", "capture_failures", NULL};
+    struct err err = ERR_INIT;
+    struct resource_ctx c = {0};
+    if (dispatch_ref(r, &c.d, &err) < 0 || !(c.body = body_json(r, fields, &err)) ||
+        check_array(c.body, "captures", 64, check_capture, &err) < 0 ||
+        check_array(c.body, "capture_failures", 64, check_failure, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(c.body);
+        return;
+    }
+    run_op(a, r, 200, op_checkpoints, &c);
+    json_decref(c.body);
+}
+
+struct fork_ctx {
+    int64_t at_seq;
+    const char *session;
+};
+
+static int op_fork(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct fork_ctx *c = ctx;
+    struct caller who = caller_of(r);
+    return kernel_fork(a->k, &who, http_req_param(r, "id"), c->at_seq, c->session, out, err);
+}
+
+static void h_fork(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"at_seq", "session", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct fork_ctx c = {0, NULL};
+    if (!b || get_int(b, "at_seq", 1, INT64_MAX, &c.at_seq, &err) < 0 ||
+        get_str(b, "session", false, 128, &c.session, &err) < 0 || check_session(c.session, &err) < 0) {
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    if (c.at_seq == 0) {
+        err_invalid(&err, "at_seq", "at_seq: required (the event to fork at; see fork-points)");
+        http_reply_err(r, &err);
+        json_decref(b);
+        return;
+    }
+    run_op(a, r, 201, op_fork, &c);
+    json_decref(b);
+}
+
+static void h_fork_points(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    int64_t after = 0, limit = 1000;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (query_int(r, "after", 0, INT64_MAX, &after, &err) < 0 || query_int(r, "limit", 1, 10000, &limit, &err) < 0 ||
+        kernel_fork_points(a->k, &who, http_req_param(r, "id"), after, (int)limit, &out, &err) < 0)
+        reply_err(a, r, &err);
+    else reply(a, r, 200, out);
 }
 
 /* --- approvals --- */
@@ -1038,6 +1269,13 @@ static const struct route route_table[] = {
     {"POST", "/v0/executions/:id/heartbeat", P_AGENT, h_heartbeat, NULL},
     {"POST", "/v0/executions/:id/complete", P_AGENT, h_complete, NULL},
     {"POST", "/v0/executions/:id/fail", P_AGENT, h_fail, NULL},
+    {"GET", "/v0/executions/:id/previous", P_READ, h_previous, NULL},
+    {"POST", "/v0/executions/:id/fork", P_CLIENT, h_fork, NULL},
+    {"GET", "/v0/executions/:id/fork-points", P_READ, h_fork_points, NULL},
+    {"GET", "/v0/executions/:id/resources", P_READ, h_resources, NULL},
+    {"POST", "/v0/executions/:id/resources", P_AGENT, h_register, NULL},
+    {"POST", "/v0/executions/:id/resources/:key/binding", P_AGENT, h_bind, NULL},
+    {"POST", "/v0/executions/:id/checkpoints", P_AGENT, h_checkpoints, NULL},
     {"GET", "/v0/agents", P_READ, h_agents, NULL},
     {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL},
     {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL},

@@ -245,7 +245,7 @@ json_t *k_exec_json(const struct execution *e)
                       e->worker_id[0] && e->dstate == DISPATCH_LEASED ? json_string(e->worker_id) : json_null(),
                       "lease_deadline", e->dstate == DISPATCH_LEASED ? k_time(e->lease_deadline) : json_null());
     }
-    return json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
+    json_t *j = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
                      "agent", e->agent, "session", e->session ? json_string(e->session) : json_null(),
                      "status", exec_status_name(e->status), "input", k_json(e->input),
                      "output", k_json(e->output), "state", k_json(e->state),
@@ -253,6 +253,11 @@ json_t *k_exec_json(const struct execution *e)
                      "created_at", k_time(e->created_at), "updated_at", k_time(e->updated_at),
                      "deadline_at", k_time(e->deadline_at), "last_seq", (json_int_t)e->last_seq,
                      "dispatch", d);
+    json_object_set_new(j, "parent_execution_id", e->parent_id[0] ? json_string(e->parent_id) : json_null());
+    json_object_set_new(j, "forked_from", e->forked_from[0] ? json_string(e->forked_from) : json_null());
+    json_object_set_new(j, "fork_seq", e->forked_from[0] ? json_integer(e->fork_seq) : json_null());
+    json_object_set_new(j, "restoration", k_json(e->restoration));
+    return j;
 }
 
 json_t *k_opt_str(const char *s)
@@ -339,7 +344,7 @@ int k_check_lease(struct kernel *k, struct execution *e, const struct dispatch_r
 /* --- executions --- */
 
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  int64_t deadline_ms, json_t **out, struct err *err)
+                  const char *session, int64_t deadline_ms, json_t **out, struct err *err)
 {
     int64_t now = clock_now_ms();
     if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
@@ -348,6 +353,7 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
     memset(&e, 0, sizeof e);
     uuid_v7(e.id);
     e.agent = xstrdup(agent);
+    e.session = session ? xstrdup(session) : NULL;
     e.input = k_text(input);
     e.status = EXEC_PENDING;
     e.created_at = e.updated_at = now;
@@ -361,9 +367,9 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
         goto out;
     }
     if (k_emit(k, &e, "execution.created",
-             json_pack("{s:s, s:s, s:O, s:o}", "execution_id", e.id, "agent", e.agent, "input", input,
-                       "deadline_at", k_time(e.deadline_at)), now, err) < 0 ||
-        k_queue_dispatch(k, &e, now, err) < 0 || k_save_exec(k, &e, now, err) < 0)
+             json_pack("{s:s, s:s, s:O, s:o, s:o}", "execution_id", e.id, "agent", e.agent, "input", input,
+                       "session", k_opt_str(e.session), "deadline_at", k_time(e.deadline_at)), now, err) < 0 ||
+        k_session_enter(k, &e, now, err) < 0 || k_save_exec(k, &e, now, err) < 0)
         goto out;
     *out = k_exec_json(&e);
     rc = 0;
@@ -388,14 +394,14 @@ static int list_one(struct execution *e, void *arg)
 }
 
 int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
-                const char *cursor, int limit, json_t **out, struct err *err)
+                const char *session, const char *cursor, int limit, json_t **out, struct err *err)
 {
     if (c && c->agent) {
         if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
         agent = c->agent;
     }
     json_t *arr = json_array();
-    int r = store_exec_list(k->st, agent, status, cursor, limit + 1, list_one, arr);
+    int r = store_exec_list(k->st, agent, status, session, cursor, limit + 1, list_one, arr);
     if (r < 0) {
         json_decref(arr);
         return k_store_fail(err, r, "listing executions");
@@ -695,8 +701,8 @@ int k_finish_exec(struct kernel *k, struct execution *e, enum exec_status to,
     } else {
         json_object_set_new(p, "reason", json_string(reason));
     }
-    if (k_emit(k, e, type, p, now, err) < 0) return -1;
-    return k_save_exec(k, e, now, err);
+    if (k_emit(k, e, type, p, now, err) < 0 || k_save_exec(k, e, now, err) < 0) return -1;
+    return k_session_release(k, e, now, err);
 }
 
 static int agent_finish(struct kernel *k, const struct caller *c, const char *id,
@@ -786,12 +792,13 @@ static json_t *denied_decision(const struct step *s)
 }
 
 static int start_step_run(struct kernel *k, struct execution *e, struct step *s, int64_t now,
-                          struct err *err)
+                          json_t **views, struct err *err)
 {
     s->status = STEP_EXECUTING;
     s->runs++;
     int r = store_step_update(k->st, s);
     if (r < 0) return k_store_fail(err, r, "updating the step");
+    if (k_resources_touch(k, e, s, views, err) < 0) return -1;
     return k_emit(k, e, "step.executing",
                 json_pack("{s:s, s:s, s:s, s:I, s:I}", "step_id", s->step_id, "kind", s->kind, "target",
                           s->target, "run", (json_int_t)s->runs, "attempt", (json_int_t)e->attempt),
@@ -819,11 +826,14 @@ static int resubmit(struct kernel *k, struct execution *e, struct step *s, enum 
         json_object_set_new(*out, "approval_id", json_string(s->approval_id));
         json_object_set_new(*out, "reason", json_string("awaiting_approval"));
         return 0;
-    case RESUBMIT_PROCEED:
-        if (start_step_run(k, e, s, now, err) < 0) return -1;
+    case RESUBMIT_PROCEED: {
+        json_t *views = NULL;
+        if (start_step_run(k, e, s, now, &views, err) < 0) return -1;
         *out = k_decision("proceed", s->step_id);
         json_object_set_new(*out, "rule_id", k_opt_str(s->rule_id));
+        json_object_set_new(*out, "resources", views);
         return 0;
+    }
     case RESUBMIT_INDETERMINATE: {
         s->status = STEP_FAILED;
         s->indeterminate = true;
@@ -873,6 +883,13 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     } else {
         struct policy_input in = {s->kind, s->target, e->agent, args};
         policy_eval(a ? a->policy : NULL, &in, &pr);
+        if (e->forked_from[0] && s->idem == IDEM_AT_MOST_ONCE && pr.decision == POLICY_ALLOW) {
+            /* A fork reruns history; an effect that must not repeat needs a person. */
+            memset(&pr, 0, sizeof pr);
+            pr.decision = POLICY_REQUIRE_APPROVAL;
+            pr.rule_id = "__fork_effect";
+            pr.reason = "this at_most_once step would run live in a fork; approve it to let it run";
+        }
     }
     s->rule_id = xstrdup(pr.rule_id);
     s->created_at = now;
@@ -906,16 +923,20 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     if (k_emit(k, e, "step.proposed", proposed, now, err) < 0) return -1;
     const char *reason = pr.reason ? pr.reason : "";
     switch (pr.decision) {
-    case POLICY_ALLOW:
+    case POLICY_ALLOW: {
+        json_t *views = NULL;
         if (k_emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:s}", "step_id", s->step_id, "target", s->target,
                                                  "rule_id", pr.rule_id, "reason", reason), now, err) < 0 ||
+            k_resources_touch(k, e, s, &views, err) < 0 ||
             k_emit(k, e, "step.executing", json_pack("{s:s, s:s, s:s, s:i, s:I}", "step_id", s->step_id, "kind", s->kind,
                                                    "target", s->target, "run", 1, "attempt", (json_int_t)e->attempt),
                  now, err) < 0)
             return -1;
         *out = k_decision("proceed", s->step_id);
         json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
+        json_object_set_new(*out, "resources", views);
         return 0;
+    }
     case POLICY_DENY:
         if (k_emit(k, e, "step.denied", json_pack("{s:s, s:s, s:s, s:s, s:o}", "step_id", s->step_id, "kind", s->kind,
                                                 "target", s->target, "rule_id", pr.rule_id, "error",
@@ -969,7 +990,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
 int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *kind, const char *target,
                        const char *args_text, size_t args_len, const json_t *args,
-                       enum idempotency idem, json_t **out, struct err *err)
+                       const json_t *resources, enum idempotency idem, json_t **out, struct err *err)
 {
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
@@ -985,6 +1006,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         goto out;
     }
     if (k_check_lease(k, &e, d, now, err) < 0) goto out;
+    if (resources && k_resources_validate(k, &e, resources, err) < 0) goto out;
     if (identity_canonical_json(args_text ? args_text : "{}", args_text ? args_len : 2, &canon, err) < 0) goto out;
     char args_hash[STEP_ID_LEN];
     identity_sha256_hex(canon.data, canon.len, args_hash);
@@ -1018,6 +1040,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         s.occurrence = occurrence;
         s.idem = idem;
         s.args = buf_steal(&canon, NULL);
+        if (resources && json_array_size(resources) > 0 && strcmp(kind, "llm_call") != 0) s.resources = k_text(resources);
         if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
     }
     if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence)) < 0) {
@@ -1039,7 +1062,8 @@ out:
 
 int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *step_id, bool ok,
-                       const json_t *value, json_t **out, struct err *err)
+                       const json_t *value, const json_t *captures, const json_t *failures,
+                       json_t **out, struct err *err)
 {
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
@@ -1078,9 +1102,14 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
     }
     json_t *p = json_pack("{s:s, s:s, s:s, s:O}", "step_id", s.step_id, "kind", s.kind, "target", s.target,
                           ok ? "result" : "error", value ? value : json_null());
-    if (k_emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 || k_save_exec(k, &e, now, err) < 0)
+    json_t *capture_out = NULL;
+    if (k_emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 ||
+        k_resources_settle(k, &e, &s, err) < 0 ||
+        ((captures || failures) && k_record_captures(k, &e, captures, failures, &capture_out, now, err) < 0) ||
+        k_save_exec(k, &e, now, err) < 0)
         goto out;
     *out = k_decision("recorded", s.step_id);
+    if (capture_out) json_object_set_new(*out, "captures", capture_out);
     rc = 0;
 out:
     step_fini(&s);

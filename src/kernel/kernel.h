@@ -65,12 +65,13 @@ bool kernel_agent_known(struct kernel *k, const char *name);
 void kernel_take_notes(struct kernel *k, struct kernel_notes *out);
 
 /* executions */
+/* session NULL = none; a session with an active execution makes this one wait. */
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  int64_t deadline_ms, json_t **out, struct err *err);
+                  const char *session, int64_t deadline_ms, json_t **out, struct err *err);
 int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out,
                struct err *err);
 int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
-                const char *cursor, int limit, json_t **out, struct err *err);
+                const char *session, const char *cursor, int limit, json_t **out, struct err *err);
 int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
                   json_t **out, struct err *err);
 /* Events with seq > after, at most limit. Sets *terminal when the execution is over. */
@@ -96,14 +97,18 @@ int kernel_fail(struct kernel *k, const struct caller *c, const char *id,
                 const struct dispatch_ref *d, const char *error, json_t **out, struct err *err);
 int kernel_agents(struct kernel *k, json_t **out, struct err *err);
 
-/* steps. args_text is the raw JSON text of "args" (NULL = {}); args its parsed value. */
+/* steps. args_text is the raw JSON text of "args" (NULL = {}); args its parsed value;
+ * resources the keys (JSON array of strings) of resources the step may change, or NULL. */
 int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *kind, const char *target,
                        const char *args_text, size_t args_len, const json_t *args,
-                       enum idempotency idem, json_t **out, struct err *err);
+                       const json_t *resources, enum idempotency idem, json_t **out,
+                       struct err *err);
+/* captures / failures as for kernel_checkpoints, recorded after the outcome (may be NULL). */
 int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *step_id, bool ok,
-                       const json_t *value, json_t **out, struct err *err);
+                       const json_t *value, const json_t *captures, const json_t *failures,
+                       json_t **out, struct err *err);
 
 /* approvals */
 int kernel_approvals(struct kernel *k, const char *status, const char *exec_id, json_t **out,
@@ -111,6 +116,38 @@ int kernel_approvals(struct kernel *k, const char *status, const char *exec_id, 
 int kernel_approval_get(struct kernel *k, const char *id, json_t **out, struct err *err);
 int kernel_approval_decide(struct kernel *k, const char *id, bool approve, const char *by,
                            const char *reason, json_t **out, struct err *err);
+
+/* sessions */
+int kernel_previous(struct kernel *k, const struct caller *c, const char *id, json_t **out,
+                    struct err *err);
+
+/* resources and checkpoints */
+/* Resource keys: 1..128 of [A-Za-z0-9_.-]. */
+bool kernel_resource_key_valid(const char *key);
+struct resource_spec {
+    const char *key, *driver_id;
+    const json_t *configuration; /* may be NULL */
+    bool coverage_reuse, on_completion;
+    int64_t every_steps;
+};
+int kernel_resource_register(struct kernel *k, const struct caller *c, const char *id,
+                             const struct dispatch_ref *d, const struct resource_spec *spec,
+                             json_t **out, struct err *err);
+int kernel_resource_bind(struct kernel *k, const struct caller *c, const char *id,
+                         const struct dispatch_ref *d, const char *key, const json_t *binding,
+                         struct err *err);
+int kernel_resources(struct kernel *k, const struct caller *c, const char *id, json_t **out,
+                     struct err *err);
+/* captures: [{key, generation, checkpoint_ref}], failures: [{key, generation, error}] (validated). */
+int kernel_checkpoints(struct kernel *k, const struct caller *c, const char *id,
+                       const struct dispatch_ref *d, const json_t *captures, const json_t *failures,
+                       json_t **out, struct err *err);
+
+/* forks */
+int kernel_fork(struct kernel *k, const struct caller *c, const char *src_id, int64_t at_seq,
+                const char *session, json_t **out, struct err *err);
+int kernel_fork_points(struct kernel *k, const struct caller *c, const char *id, int64_t after,
+                       int limit, json_t **out, struct err *err);
 
 /* Expire leases, deadlines and approvals due at `now`. Returns the number handled. */
 int kernel_sweep(struct kernel *k, int64_t now, struct err *err);

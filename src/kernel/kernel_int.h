@@ -60,4 +60,25 @@ int k_queue_dispatch(struct kernel *k, struct execution *e, int64_t now, struct 
 int k_finish_exec(struct kernel *k, struct execution *e, enum exec_status to, const char *reason,
                   int64_t now, struct err *err);
 
+/* sessions.c */
+/* Admit e to its session (or start it): parent, inherited resources, a dispatch. */
+int k_admit(struct kernel *k, struct execution *e, bool waited, int64_t now, struct err *err);
+/* A new execution: admit it, or make it wait when its session is held. */
+int k_session_enter(struct kernel *k, struct execution *e, int64_t now, struct err *err);
+/* An execution ended: admit the next waiting turn of its session. */
+int k_session_release(struct kernel *k, const struct execution *ended, int64_t now, struct err *err);
+
+/* resources.c */
+/* Does the JSON array text of resource keys contain key? */
+bool k_declares(const char *resources_json, const char *key);
+/* Every declared key (JSON array of strings) is registered on e, else 400. */
+int k_resources_validate(struct kernel *k, const struct execution *e, const json_t *declared, struct err *err);
+/* A live step starts: end coverage, bump generations, say which captures are due. */
+int k_resources_touch(struct kernel *k, struct execution *e, const struct step *s, json_t **views,
+                      struct err *err);
+/* A live step settled: count it towards its resources' cadence. */
+int k_resources_settle(struct kernel *k, struct execution *e, const struct step *s, struct err *err);
+int k_record_captures(struct kernel *k, struct execution *e, const json_t *captures, const json_t *failures,
+                      json_t **out, int64_t now, struct err *err);
+
 #endif

@@ -63,6 +63,7 @@ void execution_fini(struct execution *e)
     free(e->output);
     free(e->state);
     free(e->failure_reason);
+    free(e->restoration);
     memset(e, 0, sizeof *e);
 }
 
@@ -74,6 +75,7 @@ void step_fini(struct step *s)
     free(s->result);
     free(s->error);
     free(s->rule_id);
+    free(s->resources);
     memset(s, 0, sizeof *s);
 }
 
@@ -86,4 +88,21 @@ void approval_fini(struct approval *a)
     free(a->decided_by);
     free(a->rationale);
     memset(a, 0, sizeof *a);
+}
+
+void resource_fini(struct resource *r)
+{
+    free(r->key);
+    free(r->driver_id);
+    free(r->configuration);
+    free(r->binding);
+    free(r->checkpoint_ref);
+    memset(r, 0, sizeof *r);
+}
+
+void checkpoint_fini(struct checkpoint *c)
+{
+    free(c->key);
+    free(c->ref);
+    memset(c, 0, sizeof *c);
 }

@@ -43,6 +43,11 @@ struct execution {
     int64_t lease_deadline;
     int64_t lease_ms;
     int64_t max_attempts;
+    /* sessions and forks */
+    char parent_id[UUID_STR_LEN];   /* completed turn this one continues, "" = none */
+    char forked_from[UUID_STR_LEN]; /* source execution of a fork, "" = not a fork */
+    int64_t fork_seq;               /* event of the source the fork starts after */
+    char *restoration;              /* fork: JSON of what each resource restored from */
 };
 
 struct step {
@@ -61,6 +66,28 @@ struct step {
     int64_t runs;  /* how many times the effect was started */
     bool indeterminate;
     int64_t created_at, completed_at;
+    char *resources; /* JSON array of the resource keys this step changes, or NULL */
+};
+
+/* A resource (e.g. a sandbox workspace) registered by an execution. The kernel
+ * keeps bindings and checkpoint references; the driver keeps contents. */
+struct resource {
+    char exec_id[UUID_STR_LEN];
+    char *key, *driver_id, *configuration; /* configuration: JSON text */
+    bool coverage_reuse, on_completion;
+    int64_t every_steps;    /* 0 = no checkpoints */
+    int64_t registered_seq;
+    int64_t generation;     /* bumps at every live step that may change it */
+    int64_t count;          /* settled live steps that declared it */
+    char *binding;          /* JSON locator, NULL until bound */
+    char *checkpoint_ref;   /* fork: where create() starts from, NULL = fresh */
+};
+
+/* A checkpoint covers events covered_seq <= seq < invalidated_seq (0 = open). */
+struct checkpoint {
+    char exec_id[UUID_STR_LEN];
+    char *key, *ref;
+    int64_t generation, covered_seq, invalidated_seq;
 };
 
 struct approval {
@@ -77,6 +104,8 @@ struct approval {
 void execution_fini(struct execution *e);
 void step_fini(struct step *s);
 void approval_fini(struct approval *a);
+void resource_fini(struct resource *r);
+void checkpoint_fini(struct checkpoint *c);
 
 const char *exec_status_name(enum exec_status s);
 int exec_status_parse(const char *s, enum exec_status *out);

@@ -47,8 +47,8 @@ int store_exec_get(struct store *st, const char *id, struct execution *out);
 int store_exec_update(struct store *st, const struct execution *e);
 typedef int (*store_exec_fn)(struct execution *e, void *arg); /* e is freed after the call */
 /* Newest first; cursor = id to continue after (exclusive), NULL for the start. */
-int store_exec_list(struct store *st, const char *agent, const char *status, const char *cursor,
-                    int limit, store_exec_fn fn, void *arg);
+int store_exec_list(struct store *st, const char *agent, const char *status, const char *session,
+                    const char *cursor, int limit, store_exec_fn fn, void *arg);
 /* Oldest queued execution of agent; -ENOENT if none. */
 int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN]);
 /* Ids (at most `max`) of leased executions whose lease ended at or before now. */
@@ -97,5 +97,29 @@ int store_approvals_each(struct store *st, const char *status, const char *exec_
                          store_approval_fn fn, void *arg);
 int store_approvals_expired(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max,
                             int *n);
+
+/* sessions: at most one active execution; the rest wait (pending, no dispatch) */
+int store_session_active(struct store *st, const char *session, char id_out[UUID_STR_LEN]);
+int store_session_next_waiting(struct store *st, const char *session, char id_out[UUID_STR_LEN]);
+int store_session_last_completed(struct store *st, const char *session, const char *agent,
+                                 char id_out[UUID_STR_LEN]);
+int store_session_any(struct store *st, const char *session, char id_out[UUID_STR_LEN]);
+
+/* resources and checkpoints */
+int store_resource_get(struct store *st, const char *exec_id, const char *key, struct resource *out);
+int store_resource_insert(struct store *st, const struct resource *r);
+/* Updates the checkpoint policy, generation, count, binding and checkpoint_ref. */
+int store_resource_update(struct store *st, const struct resource *r);
+typedef int (*store_resource_fn)(struct resource *r, void *arg);
+int store_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg);
+int store_checkpoint_insert(struct store *st, const struct checkpoint *c);
+typedef int (*store_checkpoint_fn)(struct checkpoint *c, void *arg);
+/* Ordered by covered_seq. */
+int store_checkpoints_each(struct store *st, const char *exec_id, store_checkpoint_fn fn, void *arg);
+/* Close the open checkpoints of (key, generation) at seq. */
+int store_checkpoints_invalidate(struct store *st, const char *exec_id, const char *key,
+                                 int64_t generation, int64_t seq);
+int store_checkpoint_covered(struct store *st, const char *exec_id, const char *key,
+                             int64_t generation, bool *out);
 
 #endif

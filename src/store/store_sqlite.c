@@ -60,14 +60,37 @@ static const char *schema_sql =
     "CREATE INDEX IF NOT EXISTS approvals_execution ON approvals(execution_id, created_at);"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1');";
 
+/* Schema migrations, applied in order to databases older than their version. */
+static const char *migrations[] = {
+    /* 2: sessions, forks, resources and checkpoints */
+    "ALTER TABLE executions ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE executions ADD COLUMN forked_from TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE executions ADD COLUMN fork_seq INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE executions ADD COLUMN restoration TEXT;"
+    "ALTER TABLE steps ADD COLUMN resources TEXT;"
+    "CREATE INDEX executions_session ON executions(session, id) WHERE session IS NOT NULL;"
+    "CREATE TABLE resources(execution_id TEXT NOT NULL, key TEXT NOT NULL, driver_id TEXT NOT NULL,"
+    " configuration TEXT NOT NULL, coverage_reuse INTEGER NOT NULL, every_steps INTEGER NOT NULL,"
+    " on_completion INTEGER NOT NULL, registered_seq INTEGER NOT NULL, generation INTEGER NOT NULL,"
+    " count INTEGER NOT NULL, binding TEXT, checkpoint_ref TEXT,"
+    " PRIMARY KEY(execution_id, key)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE checkpoints(execution_id TEXT NOT NULL, key TEXT NOT NULL, generation INTEGER NOT NULL,"
+    " ref TEXT NOT NULL, covered_seq INTEGER NOT NULL, invalidated_seq INTEGER NOT NULL,"
+    " PRIMARY KEY(execution_id, key, generation, covered_seq)) STRICT, WITHOUT ROWID;",
+};
+
 #define EXEC_COLS                                                                          \
     "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
     " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
-    " worker_id, lease_deadline, lease_ms, max_attempts"
+    " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
+    " restoration"
 #define STEP_COLS                                                                          \
     "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
     " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
-    " completed_at"
+    " completed_at, resources"
+#define RESOURCE_COLS                                                                      \
+    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps,"           \
+    " on_completion, registered_seq, generation, count, binding, checkpoint_ref"
 #define APPROVAL_COLS                                                                      \
     "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
     " created_at, decided_at, decided_by, rationale"
@@ -81,6 +104,9 @@ enum stmt_id {
     S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
     S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR,
     S_APPROVAL_INSERT, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
+    S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
+    S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
+    S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED,
     S_COUNT
 };
 
@@ -94,13 +120,14 @@ static const char *stmt_sql[S_COUNT] = {
     [S_AGENT_UPSERT] = "INSERT INTO agents(name, created_at) VALUES(?1, ?2) ON CONFLICT DO NOTHING",
     [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
-                      "?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
+                      "?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)",
     [S_EXEC_GET] = "SELECT " EXEC_COLS " FROM executions WHERE id = ?1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=?2, session=?3, input=?4, status=?5, output=?6,"
                       " state=?7, failure_reason=?8, created_at=?9, updated_at=?10,"
                       " deadline_at=?11, last_seq=?12, dispatch_id=?13, attempt=?14, dstate=?15,"
                       " queued_at=?16, worker_id=?17, lease_deadline=?18, lease_ms=?19,"
-                      " max_attempts=?20 WHERE id=?1",
+                      " max_attempts=?20, parent_id=?21, forked_from=?22, fork_seq=?23,"
+                      " restoration=?24 WHERE id=?1",
     [S_EXEC_NEXT_QUEUED] = "SELECT id FROM executions WHERE dstate='queued' AND agent=?1"
                            " ORDER BY queued_at, id LIMIT 1",
     [S_EXEC_EXPIRED] = "SELECT id FROM executions WHERE dstate='leased' AND lease_deadline <= ?1"
@@ -116,7 +143,7 @@ static const char *stmt_sql[S_COUNT] = {
                  " ORDER BY seq LIMIT ?3",
     [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE step_id = ?1",
     [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
-                      "?12,?13,?14,?15,?16,?17)",
+                      "?12,?13,?14,?15,?16,?17,?18)",
     [S_STEP_UPDATE] = "UPDATE steps SET status=?8, result=?10, error=?11, rule_id=?12,"
                       " approval_id=?13, runs=?14, indeterminate=?15, completed_at=?17,"
                       " idempotency=?7 WHERE step_id=?1 AND execution_id=?2 AND kind=?3"
@@ -140,6 +167,27 @@ static const char *stmt_sql[S_COUNT] = {
                           " rationale=?13 WHERE id=?1",
     [S_APPROVALS_EXPIRED] = "SELECT id FROM approvals WHERE status='pending' AND timeout_at <= ?1"
                             " ORDER BY timeout_at LIMIT ?2",
+    [S_SESSION_ACTIVE] = "SELECT id FROM executions WHERE session=?1 AND (status IN ('running','blocked')"
+                         " OR (status='pending' AND dstate != 'none')) LIMIT 1",
+    [S_SESSION_WAITING] = "SELECT id FROM executions WHERE session=?1 AND status='pending' AND dstate='none'"
+                          " ORDER BY id LIMIT 1",
+    [S_SESSION_LAST_COMPLETED] = "SELECT id FROM executions WHERE session=?1 AND agent=?2"
+                                 " AND status='completed' ORDER BY id DESC LIMIT 1",
+    [S_SESSION_EXISTS] = "SELECT id FROM executions WHERE session=?1 LIMIT 1",
+    [S_RESOURCE_GET] = "SELECT " RESOURCE_COLS " FROM resources WHERE execution_id=?1 AND key=?2",
+    [S_RESOURCE_INSERT] = "INSERT INTO resources(" RESOURCE_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+    [S_RESOURCE_UPDATE] = "UPDATE resources SET every_steps=?6, on_completion=?7, generation=?9, count=?10,"
+                          " binding=?11, checkpoint_ref=?12"
+                          " WHERE execution_id=?1 AND key=?2",
+    [S_RESOURCES] = "SELECT " RESOURCE_COLS " FROM resources WHERE execution_id=?1 ORDER BY registered_seq, key",
+    [S_CHECKPOINT_INSERT] = "INSERT OR REPLACE INTO checkpoints(execution_id, key, generation, ref, covered_seq,"
+                            " invalidated_seq) VALUES(?1,?2,?3,?4,?5,?6)",
+    [S_CHECKPOINTS] = "SELECT execution_id, key, generation, ref, covered_seq, invalidated_seq FROM checkpoints"
+                      " WHERE execution_id=?1 ORDER BY covered_seq, key",
+    [S_CHECKPOINT_INVALIDATE] = "UPDATE checkpoints SET invalidated_seq=?4 WHERE execution_id=?1 AND key=?2"
+                                " AND generation=?3 AND invalidated_seq=0",
+    [S_CHECKPOINT_COVERED] = "SELECT 1 FROM checkpoints WHERE execution_id=?1 AND key=?2 AND generation=?3"
+                             " AND invalidated_seq=0 LIMIT 1",
 };
 
 struct store {
@@ -199,6 +247,35 @@ static int run(sqlite3_stmt *s)
 
 /* --- open / close / transactions --- */
 
+/* Bring an older database up to the current schema, one version per transaction. */
+static int migrate(struct store *st, char *errbuf, size_t errlen)
+{
+    for (;;) {
+        sqlite3_stmt *q;
+        int version = 0;
+        if (sqlite3_prepare_v2(st->db, "SELECT value FROM meta WHERE key='schema_version'", -1, &q, NULL) != SQLITE_OK)
+            goto fail;
+        if (sqlite3_step(q) == SQLITE_ROW) version = sqlite3_column_int(q, 0);
+        sqlite3_finalize(q);
+        int n = (int)(sizeof migrations / sizeof migrations[0]);
+        if (version >= n + 1) return 0;
+        char *sql = xasprintf("BEGIN IMMEDIATE; %s UPDATE meta SET value='%d' WHERE key='schema_version'; COMMIT;",
+                              migrations[version - 1], version + 1);
+        char *msg = NULL;
+        int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
+        free(sql);
+        if (rc != SQLITE_OK) {
+            snprintf(errbuf, errlen, "cannot migrate the database to schema %d: %s", version + 1, msg ? msg : "?");
+            sqlite3_free(msg);
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+fail:
+    snprintf(errbuf, errlen, "cannot read the schema version: %s", sqlite3_errmsg(st->db));
+    return -1;
+}
+
 struct store *store_open(const char *path, char *errbuf, size_t errlen)
 {
     struct store *st = xcalloc(1, sizeof *st);
@@ -219,6 +296,7 @@ struct store *store_open(const char *path, char *errbuf, size_t errlen)
         sqlite3_free(msg);
         goto fail;
     }
+    if (migrate(st, errbuf, errlen) < 0) goto fail;
     for (int i = 0; i < S_COUNT; i++) {
         if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
                                NULL) != SQLITE_OK) {
@@ -328,6 +406,10 @@ static void bind_exec(sqlite3_stmt *s, const struct execution *e)
     sqlite3_bind_int64(s, 18, e->lease_deadline);
     sqlite3_bind_int64(s, 19, e->lease_ms);
     sqlite3_bind_int64(s, 20, e->max_attempts);
+    bind_text(s, 21, e->parent_id);
+    bind_text(s, 22, e->forked_from);
+    sqlite3_bind_int64(s, 23, e->fork_seq);
+    bind_text(s, 24, e->restoration);
 }
 
 static void read_exec(sqlite3_stmt *s, struct execution *e)
@@ -353,6 +435,10 @@ static void read_exec(sqlite3_stmt *s, struct execution *e)
     e->lease_deadline = sqlite3_column_int64(s, 17);
     e->lease_ms = sqlite3_column_int64(s, 18);
     e->max_attempts = sqlite3_column_int64(s, 19);
+    col_copy(s, 20, e->parent_id, sizeof e->parent_id);
+    col_copy(s, 21, e->forked_from, sizeof e->forked_from);
+    e->fork_seq = sqlite3_column_int64(s, 22);
+    e->restoration = col_dup(s, 23);
 }
 
 int store_exec_insert(struct store *st, const struct execution *e)
@@ -382,20 +468,21 @@ int store_exec_get(struct store *st, const char *id, struct execution *out)
     return r;
 }
 
-int store_exec_list(struct store *st, const char *agent, const char *status, const char *cursor,
-                    int limit, store_exec_fn fn, void *arg)
+int store_exec_list(struct store *st, const char *agent, const char *status, const char *session,
+                    const char *cursor, int limit, store_exec_fn fn, void *arg)
 {
     /* Built per call: the filter combinations are few and listing is not a hot path. */
-    char sql[512];
-    snprintf(sql, sizeof sql, "SELECT " EXEC_COLS " FROM executions WHERE 1=1%s%s%s ORDER BY id DESC LIMIT ?4",
+    char sql[640];
+    snprintf(sql, sizeof sql, "SELECT " EXEC_COLS " FROM executions WHERE 1=1%s%s%s%s ORDER BY id DESC LIMIT ?4",
              agent ? " AND agent = ?1" : "", status ? " AND status = ?2" : "",
-             cursor ? " AND id < ?3" : "");
+             cursor ? " AND id < ?3" : "", session ? " AND session = ?5" : "");
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) return -EIO;
     if (agent) bind_text(s, 1, agent);
     if (status) bind_text(s, 2, status);
     if (cursor) bind_text(s, 3, cursor);
     sqlite3_bind_int(s, 4, limit);
+    if (session) bind_text(s, 5, session);
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         struct execution e;
@@ -518,6 +605,7 @@ static void bind_step(sqlite3_stmt *s, const struct step *p)
     sqlite3_bind_int(s, 15, p->indeterminate);
     sqlite3_bind_int64(s, 16, p->created_at);
     sqlite3_bind_int64(s, 17, p->completed_at);
+    bind_text(s, 18, p->resources);
 }
 
 static void read_step(sqlite3_stmt *s, struct step *p)
@@ -540,6 +628,7 @@ static void read_step(sqlite3_stmt *s, struct step *p)
     p->indeterminate = sqlite3_column_int(s, 14) != 0;
     p->created_at = sqlite3_column_int64(s, 15);
     p->completed_at = sqlite3_column_int64(s, 16);
+    p->resources = col_dup(s, 17);
 }
 
 int store_step_get(struct store *st, const char *step_id, struct step *out)
@@ -748,4 +837,181 @@ int store_approvals_each(struct store *st, const char *status, const char *exec_
     }
     sqlite3_finalize(s);
     return r;
+}
+
+/* --- sessions --- */
+
+static int one_id(struct store *st, enum stmt_id id, const char *a, const char *b, char out[UUID_STR_LEN])
+{
+    sqlite3_stmt *s = use(st, id);
+    bind_text(s, 1, a);
+    if (b) bind_text(s, 2, b);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) col_copy(s, 0, out, UUID_STR_LEN);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_session_active(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    return one_id(st, S_SESSION_ACTIVE, session, NULL, id_out);
+}
+
+int store_session_next_waiting(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    return one_id(st, S_SESSION_WAITING, session, NULL, id_out);
+}
+
+int store_session_last_completed(struct store *st, const char *session, const char *agent,
+                                 char id_out[UUID_STR_LEN])
+{
+    return one_id(st, S_SESSION_LAST_COMPLETED, session, agent, id_out);
+}
+
+int store_session_any(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    return one_id(st, S_SESSION_EXISTS, session, NULL, id_out);
+}
+
+/* --- resources --- */
+
+static void bind_resource(sqlite3_stmt *s, const struct resource *r)
+{
+    bind_text(s, 1, r->exec_id);
+    bind_text(s, 2, r->key);
+    bind_text(s, 3, r->driver_id);
+    bind_text(s, 4, r->configuration);
+    sqlite3_bind_int(s, 5, r->coverage_reuse);
+    sqlite3_bind_int64(s, 6, r->every_steps);
+    sqlite3_bind_int(s, 7, r->on_completion);
+    sqlite3_bind_int64(s, 8, r->registered_seq);
+    sqlite3_bind_int64(s, 9, r->generation);
+    sqlite3_bind_int64(s, 10, r->count);
+    bind_text(s, 11, r->binding);
+    bind_text(s, 12, r->checkpoint_ref);
+}
+
+static void read_resource(sqlite3_stmt *s, struct resource *r)
+{
+    memset(r, 0, sizeof *r);
+    col_copy(s, 0, r->exec_id, sizeof r->exec_id);
+    r->key = col_dup(s, 1);
+    r->driver_id = col_dup(s, 2);
+    r->configuration = col_dup(s, 3);
+    r->coverage_reuse = sqlite3_column_int(s, 4) != 0;
+    r->every_steps = sqlite3_column_int64(s, 5);
+    r->on_completion = sqlite3_column_int(s, 6) != 0;
+    r->registered_seq = sqlite3_column_int64(s, 7);
+    r->generation = sqlite3_column_int64(s, 8);
+    r->count = sqlite3_column_int64(s, 9);
+    r->binding = col_dup(s, 10);
+    r->checkpoint_ref = col_dup(s, 11);
+}
+
+int store_resource_get(struct store *st, const char *exec_id, const char *key, struct resource *out)
+{
+    sqlite3_stmt *s = use(st, S_RESOURCE_GET);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, key);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) read_resource(s, out);
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_resource_insert(struct store *st, const struct resource *r)
+{
+    sqlite3_stmt *s = use(st, S_RESOURCE_INSERT);
+    bind_resource(s, r);
+    return run(s);
+}
+
+int store_resource_update(struct store *st, const struct resource *r)
+{
+    sqlite3_stmt *s = use(st, S_RESOURCE_UPDATE);
+    bind_resource(s, r);
+    return run(s);
+}
+
+int store_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg)
+{
+    /* Collected first: callers update the rows they visit. */
+    sqlite3_stmt *s = use(st, S_RESOURCES);
+    bind_text(s, 1, exec_id);
+    struct resource *list = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) list = xrealloc(list, (cap = cap ? cap * 2 : 4) * sizeof *list);
+        read_resource(s, &list[n++]);
+    }
+    sqlite3_reset(s);
+    int r = rc == SQLITE_DONE ? 0 : rc_errno(rc);
+    for (size_t i = 0; i < n; i++) {
+        if (r == 0) r = fn(&list[i], arg);
+        resource_fini(&list[i]);
+    }
+    free(list);
+    return r;
+}
+
+/* --- checkpoints --- */
+
+int store_checkpoint_insert(struct store *st, const struct checkpoint *c)
+{
+    sqlite3_stmt *s = use(st, S_CHECKPOINT_INSERT);
+    bind_text(s, 1, c->exec_id);
+    bind_text(s, 2, c->key);
+    sqlite3_bind_int64(s, 3, c->generation);
+    bind_text(s, 4, c->ref);
+    sqlite3_bind_int64(s, 5, c->covered_seq);
+    sqlite3_bind_int64(s, 6, c->invalidated_seq);
+    return run(s);
+}
+
+int store_checkpoints_each(struct store *st, const char *exec_id, store_checkpoint_fn fn, void *arg)
+{
+    sqlite3_stmt *s = use(st, S_CHECKPOINTS);
+    bind_text(s, 1, exec_id);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct checkpoint c;
+        memset(&c, 0, sizeof c);
+        col_copy(s, 0, c.exec_id, sizeof c.exec_id);
+        c.key = col_dup(s, 1);
+        c.generation = sqlite3_column_int64(s, 2);
+        c.ref = col_dup(s, 3);
+        c.covered_seq = sqlite3_column_int64(s, 4);
+        c.invalidated_seq = sqlite3_column_int64(s, 5);
+        r = fn(&c, arg);
+        checkpoint_fini(&c);
+    }
+    sqlite3_reset(s);
+    return r;
+}
+
+int store_checkpoints_invalidate(struct store *st, const char *exec_id, const char *key,
+                                 int64_t generation, int64_t seq)
+{
+    sqlite3_stmt *s = use(st, S_CHECKPOINT_INVALIDATE);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, key);
+    sqlite3_bind_int64(s, 3, generation);
+    sqlite3_bind_int64(s, 4, seq);
+    return run(s);
+}
+
+int store_checkpoint_covered(struct store *st, const char *exec_id, const char *key,
+                             int64_t generation, bool *out)
+{
+    sqlite3_stmt *s = use(st, S_CHECKPOINT_COVERED);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, key);
+    sqlite3_bind_int64(s, 3, generation);
+    int rc = sqlite3_step(s);
+    *out = rc == SQLITE_ROW;
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
 }

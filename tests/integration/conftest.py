@@ -160,12 +160,14 @@ class Dispatch:
     def call(self, method, path, body=None):
         return self.k.request(method, f"/v0/executions/{self.exec_id}{path}", body, headers=self.headers)
 
-    def submit(self, target, args=None, kind="tool_call", idempotency=None):
+    def submit(self, target, args=None, kind="tool_call", idempotency=None, resources=None):
         body = {"kind": kind, "target": target}
         if args is not None:
             body["args"] = args
         if idempotency:
             body["idempotency"] = idempotency
+        if resources is not None:
+            body["resources"] = resources
         st, out = self.call("POST", "/steps", body)
         assert st == 200, (st, out)
         return out
