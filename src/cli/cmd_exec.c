@@ -4,6 +4,7 @@
  *
  *   rebuno exec create AGENT ['<json input>'] [--deadline SECONDS] [--session S]
  *   rebuno exec get ID | list | events ID | watch ID | cancel ID
+ *   rebuno exec fork ID --at SEQ [--session S] | fork-points ID
  *   rebuno exec approve|deny ID     (handled by cmd_approval.c)
  *
  * Exit status: 0 ok, 1 the operation failed (HTTP error, or watch saw the execution
@@ -25,7 +26,7 @@
 #define SUMMARY_MAX 120
 
 struct exec_opts {
-    const char *deadline, *session, *agent, *status, *limit, *cursor, *after, *reason;
+    const char *deadline, *session, *agent, *status, *limit, *cursor, *after, *reason, *at;
 };
 
 struct exec_ctx {
@@ -329,6 +330,14 @@ static void print_execution(const json_t *ex)
     }
     const char *fr = cli_str(ex, "failure_reason");
     if (fr) kv("failure:", fr);
+    if (cli_str(ex, "parent_execution_id")) kv("parent:", cli_str(ex, "parent_execution_id"));
+    if (cli_str(ex, "forked_from")) {
+        char at[32];
+        snprintf(at, sizeof at, "%lld", (long long)json_integer_value(json_object_get(ex, "fork_seq")));
+        kv("forked:", cli_str(ex, "forked_from"));
+        kv("at seq:", at);
+        kv_json("restored:", json_object_get(ex, "restoration"));
+    }
     kv_json("input:", json_object_get(ex, "input"));
     kv_json("output:", json_object_get(ex, "output"));
     kv_json("state:", json_object_get(ex, "state"));
@@ -670,9 +679,117 @@ static int run_cancel(struct exec_ctx *x)
     return CLI_OK;
 }
 
+/* ---- fork -------------------------------------------------------------------- */
+
+static int run_fork(struct exec_ctx *x)
+{
+    const char *id = need_id(x);
+    long long at;
+    if (!id) return usage_error(x->sub, "missing ID: pass the execution to fork, e.g. rebuno exec fork 0192f1a0-... --at 12");
+    if (!x->o.at || parse_num(x->o.at, 1, LLONG_MAX, &at) < 0)
+        return usage_error(x->sub, "--at SEQ is required: the event to fork at (see rebuno exec fork-points %s)", id);
+    json_t *body = json_pack("{s:I}", "at_seq", (json_int_t)at);
+    if (x->o.session) json_object_set_new(body, "session", json_string(x->o.session));
+    char *path = exec_path(x, id, "/fork");
+    struct err err = ERR_INIT;
+    json_t *ex = NULL;
+    int rc = client_request(&x->c, "POST", path, body, NULL, &ex, &err);
+    free(path);
+    json_decref(body);
+    if (rc < 0) return fail(&err);
+    if (x->a.json) {
+        cli_json_line(stdout, ex);
+    } else {
+        fputs("forked ", stdout);
+        cli_put_clean(stdout, cli_str(ex, "id"), 0);
+        printf(" from %s at seq %lld", id, at);
+        if (cli_str(ex, "session")) {
+            fputs(" (session ", stdout);
+            cli_put_clean(stdout, cli_str(ex, "session"), 0);
+            fputs(")", stdout);
+        }
+        fputc('\n', stdout);
+        const char *key;
+        json_t *r;
+        json_object_foreach(json_object_get(ex, "restoration"), key, r) {
+            fputs("  ", stdout);
+            cli_put_clean(stdout, key, 128);
+            if (cli_str(r, "checkpoint_ref")) {
+                fputs(": from checkpoint ", stdout);
+                cli_put_clean(stdout, cli_str(r, "checkpoint_ref"), 200);
+                printf(" (seq %lld, %s)\n", (long long)json_integer_value(json_object_get(r, "checkpoint_seq")),
+                       json_is_true(json_object_get(r, "covered")) ? "covers the fork point"
+                                                                   : "earlier than the fork point: copied results may "
+                                                                     "describe changes it lacks");
+            } else {
+                fputs(": fresh (no checkpoint at or before the fork point)\n", stdout);
+            }
+        }
+    }
+    json_decref(ex);
+    return CLI_OK;
+}
+
+static int run_fork_points(struct exec_ctx *x)
+{
+    const char *id = need_id(x);
+    if (!id) return usage_error(x->sub, "missing ID: pass the execution id");
+    char *path = exec_path(x, id, "/fork-points?limit=10000");
+    struct err err = ERR_INIT;
+    json_t *fp = NULL;
+    int rc = client_request(&x->c, "GET", path, NULL, NULL, &fp, &err);
+    free(path);
+    if (rc < 0) return fail(&err);
+    if (x->a.json) {
+        cli_json_line(stdout, fp);
+        json_decref(fp);
+        return CLI_OK;
+    }
+    size_t i;
+    json_t *v;
+    printf("checkpoints:\n");
+    if (json_array_size(json_object_get(fp, "checkpoints")) == 0) printf("  (none: forks start from fresh resources)\n");
+    json_array_foreach(json_object_get(fp, "checkpoints"), i, v) {
+        json_t *inv = json_object_get(v, "invalidated_seq");
+        printf("  %-12s covers seq %lld..%s  ref ", cli_str(v, "key") ? cli_str(v, "key") : "?",
+               (long long)json_integer_value(json_object_get(v, "covered_seq")),
+               json_is_integer(inv) ? "" : "end");
+        if (json_is_integer(inv)) printf("%lld ", (long long)json_integer_value(inv) - 1);
+        cli_put_clean(stdout, cli_str(v, "checkpoint_ref"), 200);
+        fputc('\n', stdout);
+    }
+    printf("events (fork with --at SEQ; * = covered by a checkpoint of every resource):\n");
+    json_array_foreach(json_object_get(fp, "events"), i, v) {
+        printf("  %c %5lld  %-24s ", json_is_true(json_object_get(v, "covered")) ? '*' : ' ',
+               (long long)json_integer_value(json_object_get(v, "seq")), cli_str(v, "type") ? cli_str(v, "type") : "");
+        cli_put_clean(stdout, cli_str(v, "target"), 80);
+        fputc('\n', stdout);
+    }
+    json_decref(fp);
+    return CLI_OK;
+}
+
 /* ---- dispatch ---------------------------------------------------------------- */
 
 static const struct exec_sub subs[] = {
+    {"fork",
+     "fork ID --at SEQ [--session S]",
+     "Start a new execution that reruns ID's input, replays the steps ID had settled\n"
+     "by event SEQ, and runs live after it. Each resource restarts from the checkpoint\n"
+     "covering SEQ, else the newest earlier one, else fresh; the choice is printed.\n"
+     "\n"
+     "  --at SEQ      the event to fork at (see 'rebuno exec fork-points ID')\n"
+     "  --session S   a new session for the fork\n",
+     {"at", "session"},
+     1,
+     run_fork},
+    {"fork-points",
+     "fork-points ID",
+     "List the checkpoints of ID and the events a fork can start from, marking those\n"
+     "a checkpoint covers.\n",
+     {NULL},
+     1,
+     run_fork_points},
     {"create",
      "create AGENT ['<json input>'] [--deadline SECONDS] [--session S]",
      "Start an execution of AGENT. The input is one JSON value (default {}); quote it for\n"
@@ -771,6 +888,7 @@ static const char **opt_slot(struct exec_opts *o, const char *name)
     if (!strcmp(name, "cursor")) return &o->cursor;
     if (!strcmp(name, "after")) return &o->after;
     if (!strcmp(name, "reason")) return &o->reason;
+    if (!strcmp(name, "at")) return &o->at;
     ASSERT(!"unknown exec option");
     return NULL;
 }

@@ -197,3 +197,32 @@ def test_fork_validation(kernel):
     kernel.create("coder", {}, session="taken")
     st, out = kernel.request("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": 1, "session": "taken"})
     assert st == 409 and out["error"]["field"] == "session"
+
+
+def test_cli_session_and_fork(kernel):
+    from test_cli import cli
+    import json as _json
+    first = _json.loads(cli(kernel, "exec", "create", "coder", '{"task": "a"}', "--session", "fix-tests", "--json").stdout)
+    second = _json.loads(cli(kernel, "exec", "create", "coder", '{"task": "b"}', "--session", "fix-tests",
+                             "--json").stdout)
+    assert first["session"] == second["session"] == "fix-tests" and second["status"] == "pending"
+    d = claim(kernel)
+    register(d, every_steps=2)
+    capture(d, "ws", 0, "cp0")
+    run_step(d, "write_a", resources=["ws"])
+    run_step(d, "write_b", resources=["ws"], captures_ref="cp2")
+    run_step(d, "write_c", resources=["ws"])
+    d.complete("done", state={"turn": 1})
+    points = cli(kernel, "exec", "fork-points", first["id"]).stdout
+    assert "cp0" in points and "cp2" in points and "step.executing" in points
+    fp = kernel.ok("GET", f"/v0/executions/{first['id']}/fork-points")
+    mid = [e["seq"] for e in fp["events"] if e["type"] == "step.succeeded" and e["target"] == "write_a"][0]
+    out = cli(kernel, "exec", "fork", first["id"], "--at", str(mid), "--session", "fix-tests-fork").stdout
+    assert out.startswith("forked ") and "from checkpoint cp0" in out and "copied results may" in out
+    fork_id = out.split()[1]
+    got = cli(kernel, "exec", "get", fork_id).stdout
+    assert "forked:" in got and first["id"] in got and "cp0" in got
+    p = cli(kernel, "exec", "fork", first["id"], check=False)
+    assert p.returncode == 2 and "--at SEQ is required" in p.stderr
+    # The second turn of the session was admitted when the first completed.
+    assert kernel.ok("GET", f"/v0/executions/{second['id']}")["dispatch"]["state"] == "queued"
