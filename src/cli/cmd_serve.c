@@ -146,6 +146,8 @@ int cmd_serve(int argc, char **argv)
     if (configure_agents(k, &c, &err) < 0) goto fail;
 
     struct event_config *ec = event_config_new();
+    /* Batch epoll_ctl changes per loop turn: held replies toggle read interest a lot. */
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     s.base = event_base_new_with_config(ec);
     event_config_free(ec);
     event_base_priority_init(s.base, 3); /* 0 unused, 1 I/O and timers, 2 group commit */

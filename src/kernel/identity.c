@@ -36,7 +36,9 @@
 #include "kernel/identity.h"
 #include "base/xalloc.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -697,10 +699,22 @@ done:
     return rc;
 }
 
+/* The digest implementation is fetched once: SHA256() looks it up on every call,
+ * which costs more than hashing a small step's arguments. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void identity_sha256_hex(const void *p, size_t n, char out[65])
 {
     unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256(n ? p : (const void *)"", n, md);
+    pthread_once(&sha256_once, sha256_fetch);
+    if (!sha256_md || !EVP_Digest(n ? p : (const void *)"", n, md, NULL, sha256_md, NULL))
+        SHA256(n ? p : (const void *)"", n, md);
     for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
         out[2 * i] = hex_digits[md[i] >> 4];
         out[2 * i + 1] = hex_digits[md[i] & 0xf];

@@ -116,6 +116,24 @@ int k_save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *
 
 /* --- agents and workers --- */
 
+void k_mark(const struct execution *e, struct exec_mark *m)
+{
+    m->status = e->status;
+    m->dstate = e->dstate;
+    m->attempt = e->attempt;
+    m->lease_deadline = e->lease_deadline;
+}
+
+int k_save_exec_changed(struct kernel *k, struct execution *e, const struct exec_mark *m, int64_t now,
+                        struct err *err)
+{
+    int64_t slack = e->lease_ms / 4 < 1000 ? e->lease_ms / 4 : 1000;
+    if (e->status == m->status && e->dstate == m->dstate && e->attempt == m->attempt &&
+        e->lease_deadline - m->lease_deadline < slack)
+        return 0;
+    return k_save_exec(k, e, now, err);
+}
+
 struct agent_conf *k_find_agent(struct kernel *k, const char *name)
 {
     for (int i = 0; i < k->n_agents; i++)
@@ -994,6 +1012,8 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
 {
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
+    struct exec_mark mark;
+    k_mark(&e, &mark);
     int64_t now = clock_now_ms();
     int rc = -1;
     struct step s;
@@ -1047,7 +1067,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         k_store_fail(err, r, "advancing step counters");
         goto out;
     }
-    if (k_save_exec(k, &e, now, err) < 0) goto out;
+    if (k_save_exec_changed(k, &e, &mark, now, err) < 0) goto out;
     rc = 0;
 out:
     if (rc < 0 && *out) {
@@ -1067,6 +1087,8 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
 {
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
+    struct exec_mark mark;
+    k_mark(&e, &mark);
     int64_t now = clock_now_ms();
     int rc = -1;
     struct step s;
@@ -1106,7 +1128,7 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
     if (k_emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 ||
         k_resources_settle(k, &e, &s, err) < 0 ||
         ((captures || failures) && k_record_captures(k, &e, captures, failures, &capture_out, now, err) < 0) ||
-        k_save_exec(k, &e, now, err) < 0)
+        k_save_exec_changed(k, &e, &mark, now, err) < 0)
         goto out;
     *out = k_decision("recorded", s.step_id);
     if (capture_out) json_object_set_new(*out, "captures", capture_out);

@@ -44,6 +44,17 @@ void k_note_agent(struct kernel *k, const char *agent);
 int k_emit(struct kernel *k, struct execution *e, const char *type, json_t *payload, int64_t now,
            struct err *err);
 int k_save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err);
+/* What a hot-path operation compares against to skip rewriting an unchanged row. */
+struct exec_mark {
+    enum exec_status status;
+    enum dispatch_state dstate;
+    int64_t attempt, lease_deadline;
+};
+void k_mark(const struct execution *e, struct exec_mark *m);
+/* Save e only if its status or dispatch changed, or its lease moved far enough that the
+ * stored deadline could expire a live worker (a quarter lease, at most 1 s). */
+int k_save_exec_changed(struct kernel *k, struct execution *e, const struct exec_mark *m, int64_t now,
+                        struct err *err);
 struct agent_conf *k_find_agent(struct kernel *k, const char *name);
 int k_load_exec(struct kernel *k, const struct caller *c, const char *id, struct execution *e,
                 struct err *err);

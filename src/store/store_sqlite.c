@@ -14,7 +14,9 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +86,14 @@ static const char *migrations[] = {
     " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
     " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
     " restoration"
+/* Reads derive last_seq from the events index, so appending an event never has to
+ * rewrite the execution row. */
+#define EXEC_SELECT                                                                        \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at,"                                                            \
+    " (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = executions.id),"     \
+    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms,"       \
+    " max_attempts, parent_id, forked_from, fork_seq, restoration"
 #define STEP_COLS                                                                          \
     "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
     " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
@@ -121,7 +131,7 @@ static const char *stmt_sql[S_COUNT] = {
     [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
                       "?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)",
-    [S_EXEC_GET] = "SELECT " EXEC_COLS " FROM executions WHERE id = ?1",
+    [S_EXEC_GET] = "SELECT " EXEC_SELECT " FROM executions WHERE id = ?1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=?2, session=?3, input=?4, status=?5, output=?6,"
                       " state=?7, failure_reason=?8, created_at=?9, updated_at=?10,"
                       " deadline_at=?11, last_seq=?12, dispatch_id=?13, attempt=?14, dstate=?15,"
@@ -194,7 +204,44 @@ struct store {
     sqlite3 *db;
     sqlite3_stmt *stmt[S_COUNT];
     bool in_tx;
+    /* WAL checkpoints run on a thread of their own (own connection), so copying
+     * pages back into the database never stalls a commit on the loop thread. */
+    pthread_t ckpt_thread;
+    bool ckpt_running;
+    pthread_mutex_t ckpt_mu;
+    pthread_cond_t ckpt_cv;
+    bool ckpt_stop;
+    char *path;
 };
+
+#define CHECKPOINT_INTERVAL_MS 100
+
+static void *checkpointer(void *arg)
+{
+    struct store *st = arg;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(st->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        return NULL; /* the main connection still works; the WAL just grows until close */
+    }
+    sqlite3_busy_timeout(db, 1000);
+    sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
+    pthread_mutex_lock(&st->ckpt_mu);
+    while (!st->ckpt_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += CHECKPOINT_INTERVAL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&st->ckpt_cv, &st->ckpt_mu, &ts);
+        if (st->ckpt_stop) break;
+        pthread_mutex_unlock(&st->ckpt_mu);
+        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&st->ckpt_mu);
+    }
+    pthread_mutex_unlock(&st->ckpt_mu);
+    sqlite3_close(db);
+    return NULL;
+}
 
 /* --- helpers --- */
 
@@ -287,7 +334,7 @@ struct store *store_open(const char *path, char *errbuf, size_t errlen)
     }
     sqlite3_busy_timeout(st->db, 5000);
     char *msg = NULL;
-    const char *pragmas = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+    const char *pragmas = "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=0;"
                           " PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
                           " PRAGMA cache_size=-65536;";
     if (sqlite3_exec(st->db, pragmas, NULL, NULL, &msg) != SQLITE_OK ||
@@ -297,6 +344,10 @@ struct store *store_open(const char *path, char *errbuf, size_t errlen)
         goto fail;
     }
     if (migrate(st, errbuf, errlen) < 0) goto fail;
+    st->path = xstrdup(path);
+    pthread_mutex_init(&st->ckpt_mu, NULL);
+    pthread_cond_init(&st->ckpt_cv, NULL);
+    st->ckpt_running = pthread_create(&st->ckpt_thread, NULL, checkpointer, st) == 0;
     for (int i = 0; i < S_COUNT; i++) {
         if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
                                NULL) != SQLITE_OK) {
@@ -313,6 +364,17 @@ fail:
 void store_close(struct store *st)
 {
     if (!st) return;
+    if (st->ckpt_running) {
+        pthread_mutex_lock(&st->ckpt_mu);
+        st->ckpt_stop = true;
+        pthread_cond_signal(&st->ckpt_cv);
+        pthread_mutex_unlock(&st->ckpt_mu);
+        pthread_join(st->ckpt_thread, NULL);
+        pthread_mutex_destroy(&st->ckpt_mu);
+        pthread_cond_destroy(&st->ckpt_cv);
+    }
+    if (st->db) sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    free(st->path);
     for (int i = 0; i < S_COUNT; i++) sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);
     free(st);
@@ -473,7 +535,7 @@ int store_exec_list(struct store *st, const char *agent, const char *status, con
 {
     /* Built per call: the filter combinations are few and listing is not a hot path. */
     char sql[640];
-    snprintf(sql, sizeof sql, "SELECT " EXEC_COLS " FROM executions WHERE 1=1%s%s%s%s ORDER BY id DESC LIMIT ?4",
+    snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE 1=1%s%s%s%s ORDER BY id DESC LIMIT ?4",
              agent ? " AND agent = ?1" : "", status ? " AND status = ?2" : "",
              cursor ? " AND id < ?3" : "", session ? " AND session = ?5" : "");
     sqlite3_stmt *s;

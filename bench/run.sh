@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# bench/run.sh - run the kernel benchmark (what `make bench` does after building).
+#
+#   bash bench/run.sh [build/bench/kernel options]     e.g. --quick, --seconds 5, --agents 1,32
+#   BENCH_ARGS="--quick" make bench
+#
+# Needs build/rebuno and build/bench/kernel (`make build/rebuno build/bench/kernel`).
+# The report goes to stdout and to build/bench/kernel.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=build/bench/kernel
+if [[ ! -x $bin || ! -x build/rebuno ]]; then
+    echo "bench/run.sh: build first: make build/rebuno $bin" >&2
+    exit 2
+fi
+if [[ $# -eq 0 && -n ${BENCH_ARGS:-} ]]; then
+    read -r -a args <<<"$BENCH_ARGS"
+    set -- "${args[@]}"
+fi
+
+out=build/bench/kernel.txt
+"$bin" --bin build/rebuno "$@" | tee "$out.tmp"
+mv "$out.tmp" "$out"
+echo
+echo "bench/run.sh: report saved to $out"
