@@ -6,7 +6,7 @@
 #   make bench      benchmarks (bench/)
 #   make lint       cppcheck over src/
 #   make fmt        clang-format in place
-PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 openssl libcurl
+PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 openssl libcurl libseccomp libcap
 CC       ?= cc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lm -lpthread
@@ -31,7 +31,11 @@ ASAN_LIB_OBJ := $(LIB_SRC:%.c=build/asan/%.o)
 REL_LIB_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
 UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
 
-.PHONY: all asan unit test bench lint fmt clean
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
+FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/kernel/identity.c \
+                $(wildcard src/policy/*.c)
+
+.PHONY: all asan unit test bench lint fmt clean fuzz
 all: build/rebuno
 
 build/rebuno: $(REL_OBJ)
@@ -64,6 +68,15 @@ bench: build/rebuno $(BENCH_SRC:bench/%.c=build/bench/%)
 
 test: build/rebuno build/asan/rebuno build/asan/unit_tests
 	bash scripts/test.sh --no-install
+
+# libFuzzer targets (clang): build/fuzz/<name>; run e.g. build/fuzz/fuzz_policy -max_total_time=60
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -Isrc -D_GNU_SOURCE $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	  -o $@ $^ $(PKG_LIBS)
+
+fuzz: $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+	for f in $^; do $$f -max_total_time=$${FUZZ_SECONDS:-30} -rss_limit_mb=2048 || exit 1; done
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability -Isrc --std=c11 \
