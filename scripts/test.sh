@@ -16,16 +16,21 @@ t=$(echo "$syn" | sed -nE 's/.*Tested: ([0-9]+).*/\1/p'); p=$(echo "$syn" | sed 
 if [ -z "$t" ]; then failed=$((failed+1)); else passed=$((passed+p)); failed=$((failed+t-p)); fi
 [ $rc -eq 0 ] || [ -n "$t" ] || failed=$((failed+1))
 
-# --- integration tests (pytest, real binary over loopback) ---
+# --- pytest suites against the real binaries over loopback ---
 export REBUNO_BIN="$PWD/build/asan/rebuno"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
-out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration 2>&1); rc=$?
-echo "$out" | tail -n 60
-line=$(echo "$out" | grep -E "^(=+ )?[0-9]+ (passed|failed)|no tests ran|[0-9]+ (passed|failed)" | tail -n1)
-count() { echo "$line" | grep -oE "[0-9]+ $1" | grep -oE "[0-9]+" | head -n1; }
-p=$(count passed); f=$(count failed); e=$(count error)
-passed=$((passed+${p:-0})); failed=$((failed+${f:-0}+${e:-0}))
-if [ $rc -ne 0 ] && [ -z "$f" ] && [ -z "$e" ]; then failed=$((failed+1)); fi
+run_pytest() {  # $1: test folder; adds its counts to the totals
+  local out rc line p f e
+  out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider "$1" 2>&1); rc=$?
+  echo "== $1"; echo "$out" | tail -n 60
+  line=$(echo "$out" | grep -E "[0-9]+ (passed|failed)|no tests ran" | tail -n1)
+  count() { echo "$line" | grep -oE "[0-9]+ $1" | grep -oE "[0-9]+" | head -n1; }
+  p=$(count passed); f=$(count failed); e=$(count error)
+  passed=$((passed+${p:-0})); failed=$((failed+${f:-0}+${e:-0}))
+  if [ $rc -ne 0 ] && [ -z "$f" ] && [ -z "$e" ]; then failed=$((failed+1)); fi
+}
+run_pytest tests/integration   # the kernel, CLI, sandboxes, proxy
+run_pytest sdk/python/tests    # the Python SDK against the kernel
 
 echo "tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]

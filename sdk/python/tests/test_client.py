@@ -1,0 +1,129 @@
+"""Client and SyncClient against the real kernel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+CONFIG = """
+agents:
+  - name: app
+    lease_timeout_seconds: 1
+    policy: |
+      default_action: allow
+      rules:
+        - id: gate
+          when: {target: risky}
+          then: {decision: require_approval, reason: risky things need a person}
+"""
+
+
+def test_sync_client_executions_events_watch_cancel(make_kernel):
+    from rebuno import ConflictError, NotFoundError, SyncClient, ValidationError
+
+    k = make_kernel(CONFIG)
+    with SyncClient(k.url) as c:
+        assert c.health()
+        ids = [c.create("app", {"n": i}).id for i in range(3)]
+        first = c.get(ids[0])
+        assert first.status == "pending" and first.input == {"n": 0} and first.agent == "app"
+        assert first.dispatch is not None and first.dispatch.state == "queued"
+        page = c.list(agent="app", limit=2)
+        assert [e.id for e in page.executions] == ids[::-1][:2] and page.next_cursor
+        rest = c.list(agent="app", limit=2, cursor=page.next_cursor)
+        assert [e.id for e in rest.executions] == [ids[0]] and rest.next_cursor is None
+        events = c.events(ids[0])
+        assert [e.type for e in events] == ["execution.created", "dispatch.queued"]
+        cancelled = c.cancel(ids[0], "not needed")
+        assert cancelled.status == "cancelled" and cancelled.failure_reason == "not needed"
+        watched = [e.type for e in c.watch(ids[0])]
+        assert watched[-1] == "execution.cancelled" and watched[0] == "execution.created"
+        assert [e.type for e in c.watch(ids[0], after=len(watched) - 1)] == ["execution.cancelled"]
+        with pytest.raises(ConflictError) as ei:
+            c.cancel(ids[0])
+        assert ei.value.code == "execution_terminal"
+        with pytest.raises(NotFoundError):
+            c.get("01a22000-0000-7000-8000-000000000000")
+        with pytest.raises(ValidationError) as ve:
+            c.create("app", {}, session="bad session!")
+        assert ve.value.field == "session"
+        s1 = c.create("app", {"n": 9}, session="s1")
+        assert s1.session == "s1"
+        assert [e.id for e in c.list(session="s1").executions] == [s1.id]
+        assert any(a["name"] == "app" for a in c.agents())
+
+
+def test_async_client_watch_and_approvals_with_a_live_agent(make_kernel):
+    from rebuno import Agent, Client, ConflictError, tool
+
+    k = make_kernel(CONFIG)
+
+    @tool
+    async def risky(what: str) -> str:
+        return f"did {what}"
+
+    async def handler(what: str) -> dict:
+        return {"result": await risky(what)}
+
+    async def main() -> None:
+        agent = Agent("app", base_url=k.url, handle_signals=False, claim_wait=1, grace_period=1)
+        serving = asyncio.create_task(agent.serve(handler))
+        try:
+            async with Client(k.url) as c:
+                ex = await c.create("app", {"what": "the thing"})
+                seen: list[str] = []
+                async for ev in c.watch(ex.id):
+                    seen.append(ev.type)
+                    if ev.type == "approval.requested":
+                        (appr,) = await c.approvals(execution_id=ex.id)
+                        assert appr.status == "pending" and appr.target == "risky"
+                        assert appr.args == {"what": "the thing"}
+                        decided = await c.approve(appr.id, by="alice", reason="fine")
+                        assert decided.status == "granted" and decided.decided_by == "alice"
+                        with pytest.raises(ConflictError):
+                            await c.deny(appr.id, by="bob")
+                assert seen[-1] == "execution.completed"
+                assert "execution.blocked" in seen and "execution.resumed" in seen
+                done = await c.get(ex.id)
+                assert done.output == {"result": "did the thing"}
+                assert (await c.wait(ex.id, timeout=5)).status == "completed"
+                steps = await c.steps(ex.id)
+                assert steps[0].status == "succeeded" and steps[0].approval_id
+                one = await c.get_step(ex.id, steps[0].step_id)
+                assert one.result == "did the thing"
+                assert (await c.approvals(status=None, execution_id=ex.id))[0].status == "granted"
+        finally:
+            agent.stop()
+            await asyncio.wait_for(serving, 10)
+
+    asyncio.run(main())
+
+
+def test_api_keys_for_agents_and_clients(make_kernel, start_agent, tmp_path):
+    from conftest import wait_status
+
+    from rebuno import ForbiddenError, SyncClient, UnauthorizedError
+
+    agent_key, client_key = "agent-key-0123456789abcdef", "client-key-0123456789abcdef"
+    k = make_kernel(f"""
+agents:
+  - name: basic
+api_keys:
+  - key: {client_key}
+    role: client
+  - key: {agent_key}
+    role: agent
+    agent: basic
+""")
+    work = tmp_path / "work"
+    work.mkdir()
+    start_agent("basic.py", k, env={"WORKDIR": str(work), "REBUNO_API_KEY": agent_key})
+    with SyncClient(k.url, api_key=client_key) as c:
+        ex = c.create("basic", {"task": "keys"})
+        done = wait_status(c, ex.id)
+        assert done.status == "completed" and done.output["loud"] == "KEYS"
+    with SyncClient(k.url) as anonymous, pytest.raises(UnauthorizedError):
+        anonymous.get(ex.id)
+    with SyncClient(k.url, api_key=agent_key) as as_agent, pytest.raises(ForbiddenError):
+        as_agent.approvals()
