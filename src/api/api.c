@@ -846,7 +846,7 @@ struct agent_ctx {
     json_t *body;
     const char *args_text;
     size_t args_len;
-    const char *kind, *target, *error;
+    const char *kind, *target, *error, *request_id;
     enum idempotency idem;
     bool ok;
 };
@@ -919,12 +919,13 @@ static int op_submit(struct api *a, struct http_req *r, void *ctx, json_t **out,
     json_t *args = json_object_get(c->body, "args");
     json_t *resources = json_object_get(c->body, "resources");
     return kernel_submit_step(a->k, &who, http_req_param(r, "id"), &c->d, c->kind, c->target, c->args_text,
-                              c->args_len, args, json_is_array(resources) ? resources : NULL, c->idem, out, err);
+                              c->args_len, args, json_is_array(resources) ? resources : NULL, c->idem,
+                              c->request_id, out, err);
 }
 
 static void h_submit(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"kind", "target", "args", "idempotency", "resources", NULL};
+    static const char *const fields[] = {"kind", "target", "args", "idempotency", "resources", "request_id", NULL};
     struct err err = ERR_INIT;
     struct agent_ctx c = {0};
     const char *idem = NULL;
@@ -932,6 +933,7 @@ static void h_submit(struct api *a, struct http_req *r)
         get_str(c.body, "kind", true, 32, &c.kind, &err) < 0 ||
         get_str(c.body, "target", true, 256, &c.target, &err) < 0 ||
         get_str(c.body, "idempotency", false, 32, &idem, &err) < 0 ||
+        get_str(c.body, "request_id", false, 64, &c.request_id, &err) < 0 ||
         check_array(c.body, "resources", 32, check_resource_key, &err) < 0)
         goto fail;
     if (strcmp(c.kind, "tool_call") != 0 && strcmp(c.kind, "llm_call") != 0 && strcmp(c.kind, "local") != 0) {

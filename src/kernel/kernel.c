@@ -1008,7 +1008,8 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
 int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *kind, const char *target,
                        const char *args_text, size_t args_len, const json_t *args,
-                       const json_t *resources, enum idempotency idem, json_t **out, struct err *err)
+                       const json_t *resources, enum idempotency idem, const char *request_id,
+                       json_t **out, struct err *err)
 {
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
@@ -1031,17 +1032,26 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     char args_hash[STEP_ID_LEN];
     identity_sha256_hex(canon.data, canon.len, args_hash);
     int64_t consumed;
-    int r = store_counter_get(k->st, e.id, kind, target, args_hash, &consumed);
+    char last_request[72] = "";
+    int r = store_counter_get(k->st, e.id, kind, target, args_hash, &consumed, last_request, sizeof last_request);
     if (r < 0 && r != -ENOENT) {
         k_store_fail(err, r, "reading step counters");
         goto out;
     }
-    int64_t occurrence = r == -ENOENT ? 0 : consumed + 1;
+    /* A resend of the last submission of this key (its reply was lost) is the same
+     * occurrence, not a new one. */
+    bool resend = r == 0 && request_id && strcmp(last_request, request_id) == 0;
+    int64_t occurrence = r == -ENOENT ? 0 : resend ? consumed : consumed + 1;
     char step_id[STEP_ID_LEN];
     identity_step_id(e.id, kind, target, args_hash, occurrence, step_id);
 
     r = store_step_get(k->st, step_id, &s);
-    if (r == 0) {
+    if (r == 0 && resend && s.status == STEP_EXECUTING) {
+        /* Still running from the lost reply's submission: the same go-ahead, no new run. */
+        *out = k_decision("proceed", s.step_id);
+        json_object_set_new(*out, "rule_id", k_opt_str(s.rule_id));
+        json_object_set_new(*out, "resources", json_array());
+    } else if (r == 0) {
         if (resubmit(k, &e, &s, idem, now, out, err) < 0) goto out;
     } else if (r != -ENOENT) {
         k_store_fail(err, r, "reading the step");
@@ -1063,7 +1073,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         if (resources && json_array_size(resources) > 0 && strcmp(kind, "llm_call") != 0) s.resources = k_text(resources);
         if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
     }
-    if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence)) < 0) {
+    if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence, request_id)) < 0) {
         k_store_fail(err, r, "advancing step counters");
         goto out;
     }

@@ -98,12 +98,14 @@ int kernel_fail(struct kernel *k, const struct caller *c, const char *id,
 int kernel_agents(struct kernel *k, json_t **out, struct err *err);
 
 /* steps. args_text is the raw JSON text of "args" (NULL = {}); args its parsed value;
- * resources the keys (JSON array of strings) of resources the step may change, or NULL. */
+ * resources the keys (JSON array of strings) of resources the step may change, or NULL;
+ * request_id (or NULL) identifies this submission so a resend after a lost reply maps to
+ * the same step instead of a new occurrence. */
 int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *kind, const char *target,
                        const char *args_text, size_t args_len, const json_t *args,
-                       const json_t *resources, enum idempotency idem, json_t **out,
-                       struct err *err);
+                       const json_t *resources, enum idempotency idem, const char *request_id,
+                       json_t **out, struct err *err);
 /* captures / failures as for kernel_checkpoints, recorded after the outcome (may be NULL). */
 int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
                        const struct dispatch_ref *d, const char *step_id, bool ok,

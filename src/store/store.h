@@ -81,10 +81,12 @@ int store_step_has_indeterminate(struct store *st, const char *exec_id, const ch
                                  const char *target, const char *args_hash, bool *out);
 
 /* occurrence counters, scoped to the current dispatch attempt of an execution */
+/* consumed: the last occurrence used; last_request: the request id of that submission
+ * ("" when none). -ENOENT when the key was not submitted in this attempt. */
 int store_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
-                      const char *args_hash, int64_t *consumed); /* -ENOENT when none */
+                      const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len);
 int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
-                      const char *args_hash, int64_t consumed);
+                      const char *args_hash, int64_t consumed, const char *request_id);
 int store_counters_clear(struct store *st, const char *exec_id);
 
 /* approvals */

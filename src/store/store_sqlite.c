@@ -79,6 +79,9 @@ static const char *migrations[] = {
     "CREATE TABLE checkpoints(execution_id TEXT NOT NULL, key TEXT NOT NULL, generation INTEGER NOT NULL,"
     " ref TEXT NOT NULL, covered_seq INTEGER NOT NULL, invalidated_seq INTEGER NOT NULL,"
     " PRIMARY KEY(execution_id, key, generation, covered_seq)) STRICT, WITHOUT ROWID;",
+    /* 3: the request id of the last submission per step key, so a resent submission
+     * whose reply was lost maps to the same step */
+    "ALTER TABLE step_counters ADD COLUMN last_request TEXT;",
 };
 
 #define EXEC_COLS                                                                          \
@@ -164,11 +167,11 @@ static const char *stmt_sql[S_COUNT] = {
                        " ORDER BY created_at, rowid",
     [S_STEP_INDET] = "SELECT 1 FROM steps WHERE execution_id=?1 AND kind=?2 AND target=?3"
                      " AND args_hash=?4 AND indeterminate=1 LIMIT 1",
-    [S_COUNTER_GET] = "SELECT consumed FROM step_counters WHERE execution_id=?1 AND kind=?2"
+    [S_COUNTER_GET] = "SELECT consumed, last_request FROM step_counters WHERE execution_id=?1 AND kind=?2"
                       " AND target=?3 AND args_hash=?4",
-    [S_COUNTER_SET] = "INSERT INTO step_counters(execution_id, kind, target, args_hash, consumed)"
-                      " VALUES(?1,?2,?3,?4,?5) ON CONFLICT DO UPDATE SET"
-                      " consumed = max(consumed, excluded.consumed)",
+    [S_COUNTER_SET] = "INSERT INTO step_counters(execution_id, kind, target, args_hash, consumed, last_request)"
+                      " VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT DO UPDATE SET"
+                      " consumed = max(consumed, excluded.consumed), last_request = excluded.last_request",
     [S_COUNTERS_CLEAR] = "DELETE FROM step_counters WHERE execution_id=?1",
     [S_APPROVAL_INSERT] = "INSERT INTO approvals(" APPROVAL_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,"
                           "?8,?9,?10,?11,?12,?13)",
@@ -783,7 +786,7 @@ int store_step_has_indeterminate(struct store *st, const char *exec_id, const ch
 /* --- counters --- */
 
 int store_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
-                      const char *args_hash, int64_t *consumed)
+                      const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
 {
     sqlite3_stmt *s = use(st, S_COUNTER_GET);
     bind_text(s, 1, exec_id);
@@ -792,13 +795,16 @@ int store_counter_get(struct store *st, const char *exec_id, const char *kind, c
     bind_text(s, 4, args_hash);
     int rc = sqlite3_step(s);
     int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
-    if (r == 0) *consumed = sqlite3_column_int64(s, 0);
+    if (r == 0) {
+        *consumed = sqlite3_column_int64(s, 0);
+        col_copy(s, 1, last_request, lr_len);
+    }
     sqlite3_reset(s);
     return r;
 }
 
 int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
-                      const char *args_hash, int64_t consumed)
+                      const char *args_hash, int64_t consumed, const char *request_id)
 {
     sqlite3_stmt *s = use(st, S_COUNTER_SET);
     bind_text(s, 1, exec_id);
@@ -806,6 +812,7 @@ int store_counter_set(struct store *st, const char *exec_id, const char *kind, c
     bind_text(s, 3, target);
     bind_text(s, 4, args_hash);
     sqlite3_bind_int64(s, 5, consumed);
+    bind_text(s, 6, request_id);
     return run(s);
 }
 

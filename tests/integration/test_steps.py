@@ -208,3 +208,23 @@ def test_deadline_cancels(kernel):
             break
         time.sleep(0.1)
     assert got["status"] == "cancelled" and got["failure_reason"] == "deadline_exceeded"
+
+
+def test_resent_submission_is_the_same_step(kernel):
+    """A submission whose reply was lost is resent with the same request_id: same step."""
+    ex = kernel.create("hello", {})
+    d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
+    body = {"kind": "tool_call", "target": "open_pr", "args": {"t": 1}, "idempotency": "at_most_once",
+            "request_id": "req-1"}
+    st, first = d.call("POST", "/steps", body)
+    st2, again = d.call("POST", "/steps", body)             # the reply was lost; resend
+    assert st == st2 == 200 and first["decision"] == again["decision"] == "proceed"
+    assert again["step_id"] == first["step_id"], "a resend must not become a new occurrence"
+    d.finish(first["step_id"], result="pr-1")
+    st, third = d.call("POST", "/steps", body)               # resent after it settled: replay
+    assert third == {"decision": "replay", "step_id": first["step_id"], "result": "pr-1"}
+    # A new request id for the same call is a new occurrence.
+    st, other = d.call("POST", "/steps", dict(body, request_id="req-2"))
+    assert other["step_id"] != first["step_id"]
+    step = kernel.ok("GET", f"/v0/executions/{ex['id']}/steps/{first['step_id']}")
+    assert step["runs"] == 1 and step["status"] == "succeeded"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,14 +83,16 @@ class KernelAPI:
 
     async def submit_step(self, execution_id: str, lease: DispatchLease, *, kind: str, target: str,
                           args: Any, idempotency: str, resources: list[str] | None = None) -> StepDecision:
-        """``POST /steps``. Not retried once sent: a repeat would count as a new occurrence.
-        ``resources`` (registered resource keys the step may change) is sent only when
-        non-empty."""
-        body: dict[str, Any] = {"kind": kind, "target": target, "args": args, "idempotency": idempotency}
+        """``POST /steps``. Each submission carries a fresh ``request_id``; a resend with the
+        same id (the reply was lost) is the same step to the kernel, not a new occurrence, so
+        the transport may retry it. ``resources`` (registered resource keys the step may
+        change) is sent only when non-empty."""
+        body: dict[str, Any] = {"kind": kind, "target": target, "args": args, "idempotency": idempotency,
+                                "request_id": uuid.uuid4().hex}
         if resources:
             body["resources"] = resources
         r = await self.t.request("POST", self._path(execution_id, "/steps"), json=body,
-                                 headers=lease.headers, idempotent=False, retry_for=self.retry_for,
+                                 headers=lease.headers, idempotent=True, retry_for=self.retry_for,
                                  stop=self.stop)
         return StepDecision.from_json(r.json())
 
