@@ -173,11 +173,19 @@ static void summarize(struct buf *b, const json_t *p)
         {"decided_by", "by"},        {"by", "by"},
         {"reason", "reason:"},       {"failure_reason", "reason:"},
         {"message", "message:"},     {"rationale", "rationale:"},
+        {"source_execution_id", "from"}, {"forked_from", "forked from"},
+        {"key", "resource"},         {"checkpoint_ref", "checkpoint"},
+        {"behind", "waiting behind"}, {"parent_execution_id", "parent"},
     };
     const json_t *attempt = json_object_get(p, "attempt");
     if (json_is_integer(attempt)) {
         if (b->len) buf_puts(b, "  ");
         buf_printf(b, "attempt %lld", (long long)json_integer_value(attempt));
+    }
+    const json_t *fork_seq = json_object_get(p, "fork_seq");
+    if (json_is_integer(fork_seq)) {
+        if (b->len) buf_puts(b, "  ");
+        buf_printf(b, "at seq %lld", (long long)json_integer_value(fork_seq));
     }
     for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
         const char *v = cli_str(p, texts[i].key);
@@ -185,7 +193,7 @@ static void summarize(struct buf *b, const json_t *p)
     }
     const json_t *error = json_object_get(p, "error");
     if (error && !json_is_null(error)) add_json(b, "error:", error);
-    static const char *const blobs[] = {"result", "output", "args", "input"};
+    static const char *const blobs[] = {"restoration", "result", "output", "args", "input", "binding"};
     for (size_t i = 0; i < ARRAY_LEN(blobs); i++) {
         const json_t *v = json_object_get(p, blobs[i]);
         if (v && !json_is_null(v)) {

@@ -222,6 +222,9 @@ def test_cli_session_and_fork(kernel):
     fork_id = out.split()[1]
     got = cli(kernel, "exec", "get", fork_id).stdout
     assert "forked:" in got and first["id"] in got and "cp0" in got
+    events = cli(kernel, "exec", "events", fork_id).stdout
+    forked = [l for l in events.splitlines() if "execution.forked" in l][0]
+    assert first["id"] in forked and f"at seq {mid}" in forked and "cp0" in forked
     p = cli(kernel, "exec", "fork", first["id"], check=False)
     assert p.returncode == 2 and "--at SEQ is required" in p.stderr
     # The second turn of the session was admitted when the first completed.
