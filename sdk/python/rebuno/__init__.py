@@ -6,7 +6,8 @@ recorded results instead of running them again. Standard library only; Python 3.
 
 Agent side: :class:`Agent`, :func:`tool`, :func:`wrap_tool`, :func:`step`,
 :func:`execution`, :func:`previous`, :class:`Result`, :class:`ChatClient`,
-:class:`ToolSet`, :class:`Refusal`. Application side: :class:`Client`,
+:class:`ToolSet`, :class:`Refusal`, :func:`resource`, :class:`CheckpointPolicy`.
+Application side: :class:`Client`,
 :class:`SyncClient`. Errors: see :mod:`rebuno.errors`.
 """
 
@@ -29,6 +30,7 @@ from rebuno.errors import (
     PolicyError,
     RateLimited,
     RebunoError,
+    ResourceUnavailable,
     Terminated,
     ToolError,
     UnauthorizedError,
@@ -39,6 +41,7 @@ from rebuno.errors import (
 )
 from rebuno.execution import ExecutionContext, Result, execution, previous
 from rebuno.llm import ChatClient, CompletionAssembler
+from rebuno.resource import CheckpointPolicy, ResourceDriver, ResourceHandle, resource
 from rebuno.step import step
 from rebuno.tool import Refusal, ToolSet, tool, tools_schema, wrap_tool
 
@@ -49,6 +52,7 @@ __all__ = [
     "APIError",
     "Blocked",
     "ChatClient",
+    "CheckpointPolicy",
     "CheckpointUnavailable",
     "Client",
     "CompletionAssembler",
@@ -65,6 +69,9 @@ __all__ = [
     "RateLimited",
     "RebunoError",
     "Refusal",
+    "ResourceDriver",
+    "ResourceHandle",
+    "ResourceUnavailable",
     "Result",
     "SyncClient",
     "Terminated",
@@ -78,6 +85,7 @@ __all__ = [
     "previous",
     "raise_for_refusal",
     "refusal_message",
+    "resource",
     "step",
     "tool",
     "tools_schema",

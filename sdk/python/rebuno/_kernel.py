@@ -97,13 +97,51 @@ class KernelAPI:
         return StepDecision.from_json(r.json())
 
     async def finish_step(self, execution_id: str, lease: DispatchLease, step_id: str, *,
-                          ok: bool, value: Any) -> StepDecision:
-        """``POST /steps/{id}/complete {result}`` or ``/fail {error}`` (safe to repeat)."""
+                          ok: bool, value: Any, captures: list[dict[str, Any]] | None = None,
+                          capture_failures: list[dict[str, Any]] | None = None) -> StepDecision:
+        """``POST /steps/{id}/complete {result}`` or ``/fail {error}`` (safe to repeat), with
+        the checkpoints captured after the step (``captures`` / ``capture_failures``)."""
         path = self._path(execution_id, f"/steps/{_q(step_id)}/{'complete' if ok else 'fail'}")
-        body = {"result": value} if ok else {"error": value}
+        body: dict[str, Any] = {"result": value} if ok else {"error": value}
+        if captures:
+            body["captures"] = captures
+        if capture_failures:
+            body["capture_failures"] = capture_failures
         r = await self.t.request("POST", path, json=body, headers=lease.headers, idempotent=True,
                                  retry_for=self.retry_for, stop=self.stop)
         return StepDecision.from_json(r.json())
+
+    async def register_resource(self, execution_id: str, lease: DispatchLease,
+                                spec: dict[str, Any]) -> dict[str, Any]:
+        """``POST /resources {key, driver_id, configuration, every_steps, on_completion,
+        coverage_reuse}`` → the resource view (registering again returns the current view)."""
+        r = await self.t.request("POST", self._path(execution_id, "/resources"), json=spec,
+                                 headers=lease.headers, idempotent=True, retry_for=self.retry_for,
+                                 stop=self.stop)
+        out: dict[str, Any] = r.json()
+        return out
+
+    async def bind_resource(self, execution_id: str, lease: DispatchLease, key: str, binding: Any) -> None:
+        """``POST /resources/{key}/binding {binding}`` (the same binding again is a no-op)."""
+        await self.t.request("POST", self._path(execution_id, f"/resources/{_q(key)}/binding"),
+                             json={"binding": binding}, headers=lease.headers, idempotent=True,
+                             retry_for=self.retry_for, stop=self.stop)
+
+    async def record_checkpoints(self, execution_id: str, lease: DispatchLease, *,
+                                 captures: list[dict[str, Any]] | None = None,
+                                 capture_failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``POST /checkpoints {captures, capture_failures}`` → ``{recorded, refused}``. Safe
+        to resend after a lost reply: the kernel then lists the same reference twice."""
+        body: dict[str, Any] = {}
+        if captures:
+            body["captures"] = captures
+        if capture_failures:
+            body["capture_failures"] = capture_failures
+        r = await self.t.request("POST", self._path(execution_id, "/checkpoints"), json=body,
+                                 headers=lease.headers, idempotent=True, retry_for=self.retry_for,
+                                 stop=self.stop)
+        out: dict[str, Any] = r.json() or {}
+        return out
 
     async def heartbeat(self, execution_id: str, lease: DispatchLease) -> dict[str, Any]:
         """``POST /heartbeat``: renew the lease."""

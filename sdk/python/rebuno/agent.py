@@ -19,10 +19,12 @@ executions at once, renews each lease in the background, and ends each dispatch 
 one of these ways:
 
 * the handler returns: ``complete {output, state?}`` (a :class:`~rebuno.Result`
-  gives both);
+  gives both), after the completion checkpoints of its resources;
 * the handler raises: ``fail`` with a ``failure_reason`` (``tool_error: ...``,
   ``policy_denied: ...``, ``agent_error: <Type>: ...``); an input that does not fit
-  the handler fails with ``input_invalid: ...`` before it runs;
+  the handler fails with ``input_invalid: ...`` before it runs, and a resource that
+  cannot be reopened or restored with ``resource_unavailable: <key>: ...`` (even if the
+  handler caught the error);
 * the execution blocks on an approval (``Blocked``), ends elsewhere
   (``Terminated``), or another worker took over (``LeaseSuperseded``): the dispatch
   ends quietly; the kernel re-dispatches when there is something to do.
@@ -58,6 +60,7 @@ from rebuno.errors import (
     NetworkError,
     PolicyError,
     RateLimited,
+    ResourceUnavailable,
     Terminated,
     ToolError,
     failure_reason,
@@ -65,6 +68,7 @@ from rebuno.errors import (
     truncate_utf8,
 )
 from rebuno.execution import ExecutionContext, Result, reset_current, set_current, to_json_value
+from rebuno.resource import capture_on_completion
 from rebuno.types import Claim
 
 logger = logging.getLogger("rebuno.agent")
@@ -356,6 +360,8 @@ class Agent:
                     if inspect.isawaitable(out):
                         out = await out
                     outcome = ("ok", out)
+                    if ctx.resources and ctx.suspension is None and ctx.fatal is None:
+                        await self._completion_checkpoints(ctx)
                 except asyncio.CancelledError:
                     if not (ctx.superseded or ctx.suspension is not None or ctx.stopping or self._cancelling):
                         raise
@@ -367,6 +373,17 @@ class Agent:
             reset_current(token)
         await asyncio.gather(heartbeat, return_exceptions=True)
         await self._finish(kernel, ctx, lease, outcome)
+
+    async def _completion_checkpoints(self, ctx: ExecutionContext) -> None:
+        """Capture the resources with ``on_completion`` that no checkpoint covers, while
+        the lease is still being renewed. A failure is logged; it never fails the run (a
+        lost lease or an execution that ended elsewhere is noticed by ``_finish``)."""
+        try:
+            await capture_on_completion(ctx)
+        except (Blocked, Terminated, LeaseSuperseded, ResourceUnavailable) as e:
+            logger.info("execution %s: completion checkpoints stopped (%s)", ctx.id, type(e).__name__)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("execution %s: completion checkpoints failed: %s", ctx.id, e)
 
     async def _finish(self, kernel: KernelAPI, ctx: ExecutionContext, lease: DispatchLease,
                       outcome: tuple[str, Any]) -> None:
@@ -385,6 +402,10 @@ class Agent:
             return
         if kind == "cancelled":
             logger.info("execution %s: handler stopped before finishing; it resumes on the next dispatch", eid)
+            return
+        if ctx.fatal is not None:  # a resource could not be opened, whatever the handler did next
+            logger.warning("execution %s failed: %s", eid, failure_reason(ctx.fatal))
+            await self._report(kernel, ctx, lease, fail=failure_reason(ctx.fatal))
             return
         if kind == "error":
             e = value

@@ -26,7 +26,16 @@ from typing import Any, TypeVar
 from rebuno._http import Transport, iter_sse
 from rebuno.agent import kernel_api_key, kernel_url
 from rebuno.errors import NetworkError, error_from_response
-from rebuno.types import TERMINAL_STATUSES, Approval, Event, Execution, ExecutionPage, Step
+from rebuno.types import (
+    TERMINAL_STATUSES,
+    Approval,
+    Event,
+    Execution,
+    ExecutionPage,
+    ForkPoints,
+    ResourceView,
+    Step,
+)
 
 _T = TypeVar("_T")
 
@@ -120,6 +129,40 @@ class Client:
     async def get_step(self, execution_id: str, step_id: str) -> Step:
         """One step."""
         return Step.from_json(await self._get(f"/v0/executions/{_q(execution_id)}/steps/{_q(step_id)}"))
+
+    # --- sessions, resources, forks ------------------------------------------------
+    async def previous(self, execution_id: str) -> Any:
+        """The ``state`` (else ``output``) of the execution's parent turn in its session;
+        ``None`` for a first turn."""
+        return (await self._get(f"/v0/executions/{_q(execution_id)}/previous")).get("state")
+
+    async def resources(self, execution_id: str) -> builtins.list[ResourceView]:
+        """The resources registered on the execution (bindings, generations, coverage)."""
+        data = await self._get(f"/v0/executions/{_q(execution_id)}/resources")
+        return [ResourceView.from_json(r) for r in data.get("resources", [])]
+
+    async def fork(self, execution_id: str, at_seq: int, session: str | None = None) -> Execution:
+        """Fork the execution at event ``at_seq``: a new execution with the same input that
+        replays the steps the source had settled by then and runs live afterwards.
+
+        Each resource is restored from the checkpoint covering ``at_seq``, else the newest
+        earlier one, else created fresh; the choice is on the returned execution's
+        ``restoration`` (``{key: {checkpoint_ref, checkpoint_seq, covered}}``). At a point
+        no checkpoint covers, copied results still replay up to ``at_seq`` and may
+        describe changes the restored resource does not have. ``session`` (a new one)
+        starts a session for the fork's later turns.
+        """
+        body: dict[str, Any] = {"at_seq": at_seq}
+        if session is not None:
+            body["session"] = session
+        return Execution.from_json(await self._post(f"/v0/executions/{_q(execution_id)}/fork", body))
+
+    async def fork_points(self, execution_id: str, *, after: int | None = None,
+                          limit: int | None = None) -> ForkPoints:
+        """The events a fork can start from, whether a checkpoint covers each, and the
+        checkpoints (``after``/``limit`` page through the events)."""
+        return ForkPoints.from_json(await self._get(f"/v0/executions/{_q(execution_id)}/fork-points"
+                                                    + _query(after=after, limit=limit)))
 
     async def watch(self, execution_id: str, *, after: int = 0,
                     give_up_after: float = 30.0) -> AsyncGenerator[Event, None]:
@@ -291,6 +334,22 @@ class SyncClient:
     def get_step(self, execution_id: str, step_id: str) -> Step:
         """See :meth:`Client.get_step`."""
         return self._run(self._client.get_step(execution_id, step_id))
+
+    def previous(self, execution_id: str) -> Any:
+        """See :meth:`Client.previous`."""
+        return self._run(self._client.previous(execution_id))
+
+    def resources(self, execution_id: str) -> builtins.list[ResourceView]:
+        """See :meth:`Client.resources`."""
+        return self._run(self._client.resources(execution_id))
+
+    def fork(self, execution_id: str, at_seq: int, session: str | None = None) -> Execution:
+        """See :meth:`Client.fork`."""
+        return self._run(self._client.fork(execution_id, at_seq, session=session))
+
+    def fork_points(self, execution_id: str, **kw: Any) -> ForkPoints:
+        """See :meth:`Client.fork_points`."""
+        return self._run(self._client.fork_points(execution_id, **kw))
 
     def watch(self, execution_id: str, **kw: Any) -> Iterator[Event]:
         """See :meth:`Client.watch` (a blocking iterator)."""

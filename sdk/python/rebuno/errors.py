@@ -19,7 +19,8 @@ Hierarchy::
     ├── RateLimited
     ├── Blocked                      the execution waits for an approval: unwind the handler
     ├── Terminated                   the execution is over (completed, failed, cancelled)
-    └── CheckpointUnavailable        (resources, later)
+    └── ResourceUnavailable          a resource could not be reopened or created
+        └── CheckpointUnavailable    the checkpoint a resource is restored from is gone
 
 ``Blocked``, ``Terminated`` and ``LeaseSuperseded`` are control-flow signals: the agent
 catches them around the handler and ends the dispatch quietly. Because agent frameworks
@@ -197,8 +198,28 @@ class Terminated(RebunoError):
         super().__init__(message)
 
 
-class CheckpointUnavailable(RebunoError):
-    """A resource driver's selected checkpoint no longer exists (resources: later issue)."""
+class ResourceUnavailable(RebunoError):
+    """A resource (``await resource(key, driver=...)``) could not be reopened from its
+    recorded binding or created from its checkpoint. The execution fails with
+    ``resource_unavailable: <key>: <why>``; it never continues in an empty resource.
+
+    Drivers may raise it (or any exception) from ``open``/``create``; the SDK raises it
+    from :func:`rebuno.resource` with ``key`` set.
+    """
+
+    def __init__(self, message: str = "", key: str = ""):
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CheckpointUnavailable(ResourceUnavailable):
+    """The checkpoint a resource should be created from no longer exists (a deleted
+    snapshot). A driver raises it from ``create(checkpoint_ref)``; the execution fails
+    with ``resource_unavailable: <key>: ...``."""
 
 
 # --- kernel error envelopes -------------------------------------------------------
@@ -309,8 +330,8 @@ def failure_reason(exc: BaseException) -> str:
     """The ``failure_reason`` text recorded when ``exc`` fails an execution.
 
     Everything before the first colon is a stable token: ``policy_denied`` (or a bare
-    kernel reason such as ``approval_timeout``), ``tool_error``, ``agent_error`` or
-    ``input_invalid``. The result is at most 4096 UTF-8 bytes.
+    kernel reason such as ``approval_timeout``), ``tool_error``, ``agent_error``,
+    ``resource_unavailable`` or ``input_invalid``. The result is at most 4096 UTF-8 bytes.
     """
     if isinstance(exc, PolicyError):
         reason = exc.reason
@@ -319,6 +340,8 @@ def failure_reason(exc: BaseException) -> str:
         text = str(exc)
     elif isinstance(exc, ToolError):
         text = f"tool_error: {exc}"
+    elif isinstance(exc, ResourceUnavailable):
+        text = f"resource_unavailable: {exc.key}: {exc.message}" if exc.key else f"resource_unavailable: {exc}"
     elif isinstance(exc, APIError):
         text = f"agent_error: {type(exc).__name__}: {exc.message}"
     else:

@@ -15,6 +15,12 @@ How a step runs (:meth:`ExecutionContext.run_step`):
    ``blocked`` / ``execution_blocked``: set ``suspension = Blocked(...)`` and raise it;
    ``execution_terminal``: set ``suspension = Terminated()`` and raise it.
 
+With resources registered (:func:`rebuno.resource`), tool calls and local steps run one
+at a time (an asyncio lock; a step called from inside another step's body does not wait),
+and a ``proceed`` decision lists the declared resources as ``{key, generation, due}``:
+after the body (success or failure) each ``due`` resource is checkpointed and the
+captures (or capture failures) go with the step's complete/fail call.
+
 Results must be JSON values. A live result is passed through ``json.dumps``/``loads``
 before it is returned, so the live run and every replay see the same value (tuples
 become lists, non-string keys become strings). A result that is not JSON-serializable
@@ -25,13 +31,14 @@ and raises :class:`~rebuno.errors.ToolError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rebuno._kernel import DispatchLease, KernelAPI
 from rebuno.errors import (
@@ -43,10 +50,14 @@ from rebuno.errors import (
     PolicyError,
     RateLimited,
     RebunoError,
+    ResourceUnavailable,
     Terminated,
     ToolError,
 )
 from rebuno.types import StepDecision
+
+if TYPE_CHECKING:
+    from rebuno.resource import Resource
 
 logger = logging.getLogger("rebuno.execution")
 
@@ -113,9 +124,14 @@ class ExecutionContext:
         self.steps_run = 0
         self.steps_replayed = 0
         self._previous: Any = _UNSET
-        # resource key -> registration; filled by resource() (resources issue). Steps send
-        # only the declared keys that are registered here.
-        self.resources: dict[str, Any] = {}
+        # resource key -> rebuno.resource.Resource, filled by resource(). Steps send only the
+        # declared keys that are registered here.
+        self.resources: dict[str, Resource] = {}
+        # A resource that could not be opened: the execution fails with it, whatever the
+        # handler does afterwards.
+        self.fatal: ResourceUnavailable | None = None
+        self._due: dict[str, list[dict[str, Any]]] = {}
+        self._lock = asyncio.Lock()
 
     # --- read-only facts --------------------------------------------------------
     @property
@@ -172,6 +188,8 @@ class ExecutionContext:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def _check_alive(self) -> None:
+        if self.fatal is not None:
+            raise self.fatal
         if self.superseded:
             raise LeaseSuperseded("this dispatch was superseded; another worker owns the execution")
         if isinstance(self.suspension, Terminated):
@@ -197,6 +215,63 @@ class ExecutionContext:
                                 "leaving the execution to the next dispatch")
         return e
 
+    async def kernel_call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Await an agent call on this execution, mapping its errors like a step's."""
+        try:
+            self._check_alive()
+        except BaseException:
+            coro.close()
+            raise
+        try:
+            return await coro
+        except (RebunoError, OSError) as e:
+            raise self._kernel_error(e) from e
+
+    @contextlib.asynccontextmanager
+    async def step_lock(self) -> AsyncIterator[None]:
+        """Hold the execution's step lock (reentrant within one step's body)."""
+        if _holding.get() is self:
+            yield
+            return
+        await self._on_loop(self._lock.acquire())
+        token = _holding.set(self)
+        try:
+            yield
+        finally:
+            _holding.reset(token)
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._lock.release()
+        else:
+            self.loop.call_soon_threadsafe(self._lock.release)
+
+    def _needs_lock(self, kind: str) -> bool:
+        return kind != "llm_call" and bool(self.resources) and _holding.get() is not self
+
+    async def _capture_due(self, step_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Checkpoint the resources the proceed decision said are due after this step."""
+        captures: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        for view in self._due.pop(step_id, None) or []:
+            key, generation = str(view.get("key")), int(view.get("generation") or 0)
+            res = self.resources.get(key)
+            if res is None:  # pragma: no cover - the kernel only lists declared, registered keys
+                failures.append({"key": str(key), "generation": generation,
+                                 "error": "the resource is not open in this dispatch"})
+                continue
+            cap, fail = await res.capture_entry(generation)
+            if cap:
+                captures.append(cap)
+            if fail:
+                failures.append(fail)
+        return captures, failures
+
     def declared(self, resources: list[str] | None) -> list[str] | None:
         """The declared resource keys this execution has registered (sent with a step)."""
         if not resources or not self.resources:
@@ -220,6 +295,9 @@ class ExecutionContext:
         raises for everything else."""
         d = dec.decision
         if d == "proceed":
+            due = [v for v in (dec.raw.get("resources") or []) if isinstance(v, dict) and v.get("due")]
+            if due and dec.step_id:
+                self._due[dec.step_id] = due
             return True, dec.step_id
         if d == "replay":
             self.steps_replayed += 1
@@ -243,11 +321,18 @@ class ExecutionContext:
             raise RateLimited(dec.reason or "rate_limit_exceeded")
         raise RebunoError(f"unexpected step decision {d!r}")
 
-    async def _finish(self, step_id: str, target: str, ok: bool, value: Any) -> Any:
+    async def _finish(self, step_id: str, target: str, ok: bool, value: Any,
+                      captures: list[dict[str, Any]] | None = None,
+                      capture_failures: list[dict[str, Any]] | None = None) -> Any:
         try:
-            dec = await self._kernel.finish_step(self.id, self._lease, step_id, ok=ok, value=value)
+            dec = await self._kernel.finish_step(self.id, self._lease, step_id, ok=ok, value=value,
+                                                 captures=captures, capture_failures=capture_failures)
         except (RebunoError, OSError) as e:
             raise self._kernel_error(e) from e
+        if captures or capture_failures:
+            from rebuno.resource import log_refused
+
+            log_refused(self, dec.raw.get("captures"), "step")
         if dec.decision == "recorded":
             return value
         if dec.decision == "replay":  # already settled by an earlier report: the record wins
@@ -265,14 +350,19 @@ class ExecutionContext:
         dec = await self._on_loop(self.submit(kind, target, args, idempotency, resources))
         return self._interpret(dec, target)
 
-    async def record(self, step_id: str, target: str, result: Any) -> Any:
-        """Record a successful outcome; returns the value the handler should see."""
-        return await self._on_loop(self._finish(step_id, target, True, result))
+    async def record(self, step_id: str, target: str, result: Any,
+                     captures: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> Any:
+        """Record a successful outcome (with the step's checkpoint ``captures``: a
+        ``(captures, failures)`` pair); returns the value the handler should see."""
+        caps, fails = captures or ([], [])
+        return await self._on_loop(self._finish(step_id, target, True, result, caps, fails))
 
-    async def record_error(self, step_id: str, target: str, error: dict[str, Any]) -> None:
+    async def record_error(self, step_id: str, target: str, error: dict[str, Any],
+                           captures: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> None:
         """Record a failed outcome (best effort; control-flow errors propagate)."""
+        caps, fails = captures or ([], [])
         try:
-            await self._on_loop(self._finish(step_id, target, False, error))
+            await self._on_loop(self._finish(step_id, target, False, error, caps, fails))
         except _CONTROL:
             raise
         except ToolError:
@@ -285,42 +375,71 @@ class ExecutionContext:
                        body: Callable[[], Any], resources: list[str] | None = None) -> Any:
         """Run ``body`` as a recorded step (async path). ``body()`` may return a value or
         an awaitable; synchronous bodies should already be wrapped to run in a thread."""
+        if not self._needs_lock(kind):
+            return await self._run_step(kind, target, args, idempotency, body, resources)
+        async with self.step_lock():
+            return await self._run_step(kind, target, args, idempotency, body, resources)
+
+    async def _run_step(self, kind: str, target: str, args: Any, idempotency: str,
+                        body: Callable[[], Any], resources: list[str] | None) -> Any:
         proceed, value = await self.begin(kind, target, args, idempotency, resources)
         if not proceed:
             return value
         step_id = value
         self.steps_run += 1
         try:
-            result = body()
-            if inspect.isawaitable(result):
-                result = await result
-            result = to_json_value(result)
-        except _CONTROL:
-            raise
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            await self.record_error(step_id, target, error_object(e))
-            raise ToolError(str(e), tool_id=target, step_id=step_id, error=error_object(e)) from e
-        return await self.record(step_id, target, result)
+            try:
+                result = body()
+                if inspect.isawaitable(result):
+                    result = await result
+                result = to_json_value(result)
+            except _CONTROL:
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                caps = await self._on_loop(self._capture_due(step_id))
+                await self.record_error(step_id, target, error_object(e), caps)
+                raise ToolError(str(e), tool_id=target, step_id=step_id, error=error_object(e)) from e
+            caps = await self._on_loop(self._capture_due(step_id))
+            return await self.record(step_id, target, result, caps)
+        finally:
+            self._due.pop(step_id, None)
 
     def run_step_sync(self, kind: str, target: str, args: Any, idempotency: str,
                       body: Callable[[], Any], resources: list[str] | None = None) -> Any:
         """Run ``body`` as a recorded step from a worker thread (sync path): the kernel
         calls go through the agent's loop, the body runs in the calling thread."""
+        if not self._needs_lock(kind):
+            return self._run_step_sync(kind, target, args, idempotency, body, resources)
+        self._blocking(self._lock.acquire())
+        token = _holding.set(self)
+        try:
+            return self._run_step_sync(kind, target, args, idempotency, body, resources)
+        finally:
+            _holding.reset(token)
+            self.loop.call_soon_threadsafe(self._lock.release)
+
+    def _run_step_sync(self, kind: str, target: str, args: Any, idempotency: str,
+                       body: Callable[[], Any], resources: list[str] | None) -> Any:
         proceed, value = self._blocking(self.begin(kind, target, args, idempotency, resources))
         if not proceed:
             return value
         step_id = value
         self.steps_run += 1
         try:
-            result = to_json_value(body())
-        except _CONTROL:
-            raise
-        except Exception as e:
-            self._blocking(self.record_error(step_id, target, error_object(e)))
-            raise ToolError(str(e), tool_id=target, step_id=step_id, error=error_object(e)) from e
-        return self._blocking(self.record(step_id, target, result))
+            try:
+                result = to_json_value(body())
+            except _CONTROL:
+                raise
+            except Exception as e:
+                caps = self._blocking(self._capture_due(step_id))
+                self._blocking(self.record_error(step_id, target, error_object(e), caps))
+                raise ToolError(str(e), tool_id=target, step_id=step_id, error=error_object(e)) from e
+            caps = self._blocking(self._capture_due(step_id))
+            return self._blocking(self.record(step_id, target, result, caps))
+        finally:
+            self._due.pop(step_id, None)
 
     # --- heartbeats -------------------------------------------------------------
     async def heartbeat_loop(self, owner: asyncio.Task[Any] | None) -> None:
@@ -374,6 +493,10 @@ def recorded_error(error: Any, target: str, step_id: str) -> ToolError:
 
 _current: contextvars.ContextVar[ExecutionContext | None] = contextvars.ContextVar(
     "rebuno_execution", default=None)
+# The execution whose step lock the current step holds (so a step run from inside another
+# step's body does not wait for itself).
+_holding: contextvars.ContextVar[ExecutionContext | None] = contextvars.ContextVar(
+    "rebuno_step_lock", default=None)
 
 
 class _ExecutionAccessor:

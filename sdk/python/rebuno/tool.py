@@ -166,9 +166,11 @@ def tool(tool_id: Any = None, *, idempotency: str = "safe_to_retry", resources: 
         idempotency: ``"safe_to_retry"`` (default): a call interrupted by a worker crash
             runs again on the next dispatch. ``"at_most_once"``: an interrupted call is
             never re-run; the agent gets :class:`~rebuno.errors.IndeterminateError`.
-        resources: Names of the resources the tool may change (default none). They are
-            sent with the step for the resources this execution has registered; until
-            ``resource()`` exists (a later release) that is none, so nothing is sent.
+        resources: Keys of the resources the tool may change (default none:
+            ``read_file`` declares nothing, ``shell`` declares ``["workspace"]``). Sent
+            with the step for the keys this execution has registered with
+            :func:`rebuno.resource`; every N-th live call that declares a resource
+            checkpoints it (its :class:`~rebuno.CheckpointPolicy`).
         on_denied: ``"refuse"`` (default) returns a :class:`Refusal` string when the
             call is denied; ``"raise"`` raises :class:`~rebuno.errors.PolicyError`.
 

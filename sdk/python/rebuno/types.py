@@ -200,6 +200,52 @@ class Approval:
 
 
 @dataclass
+class ResourceView:
+    """A resource registered on an execution (``GET /v0/executions/{id}/resources``)."""
+
+    key: str
+    driver_id: str = ""
+    configuration: Any = None
+    every_steps: int = 0
+    on_completion: bool = False
+    coverage_reuse: bool = False
+    registered_seq: int = 0
+    generation: int = 0
+    count: int = 0
+    binding: Any = None
+    checkpoint_ref: str | None = None
+    covered: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResourceView:
+        """Build from the kernel's JSON."""
+        return _build(cls, data)
+
+
+@dataclass
+class ForkPoints:
+    """Where an execution can be forked (``GET /v0/executions/{id}/fork-points``).
+
+    ``events``: ``[{seq, type, target, covered}]``, ``covered`` meaning every resource
+    registered by then has a checkpoint covering that event (a fork there restores it
+    exactly); ``checkpoints``: ``[{key, generation, checkpoint_ref, covered_seq,
+    invalidated_seq}]``; ``resources``: ``{key: registered_seq}``.
+    """
+
+    latest_seq: int = 0
+    resources: dict[str, int] = field(default_factory=dict)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ForkPoints:
+        """Build from the kernel's JSON."""
+        return _build(cls, data)
+
+
+@dataclass
 class ExecutionPage:
     """One page of ``GET /v0/executions`` (newest first)."""
 

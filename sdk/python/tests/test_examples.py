@@ -52,3 +52,42 @@ def test_shell_example_allows_safe_commands_and_gates_the_rest(make_kernel, star
         runs = {s.args["command"]: (s.rule_id, s.runs) for s in c.steps(ok.id)}
         assert runs["echo hi"] == ("safe-shell", 1)  # replayed twice, ran once
         assert runs["touch made-by-agent.txt"] == ("ask-shell", 1)
+
+
+def test_workspace_example_sessions_checkpoints_and_a_cli_fork(make_kernel, start_agent, tmp_path):
+    import json
+
+    from rebuno import SyncClient
+
+    k = make_kernel(config_file=EXAMPLES / "rebuno.yaml")
+    root = tmp_path / "workspaces"
+    start_agent(EXAMPLES / "workspace_agent.py", k, env={"WORKSPACE_ROOT": str(root)})
+    actions = [{"tool": "write_file", "args": {"path": "notes.txt", "content": "one\n"}},
+               {"tool": "shell", "args": {"command": "echo two >> notes.txt"}},
+               {"tool": "shell", "args": {"command": "echo three >> notes.txt"}},
+               {"tool": "read_file", "args": {"path": "notes.txt"}}]
+    first = created_id(k.cli("exec", "create", "workspace", json.dumps({"actions": actions}),
+                             "--session", "demo").stdout)
+    second = created_id(k.cli("exec", "create", "workspace", json.dumps(
+        {"actions": [{"tool": "shell", "args": {"command": "cat notes.txt"}}]}), "--session", "demo").stdout)
+    with SyncClient(k.url) as c:
+        one = wait_status(c, first)
+        two = wait_status(c, second)
+        assert one.status == two.status == "completed", (one, two)
+        assert one.output["results"][-1] == "one\ntwo\nthree\n"
+        assert two.output["results"] == ["exit code 0\none\ntwo\nthree\n"]
+        assert two.output["workspace"] == one.output["workspace"] and two.state["turns"] == 2
+        cps = [e.payload["checkpoint_ref"] for e in c.events(first) if e.type == "resource.checkpointed"]
+        assert len(cps) == 3  # baseline, after the 2nd changing call, on completion
+        points = k.cli("exec", "fork-points", first).stdout
+        assert all(ref in points for ref in cps)
+        # fork after the 3rd call (between the 2nd checkpoint and the completion one)
+        at = [e.seq for e in c.events(first) if e.type == "step.succeeded"][2]
+        out = k.cli("exec", "fork", first, "--at", str(at), "--session", "demo-fork").stdout
+        assert out.startswith("forked ") and f"from checkpoint {cps[1]}" in out and "copied results may" in out
+        fork = wait_status(c, out.split()[1])
+        assert fork.status == "completed", fork
+        assert fork.session == "demo-fork" and fork.output["workspace"] != one.output["workspace"]
+        # the restored directory has the 2nd checkpoint's contents; `read_file` ran live
+        assert fork.output["results"][:3] == ["wrote notes.txt", "exit code 0\n", "exit code 0\n"]
+        assert fork.output["results"][3] == "one\ntwo\n"
