@@ -272,6 +272,22 @@ int kernel_fork(struct kernel *k, const struct caller *c, const char *src_id, in
                    json_pack("{s:s, s:i, s:o}", "key", r->key, "generation", 0, "checkpoint_ref",
                              k_opt_str(r->checkpoint_ref)), now, err) < 0)
             goto out;
+        if (r->checkpoint_ref) {
+            /* The fork starts as exactly that checkpoint: it covers the fork from here, so the
+             * driver need not snapshot what it just restored, and forks of the fork can use it. */
+            struct checkpoint cp = {.key = r->key, .ref = r->checkpoint_ref, .generation = 0,
+                                    .covered_seq = f.last_seq};
+            memcpy(cp.exec_id, f.id, sizeof cp.exec_id);
+            if ((st = store_checkpoint_insert(k->st, &cp)) < 0) {
+                k_store_fail(err, st, "recording the restored checkpoint");
+                goto out;
+            }
+            if (k_emit(k, &f, "resource.checkpointed",
+                       json_pack("{s:s, s:i, s:s, s:I, s:b}", "key", r->key, "generation", 0, "checkpoint_ref",
+                                 r->checkpoint_ref, "covered_seq", (json_int_t)cp.covered_seq, "restored", 1),
+                       now, err) < 0)
+                goto out;
+        }
     }
     if (k_session_enter(k, &f, now, err) < 0 || k_save_exec(k, &f, now, err) < 0) goto out;
     *out = k_exec_json(&f);

@@ -1048,9 +1048,11 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     r = store_step_get(k->st, step_id, &s);
     if (r == 0 && resend && s.status == STEP_EXECUTING) {
         /* Still running from the lost reply's submission: the same go-ahead, no new run. */
+        json_t *views;
+        if (k_resources_views(k, &e, &s, &views, err) < 0) goto out;
         *out = k_decision("proceed", s.step_id);
         json_object_set_new(*out, "rule_id", k_opt_str(s.rule_id));
-        json_object_set_new(*out, "resources", json_array());
+        json_object_set_new(*out, "resources", views);
     } else if (r == 0) {
         if (resubmit(k, &e, &s, idem, now, out, err) < 0) goto out;
     } else if (r != -ENOENT) {

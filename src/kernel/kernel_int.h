@@ -87,6 +87,9 @@ int k_resources_validate(struct kernel *k, const struct execution *e, const json
 /* A live step starts: end coverage, bump generations, say which captures are due. */
 int k_resources_touch(struct kernel *k, struct execution *e, const struct step *s, json_t **views,
                       struct err *err);
+/* The {key, generation, due} views of a running step's resources, changing nothing. */
+int k_resources_views(struct kernel *k, struct execution *e, const struct step *s, json_t **views,
+                      struct err *err);
 /* A live step settled: count it towards its resources' cadence. */
 int k_resources_settle(struct kernel *k, struct execution *e, const struct step *s, struct err *err);
 int k_record_captures(struct kernel *k, struct execution *e, const json_t *captures, const json_t *failures,

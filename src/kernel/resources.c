@@ -265,6 +265,34 @@ int k_resources_touch(struct kernel *k, struct execution *e, const struct step *
     return 0;
 }
 
+struct views_ctx {
+    const struct step *s;
+    json_t *views;
+};
+
+static int view_one(struct resource *r, void *arg)
+{
+    struct views_ctx *x = arg;
+    if (!k_declares(x->s->resources, r->key)) return 0;
+    bool due = r->every_steps > 0 && (r->count + 1) % r->every_steps == 0;
+    json_array_append_new(x->views, json_pack("{s:s, s:I, s:b}", "key", r->key, "generation",
+                                              (json_int_t)r->generation, "due", due));
+    return 0;
+}
+
+int k_resources_views(struct kernel *k, struct execution *e, const struct step *s, json_t **views,
+                      struct err *err)
+{
+    struct views_ctx x = {s, json_array()};
+    int r = strcmp(s->kind, "llm_call") == 0 ? 0 : store_resources_each(k->st, e->id, view_one, &x);
+    if (r < 0) {
+        json_decref(x.views);
+        return k_store_fail(err, r, "reading resources");
+    }
+    *views = x.views;
+    return 0;
+}
+
 int k_resources_settle(struct kernel *k, struct execution *e, const struct step *s, struct err *err)
 {
     if (!s->resources || strcmp(s->kind, "llm_call") == 0) return 0;
@@ -324,6 +352,13 @@ int k_record_captures(struct kernel *k, struct execution *e, const json_t *captu
         if (st == 0) resource_fini(&r);
         if (why) {
             if (refuse(k, e, key, gen, why, refused, now, err) < 0) goto fail;
+            continue;
+        }
+        int64_t had;
+        if (store_checkpoint_find(k->st, e->id, key, gen, ref, &had) == 0) {
+            /* A resend of a capture already recorded (its reply was lost): nothing new. */
+            json_array_append_new(recorded, json_pack("{s:s, s:I, s:I}", "key", key, "generation", (json_int_t)gen,
+                                                      "covered_seq", (json_int_t)had));
             continue;
         }
         struct checkpoint cp = {.key = (char *)key, .ref = (char *)ref, .generation = gen,

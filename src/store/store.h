@@ -123,5 +123,8 @@ int store_checkpoints_invalidate(struct store *st, const char *exec_id, const ch
                                  int64_t generation, int64_t seq);
 int store_checkpoint_covered(struct store *st, const char *exec_id, const char *key,
                              int64_t generation, bool *out);
+/* The checkpoint with this ref for (key, generation), if recorded: -ENOENT otherwise. */
+int store_checkpoint_find(struct store *st, const char *exec_id, const char *key, int64_t generation,
+                          const char *ref, int64_t *covered_seq);
 
 #endif

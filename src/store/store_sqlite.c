@@ -119,7 +119,7 @@ enum stmt_id {
     S_APPROVAL_INSERT, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
     S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
-    S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED,
+    S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
     S_COUNT
 };
 
@@ -201,6 +201,8 @@ static const char *stmt_sql[S_COUNT] = {
                                 " AND generation=?3 AND invalidated_seq=0",
     [S_CHECKPOINT_COVERED] = "SELECT 1 FROM checkpoints WHERE execution_id=?1 AND key=?2 AND generation=?3"
                              " AND invalidated_seq=0 LIMIT 1",
+    [S_CHECKPOINT_FIND] = "SELECT covered_seq FROM checkpoints WHERE execution_id=?1 AND key=?2 AND generation=?3"
+                          " AND ref=?4 LIMIT 1",
 };
 
 struct store {
@@ -1083,4 +1085,19 @@ int store_checkpoint_covered(struct store *st, const char *exec_id, const char *
     *out = rc == SQLITE_ROW;
     sqlite3_reset(s);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
+}
+
+int store_checkpoint_find(struct store *st, const char *exec_id, const char *key, int64_t generation,
+                          const char *ref, int64_t *covered_seq)
+{
+    sqlite3_stmt *s = use(st, S_CHECKPOINT_FIND);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, key);
+    sqlite3_bind_int64(s, 3, generation);
+    bind_text(s, 4, ref);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
+    if (r == 0) *covered_seq = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return r;
 }

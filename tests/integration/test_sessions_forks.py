@@ -229,3 +229,31 @@ def test_cli_session_and_fork(kernel):
     assert p.returncode == 2 and "--at SEQ is required" in p.stderr
     # The second turn of the session was admitted when the first completed.
     assert kernel.ok("GET", f"/v0/executions/{second['id']}")["dispatch"]["state"] == "queued"
+
+
+def test_resend_keeps_due_and_capture_resend_is_recorded_once(kernel):
+    ex = kernel.create("coder", {})
+    d = claim(kernel)
+    register(d, every_steps=1)
+    body = {"kind": "tool_call", "target": "w", "args": {}, "resources": ["ws"], "request_id": "r1"}
+    st, first = d.call("POST", "/steps", body)
+    st, again = d.call("POST", "/steps", body)          # reply lost, resent
+    assert again["resources"] == first["resources"] == [{"key": "ws", "generation": 1, "due": True}]
+    d.call("POST", f"/steps/{first['step_id']}/complete", {"result": 1})
+    once = capture(d, "ws", 1, "cp-1")
+    twice = capture(d, "ws", 1, "cp-1")                  # reply lost, resent
+    assert once["recorded"] == twice["recorded"]
+    types = [e["type"] for e in kernel.events(ex["id"])]
+    assert types.count("resource.checkpointed") == 1
+
+
+def test_fork_starts_covered_by_the_restored_checkpoint(kernel):
+    ex = build_history(kernel)
+    fp = kernel.ok("GET", f"/v0/executions/{ex['id']}/fork-points")
+    at = [c for c in fp["checkpoints"] if c["checkpoint_ref"] == "cp2"][0]["covered_seq"]
+    fork = kernel.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": at}, status=201)
+    d = claim(kernel)
+    view = register(d)
+    assert view["checkpoint_ref"] == "cp2" and view["covered"] is True, "no baseline needed after a restore"
+    ffp = kernel.ok("GET", f"/v0/executions/{fork['id']}/fork-points")
+    assert [c["checkpoint_ref"] for c in ffp["checkpoints"]] == ["cp2"]

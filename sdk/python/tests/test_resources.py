@@ -237,11 +237,12 @@ def test_fork_between_checkpoints_restores_the_earlier_one_and_replays(make_kern
         assert [(s.args["path"], s.runs) for s in steps] == [("a", 1), ("b", 1), ("c", 1), ("d", 1)]
         ftl = timeline(c, fork.id)
         # the copied step events, the resource the fork starts with (unbound until the agent
-        # creates it from cp_b), its baseline, the live `write d` (4th declaring call: due)
-        assert shape(ftl) == ["ok:write_file"] * 3 + ["registered", "claimed", "bound", "cp", "ok:write_file",
+        # creates it from cp_b) already covered by cp_b itself (no second snapshot of what was
+        # just restored), then the live `write d` (4th declaring call: due)
+        assert shape(ftl) == ["ok:write_file"] * 3 + ["registered", "cp", "claimed", "bound", "ok:write_file",
                                                       "cp", "end:execution.completed"]
         fcps = refs(ftl)
-        assert snapshot(work, fcps[0]) == ["a", "b"]  # the fork's own baseline of what it restored
+        assert fcps[0] == cp_b  # the restored checkpoint covers the fork's start
         assert snapshot(work, fcps[1]) == ["a", "b", "d"]
 
         # At a covered point (right after cp_b was taken) the fork restores exactly cp_b.
