@@ -899,10 +899,11 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         pr.rule_id = "__indeterminate_retry";
         pr.reason = "an earlier attempt of this at_most_once call has an unknown outcome; retry refused";
     } else {
-        struct policy_input in = {s->kind, s->target, e->agent, args};
+        struct policy_input in = {s->kind, s->target, e->agent, args, e->forked_from[0] != '\0'};
         policy_eval(a ? a->policy : NULL, &in, &pr);
-        if (e->forked_from[0] && s->idem == IDEM_AT_MOST_ONCE && pr.decision == POLICY_ALLOW) {
-            /* A fork reruns history; an effect that must not repeat needs a person. */
+        if (e->forked_from[0] && s->idem == IDEM_AT_MOST_ONCE && pr.decision == POLICY_ALLOW && !pr.fork_rule) {
+            /* A fork reruns history; an effect that must not repeat needs a person, unless
+             * a rule written for forks (when: {forked: true}) allows it. */
             memset(&pr, 0, sizeof pr);
             pr.decision = POLICY_REQUIRE_APPROVAL;
             pr.rule_id = "__fork_effect";

@@ -19,6 +19,7 @@
  *         step_kind: llm_call         # or step_kinds: [tool_call, local]
  *         target: "shell*"            # fnmatch glob ('*' crosses '/'); targets: [...]
  *         agent: coder                # exact; agents: [...]
+ *         forked: true                # only in forks (false: only outside forks)
  *         arguments:
  *           command: {regex: "^ls( |$)"}   # equals not_equals contains prefix
  *                                          # one_of regex glob (all must pass)
@@ -35,6 +36,7 @@
 #define REBUNO_POLICY_POLICY_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +74,7 @@ struct policy_input {
     const char *target; /* tool name / model; NULL is treated as "" */
     const char *agent;  /* agent id; NULL matches no agent condition */
     const json_t *args; /* step arguments; may be NULL */
+    bool forked;        /* the step belongs to a fork of another execution */
 };
 
 struct policy_result {
@@ -81,6 +84,7 @@ struct policy_result {
     int64_t approval_timeout_ms;  /* 0 = use the kernel default */
     const json_t *approvers;      /* borrowed JSON array or NULL */
     const char *approval_message; /* borrowed or NULL */
+    bool fork_rule;               /* the matched rule names forks (when: {forked: true}) */
 };
 
 /* Decide one step. `p` may be NULL (no policy configured: allow everything). */

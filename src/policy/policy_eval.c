@@ -183,9 +183,10 @@ static bool pred_match(const struct policy_pred *p, const json_t *args)
 }
 
 static bool rule_matches(const struct policy_rule *r, unsigned kind, const char *target,
-                         const char *agent, const json_t *args)
+                         const char *agent, const json_t *args, bool forked)
 {
     if (r->kinds && !(r->kinds & kind)) return false;
+    if (r->has_forked && r->forked != forked) return false;
     if (r->has_target && !globset_match(&r->target, target)) return false;
     if (r->has_targets && !globset_match(&r->targets, target)) return false;
     if (r->has_agent && (!agent || !strset_has(&r->agent, agent, strlen(agent)))) return false;
@@ -207,6 +208,7 @@ static void set_builtin(struct policy_result *out, enum policy_decision d, const
     out->approval_timeout_ms = 0;
     out->approvers = NULL;
     out->approval_message = NULL;
+    out->fork_rule = false;
 }
 
 void policy_eval(const struct policy *p, const struct policy_input *in, struct policy_result *out)
@@ -219,13 +221,14 @@ void policy_eval(const struct policy *p, const struct policy_input *in, struct p
     const char *target = in->target ? in->target : "";
     for (size_t i = 0; i < p->n_rules; i++) {
         const struct policy_rule *r = &p->rules[i];
-        if (!rule_matches(r, kind, target, in->agent, in->args)) continue;
+        if (!rule_matches(r, kind, target, in->agent, in->args, in->forked)) continue;
         out->decision = r->decision;
         out->rule_id = r->id;
         out->reason = r->reason;
         out->approval_timeout_ms = r->approval_timeout_ms;
         out->approvers = r->approvers;
         out->approval_message = r->approval_message;
+        out->fork_rule = r->has_forked && r->forked;
         return;
     }
     /* Local steps (find_sandbox, load_conversation, ...) are the agent's own

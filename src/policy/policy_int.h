@@ -70,6 +70,7 @@ struct policy_rule {
     /* when: a zero/empty member means "not checked" */
     unsigned kinds; /* 0 = any kind */
     bool has_target, has_targets, has_agent, has_agents;
+    bool has_forked, forked; /* when.forked */
     struct policy_globset target, targets;
     struct policy_strset agent, agents;
     struct policy_pred *preds;

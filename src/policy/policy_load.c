@@ -747,10 +747,10 @@ static int compile_when(struct loader *L, const struct ynode *key, const struct 
                         const char *rpath, struct policy_rule *r)
 {
     static const char *const names[] = {"step_kind", "step_kinds", "target",   "targets",
-                                        "agent",     "agents",     "arguments"};
+                                        "agent",     "agents",     "arguments", "forked"};
     static const struct key_alias aliases[] = {{"agent_id", 4}, {"agent_ids", 5}};
     static const struct keytab tab = {"when", names, ARRAY_LEN(names), aliases, ARRAY_LEN(aliases)};
-    enum { W_KIND, W_KINDS, W_TARGET, W_TARGETS, W_AGENT, W_AGENTS, W_ARGS };
+    enum { W_KIND, W_KINDS, W_TARGET, W_TARGETS, W_AGENT, W_AGENTS, W_ARGS, W_FORKED };
     char path[POLICY_PATH_MAX], b[80];
     struct keyvals kv;
 
@@ -845,6 +845,18 @@ static int compile_when(struct loader *L, const struct ynode *key, const struct 
                         "%s is empty so nothing could match; list at least one agent id", k->text);
         strset_from_list(&r->agents, v);
         r->has_agents = true;
+    }
+    if (kv.key[W_FORKED]) {
+        const char *s;
+        path_fmt(path, sizeof path, "%s.when.forked", rpath);
+        if (want_str(L, kv.key[W_FORKED], kv.val[W_FORKED], path, "forked: true", &s)) return -1;
+        if (strcmp(s, "true") && strcmp(s, "false"))
+            return lerr(L, kv.val[W_FORKED], path,
+                        "forked must be true (only steps of forks) or false (only steps outside "
+                        "forks), not %s",
+                        q(b, sizeof b, s));
+        r->has_forked = true;
+        r->forked = s[0] == 't';
     }
     if (kv.key[W_ARGS]) {
         const struct ynode *k = kv.key[W_ARGS], *v = kv.val[W_ARGS];

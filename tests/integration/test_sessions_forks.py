@@ -257,3 +257,24 @@ def test_fork_starts_covered_by_the_restored_checkpoint(kernel):
     assert view["checkpoint_ref"] == "cp2" and view["covered"] is True, "no baseline needed after a restore"
     ffp = kernel.ok("GET", f"/v0/executions/{fork['id']}/fork-points")
     assert [c["checkpoint_ref"] for c in ffp["checkpoints"]] == ["cp2"]
+
+
+def test_policy_can_allow_effects_in_forks(make_kernel):
+    k = make_kernel("""
+agents:
+  - name: coder
+    policy: |
+      default_action: allow
+      rules:
+        - id: prs-in-forks
+          when: {target: open_pr, forked: true}
+          then: {decision: allow, reason: forks open their own PRs}
+""").start()
+    ex = build_history(k)
+    fork = k.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": 3}, status=201)
+    d = claim(k)
+    assert d.exec_id == fork["id"]
+    pr = d.submit("open_pr", {"title": "x"}, idempotency="at_most_once")
+    assert pr["decision"] == "proceed" and pr["rule_id"] == "prs-in-forks"
+    other = d.submit("deploy", {}, idempotency="at_most_once")
+    assert other["decision"] == "blocked" and other["rule_id"] == "__fork_effect"

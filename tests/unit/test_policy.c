@@ -538,7 +538,7 @@ Test(policy_load_errors, unknown_key)
 {
     file_fails(DATA "bad_unknown_key.yaml",
                DATA "bad_unknown_key.yaml:10:7: unknown key \"targett\" in when; expected one "
-                    "of: step_kind, step_kinds, target, targets, agent, agents, arguments");
+                    "of: step_kind, step_kinds, target, targets, agent, agents, arguments, forked");
 }
 
 Test(policy_load_errors, wrong_type)
@@ -945,4 +945,32 @@ Test(policy_misc, decision_names)
     cr_assert_str_eq(policy_decision_name(POLICY_ALLOW), "allow");
     cr_assert_str_eq(policy_decision_name(POLICY_DENY), "deny");
     cr_assert_str_eq(policy_decision_name(POLICY_REQUIRE_APPROVAL), "require_approval");
+}
+
+Test(policy_eval, forked_condition)
+{
+    static const char y[] = "default_action: deny\n"
+                            "rules:\n"
+                            "  - id: prs-in-forks\n"
+                            "    when: {target: open_pr, forked: true}\n"
+                            "    then: {decision: allow}\n"
+                            "  - id: prs\n"
+                            "    when: {target: open_pr, forked: false}\n"
+                            "    then: {decision: require_approval}\n";
+    struct err e = ERR_INIT;
+    struct policy *p = policy_load_string(y, sizeof y - 1, "forked.yaml", 0, &e);
+    cr_assert_not_null(p, "%s", e.msg);
+    struct policy_result r;
+    struct policy_input in = {"tool_call", "open_pr", "coder", NULL, true};
+    policy_eval(p, &in, &r);
+    cr_assert_str_eq(r.rule_id, "prs-in-forks");
+    cr_assert(r.fork_rule);
+    in.forked = false;
+    policy_eval(p, &in, &r);
+    cr_assert_str_eq(r.rule_id, "prs");
+    cr_assert(!r.fork_rule);
+    policy_free(p);
+    static const char bad[] = "rules:\n  - id: a\n    when: {forked: maybe}\n    then: {decision: allow}\n";
+    cr_assert_null(policy_load_string(bad, sizeof bad - 1, "bad.yaml", 0, &e));
+    cr_assert(strstr(e.msg, "bad.yaml:3:") && strstr(e.msg, "forked must be true"), "%s", e.msg);
 }
