@@ -6,5 +6,7 @@ int cmd_serve(int argc, char **argv); /* dev, server */
 int cmd_policy(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_approval(int argc, char **argv);
+int cmd_sandboxd(int argc, char **argv); /* sandboxd */
+int cmd_sandbox(int argc, char **argv);  /* sandbox */
 
 #endif

@@ -20,9 +20,11 @@ static void usage(FILE *out)
             "servers:\n"
             "  dev       run the kernel for local development (SQLite under .rebuno/)\n"
             "  server    run the kernel for configured agents only\n"
+            "  sandboxd  run the sandbox service (needs root)\n"
             "clients (REBUNO_URL, default http://127.0.0.1:8080):\n"
             "  exec      create, list, watch, cancel, approve executions\n"
             "  approval  list and decide approvals\n"
+            "  sandbox   create, list, exec in, copy to/from sandboxes (REBUNO_SANDBOX_URL)\n"
             "tools:\n"
             "  policy    check or try a policy file\n"
             "  version   print the version\n\n"
@@ -42,6 +44,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "exec")) return cmd_exec(argc - 1, argv + 1);
     if (!strcmp(cmd, "approval")) return cmd_approval(argc - 1, argv + 1);
     if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("rebuno %s\n", REBUNO_VERSION);
         return 0;

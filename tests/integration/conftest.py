@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 
 import pytest
 
@@ -221,3 +222,191 @@ def make_kernel(tmpdir_path):
 @pytest.fixture
 def kernel(make_kernel):
     return make_kernel().start()
+
+
+# ---------------------------------------------------------------------------
+# sandboxd: the sandbox service (`rebuno sandboxd`), run for real as root.
+# ---------------------------------------------------------------------------
+
+CGROUP_V1 = ("memory", "pids", "cpu", "freezer")
+
+
+def _fnv1a(s):
+    h = 1469598103934665603
+    for b in s.encode():
+        h ^= b
+        h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+class Sandboxd:
+    """A running `rebuno sandboxd` with its own state folder and port."""
+
+    def __init__(self, state_dir, args=()):
+        self.root = state_dir
+        self.state = os.path.join(state_dir, "state")
+        self.args = list(args)
+        self.port = free_port()
+        self.proc = None
+        self.log = None
+        self.log_path = os.path.join(state_dir, "sandboxd.log")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def cgroup_name(self):
+        real = os.path.realpath(self.state)
+        return "rebuno-%012x" % (_fnv1a(real) & 0xFFFFFFFFFFFF)
+
+    def cgroup_dirs(self):
+        return [os.path.join("/sys/fs/cgroup", c, self.cgroup_name) for c in CGROUP_V1]
+
+    def start(self, wait=True):
+        cmd = [BIN, "sandboxd", "--listen", f"127.0.0.1:{self.port}", "--state-dir", self.state,
+               *self.args]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
+        if wait:
+            end = time.time() + 20
+            while time.time() < end:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"sandboxd exited with {self.proc.returncode}:\n"
+                                       + self.read_log())
+                try:
+                    if self.request("GET", "/v1/health")[0] == 200:
+                        return self
+                except OSError:
+                    pass
+                time.sleep(0.02)
+            raise RuntimeError("sandboxd did not become ready:\n" + self.read_log())
+        return self
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.log and not self.log.closed:
+            self.log.close()
+        return self.proc.returncode if self.proc else None
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def request(self, method, path, body=None, raw=None, headers=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=data, headers=h)
+        resp = conn.getresponse()
+        payload = resp.read()
+        hdrs = dict(resp.getheaders())
+        conn.close()
+        parsed = payload
+        if payload and resp.getheader("Content-Type", "").startswith("application/json"):
+            parsed = json.loads(payload)
+        self.last_headers = hdrs
+        return resp.status, parsed
+
+    def ok(self, method, path, body=None, status=(200, 201, 204), **kw):
+        st, out = self.request(method, path, body, **kw)
+        assert st in (status if isinstance(status, tuple) else (status,)), (method, path, st, out)
+        return out
+
+    # --- conveniences ---
+    def create(self, name=None, **fields):
+        body = dict(fields)
+        if name is not None:
+            body["name"] = name
+        return self.ok("POST", "/v1/sandboxes", body, status=201)
+
+    def get(self, ref):
+        return self.ok("GET", f"/v1/sandboxes/{ref}")
+
+    def run(self, ref, cmd, args=(), **fields):
+        """Run to completion; returns the result object (asserts the call succeeded)."""
+        body = {"cmd": cmd, "args": list(args), "wait": True, **fields}
+        return self.ok("POST", f"/v1/sandboxes/{ref}/commands", body, status=200)
+
+    def sh(self, ref, script, **fields):
+        return self.run(ref, "bash", ["-c", script], **fields)
+
+    def write(self, ref, path, data, **query):
+        q = "&".join(f"{k}={v}" for k, v in query.items())
+        p = f"/v1/sandboxes/{ref}/files/content?path={urllib.parse.quote(path)}"
+        return self.ok("PUT", p + ("&" + q if q else ""), raw=data)
+
+    def read(self, ref, path):
+        st, out = self.request(
+            "GET", f"/v1/sandboxes/{ref}/files/content?path={urllib.parse.quote(path)}")
+        return st, out
+
+
+def processes_mentioning(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def host_mounts_mentioning(path):
+    with open("/proc/self/mountinfo") as f:
+        return [line for line in f if path in line]
+
+
+@pytest.fixture
+def make_sandboxd(tmpdir_path):
+    started = []
+
+    def make(args=()):
+        d = tempfile.mkdtemp(dir=tmpdir_path)
+        s = Sandboxd(d, args=args)
+        started.append(s)
+        return s
+
+    yield make
+    problems = []
+    for s in started:
+        if s.proc is None:
+            continue
+        s.stop(signal.SIGTERM)  # graceful: stops every session, LeakSanitizer checks the exit
+        log = s.read_log()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            if marker in log:
+                problems.append(f"{marker} in {s.log_path}:\n{log[-4000:]}")
+        # nothing may be left behind: cgroups, mounts (all lived in private namespaces)
+        for d in s.cgroup_dirs():
+            if os.path.exists(d):
+                problems.append(f"cgroup left behind: {d}: {os.listdir(d)[:5]}")
+        if host_mounts_mentioning(os.path.realpath(s.state)):
+            problems.append(f"mounts left behind under {s.state}")
+        # the daemon's zygote carries its command line; inits are in the cgroups above
+        time.sleep(0.05)
+        left = processes_mentioning(s.state)
+        if left:
+            problems.append(f"processes left behind: {left}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def sandboxd(make_sandboxd):
+    return make_sandboxd().start()

@@ -1,0 +1,163 @@
+/*
+ * cmd_sandboxd.c - `rebuno sandboxd`: run the sandbox service (/v1).
+ *
+ * Parses its few options, serves the API on one libevent loop until SIGINT or
+ * SIGTERM, then stops every session (files stay) and exits. Needs root. It only
+ * listens on loopback: the API has no authentication yet.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cli/commands.h"
+#include "net/http.h"
+#include "sandbox/files.h"
+#include "sandbox/sandboxd.h"
+#include "sandbox/spawn.h"
+
+struct daemon {
+    struct event_base *base;
+    struct http_server *http;
+    struct sbxd *d;
+    struct event *sigint, *sigterm;
+};
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct daemon *s = arg;
+    log_info("shutting down", "signal=%d", (int)sig);
+    event_del(s->sigint);
+    event_del(s->sigterm);
+    sbxd_shutdown(s->d);
+    http_server_shutdown(s->http, 5000);
+    s->http = NULL; /* freed by the shutdown */
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: rebuno sandboxd [--listen 127.0.0.1:8090] [--state-dir DIR] [options]\n\n"
+            "Runs the sandbox service: isolated Linux environments with commands, files and\n"
+            "users (docs/sandbox.md, docs/sandbox-api.md). Needs root.\n\n"
+            "options:\n"
+            "  --listen ADDR        loopback address to serve /v1 on (default 127.0.0.1:8090)\n"
+            "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
+            "  --uid-base N         first host uid of the sandboxes' uid ranges (default 100000)\n"
+            "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
+            "  --output-limit BYTES bytes kept per command stream (default 1048576)\n"
+            "  --cgroup MODE        auto, v1 or v2 (default auto)\n"
+            "  --log-level LEVEL    debug, info, warn, error (default info)\n");
+}
+
+static bool loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
+           strncmp(addr, "[::1]:", 6) == 0;
+}
+
+static int parse_num(const char *s, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || !*s || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int cmd_sandboxd(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8090", *state = ".rebuno/sandboxes", *cg = "auto";
+    const char *level = "info";
+    sbx_spawn_set_title_area();
+    long long uid_base = 100000, max_sbx = 1000, out_limit = 1 << 20;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        const char *v = NULL;
+        const char *eq = strchr(a, '=');
+        char name[32];
+        if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof name) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+            v = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", a);
+            if (i + 1 < argc) v = argv[i + 1], i++;
+        }
+        if (!v) {
+            fprintf(stderr, "error: %s needs a value\n", name);
+            return 2;
+        }
+        int bad = 0;
+        if (!strcmp(name, "--listen")) listen = v;
+        else if (!strcmp(name, "--state-dir")) state = v;
+        else if (!strcmp(name, "--cgroup")) cg = v;
+        else if (!strcmp(name, "--log-level")) level = v;
+        else if (!strcmp(name, "--uid-base")) bad = parse_num(v, 1, 4000000000LL, &uid_base);
+        else if (!strcmp(name, "--max-sandboxes")) bad = parse_num(v, 1, 60000, &max_sbx);
+        else if (!strcmp(name, "--output-limit"))
+            bad = parse_num(v, 4096, 256LL << 20, &out_limit);
+        else {
+            fprintf(stderr, "error: unknown option %s\n\n", name);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "error: %s: \"%s\" is not a valid value\n", name, v);
+            return 2;
+        }
+    }
+    enum log_level lvl;
+    if (log_parse_level(level, &lvl) < 0) {
+        fprintf(stderr, "error: --log-level must be debug, info, warn or error\n");
+        return 2;
+    }
+    log_set_level(lvl);
+    if (!loopback(listen)) {
+        fprintf(stderr, "error: refusing to listen on %s: the sandbox API has no authentication "
+                        "yet, so it only listens on loopback (127.0.0.1 or [::1])\n",
+                listen);
+        return 2;
+    }
+    struct daemon s = {0};
+    struct err err = ERR_INIT;
+    int rc = 1;
+    signal(SIGPIPE, SIG_IGN);
+    s.base = event_base_new();
+    struct http_config hc = {.max_body = SBX_FS_IO_MAX + 4096};
+    s.http = http_server_new(s.base, &hc);
+    struct sbxd_config cfg = {.state_dir = state, .cgroup_mode = cg,
+                              .uid_first = (uint32_t)uid_base, .max_sandboxes = (int)max_sbx,
+                              .output_limit = (size_t)out_limit, .start_timeout_ms = 10000};
+    s.d = sbxd_new(s.base, s.http, &cfg, &err);
+    if (!s.d) goto fail;
+    if (http_server_listen(s.http, listen, &err) < 0) goto fail;
+    s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
+    s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
+    event_add(s.sigint, NULL);
+    event_add(s.sigterm, NULL);
+    log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s", listen,
+             http_server_port(s.http), state);
+    printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
+    fflush(stdout);
+    event_base_dispatch(s.base);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "error: %s\n", err.msg);
+out:
+    if (s.sigint) event_free(s.sigint);
+    if (s.sigterm) event_free(s.sigterm);
+    if (s.d) sbxd_shutdown(s.d);
+    if (s.http) http_server_free(s.http);
+    sbxd_free(s.d);
+    if (s.base) event_base_free(s.base);
+    return rc;
+}

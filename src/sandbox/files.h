@@ -1,0 +1,73 @@
+/*
+ * files.h - the files API: file operations inside a running sandbox's root.
+ *
+ * sandboxd holds an O_PATH descriptor of the sandbox's "/" (its init's root) and
+ * resolves every client path with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+ * from it: ".." stops at the sandbox root, absolute symlinks are resolved as if the
+ * sandbox root were "/", /proc magic links are refused, and the kernel re-checks
+ * every step, so renames racing the lookup cannot carry it outside. Only the last
+ * component is then operated on, relative to its parent's descriptor, without
+ * following symlinks unless the operation says so (and then again within the root).
+ *
+ * Because sandboxd is host root, two more rules apply:
+ *   - only regular files, directories and symlinks are touched, and a file is opened
+ *     for I/O only after an O_PATH open showed it is regular (so FIFOs cannot block
+ *     the daemon and no device is ever opened);
+ *   - only overlay and tmpfs file systems are accepted (never the sandbox's /proc or
+ *     /dev/pts, where host root could change kernel settings).
+ * New files and directories belong to the acting user inside (root by default).
+ * Paths given here are already normalised (paths.h).
+ */
+#ifndef REBUNO_SANDBOX_FILES_H
+#define REBUNO_SANDBOX_FILES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+
+#define SBX_FS_IO_MAX (16u << 20) /* bytes of one read or write call */
+#define SBX_FS_LIST_MAX 10000     /* entries of one directory listing */
+
+struct sbx_fs {
+    int rootfd;        /* O_PATH of the sandbox's "/" */
+    uint32_t uid_base; /* host uid of root inside */
+};
+
+/* Owner of new files and directories: ids inside the sandbox. */
+struct sbx_owner {
+    uint32_t uid, gid;
+};
+
+/* {"path","name","type","size","mode","uid","gid","mtime"[,"target"]} of a path
+ * (symlinks not followed). NULL with err. */
+json_t *sbx_fs_stat(const struct sbx_fs *fs, const char *path, struct err *err);
+/* Read up to max bytes at off into out (appended). *size gets the file's size. */
+int sbx_fs_read(const struct sbx_fs *fs, const char *path, uint64_t off, size_t max,
+                struct buf *out, uint64_t *size, struct err *err);
+/* Write len bytes at off. A missing file is created (mode, owner); truncate cuts an
+ * existing file to off first. *size gets the file's size after the write. */
+int sbx_fs_write(const struct sbx_fs *fs, const char *path, uint64_t off, const void *data,
+                 size_t len, bool truncate, int mode, const struct sbx_owner *owner,
+                 uint64_t *size, struct err *err);
+/* Create a directory (and missing parents when parents is set). */
+int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mode,
+                 const struct sbx_owner *owner, struct err *err);
+/* {"path", "entries":[stat objects without "path"], "truncated": bool} */
+json_t *sbx_fs_list(const struct sbx_fs *fs, const char *path, size_t limit, struct err *err);
+int sbx_fs_rename(const struct sbx_fs *fs, const char *from, const char *to, bool overwrite,
+                  struct err *err);
+int sbx_fs_remove(const struct sbx_fs *fs, const char *path, bool recursive, struct err *err);
+/* chown a path (not following a final symlink) to owner. */
+int sbx_fs_chown(const struct sbx_fs *fs, const char *path, const struct sbx_owner *owner,
+                 struct err *err);
+/* Whole small file (at most max bytes; larger is an error) into out: for /etc files. */
+int sbx_fs_read_all(const struct sbx_fs *fs, const char *path, size_t max, struct buf *out,
+                    struct err *err);
+/* Replace a file atomically (write a temporary next to it, fsync, rename). */
+int sbx_fs_replace(const struct sbx_fs *fs, const char *path, const void *data, size_t len,
+                   int mode, const struct sbx_owner *owner, struct err *err);
+
+#endif

@@ -1,0 +1,255 @@
+/*
+ * image.c - build the default image layer (see image.h).
+ */
+#include "sandbox/image.h"
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/xalloc.h"
+
+#define COPY_FILE_MAX (8u << 20)
+
+/* snprintf into a path buffer; -ENAMETOOLONG when it does not fit. */
+__attribute__((format(printf, 3, 4))) static int pf(char *out, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+    return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;
+}
+#define COPY_DEPTH_MAX 8
+
+const char *const sbx_image_etc_allow[] = {
+    "alternatives", "bash.bashrc", "bash_completion", "bash_completion.d",
+    "bindresvport.blacklist", "ca-certificates", "ca-certificates.conf", "debian_version",
+    "default", "environment", "ethertypes", "gai.conf", "gitconfig", "host.conf", "inputrc",
+    "issue", "issue.net", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias",
+    "localtime", "login.defs", "magic", "magic.mime", "manpath.config", "mime.types",
+    "nanorc", "networks", "os-release", "perl", "profile", "profile.d", "protocols",
+    "python3", "python3.11", "rpc", "services", "shells", "skel", "ssl", "terminfo",
+    "timezone", "vim", "wgetrc", "xattr.conf", "adduser.conf", "deluser.conf", "mailcap",
+    "mke2fs.conf", NULL,
+};
+
+static const char passwd_txt[] =
+    "root:x:0:0:root:/root:/bin/bash\n"
+    "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    "bin:x:2:2:bin:/bin:/usr/sbin/nologin\n"
+    "sys:x:3:3:sys:/dev:/usr/sbin/nologin\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+static const char group_txt[] = "root:x:0:\ndaemon:x:1:\nbin:x:2:\nsys:x:3:\nadm:x:4:\n"
+                                "tty:x:5:\ndisk:x:6:\nstaff:x:50:\nusers:x:100:\n"
+                                "nogroup:x:65534:\n";
+static const char shadow_txt[] = "root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
+                                 "bin:*:19000:0:99999:7:::\nsys:*:19000:0:99999:7:::\n"
+                                 "nobody:*:19000:0:99999:7:::\n";
+static const char nsswitch_txt[] = "passwd: files\ngroup: files\nshadow: files\n"
+                                   "gshadow: files\nhosts: files dns\nnetworks: files\n"
+                                   "protocols: files\nservices: files\nethers: files\n"
+                                   "rpc: files\n";
+static const char hosts_txt[] = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost "
+                                "ip6-loopback\n127.0.1.1\tsandbox\n";
+static const char resolv_txt[] = "# rebuno sandbox: no network yet (loopback only)\n";
+
+static int write_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0) return -errno;
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    int e = w < 0 ? -errno : (size_t)w != n ? -EIO : 0;
+    if (!e && fchmod(fd, mode) < 0) e = -errno;
+    close(fd);
+    return e;
+}
+
+static int mkdir_mode(const char *path, mode_t mode)
+{
+    if (mkdir(path, mode) < 0 && errno != EEXIST) return -errno;
+    return chmod(path, mode) < 0 ? -errno : 0;
+}
+
+static int copy_regular(const char *src, const char *dst, const struct stat *st)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (in < 0) return -errno;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 0755);
+    if (out < 0) {
+        int e = -errno;
+        close(in);
+        return e;
+    }
+    char b[65536];
+    int e = 0;
+    for (;;) {
+        ssize_t n = read(in, b, sizeof b);
+        if (n < 0) {
+            e = -errno;
+            break;
+        }
+        if (n == 0) break;
+        if (write(out, b, (size_t)n) != n) {
+            e = -EIO;
+            break;
+        }
+    }
+    close(in);
+    close(out);
+    return e;
+}
+
+/* Copy a host path: symlinks verbatim, world-readable regular files and directories. */
+static void copy_tree(const char *src, const char *dst, int depth)
+{
+    struct stat st;
+    if (lstat(src, &st) < 0 || depth > COPY_DEPTH_MAX) return;
+    if (S_ISLNK(st.st_mode)) {
+        char t[PATH_MAX];
+        ssize_t n = readlink(src, t, sizeof t - 1);
+        if (n < 0) return;
+        t[n] = '\0';
+        if (symlink(t, dst) < 0) {
+        }
+        return;
+    }
+    if (S_ISREG(st.st_mode)) {
+        if ((st.st_mode & S_IROTH) && st.st_size <= (off_t)COPY_FILE_MAX)
+            copy_regular(src, dst, &st);
+        return;
+    }
+    if (!S_ISDIR(st.st_mode) || (st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH)) return;
+    if (mkdir_mode(dst, 0755) < 0) return;
+    DIR *d = opendir(src);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!strcmp(de->d_name, "private")) continue; /* ssl/private and the like */
+        char s[PATH_MAX], t[PATH_MAX];
+        if (pf(s, sizeof s, "%s/%s", src, de->d_name) < 0) continue;
+        if (pf(t, sizeof t, "%s/%s", dst, de->d_name) < 0) continue;
+        copy_tree(s, t, depth + 1);
+    }
+    closedir(d);
+}
+
+static int build(const char *dir, struct err *err)
+{
+    static const struct {
+        const char *path;
+        mode_t mode;
+    } dirs[] = {{"", 0755},        {"etc", 0755},     {"usr", 0755},     {"proc", 0555},
+                {"sys", 0555},     {"dev", 0755},     {"tmp", 01777},    {"run", 0755},
+                {"run/lock", 01777}, {"home", 0755},  {"root", 0700},    {"mnt", 0755},
+                {"opt", 0755},     {"srv", 0755},     {"media", 0755},   {"var", 0755},
+                {"var/tmp", 01777}, {"var/log", 0755}, {"var/cache", 0755}, {"var/lib", 0755},
+                {"var/spool", 0755}, {"var/mail", 02775}, {"var/local", 0755},
+                {"var/opt", 0755}, {"var/backups", 0755}};
+    char p[PATH_MAX];
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        pf(p, sizeof p, "%s/%s", dir, dirs[i].path);
+        int e = mkdir_mode(p, dirs[i].mode);
+        if (e < 0)
+            return err_internal(err, "image: cannot create %s: %s", p, strerror(-e));
+    }
+    pf(p, sizeof p, "%s/var/run", dir);
+    if (symlink("/run", p) < 0 && errno != EEXIST)
+        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    pf(p, sizeof p, "%s/var/lock", dir);
+    if (symlink("/run/lock", p) < 0 && errno != EEXIST)
+        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    /* merged /usr links, as the host has them */
+    static const char *top[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
+        char host[64], t[PATH_MAX];
+        pf(host, sizeof host, "/%s", top[i]);
+        ssize_t n = readlink(host, t, sizeof t - 1);
+        if (n <= 0) continue; /* absent, or a real directory: not supported (logged by caller) */
+        t[n] = '\0';
+        if (strncmp(t, "usr/", 4) != 0 && strncmp(t, "/usr/", 5) != 0) continue;
+        pf(p, sizeof p, "%s/%s", dir, top[i]);
+        if (symlink(t, p) < 0)
+            return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    }
+    for (const char *const *a = sbx_image_etc_allow; *a; a++) {
+        char s[PATH_MAX];
+        pf(s, sizeof s, "/etc/%s", *a);
+        pf(p, sizeof p, "%s/etc/%s", dir, *a);
+        copy_tree(s, p, 0);
+    }
+    static const struct {
+        const char *name, *text;
+        mode_t mode;
+    } gen[] = {{"passwd", passwd_txt, 0644},     {"group", group_txt, 0644},
+               {"shadow", shadow_txt, 0640},     {"gshadow", "", 0640},
+               {"nsswitch.conf", nsswitch_txt, 0644}, {"hosts", hosts_txt, 0644},
+               {"hostname", "sandbox\n", 0644},  {"resolv.conf", resolv_txt, 0644},
+               {"machine-id", "", 0444},         {"fstab", "", 0644},
+               {"subuid", "", 0644},             {"subgid", "", 0644}};
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) {
+        pf(p, sizeof p, "%s/etc/%s", dir, gen[i].name);
+        unlink(p);
+        int e = write_file(p, gen[i].text, gen[i].mode);
+        if (e < 0) return err_internal(err, "image: cannot write %s: %s", p, strerror(-e));
+    }
+    pf(p, sizeof p, "%s/etc/mtab", dir);
+    if (symlink("../proc/self/mounts", p) < 0 && errno != EEXIST)
+        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    return 0;
+}
+
+static void rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0) return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (d) {
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+                char p[PATH_MAX];
+                if (pf(p, sizeof p, "%s/%s", path, de->d_name) == 0) rm_rf(p);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+int sbx_image_ensure_default(const char *images_dir, struct err *err)
+{
+    char final[PATH_MAX], tmp[PATH_MAX];
+    if (strlen(images_dir) > PATH_MAX - 1024)
+        return err_invalid(err, "state_dir", "state directory path is too long");
+    pf(final, sizeof final, "%s/%s", images_dir, SBX_IMAGE_DEFAULT);
+    struct stat st;
+    if (stat(final, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    if (mkdir(images_dir, 0700) < 0 && errno != EEXIST)
+        return err_internal(err, "cannot create %s: %s", images_dir, strerror(errno));
+    pf(tmp, sizeof tmp, "%s/.tmp-%s-%d", images_dir, SBX_IMAGE_DEFAULT, (int)getpid());
+    rm_rf(tmp);
+    if (build(tmp, err) < 0) {
+        rm_rf(tmp);
+        return -1;
+    }
+    if (rename(tmp, final) < 0) {
+        int e = errno;
+        rm_rf(tmp);
+        if (e == ENOTEMPTY || e == EEXIST) return 0; /* someone else won */
+        return err_internal(err, "cannot install image %s: %s", final, strerror(e));
+    }
+    return 0;
+}

@@ -1,0 +1,82 @@
+/*
+ * plan.h - the root file system of a session, planned before it is built.
+ *
+ * As bubblewrap does, set-up is split in two: sbx_plan_build() turns a few inputs
+ * into a flat, validated list of operations (pure: no I/O, unit-tested), and
+ * sbx_plan_exec() (rootfs.c) runs that list inside the new mount namespace, in
+ * order, stopping at the first failure. Every path in a plan is absolute and made
+ * only of characters that cannot confuse mount option strings.
+ *
+ * Layout (D = the sandbox's directory, B = its base uid):
+ *   D/mnt/layers              tmpfs holding the idmapped read-only lowers
+ *     image/                  the image layer (generated /etc, symlinks, mount points)
+ *     usr/                    the host's /usr
+ *   D/mnt/root                overlay: image + D/fs/upper (work D/fs/work)
+ *     usr                     overlay: host /usr + D/fs/upper/usr (work D/fs/work-usr)
+ *     proc dev dev/pts dev/shm tmp    fresh proc, tmpfs /dev with six nodes, devpts,
+ *                             tmpfs /dev/shm and /tmp; /proc/sys read-only, a few
+ *                             /proc files masked; then pivot_root into D/mnt/root.
+ * Both overlays write into one upper tree (D/fs/upper), so a sandbox's changes are
+ * one directory: what snapshots will turn into a layer.
+ */
+#ifndef REBUNO_SANDBOX_PLAN_H
+#define REBUNO_SANDBOX_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/err.h"
+
+enum sbx_op_kind {
+    SBX_OP_PRIVATE,    /* make every mount private (recursive) */
+    SBX_OP_TMPFS,      /* target, data, flags */
+    SBX_OP_MKDIR,      /* target, mode: create if missing; must be a real directory */
+    SBX_OP_IDMAP_BIND, /* source -> target, idmapped with the session's user namespace */
+    SBX_OP_OVERLAY,    /* target, data, flags */
+    SBX_OP_PROC,       /* target */
+    SBX_OP_DEVPTS,     /* target, data */
+    SBX_OP_MKNOD,      /* target, mode, dev */
+    SBX_OP_SYMLINK,    /* source (the link's text) -> target */
+    SBX_OP_BIND_RO,    /* source -> target, then read-only */
+    SBX_OP_PIVOT,      /* target becomes / */
+};
+
+struct sbx_op {
+    enum sbx_op_kind kind;
+    char *source, *target, *data;
+    unsigned long flags;
+    mode_t mode;
+    dev_t dev;
+    int optional; /* a missing target is skipped (masks of /proc files) */
+};
+
+struct sbx_plan {
+    struct sbx_op *ops;
+    size_t n, cap;
+};
+
+struct sbx_plan_input {
+    const char *sandbox_dir; /* D: absolute, holds fs/ and mnt/ */
+    const char *image_dir;   /* the image layer: absolute */
+    const char *usr_dir;     /* the /usr lower: absolute (normally "/usr") */
+    uint32_t uid_base;       /* B: host uid (and gid) of root inside */
+    uint64_t tmp_bytes;      /* size cap of /tmp and /dev/shm */
+};
+
+/* 0, or -1 with err (400 for a path that cannot be used safely). */
+int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct err *err);
+void sbx_plan_fini(struct sbx_plan *p);
+const char *sbx_op_name(enum sbx_op_kind k);
+/* Whether a host path is acceptable in a plan: absolute, no "." or ".." components,
+ * only [A-Za-z0-9/._+@-]. */
+int sbx_plan_path_ok(const char *p);
+
+/*
+ * Run the plan (in the child, in its new mount namespace, as root of the initial
+ * user namespace). userns_fd is the session's user namespace, used for idmapped
+ * lowers. Returns 0, or -errno with *failed set to the operation that failed.
+ */
+int sbx_plan_exec(const struct sbx_plan *p, int userns_fd, const struct sbx_op **failed);
+
+#endif

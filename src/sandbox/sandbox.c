@@ -1,0 +1,972 @@
+/*
+ * sandbox.c - sandboxd's registry and the lifecycle of sandboxes and sessions.
+ *
+ * States: running (a session exists and is thawed), paused (its cgroup is frozen),
+ * stopped (no session; files kept). Every transition runs to completion on the
+ * loop thread before anything else happens, with bounded waits (start, freeze,
+ * kill), and only stable states reach the database: nothing can be left
+ * "starting" or "stopping". A session ends when its init exits for any reason
+ * (stop, timeout, OOM, crash): the pidfd event finishes its commands, removes its
+ * cgroup and marks the sandbox stopped with a reason.
+ *
+ * Start-up recovery: rows that say running or paused belong to sessions that died
+ * with the previous daemon (their inits got SIGKILL through PDEATHSIG); they become
+ * stopped with reason "daemon_restart", and any cgroups left behind are swept.
+ */
+#include "sandbox/sandboxd_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/uuid.h"
+#include "base/xalloc.h"
+#include "sandbox/idmap.h"
+#include "sandbox/image.h"
+#include "sandbox/plan.h"
+#include "sandbox/validate.h"
+
+#define MAX_CLEANERS 64
+
+static pid_t cleaners[MAX_CLEANERS];
+
+static void session_end(struct sbx *s, const char *reason);
+static int session_start(struct sbx *s, struct err *err);
+static void arm_timeout(struct sbx *s);
+
+const char *sbx_state_name(enum sbx_state st)
+{
+    return st == SBX_RUNNING ? "running" : st == SBX_PAUSED ? "paused" : "stopped";
+}
+
+int sbx_parse_state(const char *s, enum sbx_state *out)
+{
+    if (!strcmp(s, "running")) *out = SBX_RUNNING;
+    else if (!strcmp(s, "paused")) *out = SBX_PAUSED;
+    else if (!strcmp(s, "stopped")) *out = SBX_STOPPED;
+    else return -EINVAL;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ persistence */
+
+int sbx_save(struct sbx *s, struct err *err)
+{
+    char *meta = json_dumps(s->metadata, JSON_COMPACT | JSON_SORT_KEYS);
+    char *env = json_dumps(s->env, JSON_COMPACT | JSON_SORT_KEYS);
+    struct sbx_row r = {
+        .id = s->id, .name = s->name, .state = sbx_state_name(s->state), .image = s->image,
+        .metadata = meta, .env = env, .on_timeout = s->on_timeout_pause ? "pause" : "stop",
+        .stop_reason = s->stop_reason, .slot = s->slot, .vcpus = s->vcpus,
+        .memory_mb = s->memory_mb, .pids_max = s->pids_max, .timeout_ms = s->timeout_ms,
+        .created_at = s->created_at, .updated_at = s->updated_at, .started_at = s->started_at,
+        .stopped_at = s->stopped_at, .expires_at = s->expires_at, .session_seq = s->session_seq,
+    };
+    int rc = sbx_store_save(s->d->store, &r, err);
+    free(meta);
+    free(env);
+    return rc;
+}
+
+static void save_or_log(struct sbx *s)
+{
+    struct err err = ERR_INIT;
+    if (sbx_save(s, &err) < 0)
+        log_error("cannot save sandbox", "sandbox=%s error=\"%s\"", s->id, err.msg);
+}
+
+/* ------------------------------------------------------------------ registry */
+
+struct sbx *sbx_find(struct sbxd *d, const char *ref)
+{
+    if (!ref) return NULL;
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (!strcmp(s->id, ref)) return s;
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (!strcmp(s->name, ref)) return s;
+    return NULL;
+}
+
+static void link_sbx(struct sbxd *d, struct sbx *s)
+{
+    s->prev = d->last;
+    if (d->last)
+        d->last->next = s;
+    else
+        d->first = s;
+    d->last = s;
+    d->count++;
+}
+
+static void unlink_sbx(struct sbxd *d, struct sbx *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        d->first = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        d->last = s->prev;
+    d->count--;
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg);
+
+static struct sbx *sbx_alloc(struct sbxd *d, const char *id)
+{
+    struct sbx *s = xcalloc(1, sizeof *s);
+    s->d = d;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->dir = xasprintf("%s/%s", d->sandboxes_dir, id);
+    s->timeout_ev = evtimer_new(d->base, on_timeout, s);
+    s->state = SBX_STOPPED;
+    return s;
+}
+
+static void sbx_free(struct sbx *s)
+{
+    sbx_cmds_free(s);
+    if (s->timeout_ev) event_free(s->timeout_ev);
+    json_decref(s->metadata);
+    json_decref(s->env);
+    free(s->dir);
+    free(s);
+}
+
+static int next_slot(struct sbxd *d, uint32_t *out)
+{
+    int64_t max = sbx_idmap_max_slot(d->cfg.uid_first);
+    for (int64_t slot = 0; slot <= max; slot++) {
+        bool used = false;
+        for (struct sbx *s = d->first; s && !used; s = s->next)
+            used = s->slot == (uint32_t)slot;
+        if (!used) {
+            *out = (uint32_t)slot;
+            return 0;
+        }
+    }
+    return -ENOSPC;
+}
+
+/* ------------------------------------------------------------------ files on disk */
+
+static int mkdir_owned(const char *p, mode_t mode, uid_t uid)
+{
+    if (mkdir(p, mode) < 0 && errno != EEXIST) return -errno;
+    if (chown(p, uid, uid) < 0 || chmod(p, mode) < 0) return -errno;
+    return 0;
+}
+
+static int write_owned(const char *p, const char *text, uid_t uid)
+{
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return -errno;
+    size_t n = strlen(text);
+    int e = write(fd, text, n) == (ssize_t)n ? 0 : -EIO;
+    if (!e && (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0)) e = -errno;
+    close(fd);
+    return e;
+}
+
+static bool hostname_ok(const char *n)
+{
+    size_t len = strlen(n);
+    if (len == 0 || len > 63 || n[0] == '-' || n[len - 1] == '-') return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = n[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static const char *hostname_of(const struct sbx *s)
+{
+    return hostname_ok(s->name) ? s->name : "sandbox";
+}
+
+/* The sandbox's directory: upper and work dirs, mount points, and its own
+ * /etc/hostname and /etc/hosts in the upper layer. */
+static int make_dirs(struct sbx *s, struct err *err)
+{
+    uid_t B = s->uid_base;
+    char p[PATH_MAX];
+    static const struct {
+        const char *rel;
+        mode_t mode;
+        int owned; /* by the sandbox's root */
+    } dirs[] = {{"", 0700, 0},          {"fs", 0700, 0},       {"fs/upper", 0755, 1},
+                {"fs/upper/usr", 0755, 1}, {"fs/upper/etc", 0755, 1}, {"fs/work", 0700, 0},
+                {"fs/work-usr", 0700, 0}, {"mnt", 0700, 0},      {"mnt/root", 0755, 0},
+                {"mnt/layers", 0700, 0}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", s->dir, dirs[i].rel);
+        int e = mkdir_owned(p, dirs[i].mode, dirs[i].owned ? B : 0);
+        if (e < 0) return err_internal(err, "cannot create %s: %s", p, strerror(-e));
+    }
+    char hosts[256];
+    snprintf(hosts, sizeof hosts,
+             "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+             hostname_of(s));
+    char hn[80];
+    snprintf(hn, sizeof hn, "%s\n", hostname_of(s));
+    snprintf(p, sizeof p, "%s/fs/upper/etc/hosts", s->dir);
+    int e = write_owned(p, hosts, B);
+    if (!e) {
+        snprintf(p, sizeof p, "%s/fs/upper/etc/hostname", s->dir);
+        e = write_owned(p, hn, B);
+    }
+    if (e < 0) return err_internal(err, "cannot write %s: %s", p, strerror(-e));
+    return 0;
+}
+
+/* Remove a tree without following symlinks (used by cleaner processes). */
+static void rm_tree(int dfd, const char *name, int depth)
+{
+    if (depth > 512) return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        DIR *d = fdopendir(fd);
+        if (d) {
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+                if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) rm_tree(dirfd(d), de->d_name, depth + 1);
+                else unlinkat(dirfd(d), de->d_name, 0);
+            }
+            closedir(d);
+        } else {
+            close(fd);
+        }
+        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno == ENOTDIR) unlinkat(dfd, name, 0);
+    } else if (errno == ENOTDIR || errno == ELOOP) {
+        unlinkat(dfd, name, 0);
+    }
+}
+
+static void reap_cleaners(void)
+{
+    for (int i = 0; i < MAX_CLEANERS; i++)
+        if (cleaners[i] > 0 && waitpid(cleaners[i], NULL, WNOHANG) != 0) cleaners[i] = 0;
+}
+
+/* Delete trash/<name> in a child process: big trees must not block the loop. */
+static void clean_later(struct sbxd *d, const char *name)
+{
+    reap_cleaners();
+    int slot = -1;
+    for (int i = 0; i < MAX_CLEANERS && slot < 0; i++)
+        if (cleaners[i] == 0) slot = i;
+    pid_t pid = slot >= 0 ? fork() : -1;
+    if (pid == 0) {
+        int dfd = open(d->trash_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) rm_tree(dfd, name, 0);
+        _exit(0);
+    }
+    if (pid > 0) {
+        cleaners[slot] = pid;
+        return;
+    }
+    /* no process available: do it here */
+    int dfd = open(d->trash_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        rm_tree(dfd, name, 0);
+        close(dfd);
+    }
+}
+
+/* Reap cleaners and any init whose exit we did not wait for (a kill that timed out).
+ * Inits are tracked by pidfd, which stays readable after a reap, so this is safe. */
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    reap_cleaners();
+    sbx_reap_zombies();
+}
+
+/* ------------------------------------------------------------------ sessions */
+
+static void on_ctl(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    char pkt[256];
+    for (int i = 0; i < 256 && s->sess; i++) {
+        ssize_t n = recv(fd, pkt, sizeof pkt, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) { /* init is gone; the pidfd event ends the session */
+            event_del(s->sess->ctl_ev);
+            return;
+        }
+        struct sbx_msg_hdr h;
+        const void *pl;
+        if (sbx_msg_decode(pkt, (size_t)n, &h, &pl) < 0 || h.len != 0) {
+            log_warn("bad message from init", "sandbox=%s bytes=%zd", s->id, n);
+            continue;
+        }
+        sbx_cmd_on_msg(s, h.type, h.id, h.a, h.b);
+    }
+}
+
+static void on_init_exit(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    if (!s->sess) return;
+    log_warn("sandbox init exited", "sandbox=%s name=%s", s->id, s->name);
+    session_end(s, "init_exited");
+}
+
+static struct sbx_cg_limits limits_of(const struct sbx *s)
+{
+    struct sbx_cg_limits l = {0};
+    l.memory_bytes = s->memory_mb * 1024 * 1024;
+    l.pids_max = s->pids_max;
+    l.cpu_period_us = 100000;
+    l.cpu_quota_us = s->vcpus * 100000;
+    return l;
+}
+
+static int session_start(struct sbx *s, struct err *err)
+{
+    struct sbxd *d = s->d;
+    struct sbx_cg_limits l = limits_of(s);
+    struct sbx_cgroup *cg = sbx_cg_create(d->cg, s->id, &l, err);
+    if (!cg) return -1;
+    char *image_dir = xasprintf("%s/%s", d->image_dir, s->image);
+    struct sbx_spawn_params p = {
+        .plan = {.sandbox_dir = s->dir, .image_dir = image_dir, .usr_dir = "/usr",
+                 .uid_base = s->uid_base,
+                 .tmp_bytes = (uint64_t)s->memory_mb * 1024 * 1024},
+        .hostname = hostname_of(s),
+        .cg = cg,
+        .timeout_ms = d->cfg.start_timeout_ms,
+    };
+    struct sbx_session *ss = xcalloc(1, sizeof *ss);
+    int64_t t0 = clock_mono_ms();
+    int rc = sbx_session_spawn(&p, &ss->proc, err);
+    free(image_dir);
+    if (rc < 0) {
+        sbx_cg_destroy(cg);
+        free(ss);
+        log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
+        return -1;
+    }
+    ss->sbx = s;
+    ss->cg = cg;
+    ss->fs.rootfd = ss->proc.rootfd;
+    ss->fs.uid_base = s->uid_base;
+    ss->started_at = clock_now_ms();
+    uuid_v7(ss->id);
+    ss->ctl_ev = event_new(d->base, ss->proc.ctl, EV_READ | EV_PERSIST, on_ctl, s);
+    ss->pid_ev = event_new(d->base, ss->proc.pidfd, EV_READ, on_init_exit, s);
+    event_add(ss->ctl_ev, NULL);
+    event_add(ss->pid_ev, NULL);
+    s->sess = ss;
+    s->state = SBX_RUNNING;
+    s->session_seq++;
+    s->started_at = ss->started_at;
+    s->updated_at = ss->started_at;
+    s->stop_reason[0] = '\0';
+    arm_timeout(s);
+    save_or_log(s);
+    log_info("sandbox session started", "sandbox=%s name=%s session=%s ms=%lld", s->id, s->name,
+             ss->id, (long long)(clock_mono_ms() - t0));
+    return 0;
+}
+
+/* The session is over (init exited or was killed): clean up and record it. */
+static void session_end(struct sbx *s, const char *reason)
+{
+    struct sbx_session *ss = s->sess;
+    if (!ss) return;
+    event_free(ss->ctl_ev);
+    event_free(ss->pid_ev);
+    sbx_session_kill(&ss->proc, 1000); /* reaps; kills if still there */
+    int e = sbx_cg_destroy(ss->cg);
+    if (e < 0)
+        log_warn("cgroup not removed", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
+    s->sess = NULL;
+    free(ss);
+    sbx_cmds_session_ended(s);
+    s->state = SBX_STOPPED;
+    s->stopped_at = s->updated_at = clock_now_ms();
+    s->expires_at = 0;
+    snprintf(s->stop_reason, sizeof s->stop_reason, "%s", reason);
+    event_del(s->timeout_ev);
+    save_or_log(s);
+    log_info("sandbox stopped", "sandbox=%s name=%s reason=%s", s->id, s->name, reason);
+}
+
+static void arm_timeout(struct sbx *s)
+{
+    event_del(s->timeout_ev);
+    if (s->timeout_ms <= 0 || s->state != SBX_RUNNING) {
+        s->expires_at = 0;
+        return;
+    }
+    int64_t now = clock_now_ms();
+    if (s->expires_at <= now) s->expires_at = now + s->timeout_ms;
+    int64_t left = s->expires_at - now;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)((left % 1000) * 1000)};
+    event_add(s->timeout_ev, &tv);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    if (s->state != SBX_RUNNING) return;
+    struct err err = ERR_INIT;
+    log_info("sandbox timed out", "sandbox=%s name=%s action=%s", s->id, s->name,
+             s->on_timeout_pause ? "pause" : "stop");
+    int rc = s->on_timeout_pause ? sbx_pause(s, &err) : sbx_stop(s, "timeout", &err);
+    if (rc < 0) {
+        log_error("timeout action failed; stopping", "sandbox=%s error=\"%s\"", s->id, err.msg);
+        sbx_stop(s, "timeout", &err);
+    }
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+int sbx_stop(struct sbx *s, const char *reason, struct err *err)
+{
+    if (!s->sess) return 0;
+    if (sbx_cg_frozen(s->sess->cg)) sbx_cg_thaw(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
+    /* killing init tears down its pid namespace; the cgroup kill catches stragglers */
+    if (sbx_session_kill(&s->sess->proc, SBX_STOP_TIMEOUT_MS) < 0)
+        log_warn("init did not exit in time", "sandbox=%s", s->id);
+    session_end(s, reason);
+    return 0;
+}
+
+int sbx_pause(struct sbx *s, struct err *err)
+{
+    if (s->state == SBX_PAUSED) return 0;
+    if (s->state != SBX_RUNNING)
+        return err_set(err, 409, "sandbox_stopped", "", "sandbox %s is stopped; nothing to pause",
+                       s->name);
+    int64_t t0 = clock_mono_ms();
+    int e = sbx_cg_freeze(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
+    if (e < 0) {
+        sbx_cg_thaw(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
+        return err_set(err, 500, "pause_failed", "", "could not freeze sandbox %s: %s", s->name,
+                       strerror(-e));
+    }
+    s->state = SBX_PAUSED;
+    s->updated_at = clock_now_ms();
+    s->expires_at = 0;
+    event_del(s->timeout_ev);
+    save_or_log(s);
+    log_info("sandbox paused", "sandbox=%s name=%s ms=%lld", s->id, s->name,
+             (long long)(clock_mono_ms() - t0));
+    return 0;
+}
+
+int sbx_resume(struct sbx *s, struct err *err)
+{
+    if (s->state == SBX_RUNNING) return 0;
+    if (s->state == SBX_STOPPED) return session_start(s, err);
+    int e = sbx_cg_thaw(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
+    if (e < 0)
+        return err_set(err, 500, "resume_failed", "", "could not thaw sandbox %s: %s", s->name,
+                       strerror(-e));
+    s->state = SBX_RUNNING;
+    s->updated_at = clock_now_ms();
+    s->expires_at = 0; /* a fresh full timeout: the configured one, never a default */
+    arm_timeout(s);
+    save_or_log(s);
+    return 0;
+}
+
+int sbx_extend(struct sbx *s, int64_t ms, struct err *err)
+{
+    if (s->state != SBX_RUNNING)
+        return err_set(err, 409, "sandbox_not_running", "",
+                       "sandbox %s is %s; resume it before extending its timeout", s->name,
+                       sbx_state_name(s->state));
+    if (s->timeout_ms <= 0) return 0; /* no timeout: nothing to extend */
+    int64_t now = clock_now_ms();
+    if (s->expires_at < now) s->expires_at = now;
+    s->expires_at += ms;
+    s->updated_at = now;
+    arm_timeout(s);
+    save_or_log(s);
+    return 0;
+}
+
+int sbx_ensure_running(struct sbx *s, const char *session, struct err *err)
+{
+    if (session && *session) {
+        if (!s->sess || strcmp(s->sess->id, session) != 0)
+            return err_set(err, 409, "session_ended", "session",
+                           "session %s of sandbox %s has ended; an explicit session never "
+                           "resumes",
+                           session, s->name);
+        if (s->state == SBX_PAUSED)
+            return err_set(err, 409, "session_paused", "session",
+                           "session %s of sandbox %s is paused; an explicit session never "
+                           "resumes",
+                           session, s->name);
+        return 0;
+    }
+    if (s->state == SBX_RUNNING) return 0;
+    log_info("lazy resume", "sandbox=%s from=%s", s->id, sbx_state_name(s->state));
+    return sbx_resume(s, err);
+}
+
+int sbx_delete(struct sbx *s, struct err *err)
+{
+    struct sbxd *d = s->d;
+    if (s->sess) sbx_stop(s, "deleted", err);
+    if (sbx_store_delete(d->store, s->id, err) < 0) return -1;
+    char trash[PATH_MAX];
+    snprintf(trash, sizeof trash, "%s/%s", d->trash_dir, s->id);
+    if (rename(s->dir, trash) == 0)
+        clean_later(d, s->id);
+    else if (errno != ENOENT)
+        log_warn("cannot move sandbox files to trash", "sandbox=%s error=\"%s\"", s->id,
+                 strerror(errno));
+    log_info("sandbox deleted", "sandbox=%s name=%s", s->id, s->name);
+    unlink_sbx(d, s);
+    sbx_free(s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ create / update */
+
+static int parse_resources(const json_t *res, struct sbx *s, struct err *err)
+{
+    if (!res || json_is_null(res)) return 0;
+    if (!json_is_object(res)) return err_invalid(err, "resources", "resources must be an object");
+    static const char *const known[] = {"vcpus", "memory", "pids", NULL};
+    if (sbx_json_known(res, known, "resources", err) < 0) return -1;
+    if (sbx_json_int(res, "vcpus", 1, SBX_VCPUS_MAX, &s->vcpus, err) < 0 ||
+        sbx_json_int(res, "memory", SBX_MEMORY_MIN_MB, SBX_MEMORY_MAX_MB, &s->memory_mb, err) <
+            0 ||
+        sbx_json_int(res, "pids", SBX_PIDS_MIN, SBX_PIDS_MAX, &s->pids_max, err) < 0)
+        return err_wrap(err, "resources");
+    return 0;
+}
+
+static int parse_on_timeout(const json_t *body, bool *pause, struct err *err)
+{
+    const char *v;
+    if (sbx_json_str(body, "on_timeout", 16, &v, err) < 0) return -1;
+    if (!v) return 0;
+    if (!strcmp(v, "pause")) *pause = true;
+    else if (!strcmp(v, "stop")) *pause = false;
+    else return err_invalid(err, "on_timeout", "on_timeout must be \"stop\" or \"pause\"");
+    return 0;
+}
+
+struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err)
+{
+    static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
+                                        "on_timeout", "image", "start", NULL};
+    if (!json_is_object(body)) {
+        err_invalid(err, "body", "the body must be a JSON object");
+        return NULL;
+    }
+    if (sbx_json_known(body, known, "a sandbox", err) < 0) return NULL;
+    const char *name, *image;
+    if (sbx_json_str(body, "name", SBX_NAME_MAX, &name, err) < 0 ||
+        sbx_json_str(body, "image", 64, &image, err) < 0)
+        return NULL;
+    if (name && (!sbx_name_valid(name) || uuid_valid(name))) {
+        err_invalid(err, "name",
+                    "name must be 1-%d characters of A-Z a-z 0-9 . _ - starting with a letter or "
+                    "digit (and not look like an id)",
+                    SBX_NAME_MAX);
+        return NULL;
+    }
+    if (image && strcmp(image, "default") != 0 && strcmp(image, SBX_IMAGE_DEFAULT) != 0) {
+        err_invalid(err, "image", "only the \"default\" image exists so far");
+        return NULL;
+    }
+    json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "env");
+    if (meta && !json_is_null(meta) && sbx_validate_metadata(meta, "metadata", err) < 0)
+        return NULL;
+    if (env && !json_is_null(env) && sbx_validate_env(env, "env", err) < 0) return NULL;
+    bool start = true;
+    if (sbx_json_bool(body, "start", &start, err) < 0) return NULL;
+
+    char id[UUID_STR_LEN];
+    uuid_v7(id);
+    struct sbx *s = sbx_alloc(d, id);
+    s->vcpus = 1;
+    s->memory_mb = 2048;
+    s->pids_max = 1024;
+    s->timeout_ms = SBX_DEFAULT_TIMEOUT_MS;
+    if (parse_resources(json_object_get(body, "resources"), s, err) < 0 ||
+        sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
+        parse_on_timeout(body, &s->on_timeout_pause, err) < 0)
+        goto fail;
+    if (name)
+        snprintf(s->name, sizeof s->name, "%s", name);
+    else
+        snprintf(s->name, sizeof s->name, "sbx-%.8s%.4s", id + 24, id + 9);
+    if (sbx_find(d, s->name)) {
+        err_set(err, 409, "name_taken", "name", "a sandbox named \"%s\" already exists", s->name);
+        goto fail;
+    }
+    if (d->count >= d->cfg.max_sandboxes) {
+        err_set(err, 429, "too_many_sandboxes", "",
+                "this daemon holds its limit of %d sandboxes; delete some first",
+                d->cfg.max_sandboxes);
+        goto fail;
+    }
+    if (next_slot(d, &s->slot) < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
+        err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
+        goto fail;
+    }
+    snprintf(s->image, sizeof s->image, "%s", SBX_IMAGE_DEFAULT);
+    s->metadata = meta && !json_is_null(meta) ? json_deep_copy(meta) : json_object();
+    s->env = env && !json_is_null(env) ? json_deep_copy(env) : json_object();
+    s->created_at = s->updated_at = clock_now_ms();
+    snprintf(s->stop_reason, sizeof s->stop_reason, "created");
+    if (make_dirs(s, err) < 0) goto fail_dir;
+    /* A started sandbox is saved once, by session_start(); a crash before that leaves
+     * only a directory without a row, which the next start-up moves to the trash. */
+    if (!start && sbx_save(s, err) < 0) goto fail_dir;
+    link_sbx(d, s);
+    log_info("sandbox created", "sandbox=%s name=%s slot=%u", s->id, s->name, s->slot);
+    if (start && session_start(s, err) < 0) {
+        struct err ignored = ERR_INIT;
+        sbx_delete(s, &ignored);
+        return NULL;
+    }
+    return s;
+fail_dir: {
+    char trash[PATH_MAX];
+    snprintf(trash, sizeof trash, "%s/%s", d->trash_dir, s->id);
+    if (rename(s->dir, trash) == 0) clean_later(d, s->id);
+}
+fail:
+    sbx_free(s);
+    return NULL;
+}
+
+int sbx_update(struct sbx *s, json_t *body, struct err *err)
+{
+    static const char *const known[] = {"metadata", "env", "resources", "timeout_ms",
+                                        "on_timeout", NULL};
+    if (!json_is_object(body)) return err_invalid(err, "body", "the body must be a JSON object");
+    if (sbx_json_known(body, known, "a sandbox update", err) < 0) return -1;
+    json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "env");
+    if (meta && sbx_validate_metadata(meta, "metadata", err) < 0) return -1;
+    if (env && sbx_validate_env(env, "env", err) < 0) return -1;
+    struct sbx tmp = *s;
+    if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
+        sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
+        parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
+        return -1;
+    bool limits = tmp.vcpus != s->vcpus || tmp.memory_mb != s->memory_mb ||
+                  tmp.pids_max != s->pids_max;
+    s->vcpus = tmp.vcpus;
+    s->memory_mb = tmp.memory_mb;
+    s->pids_max = tmp.pids_max;
+    s->on_timeout_pause = tmp.on_timeout_pause;
+    if (meta) {
+        json_decref(s->metadata);
+        s->metadata = json_deep_copy(meta);
+    }
+    if (env) {
+        json_decref(s->env);
+        s->env = json_deep_copy(env);
+    }
+    if (limits && s->sess) {
+        struct sbx_cg_limits l = limits_of(s);
+        int e = sbx_cg_set_limits(s->sess->cg, &l);
+        if (e < 0)
+            log_warn("new limits not applied to the running session", "sandbox=%s error=\"%s\"",
+                     s->id, strerror(-e));
+    }
+    if (json_object_get(body, "timeout_ms") && tmp.timeout_ms != s->timeout_ms) {
+        s->timeout_ms = tmp.timeout_ms;
+        s->expires_at = 0; /* restart the clock with the new timeout */
+        arm_timeout(s);
+    }
+    s->updated_at = clock_now_ms();
+    return sbx_save(s, err);
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static json_t *iso(int64_t ms)
+{
+    if (ms <= 0) return json_null();
+    char b[40];
+    clock_format_iso(ms, b, sizeof b);
+    return json_string(b);
+}
+
+json_t *sbx_json(struct sbx *s, bool full)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(s->id));
+    json_object_set_new(o, "name", json_string(s->name));
+    json_object_set_new(o, "state", json_string(sbx_state_name(s->state)));
+    json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
+    json_t *keys = json_array();
+    for (void *it = json_object_iter(s->env); it; it = json_object_iter_next(s->env, it))
+        json_array_append_new(keys, json_string(json_object_iter_key(it)));
+    json_object_set_new(o, "env_keys", keys);
+    json_t *res = json_object();
+    json_object_set_new(res, "vcpus", json_integer(s->vcpus));
+    json_object_set_new(res, "memory", json_integer(s->memory_mb));
+    json_object_set_new(res, "pids", json_integer(s->pids_max));
+    json_object_set_new(o, "resources", res);
+    json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
+    json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
+    json_object_set_new(o, "image", json_string(s->image));
+    json_object_set_new(o, "created_at", iso(s->created_at));
+    json_object_set_new(o, "updated_at", iso(s->updated_at));
+    json_object_set_new(o, "expires_at", iso(s->expires_at));
+    if (s->sess) {
+        json_t *ss = json_object();
+        json_object_set_new(ss, "id", json_string(s->sess->id));
+        json_object_set_new(ss, "started_at", iso(s->sess->started_at));
+        json_object_set_new(o, "session", ss);
+    } else {
+        json_object_set_new(o, "session", json_null());
+        json_object_set_new(o, "stopped_at", iso(s->stopped_at));
+        json_object_set_new(o, "stop_reason", json_string(s->stop_reason));
+    }
+    if (full && s->sess) {
+        struct sbx_cg_stats st;
+        sbx_cg_stats(s->sess->cg, &st);
+        json_t *u = json_object();
+        json_object_set_new(u, "memory_bytes", json_integer(st.memory_bytes));
+        json_object_set_new(u, "memory_peak_bytes", json_integer(st.memory_peak));
+        json_object_set_new(u, "pids", json_integer(st.pids));
+        json_object_set_new(u, "oom_kills", json_integer(st.oom_kills));
+        json_object_set_new(u, "cgroup", json_string(sbx_cg_path(s->sess->cg)));
+        json_object_set_new(o, "usage", u);
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------------ daemon */
+
+static void load_row(const struct sbx_row *r, void *arg)
+{
+    struct sbxd *d = arg;
+    struct sbx *s = sbx_alloc(d, r->id);
+    snprintf(s->name, sizeof s->name, "%s", r->name);
+    s->slot = (uint32_t)r->slot;
+    if (sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
+        log_error("sandbox has a slot outside the uid range; skipped", "sandbox=%s slot=%lld",
+                  r->id, (long long)r->slot);
+        sbx_free(s);
+        return;
+    }
+    snprintf(s->image, sizeof s->image, "%s", r->image);
+    s->metadata = json_loads(r->metadata, 0, NULL);
+    s->env = json_loads(r->env, 0, NULL);
+    if (!json_is_object(s->metadata)) s->metadata = json_object();
+    if (!json_is_object(s->env)) s->env = json_object();
+    s->vcpus = r->vcpus;
+    s->memory_mb = r->memory_mb;
+    s->pids_max = r->pids_max;
+    s->timeout_ms = r->timeout_ms;
+    s->on_timeout_pause = !strcmp(r->on_timeout, "pause");
+    s->created_at = r->created_at;
+    s->updated_at = r->updated_at;
+    s->started_at = r->started_at;
+    s->stopped_at = r->stopped_at;
+    s->session_seq = r->session_seq;
+    snprintf(s->stop_reason, sizeof s->stop_reason, "%s", r->stop_reason);
+    enum sbx_state st = SBX_STOPPED;
+    sbx_parse_state(r->state, &st);
+    s->state = st; /* fixed up by the caller */
+    link_sbx(d, s);
+}
+
+static int mkdir_p0700(const char *p)
+{
+    return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
+                      const struct sbxd_config *cfg, struct err *err)
+{
+    if (geteuid() != 0) {
+        err_set(err, 500, "not_root", "",
+                "sandboxd needs root (namespaces, mounts, cgroups); run it as root");
+        return NULL;
+    }
+    /* before anything of a tenant is in memory: inits are forked from this */
+    int ze = sbx_zygote_start();
+    if (ze < 0) log_warn("no zygote; sessions are cloned by the daemon", "error=\"%s\"",
+                         strerror(-ze));
+    struct sbxd *d = xcalloc(1, sizeof *d);
+    d->base = base;
+    d->http = http;
+    d->cfg = *cfg;
+    if (!d->cfg.uid_first) d->cfg.uid_first = SBX_IDMAP_DEFAULT_FIRST;
+    if (d->cfg.max_sandboxes <= 0) d->cfg.max_sandboxes = 1000;
+    if (!d->cfg.output_limit) d->cfg.output_limit = 1u << 20;
+    if (d->cfg.start_timeout_ms <= 0) d->cfg.start_timeout_ms = 10000;
+    if (sbx_idmap_max_slot(d->cfg.uid_first) < 0) {
+        err_invalid(err, "uid_base", "uid base %u leaves no room for a uid range",
+                    d->cfg.uid_first);
+        goto fail;
+    }
+    /* create the state folder (and parents), then make it absolute */
+    {
+        char *p = xstrdup(cfg->state_dir);
+        for (char *q = p + 1; *q; q++)
+            if (*q == '/') {
+                *q = '\0';
+                mkdir(p, 0700);
+                *q = '/';
+            }
+        mkdir(p, 0700);
+        free(p);
+    }
+    char real[PATH_MAX];
+    if (!realpath(cfg->state_dir, real)) {
+        err_set(err, 500, "state_dir", "state_dir", "cannot use state folder %s: %s",
+                cfg->state_dir, strerror(errno));
+        goto fail;
+    }
+    if (!sbx_plan_path_ok(real) || strlen(real) > 512) {
+        err_invalid(err, "state_dir",
+                    "state folder %s must be an absolute path of at most 512 characters of "
+                    "[A-Za-z0-9/._+@-] (it ends up in mount options)",
+                    real);
+        goto fail;
+    }
+    chmod(real, 0700);
+    d->state_dir = xstrdup(real);
+    d->image_dir = xasprintf("%s/images", real);
+    d->sandboxes_dir = xasprintf("%s/sandboxes", real);
+    d->trash_dir = xasprintf("%s/trash", real);
+    if (mkdir_p0700(d->sandboxes_dir) < 0 || mkdir_p0700(d->trash_dir) < 0 ||
+        mkdir_p0700(d->image_dir) < 0) {
+        err_internal(err, "cannot create folders under %s: %s", real, strerror(errno));
+        goto fail;
+    }
+    char *db = xasprintf("%s/sandboxd.db", real);
+    d->store = sbx_store_open(db, err);
+    free(db);
+    if (!d->store) goto fail;
+    if (sbx_image_ensure_default(d->image_dir, err) < 0) goto fail;
+    char cgname[64];
+    snprintf(cgname, sizeof cgname, "rebuno-%012llx",
+             (unsigned long long)(fnv1a(real) & 0xffffffffffffull));
+    if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
+    int swept = sbx_cg_root_sweep(d->cg);
+    if (sbx_store_load(d->store, load_row, d, err) < 0) goto fail;
+    int recovered = 0;
+    for (struct sbx *s = d->first; s; s = s->next) {
+        if (s->state == SBX_STOPPED) continue;
+        s->state = SBX_STOPPED;
+        s->stopped_at = s->updated_at = clock_now_ms();
+        s->expires_at = 0;
+        snprintf(s->stop_reason, sizeof s->stop_reason, "daemon_restart");
+        save_or_log(s);
+        recovered++;
+    }
+    /* directories without a row: a crash between creating and saving a sandbox */
+    DIR *sd = opendir(d->sandboxes_dir);
+    if (sd) {
+        struct dirent *de;
+        while ((de = readdir(sd))) {
+            if (de->d_name[0] == '.') continue;
+            bool known = false;
+            for (struct sbx *s = d->first; s && !known; s = s->next)
+                known = !strcmp(s->id, de->d_name);
+            if (known) continue;
+            char from[PATH_MAX], to[PATH_MAX];
+            snprintf(from, sizeof from, "%s/%.64s", d->sandboxes_dir, de->d_name);
+            snprintf(to, sizeof to, "%s/%.64s", d->trash_dir, de->d_name);
+            if (rename(from, to) == 0)
+                log_warn("sandbox directory without metadata moved to trash", "dir=%s", from);
+        }
+        closedir(sd);
+    }
+    /* finish deletions a previous daemon started */
+    DIR *t = opendir(d->trash_dir);
+    if (t) {
+        struct dirent *de;
+        while ((de = readdir(t)))
+            if (de->d_name[0] != '.') clean_later(d, de->d_name);
+        closedir(t);
+    }
+    struct timeval one = {1, 0};
+    d->reap_ev = event_new(base, -1, EV_PERSIST, on_reap, d);
+    event_add(d->reap_ev, &one);
+    sbx_api_register(d);
+    log_info("sandboxd state loaded", "state_dir=%s sandboxes=%d recovered=%d swept_cgroups=%d "
+             "cgroup=%s",
+             real, d->count, recovered, swept, sbx_cg_root_kind(d->cg) == SBX_CG_V1 ? "v1" : "v2");
+    return d;
+fail:
+    sbxd_free(d);
+    return NULL;
+}
+
+void sbxd_shutdown(struct sbxd *d)
+{
+    if (!d || d->shutting_down) return;
+    d->shutting_down = true;
+    sbx_api_shutdown(d);
+    struct err err = ERR_INIT;
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    if (d->reap_ev) event_del(d->reap_ev);
+}
+
+void sbxd_free(struct sbxd *d)
+{
+    if (!d) return;
+    struct err err = ERR_INIT;
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    while (d->first) {
+        struct sbx *s = d->first;
+        unlink_sbx(d, s);
+        sbx_free(s);
+    }
+    if (d->reap_ev) event_free(d->reap_ev);
+    for (int i = 0; i < 50; i++) { /* give cleaners a moment, then leave them to init */
+        reap_cleaners();
+        bool any = false;
+        for (int j = 0; j < MAX_CLEANERS; j++)
+            any |= cleaners[j] > 0;
+        if (!any) break;
+        usleep(20000);
+    }
+    if (d->cg) {
+        sbx_cg_root_remove(d->cg);
+        sbx_cg_root_free(d->cg);
+    }
+    sbx_store_close(d->store);
+    sbx_zygote_stop();
+    free(d->state_dir);
+    free(d->image_dir);
+    free(d->sandboxes_dir);
+    free(d->trash_dir);
+    free(d);
+}

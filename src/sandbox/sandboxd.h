@@ -1,0 +1,38 @@
+/*
+ * sandboxd.h - the sandbox service: sandboxes, their sessions, commands, files and
+ * users, served as the /v1 HTTP API (docs/sandbox-api.md) on one libevent loop.
+ *
+ * Used by `rebuno sandboxd` (src/cli/cmd_sandboxd.c): create the service on a
+ * loop and an HTTP server, run the loop, shut down on a signal. Must run as root.
+ */
+#ifndef REBUNO_SANDBOX_SANDBOXD_H
+#define REBUNO_SANDBOX_SANDBOXD_H
+
+#include <event2/event.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "net/http.h"
+
+struct sbxd_config {
+    const char *state_dir;     /* created if missing; made absolute */
+    const char *cgroup_mode;   /* "auto", "v1", "v2" */
+    uint32_t uid_first;        /* first host uid of slot 0 */
+    int max_sandboxes;         /* limit on sandboxes (all states) */
+    size_t output_limit;       /* bytes kept per command stream */
+    int start_timeout_ms;      /* for a session to come up */
+};
+
+struct sbxd;
+
+/* Open the store, build the default image if needed, recover after a crash (every
+ * sandbox that was running or paused becomes stopped, leftover cgroups are removed),
+ * and register the routes on http. NULL with err on failure. */
+struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
+                      const struct sbxd_config *cfg, struct err *err);
+/* Stop every session (files are kept), end streams and long-polls. */
+void sbxd_shutdown(struct sbxd *d);
+void sbxd_free(struct sbxd *d);
+
+#endif

@@ -1,0 +1,558 @@
+/*
+ * spawn.c - clone and set up a session's init (see spawn.h).
+ *
+ * The zygote and sandboxd are single-threaded, so the raw clone3() below (fork-like:
+ * no new stack) is safe: no other thread can hold a lock the child would need. The
+ * child never returns into the caller's code paths; it ends in sbx_init_main() or
+ * _exit(). The zygote talks to sandboxd over a SOCK_SEQPACKET pair: one fixed-size
+ * request (struct zreq), one reply with the pidfd and the control socket attached.
+ */
+#include "sandbox/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <grp.h>
+
+#include "base/buf.h"
+#include "base/clock.h"
+#include "sandbox/caps.h"
+#include "sandbox/idmap.h"
+#include "sandbox/init.h"
+#include "sandbox/proto.h"
+#include "sandbox/seccomp.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+static int pidfd_signal(int pidfd, int sig)
+{
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ the child */
+
+static char *title_start, *title_end;
+
+void sbx_spawn_set_title_area(void)
+{
+    FILE *f = fopen("/proc/self/stat", "re");
+    if (!f) return;
+    char line[2048];
+    char *ok = fgets(line, sizeof line, f);
+    fclose(f);
+    char *p = ok ? strrchr(line, ')') : NULL; /* the name may hold spaces and parens */
+    if (!p) return;
+    /* after ")" come fields 3..52; arg_start..env_end are fields 48..51 */
+    unsigned long long v[52] = {0};
+    int field = 3;
+    for (char *save = NULL, *t = strtok_r(p + 1, " \n", &save); t && field <= 51;
+         t = strtok_r(NULL, " \n", &save), field++)
+        v[field] = strtoull(t, NULL, 10);
+    if (field <= 51 || !v[48] || v[51] <= v[48]) return;
+    title_start = (char *)(uintptr_t)v[48];
+    title_end = (char *)(uintptr_t)v[51];
+}
+
+static void wipe_title(void)
+{
+    clearenv();
+    if (!title_start || title_end <= title_start) return;
+    memset(title_start, 0, (size_t)(title_end - title_start));
+    snprintf(title_start, (size_t)(title_end - title_start), "rebuno-init");
+    prctl(PR_SET_NAME, "rebuno-init");
+}
+
+static void report(int ctl, int e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(int ctl, int e, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct buf b;
+    buf_init(&b, 0);
+    sbx_msg_encode(&b, SBX_MSG_SETUP_FAILED, 0, e, 0, msg, strlen(msg));
+    if (send(ctl, b.data, b.len, MSG_NOSIGNAL) < 0) {
+    }
+    buf_fini(&b);
+}
+
+/* Close every descriptor >= 3 except keep[0..n). */
+static void close_except(const int *keep, int n)
+{
+    int lo = 3;
+    for (;;) {
+        int next = -1;
+        for (int i = 0; i < n; i++)
+            if (keep[i] >= lo && (next < 0 || keep[i] < next)) next = keep[i];
+        if (next < 0) {
+            syscall(SYS_close_range, lo, ~0U, 0);
+            return;
+        }
+        if (next > lo) syscall(SYS_close_range, lo, next - 1, 0);
+        lo = next + 1;
+    }
+}
+
+static int loopback_up(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -errno;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    int e = 0;
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) e = -errno;
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (!e && ioctl(s, SIOCSIFFLAGS, &ifr) < 0) e = -errno;
+    close(s);
+    return e;
+}
+
+/* A spawn request: what the cloning process needs, flat (it crosses a socket). */
+struct zreq {
+    uint32_t uid_base, ncg;
+    uint64_t tmp_bytes;
+    char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
+    char cg[4][512]; /* cgroup.procs files the child joins */
+};
+
+struct zrep {
+    int32_t err, pid;
+    char msg[400];
+};
+
+static int join_cgroup(const struct zreq *q)
+{
+    for (uint32_t i = 0; i < q->ncg; i++) {
+        int fd = open(q->cg[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0) return -errno;
+        int e = write(fd, "0", 1) == 1 ? 0 : -errno;
+        close(fd);
+        if (e < 0) return e;
+    }
+    return 0;
+}
+
+static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ctl, int userns)
+{
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    wipe_title();
+    int keep[2] = {ctl, userns};
+    close_except(keep, 2);
+
+    int e = join_cgroup(q);
+    if (e < 0) {
+        report(ctl, -e, "join the cgroup: %s", strerror(-e));
+        _exit(1);
+    }
+    const struct sbx_op *failed = NULL;
+    e = sbx_plan_exec(plan, userns, &failed);
+    if (e < 0) {
+        report(ctl, -e, "%s %s: %s", sbx_op_name(failed->kind),
+               failed->target ? failed->target : "", strerror(-e));
+        _exit(1);
+    }
+    if (sethostname(q->hostname, strlen(q->hostname)) < 0) {
+        report(ctl, errno, "sethostname: %s", strerror(errno));
+        _exit(1);
+    }
+    if ((e = loopback_up()) < 0) {
+        report(ctl, -e, "bring up loopback: %s", strerror(-e));
+        _exit(1);
+    }
+    if (unshare(CLONE_NEWCGROUP) < 0) {
+        report(ctl, errno, "unshare cgroup namespace: %s", strerror(errno));
+        _exit(1);
+    }
+    if (setns(userns, CLONE_NEWUSER) < 0) {
+        report(ctl, errno, "enter user namespace: %s", strerror(errno));
+        _exit(1);
+    }
+    close(userns);
+    if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0) {
+        report(ctl, errno, "become root of the user namespace: %s", strerror(errno));
+        _exit(1);
+    }
+    if ((e = sbx_caps_restrict()) < 0) {
+        report(ctl, -e, "restrict capabilities: %s", strerror(-e));
+        _exit(1);
+    }
+    /* stdin and stdout from inside the new root; stderr stays the daemon's log */
+    int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (dn < 0 || dup2(dn, 0) < 0 || dup2(dn, 1) < 0) {
+        report(ctl, errno, "open /dev/null: %s", strerror(errno));
+        _exit(1);
+    }
+    close(dn);
+    /* a credential change cleared these: set them now */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (prctl(PR_SET_DUMPABLE, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        report(ctl, errno, "prctl: %s", strerror(errno));
+        _exit(1);
+    }
+    struct rlimit core = {0, 0};
+    setrlimit(RLIMIT_CORE, &core);
+    if ((e = sbx_seccomp_load()) < 0) {
+        report(ctl, -e, "load seccomp filter: %s", strerror(-e));
+        _exit(1);
+    }
+    sbx_init_main(ctl);
+}
+
+/* Plan, make the user namespace and clone the child. Runs in the zygote (or in the
+ * daemon when there is none). 0, or -errno with msg filled. */
+static int clone_session(const struct zreq *q, pid_t *pid, int *pidfd, int *ctl, char *msg,
+                         size_t msglen)
+{
+    struct sbx_plan plan;
+    struct err err = ERR_INIT;
+    struct sbx_plan_input in = {q->sandbox_dir, q->image_dir, q->usr_dir, q->uid_base,
+                                q->tmp_bytes};
+    if (sbx_plan_build(&in, &plan, &err) < 0) {
+        snprintf(msg, msglen, "%.390s", err.msg);
+        return -EINVAL;
+    }
+    int userns = sbx_userns_create(q->uid_base);
+    if (userns < 0) {
+        sbx_plan_fini(&plan);
+        snprintf(msg, msglen, "cannot create the user namespace: %s", strerror(-userns));
+        return userns;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        int e = errno;
+        close(userns);
+        sbx_plan_fini(&plan);
+        snprintf(msg, msglen, "socketpair: %s", strerror(e));
+        return -e;
+    }
+    int bufsz = SBX_MSG_MAX * 2;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &bufsz, sizeof bufsz);
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUFFORCE, &bufsz, sizeof bufsz);
+    int fd = -1;
+    struct clone_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET |
+               CLONE_PIDFD;
+    ca.pidfd = (uint64_t)(uintptr_t)&fd;
+    ca.exit_signal = SIGCHLD;
+    long r = syscall(SYS_clone3, &ca, sizeof ca);
+    if (r == 0) child_main(q, &plan, sv[1], userns);
+    int e = errno;
+    close(sv[1]);
+    close(userns);
+    sbx_plan_fini(&plan);
+    if (r < 0) {
+        close(sv[0]);
+        snprintf(msg, msglen, "clone: %s", strerror(e));
+        return -e;
+    }
+    *pid = (pid_t)r;
+    *pidfd = fd;
+    *ctl = sv[0];
+    return 0;
+}
+
+static int wait_ready(int ctl, int pidfd, int timeout_ms, struct err *err)
+{
+    int64_t end = clock_mono_ms() + timeout_ms;
+    char pkt[1024];
+    for (;;) {
+        int left = (int)(end - clock_mono_ms());
+        if (left <= 0)
+            return err_set(err, 500, "sandbox_start_failed", "",
+                           "the sandbox did not start within %d ms", timeout_ms);
+        struct pollfd pf[2] = {{ctl, POLLIN, 0}, {pidfd, POLLIN, 0}};
+        int r = poll(pf, 2, left);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return err_internal(err, "poll: %s", strerror(errno));
+        if (pf[0].revents & POLLIN) {
+            ssize_t n = recv(ctl, pkt, sizeof pkt - 1, MSG_DONTWAIT);
+            struct sbx_msg_hdr h;
+            const void *pl;
+            if (n > 0 && sbx_msg_decode(pkt, (size_t)n, &h, &pl) == 0) {
+                if (h.type == SBX_MSG_READY) return 0;
+                if (h.type == SBX_MSG_SETUP_FAILED) {
+                    int len = h.len > 400 ? 400 : (int)h.len;
+                    return err_set(err, 500, "sandbox_start_failed", "",
+                                   "the sandbox could not be set up: %.*s", len, (const char *)pl);
+                }
+            }
+            if (n == 0) goto died;
+            continue;
+        }
+        if (pf[0].revents & (POLLHUP | POLLERR) || pf[1].revents) goto died;
+    }
+died:
+    return err_set(err, 500, "sandbox_start_failed", "",
+                   "the sandbox's init exited during set-up (see the daemon log)");
+}
+
+/* ------------------------------------------------------------------ the zygote */
+
+static int zygote_fd = -1;
+
+static bool zreq_ok(const struct zreq *q)
+{
+    return memchr(q->sandbox_dir, 0, sizeof q->sandbox_dir) &&
+           memchr(q->image_dir, 0, sizeof q->image_dir) &&
+           memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
+           q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
+           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512);
+}
+
+static void zygote_serve(int fd)
+{
+    struct zreq q;
+    ssize_t n = recv(fd, &q, sizeof q, 0);
+    if (n == 0) _exit(0); /* the daemon is gone */
+    if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) return;
+        _exit(0);
+    }
+    struct zrep rep;
+    memset(&rep, 0, sizeof rep);
+    pid_t pid = -1;
+    int pidfd = -1, ctl = -1;
+    if (n != (ssize_t)sizeof q || !zreq_ok(&q)) {
+        rep.err = EINVAL;
+        snprintf(rep.msg, sizeof rep.msg, "bad request to the zygote");
+    } else {
+        rep.err = -clone_session(&q, &pid, &pidfd, &ctl, rep.msg, sizeof rep.msg);
+        rep.pid = pid;
+    }
+    struct iovec iov = {&rep, sizeof rep};
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    memset(&cm, 0, sizeof cm);
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (rep.err == 0) {
+        mh.msg_control = cm.buf;
+        mh.msg_controllen = sizeof cm.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+        int fds[2] = {pidfd, ctl};
+        memcpy(CMSG_DATA(c), fds, sizeof fds);
+    }
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 && pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+    if (pidfd >= 0) close(pidfd);
+    if (ctl >= 0) close(ctl);
+}
+
+static void zygote_main(int fd, pid_t parent)
+{
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    prctl(PR_SET_NAME, "rebuno-zygote");
+    int keep[1] = {fd};
+    close_except(keep, 1);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_SETMASK, &set, NULL);
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    for (;;) {
+        struct pollfd pf[2] = {{fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR) _exit(1);
+        if (pf[1].revents) { /* inits are our children: reap them */
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) > 0) {
+            }
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+        }
+        if (pf[0].revents) zygote_serve(fd);
+    }
+}
+
+int sbx_zygote_start(void)
+{
+    if (zygote_fd >= 0) return 0;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -errno;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        close(sv[0]);
+        close(sv[1]);
+        return e;
+    }
+    if (pid == 0) {
+        close(sv[0]);
+        zygote_main(sv[1], parent);
+    }
+    close(sv[1]);
+    zygote_fd = sv[0];
+    return 0;
+}
+
+void sbx_zygote_stop(void)
+{
+    if (zygote_fd >= 0) close(zygote_fd);
+    zygote_fd = -1;
+}
+
+/* Ask the zygote; -1 when it is gone (the caller then clones itself). */
+static int via_zygote(const struct zreq *q, int timeout_ms, struct sbx_proc *out, struct err *err)
+{
+    if (send(zygote_fd, q, sizeof *q, MSG_NOSIGNAL) != (ssize_t)sizeof *q) goto gone;
+    struct pollfd pf = {zygote_fd, POLLIN, 0};
+    int r;
+    while ((r = poll(&pf, 1, timeout_ms)) < 0 && errno == EINTR) {
+    }
+    if (r <= 0) goto gone;
+    struct zrep rep;
+    struct iovec iov = {&rep, sizeof rep};
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cm.buf;
+    mh.msg_controllen = sizeof cm.buf;
+    ssize_t n = recvmsg(zygote_fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n != (ssize_t)sizeof rep) goto gone;
+    rep.msg[sizeof rep.msg - 1] = '\0';
+    int fds[2] = {-1, -1};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    if (c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(2 * sizeof(int)))
+        memcpy(fds, CMSG_DATA(c), sizeof fds);
+    if (rep.err != 0 || fds[0] < 0 || fds[1] < 0) {
+        if (fds[0] >= 0) close(fds[0]);
+        if (fds[1] >= 0) close(fds[1]);
+        return err_internal(err, "cannot start the sandbox: %s", rep.msg[0] ? rep.msg : "?");
+    }
+    out->pid = rep.pid;
+    out->pidfd = fds[0];
+    out->ctl = fds[1];
+    return 0;
+gone:
+    sbx_zygote_stop();
+    return -2;
+}
+
+int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, struct err *err)
+{
+    out->pid = -1;
+    out->pidfd = out->ctl = out->rootfd = -1;
+    struct zreq *q = calloc(1, sizeof *q);
+    if (!q) return err_internal(err, "out of memory");
+    q->uid_base = p->plan.uid_base;
+    q->tmp_bytes = p->plan.tmp_bytes;
+    int ok = snprintf(q->sandbox_dir, sizeof q->sandbox_dir, "%s", p->plan.sandbox_dir) <
+                 (int)sizeof q->sandbox_dir &&
+             snprintf(q->image_dir, sizeof q->image_dir, "%s", p->plan.image_dir) <
+                 (int)sizeof q->image_dir &&
+             snprintf(q->usr_dir, sizeof q->usr_dir, "%s", p->plan.usr_dir) <
+                 (int)sizeof q->usr_dir &&
+             snprintf(q->hostname, sizeof q->hostname, "%s", p->hostname) <
+                 (int)sizeof q->hostname;
+    if (!ok) {
+        free(q);
+        return err_internal(err, "sandbox paths are too long");
+    }
+    q->ncg = (uint32_t)sbx_cg_procs_files(p->cg, q->cg, 4);
+    int rc = zygote_fd >= 0 ? via_zygote(q, p->timeout_ms, out, err) : -2;
+    if (rc == -2) { /* no zygote: clone from here */
+        char msg[400];
+        int e = clone_session(q, &out->pid, &out->pidfd, &out->ctl, msg, sizeof msg);
+        rc = e < 0 ? err_internal(err, "cannot start the sandbox: %s", msg) : 0;
+    }
+    free(q);
+    if (rc < 0) return -1;
+    if (wait_ready(out->ctl, out->pidfd, p->timeout_ms, err) < 0) {
+        sbx_session_kill(out, 2000);
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/root", (int)out->pid);
+    out->rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (out->rootfd < 0) {
+        int err_no = errno;
+        sbx_session_kill(out, 2000);
+        return err_internal(err, "cannot open the sandbox root: %s", strerror(err_no));
+    }
+    fcntl(out->ctl, F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+static void close_fds(struct sbx_proc *p)
+{
+    if (p->ctl >= 0) close(p->ctl);
+    if (p->rootfd >= 0) close(p->rootfd);
+    if (p->pidfd >= 0) close(p->pidfd);
+    p->ctl = p->rootfd = p->pidfd = -1;
+}
+
+int sbx_session_kill(struct sbx_proc *p, int timeout_ms)
+{
+    if (p->pid <= 0) {
+        close_fds(p);
+        return 0;
+    }
+    pidfd_signal(p->pidfd, SIGKILL);
+    struct pollfd pf = {p->pidfd, POLLIN, 0};
+    int64_t end = clock_mono_ms() + timeout_ms;
+    int ret = -ETIMEDOUT;
+    for (;;) {
+        int left = (int)(end - clock_mono_ms());
+        if (left < 0) break;
+        int r = poll(&pf, 1, left);
+        if (r < 0 && errno == EINTR) continue;
+        if (r > 0) { /* exited; reap it unless someone already did */
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED | WNOHANG);
+            ret = 0;
+        }
+        break;
+    }
+    p->pid = -1;
+    close_fds(p);
+    return ret;
+}
+
+void sbx_reap_zombies(void)
+{
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+}

@@ -1,0 +1,162 @@
+/*
+ * store.c - the sandboxes table on SQLite (see store.h).
+ */
+#include "sandbox/store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+
+static const char *schema_sql =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;"
+    "CREATE TABLE IF NOT EXISTS sandboxes("
+    " id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, state TEXT NOT NULL,"
+    " slot INTEGER NOT NULL UNIQUE, image TEXT NOT NULL, metadata TEXT NOT NULL,"
+    " env TEXT NOT NULL, vcpus INTEGER NOT NULL, memory_mb INTEGER NOT NULL,"
+    " pids_max INTEGER NOT NULL, timeout_ms INTEGER NOT NULL, on_timeout TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, started_at INTEGER NOT NULL,"
+    " stopped_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, session_seq INTEGER NOT NULL,"
+    " stop_reason TEXT NOT NULL) STRICT;"
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1');";
+
+struct sbx_store {
+    sqlite3 *db;
+    sqlite3_stmt *save, *del, *load;
+};
+
+static int db_err(struct sbx_store *st, struct err *err, const char *what)
+{
+    return err_set(err, 500, "storage_error", "", "%s: %s", what, sqlite3_errmsg(st->db));
+}
+
+struct sbx_store *sbx_store_open(const char *path, struct err *err)
+{
+    struct sbx_store *st = xcalloc(1, sizeof *st);
+    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
+        err_set(err, 500, "storage_error", "", "cannot open %s: %s", path,
+                st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        sbx_store_close(st);
+        return NULL;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    char *msg = NULL;
+    if (sqlite3_exec(st->db,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+                     NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) {
+        err_set(err, 500, "storage_error", "", "cannot initialise %s: %s", path,
+                msg ? msg : "?");
+        sqlite3_free(msg);
+        sbx_store_close(st);
+        return NULL;
+    }
+    static const char *save_sql =
+        "INSERT INTO sandboxes(id, name, state, slot, image, metadata, env, vcpus, memory_mb,"
+        " pids_max, timeout_ms, on_timeout, created_at, updated_at, started_at, stopped_at,"
+        " expires_at, session_seq, stop_reason)"
+        " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"
+        " ON CONFLICT(id) DO UPDATE SET name=?2, state=?3, slot=?4, image=?5, metadata=?6,"
+        " env=?7, vcpus=?8, memory_mb=?9, pids_max=?10, timeout_ms=?11, on_timeout=?12,"
+        " created_at=?13, updated_at=?14, started_at=?15, stopped_at=?16, expires_at=?17,"
+        " session_seq=?18, stop_reason=?19";
+    if (sqlite3_prepare_v2(st->db, save_sql, -1, &st->save, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(st->db, "DELETE FROM sandboxes WHERE id = ?1", -1, &st->del, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(st->db,
+                           "SELECT id, name, state, slot, image, metadata, env, vcpus, memory_mb,"
+                           " pids_max, timeout_ms, on_timeout, created_at, updated_at, started_at,"
+                           " stopped_at, expires_at, session_seq, stop_reason FROM sandboxes"
+                           " ORDER BY created_at, id",
+                           -1, &st->load, NULL) != SQLITE_OK) {
+        db_err(st, err, "prepare");
+        sbx_store_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+void sbx_store_close(struct sbx_store *st)
+{
+    if (!st) return;
+    sqlite3_finalize(st->save);
+    sqlite3_finalize(st->del);
+    sqlite3_finalize(st->load);
+    if (st->db) sqlite3_close(st->db);
+    free(st);
+}
+
+int sbx_store_save(struct sbx_store *st, const struct sbx_row *r, struct err *err)
+{
+    sqlite3_stmt *s = st->save;
+    sqlite3_reset(s);
+    sqlite3_bind_text(s, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, r->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, r->slot);
+    sqlite3_bind_text(s, 5, r->image, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 6, r->metadata, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 7, r->env, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 8, r->vcpus);
+    sqlite3_bind_int64(s, 9, r->memory_mb);
+    sqlite3_bind_int64(s, 10, r->pids_max);
+    sqlite3_bind_int64(s, 11, r->timeout_ms);
+    sqlite3_bind_text(s, 12, r->on_timeout, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 13, r->created_at);
+    sqlite3_bind_int64(s, 14, r->updated_at);
+    sqlite3_bind_int64(s, 15, r->started_at);
+    sqlite3_bind_int64(s, 16, r->stopped_at);
+    sqlite3_bind_int64(s, 17, r->expires_at);
+    sqlite3_bind_int64(s, 18, r->session_seq);
+    sqlite3_bind_text(s, 19, r->stop_reason ? r->stop_reason : "", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc != SQLITE_DONE) return db_err(st, err, "save sandbox");
+    return 0;
+}
+
+int sbx_store_delete(struct sbx_store *st, const char *id, struct err *err)
+{
+    sqlite3_stmt *s = st->del;
+    sqlite3_reset(s);
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc != SQLITE_DONE) return db_err(st, err, "delete sandbox");
+    return 0;
+}
+
+static const char *col(sqlite3_stmt *s, int i)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : "";
+}
+
+int sbx_store_load(struct sbx_store *st, void (*fn)(const struct sbx_row *r, void *arg),
+                   void *arg, struct err *err)
+{
+    sqlite3_stmt *s = st->load;
+    sqlite3_reset(s);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct sbx_row r = {
+            .id = col(s, 0), .name = col(s, 1), .state = col(s, 2),
+            .slot = sqlite3_column_int64(s, 3), .image = col(s, 4), .metadata = col(s, 5),
+            .env = col(s, 6), .vcpus = sqlite3_column_int64(s, 7),
+            .memory_mb = sqlite3_column_int64(s, 8), .pids_max = sqlite3_column_int64(s, 9),
+            .timeout_ms = sqlite3_column_int64(s, 10), .on_timeout = col(s, 11),
+            .created_at = sqlite3_column_int64(s, 12), .updated_at = sqlite3_column_int64(s, 13),
+            .started_at = sqlite3_column_int64(s, 14), .stopped_at = sqlite3_column_int64(s, 15),
+            .expires_at = sqlite3_column_int64(s, 16), .session_seq = sqlite3_column_int64(s, 17),
+            .stop_reason = col(s, 18),
+        };
+        fn(&r, arg);
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return db_err(st, err, "load sandboxes");
+    return 0;
+}
