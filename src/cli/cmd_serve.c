@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "base/log.h"
@@ -32,7 +35,55 @@ struct serve {
     struct http_server *http;
     struct api *api;
     struct event *sigint, *sigterm;
+    pid_t sandboxd; /* dev: the sandbox service we started, 0 when none */
 };
+
+/* dev: run `rebuno sandboxd` as a child of this process (it needs root). The child
+ * gets SIGTERM if we die, so a crashed dev never leaves sandboxes running. */
+static int start_sandboxd(struct serve *s, const struct config *c, struct err *err)
+{
+    bool want = strcmp(c->sandboxes, "on") == 0;
+    if (!want && strcmp(c->sandboxes, "auto") != 0) {
+        if (strcmp(c->sandboxes, "off") != 0)
+            return err_invalid(err, "sandboxes", "sandboxes must be auto, on or off (got \"%s\")", c->sandboxes);
+        return 0;
+    }
+    if (geteuid() != 0) {
+        if (want) return err_invalid(err, "sandboxes", "sandboxes need root (namespaces, mounts, cgroups); run as root or set sandboxes: off");
+        log_warn("sandboxes off: the sandbox service needs root", "hint=\"run as root, or --sandboxes off to silence\"");
+        return 0;
+    }
+    char *state = xasprintf("%s/sandboxes", c->state_dir);
+    char *argv[] = {"rebuno", "sandboxd", "--listen", c->sandbox_listen, "--state-dir", state, NULL};
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1); /* the parent died before prctl */
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    free(state);
+    if (pid < 0) return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
+    s->sandboxd = pid;
+    return 0;
+}
+
+static void stop_sandboxd(struct serve *s)
+{
+    if (s->sandboxd <= 0) return;
+    kill(s->sandboxd, SIGTERM);
+    for (int i = 0; i < 100; i++) { /* it stops every session first: give it 10 s */
+        if (waitpid(s->sandboxd, NULL, WNOHANG) == s->sandboxd) {
+            s->sandboxd = 0;
+            return;
+        }
+        usleep(100000);
+    }
+    kill(s->sandboxd, SIGKILL);
+    waitpid(s->sandboxd, NULL, 0);
+    s->sandboxd = 0;
+}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -161,6 +212,7 @@ int cmd_serve(int argc, char **argv)
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;
+    if (dev && start_sandboxd(&s, &c, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
@@ -172,6 +224,8 @@ int cmd_serve(int argc, char **argv)
     /* A line people and scripts can read: where to point REBUNO_URL. */
     printf("rebuno %s: kernel on http://127.0.0.1:%d (store %s)\n", dev ? "dev" : "server",
            http_server_port(s.http), db);
+    if (s.sandboxd)
+        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;
@@ -179,6 +233,7 @@ int cmd_serve(int argc, char **argv)
 fail:
     fprintf(stderr, "error: %s\n", err.msg);
 out:
+    stop_sandboxd(&s);
     if (s.sigint) event_free(s.sigint);
     if (s.sigterm) event_free(s.sigterm);
     if (s.http) http_server_free(s.http);

@@ -29,7 +29,7 @@ struct config_key {
 
 struct config {
     char *path; /* config file, NULL when none */
-    char *listen, *state_dir, *store, *log_level;
+    char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
     struct config_agent *agents;
     int n_agents;

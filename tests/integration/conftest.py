@@ -17,6 +17,10 @@ import urllib.parse
 
 import pytest
 
+# `rebuno dev` starts the sandbox service too when run as root; kernel tests don't need it
+# (tests that do pass --sandboxes on).
+os.environ.setdefault("REBUNO_SANDBOXES", "off")
+
 BIN = os.environ.get("REBUNO_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "asan", "rebuno")
 

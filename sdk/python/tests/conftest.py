@@ -30,6 +30,9 @@ from typing import Any
 
 import pytest
 
+# `rebuno dev` starts the sandbox service too when run as root; these tests don't need it.
+os.environ.setdefault("REBUNO_SANDBOXES", "off")
+
 TESTS = Path(__file__).resolve().parent
 SDK = TESTS.parent
 REPO = SDK.parent.parent
