@@ -24,3 +24,16 @@ out=build/bench/kernel.txt
 mv "$out.tmp" "$out"
 echo
 echo "bench/run.sh: report saved to $out"
+
+# The sandbox benchmark needs root (sandboxd does) and bwrap to compare against. Its state
+# goes on a tmpfs: this VM's root ext4 has no journal and slows down erratically after many
+# deletions (shared/reference/machine-probes.md), which would measure the disk, not us.
+if [[ -x build/bench/sandbox && $(id -u) -eq 0 ]] && command -v bwrap >/dev/null; then
+    tmp=$(mktemp -d)
+    mount -t tmpfs -o size=2g tmpfs "$tmp"
+    trap 'umount -l "$tmp" 2>/dev/null; rmdir "$tmp" 2>/dev/null' EXIT
+    build/bench/sandbox --bin build/rebuno --state-dir "$tmp/state" | tee build/bench/sandbox.txt
+    echo "bench/run.sh: report saved to build/bench/sandbox.txt"
+else
+    echo "bench/run.sh: skipped the sandbox benchmark (needs root, bwrap and build/bench/sandbox)"
+fi
