@@ -8,5 +8,6 @@ int cmd_exec(int argc, char **argv);
 int cmd_approval(int argc, char **argv);
 int cmd_sandboxd(int argc, char **argv); /* sandboxd */
 int cmd_sandbox(int argc, char **argv);  /* sandbox */
+int cmd_egress_proxy(int argc, char **argv); /* src/proxy/cmd_egress_proxy.c; hidden, for tests */
 
 #endif

@@ -46,6 +46,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);
+    if (!strcmp(cmd, "egress-proxy")) return cmd_egress_proxy(argc - 1, argv + 1); /* dev/tests */
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("rebuno %s\n", REBUNO_VERSION);
         return 0;

@@ -1,0 +1,1281 @@
+/*
+ * conn.c - one proxied TCP connection from a sandbox (see proxy.h for the flows).
+ *
+ * A connection has two sides, `down` (the sandbox) and `up` (the real server),
+ * each a libevent socket bufferevent. TLS, when the proxy terminates it, is done
+ * by OpenSSL reading and writing the bufferevents' buffers directly (a small BIO
+ * type over evbuffers), not the sockets: plaintext moves between the two sides'
+ * SSL objects. That keeps every byte in buffers the proxy controls: the
+ * ClientHello read for the SNI stays in the down side's input and is simply fed
+ * to the server handshake (intercept) or forwarded (pass); nothing is consumed
+ * twice or lost. Passthrough connections switch to splice(2) once the hello is
+ * forwarded (see "zero-copy passthrough").
+ *
+ * States, in order (a connection skips those that do not apply):
+ *   SNIFF (443) / HEAD (80)  read until the SNI / first Host is known; decide
+ *   RESOLVE                  override table, else getaddrinfo on the resolver pool
+ *   CONNECT                  TCP to the upstream (next address on failure)
+ *   UP_TLS                   intercept: verify the real server (host = SNI)
+ *   LEAF                     intercept: wait for the minted certificate
+ *   DOWN_TLS                 intercept: the sandbox's handshake, http/1.1 only
+ *   RELAY                    both directions; requests rewritten in HTTP modes
+ *   CLOSING                  flushing a refusal response, then close
+ *
+ * Flow control: each direction stops reading its source while the destination has
+ * cfg.buffer_max bytes queued (plaintext queue + socket output); the
+ * destination's write callback (low watermark) resumes it. EOF is passed on as a
+ * half-close (close_notify and/or shutdown(SHUT_WR)); the connection ends when
+ * both directions are finished and flushed, on any error, or on a timeout.
+ *
+ * Refusals before the sandbox got any byte from us are TCP resets (SO_LINGER 0).
+ * Re-entrancy: every callback ends in conn_run() or a close; helpers that may
+ * free the connection return false, and callers return at once.
+ */
+#include "proxy/proxy_int.h"
+
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "proxy/addr.h"
+#include "proxy/http_rw.h"
+#include "proxy/sni.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifndef SO_ORIGINAL_DST
+#define SO_ORIGINAL_DST 80 /* linux/netfilter_ipv4.h */
+#endif
+#ifndef IP6T_SO_ORIGINAL_DST
+#define IP6T_SO_ORIGINAL_DST 80 /* linux/netfilter_ipv6/ip6_tables.h */
+#endif
+
+#define SNIFF_MAX (PROXY_SNI_MAX_HELLO + 4096) /* record headers of a split hello */
+#define CLOSE_LINGER_MS 2000
+#define MAX_ADDRS 8
+#define IO_CHUNK (128 * 1024)    /* bytes per read()/write() call (libevent's default: 16 KiB) */
+#define SPLICE_PIPE (256 * 1024) /* pipe size asked for when splicing */
+
+enum conn_state {
+    CS_SNIFF,
+    CS_HEAD,
+    CS_RESOLVE,
+    CS_CONNECT,
+    CS_UP_TLS,
+    CS_LEAF,
+    CS_DOWN_TLS,
+    CS_RELAY,
+    CS_CLOSING
+};
+enum conn_mode { M_PASS, M_INTERCEPT, M_HTTP };
+
+struct side {
+    struct bufferevent *bev;
+    SSL *ssl;
+    bool wrote;     /* TLS wrote bytes to this side */
+    bool ready;     /* connected (and handshake done when TLS) */
+    bool sock_eof;  /* the socket reported EOF */
+    bool done;      /* nothing more will come from this side */
+    bool shut_sent; /* we finished writing to it (close_notify queued) */
+    bool wr_shut;   /* shutdown(SHUT_WR) done */
+};
+
+struct splice_dir {
+    struct proxy_conn *conn;
+    int from, to; /* sockets (owned by the bufferevents) */
+    int pipe[2];
+    size_t in_pipe, cap;
+    bool eof;  /* `from` reached EOF */
+    bool shut; /* shutdown(to, SHUT_WR) done */
+    bool short_read;
+    struct event *rd, *wr;
+};
+
+struct resolve_job {
+    struct proxy_conn *c;
+    char host[PROXY_HOST_MAX + 1];
+    char port[8];
+    int rc;
+    struct addrinfo *ai;
+};
+
+struct proxy_conn {
+    struct proxy *px;
+    struct proxy_sandbox *sbx;
+    struct proxy_conn *prev, *next;
+    uint64_t id;
+    enum conn_state state;
+    enum conn_mode mode;
+    uint16_t up_port;
+    struct side down, up;
+    struct evbuffer *to_up, *to_down; /* plaintext waiting for the other side */
+    char host[PROXY_HOST_MAX + 1];
+    enum proxy_verdict_kind admitted;
+    uint64_t generation;
+    struct proxy_http *http;
+    uint64_t req_seen, inj_seen;
+    bool raw_up;         /* after an Upgrade: client bytes are opaque */
+    bool sent_to_client; /* decides reset vs close */
+    struct event *timer;
+    int64_t last_ms;
+    struct proxy_job *resolving;
+    bool override;
+    struct sockaddr_storage addrs[MAX_ADDRS];
+    socklen_t alen[MAX_ADDRS];
+    int naddrs, addr_i;
+    struct proxy_leaf *leaf; /* waiting on it */
+    struct proxy_conn *leaf_next;
+    SSL_CTX *leaf_ctx;       /* referenced */
+    const char *why;         /* why it ended, for the log */
+    bool spliced;            /* passthrough moved to splice(2); the bufferevents are idle */
+    struct splice_dir sp[2]; /* [0] sandbox -> upstream, [1] upstream -> sandbox */
+};
+
+static void conn_run(struct proxy_conn *c);
+static void conn_free(struct proxy_conn *c);
+static void up_read_cb(struct bufferevent *b, void *arg);
+static void write_cb(struct bufferevent *b, void *arg);
+static void up_event_cb(struct bufferevent *b, short what, void *arg);
+static int http_decide(void *arg, const char *host, const struct proxy_headers **set);
+
+/* ------------------------------------------------------------------ helpers */
+
+static struct proxy_stats *st(struct proxy_conn *c)
+{
+    return &c->sbx->st;
+}
+
+static size_t blen(struct bufferevent *b, bool out)
+{
+    if (!b) return 0;
+    return evbuffer_get_length(out ? bufferevent_get_output(b) : bufferevent_get_input(b));
+}
+
+static void set_rst(struct bufferevent *b)
+{
+    if (!b) return;
+    evutil_socket_t fd = bufferevent_getfd(b);
+    if (fd < 0) return;
+    struct linger l = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+static void arm_timer(struct proxy_conn *c, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_add(c->timer, &tv);
+}
+
+/* End the connection. rst: reset both sockets (always when the sandbox got nothing). */
+static void conn_close(struct proxy_conn *c, bool rst, const char *why)
+{
+    if (why) c->why = why;
+    if (rst || !c->sent_to_client) {
+        set_rst(c->down.bev);
+        set_rst(c->up.bev);
+    }
+    conn_free(c);
+}
+
+static void refuse(struct proxy_conn *c, uint64_t *counter, const char *why)
+{
+    if (counter) (*counter)++;
+    conn_close(c, true, why);
+}
+
+static void sync_http_stats(struct proxy_conn *c)
+{
+    if (!c->http) return;
+    uint64_t r = proxy_http_requests(c->http), i = proxy_http_injected(c->http);
+    st(c)->requests += r - c->req_seen;
+    st(c)->injected += i - c->inj_seen;
+    c->req_seen = r;
+    c->inj_seen = i;
+}
+
+/* ------------------------------------------------------------------ TLS over the socket buffers */
+
+/*
+ * The SSL objects read ciphertext straight from a side's bufferevent input and
+ * write records straight into its output, through a small BIO type over the two
+ * evbuffers: no copy beyond what TLS itself does. An empty input is "retry"
+ * (the connection tracks the socket's EOF itself).
+ */
+static int evb_write(BIO *b, const char *data, int len)
+{
+    struct side *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0) return 0;
+    if (evbuffer_add(bufferevent_get_output(s->bev), data, (size_t)len) < 0) return -1;
+    s->wrote = true;
+    return len;
+}
+
+static int evb_read(BIO *b, char *out, int len)
+{
+    struct side *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0) return 0;
+    int n = evbuffer_remove(bufferevent_get_input(s->bev), out, (size_t)len);
+    if (n > 0) return n;
+    BIO_set_retry_read(b);
+    return -1;
+}
+
+static long evb_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    struct side *s = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_PENDING:
+        return s && s->bev ? (long)evbuffer_get_length(bufferevent_get_input(s->bev)) : 0;
+    default:
+        return 0;
+    }
+}
+
+static int evb_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static void side_set_ssl(struct side *s, SSL *ssl)
+{
+    static BIO_METHOD *method; /* loop thread; lives for the process */
+    if (!method) {
+        method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "rebuno evbuffer");
+        ASSERT(method);
+        BIO_meth_set_write(method, evb_write);
+        BIO_meth_set_read(method, evb_read);
+        BIO_meth_set_ctrl(method, evb_ctrl);
+        BIO_meth_set_create(method, evb_create);
+    }
+    BIO *b = BIO_new(method);
+    ASSERT(ssl && b);
+    BIO_set_data(b, s);
+    SSL_set_bio(ssl, b, b); /* one reference, owned by ssl */
+    s->ssl = ssl;
+}
+
+/* Note that the sandbox got bytes from us (a reset is then no longer silent). */
+static void tls_flush(struct proxy_conn *c, struct side *s)
+{
+    if (s == &c->down && s->wrote) c->sent_to_client = true;
+}
+
+/* 1 done, 0 waiting for bytes, -1 failed. */
+static int tls_handshake(struct proxy_conn *c, struct side *s)
+{
+    ERR_clear_error();
+    int r = SSL_do_handshake(s->ssl);
+    tls_flush(c, s);
+    if (r == 1) {
+        s->ready = true;
+        return 1;
+    }
+    if (SSL_get_error(s->ssl, r) != SSL_ERROR_WANT_READ) return -1;
+    return s->sock_eof ? -1 : 0;
+}
+
+#define TLS_EOF (-2)
+#define TLS_ERR (-1)
+
+/* Plaintext bytes read (> 0), 0 for none yet, TLS_EOF, or TLS_ERR. */
+static int tls_read(struct proxy_conn *c, struct side *s, char *buf, int cap)
+{
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_read(s->ssl, buf, cap);
+        if (r > 0) return r;
+        int e = SSL_get_error(s->ssl, r);
+        if (e == SSL_ERROR_WANT_READ) {
+            tls_flush(c, s); /* a post-handshake message may have been answered */
+            return s->sock_eof ? TLS_EOF : 0;
+        }
+        if (e == SSL_ERROR_ZERO_RETURN) return TLS_EOF;
+        return TLS_ERR;
+    }
+}
+
+static bool tls_write_queue(struct proxy_conn *c, struct side *d, struct evbuffer *q)
+{
+    while (evbuffer_get_length(q)) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(q, 16384, NULL, &v, 1) < 1) break;
+        size_t n = v.iov_len > 16384 ? 16384 : v.iov_len;
+        ERR_clear_error();
+        int r = SSL_write(d->ssl, v.iov_base, (int)n);
+        if (r <= 0) return false;
+        evbuffer_drain(q, (size_t)r);
+    }
+    tls_flush(c, d);
+    return true;
+}
+
+/* ------------------------------------------------------------------ relaying */
+
+static size_t queued(struct side *d, struct evbuffer *q)
+{
+    return evbuffer_get_length(q) + blen(d->bev, true);
+}
+
+/* Send what is queued for d, if d can take it. */
+static bool side_send(struct proxy_conn *c, struct side *d, struct evbuffer *q)
+{
+    size_t n = evbuffer_get_length(q);
+    if (!d->ready || n == 0 || d->shut_sent) return true;
+    if (d == &c->up)
+        st(c)->bytes_up += n;
+    else
+        st(c)->bytes_down += n;
+    if (d->ssl) {
+        if (!tls_write_queue(c, d, q)) {
+            conn_close(c, false, "TLS write failed");
+            return false;
+        }
+    } else {
+        evbuffer_add_buffer(bufferevent_get_output(d->bev), q);
+        if (d == &c->down) c->sent_to_client = true;
+    }
+    return true;
+}
+
+static void maybe_wr_shut(struct side *d)
+{
+    if (!d->shut_sent || d->wr_shut || !d->bev || blen(d->bev, true)) return;
+    shutdown(bufferevent_getfd(d->bev), SHUT_WR);
+    d->wr_shut = true;
+}
+
+static void side_shutdown(struct proxy_conn *c, struct side *d)
+{
+    d->shut_sent = true;
+    if (d->ssl) {
+        ERR_clear_error();
+        (void)SSL_shutdown(d->ssl);
+        tls_flush(c, d);
+    }
+    bufferevent_setwatermark(d->bev, EV_WRITE, 0, 0); /* write callback when empty */
+    maybe_wr_shut(d);
+}
+
+/* A request the proxy refuses: answer it if nothing was forwarded yet, then close. */
+static void http_refused(struct proxy_conn *c)
+{
+    int code = proxy_http_error(c->http);
+    sync_http_stats(c);
+    if (code == PROXY_HTTP_DENIED) {
+        /* the Host is denied (first request on port 80, or a live policy change) */
+        refuse(c, &st(c)->denied, "host denied");
+        return;
+    }
+    if (code == 421) st(c)->host_mismatch++;
+    log_info("egress request refused", "sandbox=%s conn=%llu host=%s status=%d reason=\"%s\"",
+             c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code,
+             proxy_http_error_reason(c->http));
+    if (c->state != CS_RELAY || proxy_http_requests(c->http) > 0 || !c->down.ready) {
+        /* a response may be in flight (or there is no channel to answer on) */
+        conn_close(c, true, "request refused");
+        return;
+    }
+    char resp[512];
+    size_t n = proxy_http_status_response(code, resp, sizeof resp);
+    evbuffer_drain(c->to_down, evbuffer_get_length(c->to_down));
+    evbuffer_add(c->to_down, resp, n);
+    c->state = CS_CLOSING;
+    c->why = "request refused";
+    if (c->up.bev) bufferevent_disable(c->up.bev, EV_READ);
+    if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
+    if (!side_send(c, &c->down, c->to_down)) return;
+    side_shutdown(c, &c->down);
+    arm_timer(c, CLOSE_LINGER_MS);
+    conn_run(c);
+}
+
+/* Feed client plaintext through the request rewriter into to_up. Returns the bytes
+ * consumed, or -1 if the connection was closed. */
+static long feed_http(struct proxy_conn *c, const char *data, size_t n)
+{
+    if (c->raw_up) {
+        evbuffer_add(c->to_up, data, n);
+        return (long)n;
+    }
+    size_t used = 0;
+    enum proxy_http_status r = proxy_http_feed(c->http, data, n, c->to_up, &used);
+    sync_http_stats(c);
+    if (r == PROXY_HTTP_ERROR) {
+        http_refused(c);
+        return -1;
+    }
+    if (r == PROXY_HTTP_UPGRADE) {
+        c->raw_up = true;
+        evbuffer_add(c->to_up, data + used, n - used);
+    }
+    return (long)n;
+}
+
+/* Move what can be moved from s to d. false: the connection was closed. */
+static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, struct evbuffer *q,
+                      bool http)
+{
+    size_t max = c->px->cfg.buffer_max;
+    while (!s->done && queued(d, q) < max && c->state == CS_RELAY) {
+        if (s->ssl) {
+            char tmp[16384];
+            int n = tls_read(c, s, tmp, sizeof tmp);
+            if (n == TLS_ERR) {
+                conn_close(c, false, "TLS read failed");
+                return false;
+            }
+            if (n == TLS_EOF) {
+                s->done = true;
+                break;
+            }
+            if (n == 0) break;
+            if (http) {
+                if (feed_http(c, tmp, (size_t)n) < 0) return false;
+            } else if (d->ready && d->ssl && !d->shut_sent && evbuffer_get_length(q) == 0) {
+                /* straight into the other side's TLS: no queueing copy */
+                ERR_clear_error();
+                if (SSL_write(d->ssl, tmp, n) != n) {
+                    conn_close(c, false, "TLS write failed");
+                    return false;
+                }
+                tls_flush(c, d);
+                if (d == &c->up)
+                    st(c)->bytes_up += (uint64_t)n;
+                else
+                    st(c)->bytes_down += (uint64_t)n;
+            } else {
+                evbuffer_add(q, tmp, (size_t)n);
+            }
+        } else {
+            struct evbuffer *in = bufferevent_get_input(s->bev);
+            size_t len = evbuffer_get_length(in);
+            if (len == 0) {
+                if (s->sock_eof) s->done = true;
+                break;
+            }
+            if (!http) {
+                if (d->ready && !d->ssl && evbuffer_get_length(q) == 0 && !d->shut_sent) {
+                    /* the splice: move chains, no copy */
+                    if (d == &c->up)
+                        st(c)->bytes_up += len;
+                    else {
+                        st(c)->bytes_down += len;
+                        c->sent_to_client = true;
+                    }
+                    evbuffer_add_buffer(bufferevent_get_output(d->bev), in);
+                } else {
+                    evbuffer_add_buffer(q, in);
+                }
+            } else {
+                struct evbuffer_iovec v;
+                if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
+                long used = feed_http(c, v.iov_base, v.iov_len);
+                if (used < 0) return false;
+                evbuffer_drain(in, (size_t)used);
+            }
+        }
+    }
+    if (c->state != CS_RELAY) return true;
+    if (!side_send(c, d, q)) return false;
+    if (!s->done && s->bev) {
+        if (queued(d, q) >= max)
+            bufferevent_disable(s->bev, EV_READ);
+        else if (!s->sock_eof)
+            bufferevent_enable(s->bev, EV_READ);
+    }
+    if (s->done && evbuffer_get_length(q) == 0 && d->ready && !d->shut_sent) side_shutdown(c, d);
+    return true;
+}
+
+static void relay(struct proxy_conn *c)
+{
+    bool http = c->mode != M_PASS;
+    if (!relay_dir(c, &c->down, &c->up, c->to_up, http)) return;
+    if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
+    if (c->state != CS_RELAY) return;
+    maybe_wr_shut(&c->down);
+    maybe_wr_shut(&c->up);
+    if (c->down.done && c->up.done && c->down.wr_shut && c->up.wr_shut) {
+        c->why = "finished";
+        conn_free(c);
+    }
+}
+
+/* ------------------------------------------------------------------ zero-copy passthrough */
+
+/*
+ * A passthrough connection, once the ClientHello is forwarded, moves bytes with
+ * splice(2) through a pipe per direction: socket pages are handed over inside the
+ * kernel instead of being copied into the proxy and back (the proxy then costs a
+ * fraction of the CPU, which on a small machine is CPU taken from the endpoints).
+ * Each direction waits for readability of its source only while its pipe is
+ * empty, and for writability of its destination while the pipe holds bytes; a
+ * pipe's free space is not known exactly (it counts pages, not bytes), so "read
+ * while the pipe is not empty" would spin. If pipes cannot be had (fd limits) the
+ * connection keeps the buffered relay.
+ */
+static void set_interest(struct event *ev, bool on)
+{
+    bool pending = event_pending(ev, EV_READ | EV_WRITE, NULL);
+    if (on && !pending) event_add(ev, NULL);
+    if (!on && pending) event_del(ev);
+}
+
+/* false: failed (the caller closes). A read that returns less than was asked for
+ * means the socket is drained: no second read just to see EAGAIN (the events are
+ * level-triggered, so bytes arriving meanwhile wake us again). */
+static bool splice_dir_pump(struct proxy_conn *c, struct splice_dir *d, uint64_t *bytes)
+{
+    for (;;) {
+        if (d->in_pipe) {
+            ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->in_pipe,
+                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+            if (n > 0) {
+                d->in_pipe -= (size_t)n;
+                *bytes += (uint64_t)n;
+                c->last_ms = proxy_now_ms();
+            }
+            if (d->in_pipe) break; /* wait until `to` can take more */
+            if (d->short_read) break;
+        }
+        if (d->eof) break;
+        ssize_t n =
+            splice(d->from, NULL, d->pipe[1], NULL, d->cap, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            d->in_pipe = (size_t)n;
+            d->short_read = (size_t)n < d->cap;
+        } else if (n == 0) {
+            d->eof = true;
+        } else if (errno == EAGAIN || errno == EINTR) {
+            break;
+        } else {
+            return false;
+        }
+    }
+    d->short_read = false;
+    if (d->eof && d->in_pipe == 0 && !d->shut) {
+        shutdown(d->to, SHUT_WR);
+        d->shut = true;
+    }
+    set_interest(d->rd, !d->eof && d->in_pipe == 0);
+    set_interest(d->wr, d->in_pipe > 0);
+    return true;
+}
+
+/* Pump one direction (0 up, 1 down) or both (-1). */
+static void splice_pump(struct proxy_conn *c, int which)
+{
+    if ((which != 1 && !splice_dir_pump(c, &c->sp[0], &st(c)->bytes_up)) ||
+        (which != 0 && !splice_dir_pump(c, &c->sp[1], &st(c)->bytes_down))) {
+        conn_close(c, true, errno == ECONNRESET ? "reset by peer" : "splice failed");
+        return;
+    }
+    c->sent_to_client = true;
+    if (c->sp[0].shut && c->sp[1].shut) {
+        c->why = "finished";
+        conn_free(c);
+    }
+}
+
+static void splice_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct splice_dir *d = arg;
+    struct proxy_conn *c = d->conn;
+    splice_pump(c, d == &c->sp[0] ? 0 : 1);
+}
+
+static void splice_fini(struct proxy_conn *c)
+{
+    for (int i = 0; i < 2; i++) {
+        struct splice_dir *d = &c->sp[i];
+        if (d->rd) event_free(d->rd);
+        if (d->wr) event_free(d->wr);
+        if (d->pipe[0] >= 0) close(d->pipe[0]);
+        if (d->pipe[1] >= 0) close(d->pipe[1]);
+    }
+}
+
+/* Switch a passthrough connection to splicing. false: keep the buffered relay. */
+static bool start_splice(struct proxy_conn *c)
+{
+    if (blen(c->up.bev, true) || blen(c->up.bev, false) || blen(c->down.bev, true) ||
+        c->down.sock_eof || c->up.sock_eof)
+        return false;
+    int fds[2] = {bufferevent_getfd(c->down.bev), bufferevent_getfd(c->up.bev)};
+    int pipes[2][2];
+    if (pipe2(pipes[0], O_NONBLOCK | O_CLOEXEC) < 0) return false;
+    if (pipe2(pipes[1], O_NONBLOCK | O_CLOEXEC) < 0) {
+        close(pipes[0][0]);
+        close(pipes[0][1]);
+        return false;
+    }
+    /* The ClientHello (and anything after it) goes first, as the kernel takes it. */
+    struct evbuffer *in = bufferevent_get_input(c->down.bev);
+    size_t hello = evbuffer_get_length(in);
+    while (evbuffer_get_length(in)) {
+        if (evbuffer_write(in, fds[1]) <= 0) break;
+    }
+    st(c)->bytes_up += hello - evbuffer_get_length(in);
+    if (evbuffer_get_length(in)) { /* the socket would block: rare; stay buffered */
+        for (int i = 0; i < 2; i++) {
+            close(pipes[i][0]);
+            close(pipes[i][1]);
+        }
+        return false;
+    }
+    bufferevent_disable(c->down.bev, EV_READ | EV_WRITE);
+    bufferevent_disable(c->up.bev, EV_READ | EV_WRITE);
+    for (int i = 0; i < 2; i++) {
+        struct splice_dir *d = &c->sp[i];
+        d->from = fds[i];
+        d->to = fds[1 - i];
+        d->pipe[0] = pipes[i][0];
+        d->pipe[1] = pipes[i][1];
+        (void)fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_PIPE);
+        int cap = fcntl(d->pipe[1], F_GETPIPE_SZ);
+        d->cap = cap > 0 ? (size_t)cap : 65536;
+        d->conn = c;
+        d->rd = event_new(c->px->base, d->from, EV_READ | EV_PERSIST, splice_cb, d);
+        d->wr = event_new(c->px->base, d->to, EV_WRITE | EV_PERSIST, splice_cb, d);
+    }
+    c->spliced = true;
+    return true;
+}
+
+static void start_relay(struct proxy_conn *c)
+{
+    size_t max = c->px->cfg.buffer_max;
+    c->state = CS_RELAY;
+    c->last_ms = proxy_now_ms();
+    arm_timer(c, c->px->cfg.idle_timeout_ms);
+    if (c->mode == M_PASS && !c->px->cfg.no_splice && start_splice(c)) {
+        splice_pump(c, -1);
+        return;
+    }
+    bufferevent_setwatermark(c->down.bev, EV_READ, 0, max);
+    bufferevent_setwatermark(c->up.bev, EV_READ, 0, max);
+    bufferevent_setwatermark(c->down.bev, EV_WRITE, max / 2, 0);
+    bufferevent_setwatermark(c->up.bev, EV_WRITE, max / 2, 0);
+    if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
+    if (!c->up.sock_eof) bufferevent_enable(c->up.bev, EV_READ);
+    relay(c);
+}
+
+/* ------------------------------------------------------------------ intercept handshakes */
+
+static void start_down_tls(struct proxy_conn *c)
+{
+    c->state = CS_DOWN_TLS;
+    side_set_ssl(&c->down, SSL_new(c->leaf_ctx));
+    SSL_set_accept_state(c->down.ssl);
+    bufferevent_setwatermark(c->down.bev, EV_READ, 0, SNIFF_MAX);
+    if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
+    conn_run(c);
+}
+
+static void down_handshake(struct proxy_conn *c)
+{
+    int r = tls_handshake(c, &c->down);
+    if (r < 0) {
+        unsigned long e = ERR_peek_error();
+        char buf[160] = "closed";
+        if (e) ERR_error_string_n(e, buf, sizeof buf);
+        st(c)->client_tls_failed++;
+        log_info("egress sandbox handshake failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
+                 c->sbx->id, (unsigned long long)c->id, c->host, buf);
+        conn_close(c, false, "sandbox TLS handshake failed");
+        return;
+    }
+    if (r == 0) return;
+    start_relay(c);
+}
+
+static void up_handshake(struct proxy_conn *c)
+{
+    int r = tls_handshake(c, &c->up);
+    if (r < 0) {
+        long v = SSL_get_verify_result(c->up.ssl);
+        unsigned long e = ERR_peek_error();
+        char buf[160] = "connection closed";
+        if (v != X509_V_OK)
+            snprintf(buf, sizeof buf, "%s", X509_verify_cert_error_string(v));
+        else if (e)
+            ERR_error_string_n(e, buf, sizeof buf);
+        st(c)->verify_failed++;
+        log_warn("egress upstream TLS failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
+                 c->sbx->id, (unsigned long long)c->id, c->host, buf);
+        refuse(c, NULL, "upstream TLS failed");
+        return;
+    }
+    if (r == 0) return;
+    if (c->leaf_ctx) {
+        start_down_tls(c);
+        return;
+    }
+    c->state = CS_LEAF;
+}
+
+void proxy_leaf_ready(struct proxy_leaf *leaf)
+{
+    struct proxy_conn *w = leaf->waiters;
+    leaf->waiters = NULL;
+    while (w) {
+        struct proxy_conn *c = w;
+        w = c->leaf_next;
+        c->leaf = NULL;
+        c->leaf_next = NULL;
+        if (!leaf->ctx) {
+            refuse(c, NULL, "leaf certificate minting failed");
+            continue;
+        }
+        SSL_CTX_up_ref(leaf->ctx);
+        c->leaf_ctx = leaf->ctx;
+        if (c->state == CS_LEAF) start_down_tls(c);
+    }
+}
+
+int proxy_conn_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    struct proxy_conn *c = SSL_get_app_data(ssl);
+    if (!c || !SSL_SESSION_is_resumable(sess)) return 0;
+    proxy_session_put(c->px, c->host, sess);
+    return 1; /* we keep the reference */
+}
+
+static void start_up_tls(struct proxy_conn *c)
+{
+    c->state = CS_UP_TLS;
+    side_set_ssl(&c->up, SSL_new(c->px->up_ctx));
+    SSL_set_app_data(c->up.ssl, c);
+    SSL_SESSION *prev = proxy_session_get(c->px, c->host);
+    if (prev) SSL_set_session(c->up.ssl, prev);
+    SSL_set_connect_state(c->up.ssl);
+    SSL_set_tlsext_host_name(c->up.ssl, c->host);
+    SSL_set_hostflags(c->up.ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (SSL_set1_host(c->up.ssl, c->host) != 1) {
+        refuse(c, &st(c)->verify_failed, "cannot set the host to verify");
+        return;
+    }
+    bufferevent_enable(c->up.bev, EV_READ);
+    up_handshake(c);
+}
+
+/* ------------------------------------------------------------------ upstream connect */
+
+static void connect_next(struct proxy_conn *c);
+
+static void up_connected(struct proxy_conn *c)
+{
+    evutil_socket_t fd = bufferevent_getfd(c->up.bev);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!c->override && !c->px->cfg.allow_private_upstreams) {
+        /* A public address that is one of this host's own: local == remote. */
+        struct sockaddr_storage l, r;
+        socklen_t ll = sizeof l, rl = sizeof r;
+        if (getsockname(fd, (struct sockaddr *)&l, &ll) == 0 &&
+            getpeername(fd, (struct sockaddr *)&r, &rl) == 0 &&
+            proxy_addr_same_host((struct sockaddr *)&l, (struct sockaddr *)&r)) {
+            refuse(c, &st(c)->upstream_failed, "upstream is this host");
+            return;
+        }
+    }
+    if (c->mode == M_INTERCEPT) {
+        start_up_tls(c);
+        return;
+    }
+    c->up.ready = true;
+    start_relay(c);
+}
+
+static void connect_next(struct proxy_conn *c)
+{
+    c->state = CS_CONNECT;
+    while (c->addr_i < c->naddrs) {
+        int i = c->addr_i++;
+        if (c->up.bev) bufferevent_free(c->up.bev);
+        c->up.bev = bufferevent_socket_new(c->px->base, -1, BEV_OPT_CLOSE_ON_FREE);
+        ASSERT(c->up.bev);
+        bufferevent_set_max_single_read(c->up.bev, IO_CHUNK);
+        bufferevent_set_max_single_write(c->up.bev, IO_CHUNK);
+        bufferevent_setwatermark(c->up.bev, EV_READ, 0, c->px->cfg.buffer_max);
+        bufferevent_setcb(c->up.bev, up_read_cb, write_cb, up_event_cb, c);
+        if (bufferevent_socket_connect(c->up.bev, (struct sockaddr *)&c->addrs[i],
+                                       (int)c->alen[i]) == 0)
+            return;
+    }
+    char a[80] = "-";
+    if (c->naddrs) proxy_addr_format((struct sockaddr *)&c->addrs[c->naddrs - 1], a, sizeof a);
+    log_info("egress upstream unreachable", "sandbox=%s conn=%llu host=%s addr=%s", c->sbx->id,
+             (unsigned long long)c->id, c->host, a);
+    refuse(c, &st(c)->upstream_failed, "upstream unreachable");
+}
+
+static void resolve_work(void *arg)
+{
+    struct resolve_job *j = arg;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_protocol = IPPROTO_TCP,
+                             .ai_flags = AI_ADDRCONFIG};
+    j->rc = getaddrinfo(j->host, j->port, &hints, &j->ai);
+}
+
+static void resolve_drop(void *arg)
+{
+    struct resolve_job *j = arg;
+    if (j->ai) freeaddrinfo(j->ai);
+    free(j);
+}
+
+static void resolve_done(void *arg)
+{
+    struct resolve_job *j = arg;
+    struct proxy_conn *c = j->c;
+    c->resolving = NULL;
+    int refused = 0;
+    for (struct addrinfo *a = j->rc == 0 ? j->ai : NULL; a && c->naddrs < MAX_ADDRS;
+         a = a->ai_next) {
+        if (a->ai_addrlen > sizeof c->addrs[0]) continue;
+        if (!c->px->cfg.allow_private_upstreams && !proxy_addr_is_public(a->ai_addr)) {
+            refused++;
+            continue;
+        }
+        memcpy(&c->addrs[c->naddrs], a->ai_addr, a->ai_addrlen);
+        c->alen[c->naddrs++] = a->ai_addrlen;
+    }
+    int rc = j->rc;
+    resolve_drop(j);
+    if (c->naddrs == 0) {
+        log_info("egress upstream lookup failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
+                 c->sbx->id, (unsigned long long)c->id, c->host,
+                 rc        ? gai_strerror(rc)
+                 : refused ? "only private or local addresses"
+                           : "no address");
+        refuse(c, &st(c)->upstream_failed, "upstream lookup failed");
+        return;
+    }
+    connect_next(c);
+}
+
+static void start_resolve(struct proxy_conn *c)
+{
+    c->state = CS_RESOLVE;
+    const struct proxy_override *o = proxy_find_override(c->px, c->host, c->up_port);
+    if (o) {
+        c->override = true;
+        memcpy(&c->addrs[0], &o->addr, o->len);
+        c->alen[0] = o->len;
+        c->naddrs = 1;
+        connect_next(c);
+        return;
+    }
+    struct resolve_job *j = xcalloc(1, sizeof *j);
+    j->c = c;
+    snprintf(j->host, sizeof j->host, "%s", c->host);
+    snprintf(j->port, sizeof j->port, "%u", c->up_port);
+    c->resolving =
+        proxy_worker_submit(c->px->resolver, resolve_work, resolve_done, resolve_drop, j);
+}
+
+/* ------------------------------------------------------------------ deciding */
+
+static void log_decision(struct proxy_conn *c, const struct proxy_verdict *v)
+{
+    log_info("egress connection", "sandbox=%s conn=%llu port=%u host=%s verdict=%s rule=%s",
+             c->sbx->id, (unsigned long long)c->id, c->up_port, c->host,
+             proxy_verdict_name(v->kind), v->rule[0] ? v->rule : "-");
+}
+
+static void decide_tls(struct proxy_conn *c, const char *host)
+{
+    snprintf(c->host, sizeof c->host, "%s", host);
+    struct proxy_verdict v;
+    proxy_policy_match(c->sbx->policy, host, &v);
+    c->admitted = v.kind;
+    c->generation = c->sbx->generation;
+    log_decision(c, &v);
+    if (v.kind == PROXY_DENY) {
+        refuse(c, &st(c)->denied, "host denied");
+        return;
+    }
+    bufferevent_disable(c->down.bev, EV_READ); /* hold the hello until relaying */
+    if (v.kind == PROXY_PASS) {
+        c->mode = M_PASS;
+        c->down.ready = true;
+        st(c)->passthrough++;
+    } else {
+        c->mode = M_INTERCEPT;
+        st(c)->intercepted++;
+        c->http = proxy_http_new(http_decide, c);
+        struct proxy_leaf *leaf = proxy_leaf_get(c->sbx, c->host);
+        if (!leaf) {
+            refuse(c, NULL, "leaf cache full");
+            return;
+        }
+        if (leaf->ctx) {
+            SSL_CTX_up_ref(leaf->ctx);
+            c->leaf_ctx = leaf->ctx;
+        } else {
+            c->leaf = leaf;
+            c->leaf_next = leaf->waiters;
+            leaf->waiters = c;
+        }
+    }
+    start_resolve(c);
+}
+
+static void sniff(struct proxy_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->down.bev);
+    size_t len = evbuffer_get_length(in);
+    if (len > SNIFF_MAX) len = SNIFF_MAX;
+    const uint8_t *data = evbuffer_pullup(in, (ev_ssize_t)len);
+    char host[PROXY_HOST_MAX + 1];
+    enum proxy_sni_result r = proxy_sni_parse(data, len, host);
+    if (r == PROXY_SNI_OK) {
+        decide_tls(c, host);
+        return;
+    }
+    if (r == PROXY_SNI_NEED_MORE && !c->down.sock_eof && len < SNIFF_MAX) return;
+    const char *why = r == PROXY_SNI_NONE        ? "no SNI"
+                      : r == PROXY_SNI_NEED_MORE ? "incomplete ClientHello"
+                      : r == PROXY_SNI_TOO_BIG   ? "ClientHello too large"
+                                                 : "not a TLS ClientHello";
+    log_info("egress connection refused", "sandbox=%s conn=%llu port=%u reason=\"%s\"", c->sbx->id,
+             (unsigned long long)c->id, c->up_port, why);
+    refuse(c, &st(c)->refused, why);
+}
+
+/* Every request head on an HTTP-mode connection comes here (http_rw.h). */
+static int http_decide(void *arg, const char *host, const struct proxy_headers **set)
+{
+    struct proxy_conn *c = arg;
+    *set = NULL;
+    if (c->host[0] == '\0') {
+        snprintf(c->host, sizeof c->host, "%s", host); /* first request on port 80 */
+    } else if (strcmp(host, c->host) != 0) {
+        return 421;
+    }
+    struct proxy_verdict v;
+    proxy_policy_match(c->sbx->policy, c->host, &v);
+    if (c->state == CS_HEAD) {
+        c->admitted = v.kind;
+        c->generation = c->sbx->generation;
+        log_decision(c, &v);
+    }
+    if (v.kind == PROXY_DENY) return PROXY_HTTP_DENIED;
+    if (v.kind == PROXY_INTERCEPT) *set = v.headers;
+    return 0;
+}
+
+static void head(struct proxy_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->down.bev);
+    while (c->state == CS_HEAD && evbuffer_get_length(in)) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
+        size_t used = 0;
+        enum proxy_http_status r = proxy_http_feed(c->http, v.iov_base, v.iov_len, c->to_up, &used);
+        if (r == PROXY_HTTP_ERROR) {
+            int code = proxy_http_error(c->http);
+            if (code == PROXY_HTTP_DENIED) {
+                refuse(c, &st(c)->denied, "host denied");
+            } else {
+                log_info("egress connection refused", "sandbox=%s conn=%llu port=%u reason=\"%s\"",
+                         c->sbx->id, (unsigned long long)c->id, c->up_port,
+                         proxy_http_error_reason(c->http));
+                refuse(c, &st(c)->refused, "bad first request");
+            }
+            return;
+        }
+        evbuffer_drain(in, v.iov_len);
+        if (r == PROXY_HTTP_UPGRADE) {
+            c->raw_up = true;
+            evbuffer_add(c->to_up, (const char *)v.iov_base + used, v.iov_len - used);
+        }
+        if (c->host[0]) {
+            sync_http_stats(c);
+            st(c)->plain_http++;
+            c->down.ready = true;
+            /* pause reading until relaying; what was read is in to_up */
+            bufferevent_disable(c->down.bev, EV_READ);
+            start_resolve(c);
+            return;
+        }
+    }
+    if (c->state != CS_HEAD) return;
+    if (c->down.sock_eof) refuse(c, &st(c)->refused, "closed before a request");
+}
+
+/* ------------------------------------------------------------------ callbacks */
+
+static void conn_run(struct proxy_conn *c)
+{
+    switch (c->state) {
+    case CS_SNIFF:
+        sniff(c);
+        return;
+    case CS_HEAD:
+        head(c);
+        return;
+    case CS_UP_TLS:
+        up_handshake(c);
+        return;
+    case CS_DOWN_TLS:
+        down_handshake(c);
+        return;
+    case CS_RELAY:
+        if (c->spliced)
+            splice_pump(c, -1);
+        else
+            relay(c);
+        return;
+    case CS_CLOSING:
+        /* Discard what the sandbox still sends (closing with unread input would
+         * reset the connection and could destroy the response), and close once
+         * the response is out and the sandbox is done. */
+        evbuffer_drain(bufferevent_get_input(c->down.bev), blen(c->down.bev, false));
+        maybe_wr_shut(&c->down);
+        if (blen(c->down.bev, true) == 0 && c->down.sock_eof) conn_close(c, false, NULL);
+        return;
+    case CS_RESOLVE:
+    case CS_CONNECT:
+    case CS_LEAF:
+        return;
+    }
+}
+
+static void down_read_cb(struct bufferevent *b, void *arg)
+{
+    struct proxy_conn *c = arg;
+    c->last_ms = proxy_now_ms();
+    conn_run(c);
+}
+
+static void write_cb(struct bufferevent *b, void *arg)
+{
+    struct proxy_conn *c = arg;
+    c->last_ms = proxy_now_ms();
+    conn_run(c);
+}
+
+static void side_event(struct proxy_conn *c, struct side *s, short what)
+{
+    if (what & BEV_EVENT_EOF) {
+        s->sock_eof = true;
+        conn_run(c);
+        return;
+    }
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+        int e = EVUTIL_SOCKET_ERROR();
+        if (s == &c->up && c->state == CS_CONNECT) {
+            connect_next(c);
+            return;
+        }
+        if (s == &c->up && c->state < CS_RELAY) {
+            st(c)->upstream_failed++;
+            refuse(c, NULL, "upstream failed");
+            return;
+        }
+        (void)e;
+        conn_close(c, true, s == &c->up ? "upstream error" : "sandbox error");
+    }
+}
+
+static void down_event_cb(struct bufferevent *b, short what, void *arg)
+{
+    side_event(arg, &((struct proxy_conn *)arg)->down, what);
+}
+
+static void up_read_cb(struct bufferevent *b, void *arg)
+{
+    struct proxy_conn *c = arg;
+    c->last_ms = proxy_now_ms();
+    conn_run(c);
+}
+
+static void up_event_cb(struct bufferevent *b, short what, void *arg)
+{
+    struct proxy_conn *c = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        up_connected(c);
+        return;
+    }
+    side_event(c, &c->up, what);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct proxy_conn *c = arg;
+    if (c->state == CS_CLOSING) {
+        conn_close(c, true, NULL);
+        return;
+    }
+    if (c->state != CS_RELAY) {
+        log_info("egress handshake timeout", "sandbox=%s conn=%llu host=%s", c->sbx->id,
+                 (unsigned long long)c->id, c->host[0] ? c->host : "-");
+        refuse(c, &st(c)->timeouts, "handshake timeout");
+        return;
+    }
+    int64_t idle = proxy_now_ms() - c->last_ms, limit = c->px->cfg.idle_timeout_ms;
+    if (idle >= limit) {
+        st(c)->timeouts++;
+        conn_close(c, true, "idle timeout");
+        return;
+    }
+    arm_timer(c, (int)(limit - idle));
+}
+
+/* ------------------------------------------------------------------ lifetime */
+
+static bool original_port(evutil_socket_t fd, const struct sockaddr *peer, uint16_t *port)
+{
+    struct sockaddr_storage d;
+    socklen_t l = sizeof d;
+    int r = peer->sa_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &d, &l)
+                                        : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &d, &l);
+    if (r < 0) return false;
+    if (d.ss_family == AF_INET)
+        *port = ntohs(((struct sockaddr_in *)&d)->sin_port);
+    else if (d.ss_family == AF_INET6)
+        *port = ntohs(((struct sockaddr_in6 *)&d)->sin6_port);
+    else
+        return false;
+    return true;
+}
+
+void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struct sockaddr *peer,
+                       int peerlen)
+{
+    struct proxy *px = l->px;
+    struct proxy_sandbox *sbx = l->sbx ? l->sbx : proxy_find_source(px, peer);
+    if (!sbx) {
+        px->st.limit_rejected++;
+        proxy_rst_fd(fd);
+        return;
+    }
+    sbx->st.accepted++;
+    if (px->nconns >= px->cfg.max_conns || sbx->nconns >= px->cfg.max_conns_per_sandbox) {
+        sbx->st.limit_rejected++;
+        proxy_rst_fd(fd);
+        return;
+    }
+    uint16_t port = l->role == PROXY_ROLE_HTTP ? 80 : 443;
+    if (l->role == PROXY_ROLE_TRANSPARENT &&
+        (!original_port(fd, peer, &port) || (port != 80 && port != 443))) {
+        sbx->st.refused++;
+        proxy_rst_fd(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+    struct proxy_conn *c = xcalloc(1, sizeof *c);
+    c->px = px;
+    c->sbx = sbx;
+    c->id = ++px->next_conn_id;
+    c->up_port = port;
+    c->mode = port == 80 ? M_HTTP : M_PASS;
+    c->state = port == 80 ? CS_HEAD : CS_SNIFF;
+    c->to_up = evbuffer_new();
+    c->to_down = evbuffer_new();
+    c->why = "closed";
+    c->next = sbx->conns;
+    if (c->next) c->next->prev = c;
+    sbx->conns = c;
+    sbx->nconns++;
+    px->nconns++;
+    sbx->st.active++;
+    if (c->mode == M_HTTP) c->http = proxy_http_new(http_decide, c);
+
+    c->down.bev = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    ASSERT(c->down.bev);
+    bufferevent_set_max_single_read(c->down.bev, IO_CHUNK);
+    bufferevent_set_max_single_write(c->down.bev, IO_CHUNK);
+    bufferevent_setcb(c->down.bev, down_read_cb, write_cb, down_event_cb, c);
+    bufferevent_setwatermark(c->down.bev, EV_READ, 0,
+                             c->state == CS_SNIFF ? SNIFF_MAX : px->cfg.buffer_max);
+    bufferevent_enable(c->down.bev, EV_READ);
+    c->timer = evtimer_new(px->base, timer_cb, c);
+    arm_timer(c, px->cfg.handshake_timeout_ms);
+    c->last_ms = proxy_now_ms();
+    (void)peerlen;
+}
+
+static void conn_free(struct proxy_conn *c)
+{
+    struct proxy_sandbox *s = c->sbx;
+    sync_http_stats(c);
+    log_debug("egress connection closed", "sandbox=%s conn=%llu host=%s why=\"%s\"", s->id,
+              (unsigned long long)c->id, c->host[0] ? c->host : "-", c->why);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    s->nconns--;
+    s->px->nconns--;
+    s->st.active--;
+    if (c->leaf) {
+        struct proxy_conn **pp = &c->leaf->waiters;
+        while (*pp && *pp != c)
+            pp = &(*pp)->leaf_next;
+        if (*pp) *pp = c->leaf_next;
+    }
+    if (c->resolving) proxy_worker_cancel(c->resolving);
+    if (c->spliced) splice_fini(c);
+    SSL_free(c->down.ssl);
+    SSL_free(c->up.ssl);
+    SSL_CTX_free(c->leaf_ctx);
+    if (c->down.bev) bufferevent_free(c->down.bev);
+    if (c->up.bev) bufferevent_free(c->up.bev);
+    evbuffer_free(c->to_up);
+    evbuffer_free(c->to_down);
+    proxy_http_free(c->http);
+    event_free(c->timer);
+    free(c);
+}
+
+void proxy_conn_policy_changed(struct proxy_conn *c)
+{
+    if (c->host[0] == '\0') return; /* not decided yet: it will see the new policy */
+    struct proxy_verdict v;
+    proxy_policy_match(c->sbx->policy, c->host, &v);
+    bool close = v.kind == PROXY_DENY || (c->mode != M_HTTP && v.kind != c->admitted);
+    if (!close) {
+        c->generation = c->sbx->generation;
+        return;
+    }
+    log_info("egress connection closed by policy", "sandbox=%s conn=%llu host=%s verdict=%s",
+             c->sbx->id, (unsigned long long)c->id, c->host, proxy_verdict_name(v.kind));
+    st(c)->policy_closed++;
+    conn_close(c, true, "policy changed");
+}
+
+void proxy_conn_abort(struct proxy_conn *c)
+{
+    conn_close(c, true, "shutdown");
+}
+
+struct proxy_conn *proxy_conn_next(const struct proxy_conn *c)
+{
+    return c->next;
+}

@@ -1,0 +1,728 @@
+"""Integration tests for the sandbox egress proxy (`rebuno egress-proxy`).
+
+Real processes over loopback, nothing mocked. Each test makes (or reuses) a local
+"real world" PKI with the openssl CLI: a test CA and server certificates for
+`github.example` / `api.example`, plus an untrusted self-signed certificate and one
+for the wrong name. Local HTTPS and HTTP servers started by the test play the
+upstreams; the proxy is pointed at them with --upstream-override, trusts the test
+CA with --upstream-ca (and nothing else: --no-system-trust), and writes its
+per-sandbox CA certificate to a file the client trusts.
+
+The client side plays the sandbox: it connects to the proxy's 443-role (or
+80-role) listener with the SNI / Host of the name it wants, exactly what a
+redirected connection from a sandbox looks like once SO_ORIGINAL_DST has picked
+the role. Each test stops its proxy with SIGTERM and fails on any sanitizer or
+valgrind report in its log.
+"""
+import base64
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import re
+import select
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import BIN
+
+TOKEN = "ghs_" + "S3cr3tT0k3n" * 3
+CREDENTIAL = "Basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+
+
+# ---------------------------------------------------------------- PKI (openssl CLI)
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki():
+    with tempfile.TemporaryDirectory(prefix="rebuno-pki-") as d:
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                 "-subj", "/CN=rebuno test upstream CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+
+        def leaf(name, sans):
+            _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                     "-subj", f"/CN={sans[0]}", cwd=d)
+            with open(os.path.join(d, f"{name}.ext"), "w") as f:
+                f.write("subjectAltName=" + ",".join(f"DNS:{s}" for s in sans) +
+                        "\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+                        "keyUsage=critical,digitalSignature\n")
+            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                     "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+                     "-extfile", f"{name}.ext", cwd=d)
+
+        leaf("server", ["github.example", "api.example", "plain.example"])
+        leaf("wrongname", ["other.example"])
+        _openssl("req", "-x509", *ec, "-keyout", "selfsigned.key", "-out", "selfsigned.pem",
+                 "-days", "2", "-subj", "/CN=github.example",
+                 "-addext", "subjectAltName=DNS:github.example", cwd=d)
+        yield {k: os.path.join(d, k) for k in os.listdir(d)} | {"dir": d}
+
+
+# ---------------------------------------------------------------- upstream servers
+
+class Upstream:
+    """A local HTTP(S) server that records every request it gets."""
+
+    def __init__(self, pki=None, cert="server", handler=None):
+        self.requests = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _body(self):
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        n = int(self.rfile.readline().split(b";")[0], 16)
+                        if n == 0:
+                            while self.rfile.readline() not in (b"\r\n", b""):
+                                pass
+                            return out
+                        out += self.rfile.read(n)
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+            def _any(self):
+                body = self._body()
+                with outer.lock:
+                    outer.requests.append({"method": self.command, "path": self.path,
+                                           "headers": list(self.headers.items()),
+                                           "len": len(body),
+                                           "sha": hashlib.sha256(body).hexdigest()})
+                if handler:
+                    return handler(self, body)
+                reply = f"ok {self.command} {self.path} {len(body)}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            do_GET = do_POST = do_PUT = _any
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        if pki:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(pki[f"{cert}.pem"], pki[f"{cert}.key"])
+            # handshake in the handler thread, not in accept()
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True,
+                                                 do_handshake_on_connect=False)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def headers_of(self, i):
+        return self.requests[i]["headers"]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def upstreams():
+    made = []
+
+    def make(*a, **kw):
+        u = Upstream(*a, **kw)
+        made.append(u)
+        return u
+
+    yield make
+    for u in made:
+        u.close()
+
+
+# ---------------------------------------------------------------- the proxy process
+
+class Proxy:
+    def __init__(self, workdir, policy, pki, overrides=(), args=(), policy_file=True):
+        self.dir = workdir
+        self.ca = os.path.join(workdir, "sandbox-ca.pem")
+        self.policy_path = os.path.join(workdir, "policy.json")
+        self.log_path = os.path.join(workdir, "proxy.log")
+        if policy_file:
+            self.write_policy(policy)
+            policy_arg = self.policy_path
+        else:
+            policy_arg = policy if isinstance(policy, str) else json.dumps(policy)
+        cmd = [BIN, "egress-proxy", "--policy", policy_arg,
+               "--listen-tls", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
+               "--dns", "127.0.0.1:0", "--dns-answer", "10.200.0.1",
+               "--control", "127.0.0.1:0", "--ca-cert-out", self.ca,
+               "--upstream-ca", pki["ca.pem"], "--no-system-trust", "--log-level", "debug",
+               *args]
+        for o in overrides:
+            cmd += ["--upstream-override", o]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.proc.kill()
+            raise RuntimeError("proxy did not start:\n" + self.read_log())
+        self.ports = json.loads(line)
+
+    @property
+    def tls(self):
+        return self.ports["tls"]
+
+    @property
+    def http(self):
+        return self.ports["http"]
+
+    def write_policy(self, policy):
+        tmp = self.policy_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(policy if isinstance(policy, str) else json.dumps(policy))
+        os.replace(tmp, self.policy_path)
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def control(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.ports["control"], timeout=10)
+        c.request(method, path, body=None if body is None else json.dumps(body).encode())
+        r = c.getresponse()
+        data = json.loads(r.read() or b"null")
+        c.close()
+        return r.status, data
+
+    def stats(self):
+        return self.control("GET", "/v0/stats")[1]
+
+    def wait_stat(self, key, value, timeout=5):
+        end = time.time() + timeout
+        while time.time() < end:
+            s = self.stats()
+            if s[key] >= value:
+                return s
+            time.sleep(0.02)
+        raise AssertionError(f"stat {key} never reached {value}: {self.stats()}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_proxy(pki):
+    started = []
+    dirs = []
+
+    def start(policy, **kw):
+        d = tempfile.mkdtemp(prefix="rebuno-proxy-")
+        dirs.append(d)
+        p = Proxy(d, policy, pki, **kw)
+        started.append(p)
+        return p
+
+    yield start
+    problems = []
+    for p in started:
+        rc = p.stop()
+        log = p.read_log()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            if marker in log:
+                problems.append(f"{marker} in {p.log_path}:\n{log[-4000:]}")
+        if re.search(r"^==\d+== ", log, re.M):
+            problems.append(f"valgrind errors in {p.log_path}:\n{log[-4000:]}")
+        if TOKEN in log or CREDENTIAL in log:
+            problems.append(f"the token appears in the proxy log {p.log_path}")
+        if rc != 0:
+            problems.append(f"proxy exited with {rc}:\n{log[-2000:]}")
+    for d in dirs:
+        subprocess.run(["rm", "-rf", d], check=False)
+    assert not problems, "\n".join(problems)
+
+
+def rules(headers):
+    return [{"transform": [{"headers": headers}]}]
+
+
+def doc_policy(**extra):
+    """The document's shape: everything else passes, github.example gets the token."""
+    p = {"*": [], "github.example": rules({"Authorization": CREDENTIAL})}
+    p.update(extra)
+    return p
+
+
+# ---------------------------------------------------------------- sandbox-side clients
+
+def tls_connect(port, sni, cafile, timeout=5, alpn=None):
+    ctx = ssl.create_default_context(cafile=cafile)
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        return ctx.wrap_socket(raw, server_hostname=sni)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def send_request(sock, host, path="/", method="GET", headers=(), body=None):
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    data = resp.read()
+    return resp, data
+
+
+def expect_reset(fn):
+    """fn() must fail with a connection reset (or the TLS equivalent), quickly."""
+    t0 = time.monotonic()
+    with pytest.raises((ConnectionResetError, ssl.SSLError, BrokenPipeError,
+                        ConnectionAbortedError)) as ei:
+        fn()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 2, f"took {elapsed:.2f}s to fail"
+    return ei.value
+
+
+# ---------------------------------------------------------------- tests: 443
+
+def test_injects_configured_header_and_overwrites_the_sandbox_one(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}"])
+    s = tls_connect(px.tls, "github.example", px.ca, alpn=["h2", "http/1.1"])
+    assert s.selected_alpn_protocol() == "http/1.1", "only http/1.1 is offered"
+    # the leaf is minted by the sandbox CA for exactly this name
+    cert = s.getpeercert()
+    assert ("DNS", "github.example") in cert["subjectAltName"]
+    r, body = send_request(s, "github.example", "/one")
+    assert r.status == 200 and body == b"ok GET /one 0\n"
+    # keep-alive: a second request carrying its own Authorization, in another case
+    r, body = send_request(s, "github.example", "/two",
+                           headers=[("authorization", "Bearer sandbox-made-this-up"),
+                                    ("X-Other", "1")])
+    assert r.status == 200
+    s.close()
+    for i in (0, 1):
+        auth = [v for k, v in up.headers_of(i) if k.lower() == "authorization"]
+        assert auth == [CREDENTIAL], f"request {i}: {up.headers_of(i)}"
+    assert ("X-Other", "1") in up.headers_of(1)
+    assert TOKEN.encode() not in body
+    st = px.stats()
+    assert st["intercepted"] == 1 and st["requests"] == 2 and st["injected"] == 2
+    assert st["leaves_minted"] == 1
+
+
+def test_large_chunked_and_fixed_bodies_stream_intact(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}"])
+    blob = os.urandom(3 * 1024 * 1024 + 17)
+    s = tls_connect(px.tls, "github.example", px.ca)
+    r, _ = send_request(s, "github.example", "/fixed", "POST", body=blob)
+    assert r.status == 200
+    # chunked, in odd-sized chunks
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(blob[i:i + 70001]), blob[i:i + 70001])
+                      for i in range(0, len(blob), 70001)) + b"0\r\n\r\n"
+    s.sendall(b"POST /chunked HTTP/1.1\r\nHost: github.example\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    resp = http.client.HTTPResponse(s)
+    resp.begin()
+    resp.read()
+    assert resp.status == 200
+    s.close()
+    want = hashlib.sha256(blob).hexdigest()
+    assert [(q["path"], q["len"], q["sha"]) for q in up.requests] == [
+        ("/fixed", len(blob), want), ("/chunked", len(blob), want)]
+
+
+def test_passthrough_host_sees_the_upstream_certificate(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy(doc_policy(), overrides=[f"api.example=127.0.0.1:{up.port}"])
+    # The sandbox's own TLS goes end to end: it sees the real server's certificate...
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    with open(pki["server.pem"]) as f:
+        assert s.getpeercert(binary_form=True) == ssl.PEM_cert_to_DER_cert(f.read())
+    r, body = send_request(s, "api.example", "/x", headers=[("Authorization", "Bearer mine")])
+    assert r.status == 200
+    s.close()
+    # ...its own header is untouched, nothing is added
+    assert [v for k, v in up.headers_of(0) if k.lower() == "authorization"] == ["Bearer mine"]
+    # ...and a client that trusts only the sandbox CA fails: nothing was minted for it
+    with pytest.raises(ssl.SSLCertVerificationError):
+        tls_connect(px.tls, "api.example", px.ca)
+    st = px.stats()
+    assert st["passthrough"] == 2 and st["intercepted"] == 0 and st["leaves_minted"] == 0
+
+
+def test_denied_host_is_reset_before_any_data(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy({"github.example": []},
+                     overrides=[f"denied.example=127.0.0.1:{up.port}"])
+    expect_reset(lambda: tls_connect(px.tls, "denied.example", pki["ca.pem"]))
+
+    # no SNI at all
+    def no_sni():
+        ctx = ssl.create_default_context(cafile=pki["ca.pem"])
+        ctx.check_hostname = False
+        with socket.create_connection(("127.0.0.1", px.tls), timeout=5) as raw:
+            ctx.wrap_socket(raw)
+    expect_reset(no_sni)
+
+    # not TLS at all; the proxy sends nothing back
+    def junk():
+        with socket.create_connection(("127.0.0.1", px.tls), timeout=5) as raw:
+            raw.sendall(b"GET / HTTP/1.1\r\nHost: github.example\r\n\r\n")
+            data = raw.recv(100)
+            assert data == b"", data
+            raise ConnectionResetError("closed")
+    expect_reset(junk)
+    assert up.requests == []
+    st = px.wait_stat("refused", 2)
+    assert st["denied"] == 1 and st["active"] == 0
+
+
+def test_forged_sni_with_another_host_is_refused_without_credential(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}",
+                                              f"api.example=127.0.0.1:{up.port}"])
+    s = tls_connect(px.tls, "github.example", px.ca)
+    r, body = send_request(s, "api.example", "/steal")
+    assert r.status == 421
+    assert TOKEN.encode() not in body
+    s.close()
+    # absolute-form target naming another host than Host: refused as well
+    s = tls_connect(px.tls, "github.example", px.ca)
+    r, _ = send_request(s, "github.example", "http://api.example/steal")
+    assert r.status == 400
+    s.close()
+    assert up.requests == [], "nothing reached the upstream"
+    assert px.stats()["host_mismatch"] == 1
+
+
+def test_untrusted_upstream_certificate_is_refused(start_proxy, upstreams, pki):
+    selfsigned = upstreams(pki, cert="selfsigned")
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{selfsigned.port}"])
+    # the proxy verifies the upstream before it answers the sandbox's handshake
+    expect_reset(lambda: tls_connect(px.tls, "github.example", px.ca))
+    assert selfsigned.requests == []
+    assert "self-signed certificate" in px.read_log()
+    st = px.stats()
+    assert st["verify_failed"] == 1 and st["injected"] == 0
+
+
+def test_upstream_hostname_mismatch_is_refused(start_proxy, upstreams, pki):
+    wrongname = upstreams(pki, cert="wrongname")
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{wrongname.port}"])
+    expect_reset(lambda: send_request(tls_connect(px.tls, "github.example", px.ca),
+                                      "github.example"))
+    assert wrongname.requests == []
+    assert "hostname mismatch" in px.read_log()
+    assert px.stats()["verify_failed"] == 1
+
+
+def test_live_policy_update_via_control(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy(doc_policy(**{"api.example": []}),
+                     overrides=[f"github.example=127.0.0.1:{up.port}",
+                                f"api.example=127.0.0.1:{up.port}"])
+    passthru = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(passthru, "api.example", "/before")[0].status == 200
+    inter = tls_connect(px.tls, "github.example", px.ca)
+    assert send_request(inter, "github.example", "/before")[0].status == 200
+
+    # rotate the credential and drop everything but github.example
+    new_cred = "Basic " + base64.b64encode(b"x-access-token:rotated").decode()
+    st, out = px.control("PUT", "/v0/policy",
+                         {"github.example": rules({"Authorization": new_cred})})
+    assert st == 200 and out["generation"] == 2
+
+    # the open passthrough connection to a host no longer allowed is closed at once
+    passthru.settimeout(3)
+    t0 = time.monotonic()
+    try:
+        assert passthru.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    assert time.monotonic() - t0 < 2
+    # the intercepted one stays, and its next request carries the new credential
+    assert send_request(inter, "github.example", "/after")[0].status == 200
+    assert [v for k, v in up.requests[-1]["headers"] if k == "Authorization"] == [new_cred]
+    inter.close()
+    # the next connection follows the new policy
+    expect_reset(lambda: tls_connect(px.tls, "api.example", pki["ca.pem"]))
+    s = px.stats()
+    assert s["policy_closed"] == 1 and s["generation"] == 2
+
+    # a policy change that turns a passthrough host into an intercepted one closes it too
+    px.control("PUT", "/v0/policy", doc_policy(**{"api.example": []}))
+    passthru = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(passthru, "api.example", "/x")[0].status == 200
+    px.control("PUT", "/v0/policy", doc_policy(**{"api.example": rules({"X-K": "v"})}))
+    passthru.settimeout(3)
+    try:
+        assert passthru.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    s = tls_connect(px.tls, "api.example", px.ca)
+    assert send_request(s, "api.example", "/y")[0].status == 200
+    assert ("X-K", "v") in up.requests[-1]["headers"]
+    s.close()
+    # invalid policies are refused, and the message never quotes a value
+    st, out = px.control("PUT", "/v0/policy",
+                         {"github.example": rules({"Authorization": TOKEN + "\r\nX: 1"})})
+    assert st == 400 and TOKEN not in json.dumps(out)
+    assert px.stats()["generation"] == 4
+
+
+def test_sighup_reloads_the_policy_file(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    px = start_proxy({"api.example": []}, overrides=[f"api.example=127.0.0.1:{up.port}"])
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(s, "api.example")[0].status == 200
+    px.write_policy({"github.example": []})
+    px.proc.send_signal(signal.SIGHUP)
+    px.wait_stat("generation", 2)
+    s.settimeout(3)
+    try:
+        assert s.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    expect_reset(lambda: tls_connect(px.tls, "api.example", pki["ca.pem"]))
+    # a broken file is ignored (logged); the policy in force stays
+    px.write_policy("{broken")
+    px.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    assert px.stats()["generation"] == 2
+    assert "egress policy reload failed" in px.read_log()
+
+
+def test_timeouts_and_limits(start_proxy, upstreams, pki):
+    px = start_proxy(doc_policy(), args=["--handshake-timeout", "300", "--max-conns", "2"])
+    # a client that never sends its ClientHello is reset after the handshake timeout
+    a = socket.create_connection(("127.0.0.1", px.tls), timeout=5)
+    b = socket.create_connection(("127.0.0.1", px.tls), timeout=5)
+    time.sleep(0.05)
+    # the third connection is over the limit: reset at once
+    def third():
+        with socket.create_connection(("127.0.0.1", px.tls), timeout=5) as c:
+            c.sendall(b"x" * 10)
+            c.recv(1)
+    with pytest.raises(ConnectionError):
+        third()
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionResetError):
+        a.recv(1)
+    assert 0.1 < time.monotonic() - t0 < 2
+    a.close()
+    b.close()
+    st = px.wait_stat("timeouts", 2)
+    assert st["limit_rejected"] == 1
+
+
+def test_names_resolving_to_private_addresses_are_refused(start_proxy, upstreams, pki):
+    # "localhost" is allowed by policy but resolves (getaddrinfo, /etc/hosts) to loopback:
+    # a sandbox must not reach the host's own services through the proxy.
+    px = start_proxy({"localhost": []})
+    expect_reset(lambda: tls_connect(px.tls, "localhost", pki["ca.pem"]))
+    st = px.wait_stat("upstream_failed", 1)
+    assert st["passthrough"] == 1
+    assert "only private or local addresses" in px.read_log()
+
+
+# ---------------------------------------------------------------- tests: 80
+
+def test_plain_http_host_decides_and_headers_are_set(start_proxy, upstreams, pki):
+    up = upstreams()
+    px = start_proxy(doc_policy(**{"*": []}),
+                     overrides=[f"github.example:80=127.0.0.1:{up.port}",
+                                f"api.example:80=127.0.0.1:{up.port}"])
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/a", headers={"Host": "github.example", "Authorization": "mine"})
+    assert c.getresponse().read() == b"ok GET /a 0\n"
+    c.request("POST", "/b", body=b"x" * 100000, headers={"Host": "github.example"})
+    assert c.getresponse().read() == b"ok POST /b 100000\n"
+    # the same connection may not switch hosts (the credential is bound to the first)
+    c.request("GET", "/c", headers={"Host": "api.example"})
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected)):
+        c.getresponse()
+    c.close()
+    assert [[v for k, v in r["headers"] if k.lower() == "authorization"]
+            for r in up.requests] == [[CREDENTIAL], [CREDENTIAL]]
+    # passthrough host on 80: forwarded, headers untouched
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/d", headers={"Host": "api.example", "Authorization": "mine"})
+    assert c.getresponse().status == 200
+    c.close()
+    assert ("Authorization", "mine") in up.requests[-1]["headers"]
+
+    # denied Host: reset, nothing forwarded
+    px.control("PUT", "/v0/policy", {"github.example": []})
+    n = len(up.requests)
+
+    def denied():
+        c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+        c.request("GET", "/", headers={"Host": "api.example"})
+        c.getresponse()
+    expect_reset(denied)
+    assert len(up.requests) == n
+    st = px.stats()
+    assert st["plain_http"] == 2 and st["denied"] == 1 and st["host_mismatch"] == 1
+
+
+# ---------------------------------------------------------------- DNS
+
+def _dns_query(port, name, qtype=1):
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(3)
+        s.sendto(q, ("127.0.0.1", port))
+        r = s.recv(512)
+    return r[3] & 0x0f, r[6] << 8 | r[7], r
+
+
+def test_dns_resolves_only_allowed_names(start_proxy, pki):
+    px = start_proxy({"github.example": [], "*.pkg.example": []})
+    rcode, an, r = _dns_query(px.ports["dns"], "github.example")
+    assert (rcode, an) == (0, 1) and r[-4:] == socket.inet_aton("10.200.0.1")
+    assert _dns_query(px.ports["dns"], "deep.mirror.pkg.example")[:2] == (0, 1)
+    assert _dns_query(px.ports["dns"], "github.example", qtype=28)[:2] == (0, 0)  # no AAAA set
+    assert _dns_query(px.ports["dns"], "evil.example")[:2] == (3, 0)
+    assert _dns_query(px.ports["dns"], "pkg.example")[:2] == (3, 0)
+    st = px.stats()
+    assert st["dns_queries"] == 5 and st["dns_nxdomain"] == 2
+
+
+# ---------------------------------------------------------------- git push
+
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_ASKPASS": "/bin/false",
+           "SSH_ASKPASS": "/bin/false"}
+
+
+def _git_server(upstreams, pki, root):
+    """git http-backend behind an HTTPS server that requires the token."""
+
+    def handle(h, body):
+        if h.headers.get("Authorization") != CREDENTIAL:
+            h.send_response(401)
+            h.send_header("WWW-Authenticate", 'Basic realm="git"')
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        path, _, query = h.path.partition("?")
+        env = {"GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
+               "QUERY_STRING": query, "REQUEST_METHOD": h.command,
+               "CONTENT_TYPE": h.headers.get("Content-Type", ""),
+               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "x-access-token",
+               "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ["PATH"]}
+        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
+                           check=True)
+        head, _, out = p.stdout.partition(b"\r\n\r\n")
+        status = 200
+        hdrs = []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.decode().partition(":")
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            else:
+                hdrs.append((k, v.strip()))
+        h.send_response(status)
+        for k, v in hdrs:
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(out)))
+        h.end_headers()
+        h.wfile.write(out)
+
+    return upstreams(pki, handler=handle)
+
+
+def _git(*args, cwd, check=True, env=None):
+    env = dict(os.environ, **GIT_ENV, HOME=cwd, **(env or {}))
+    p = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=60)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_git_push_succeeds_only_through_the_injected_credential(start_proxy, upstreams, pki,
+                                                                tmpdir_path):
+    server_root = os.path.join(tmpdir_path, "srv")
+    os.makedirs(server_root)
+    _git("init", "-q", "--bare", "-b", "main", "repo.git", cwd=server_root)
+    gitsrv = _git_server(upstreams, pki, server_root)
+
+    work = os.path.join(tmpdir_path, "work")
+    os.makedirs(work)
+    _git("init", "-q", "-b", "main", cwd=work)
+    with open(os.path.join(work, "README"), "w") as f:
+        f.write("hello\n")
+    with open(os.path.join(work, "blob.bin"), "wb") as f:
+        f.write(os.urandom(2 * 1024 * 1024))  # > http.postBuffer: a chunked upload
+    _git("add", ".", cwd=work)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first", cwd=work)
+
+    def push(px):
+        # the sandbox trusts its own CA plus the usual public roots (here: the test CA)
+        bundle = os.path.join(px.dir, "trust.pem")
+        with open(bundle, "w") as out:
+            for path in (px.ca, pki["ca.pem"]):
+                with open(path) as f:
+                    out.write(f.read())
+        url = f"https://github.example:{px.tls}/repo.git"
+        return _git("-c", f"http.curloptResolve=github.example:{px.tls}:127.0.0.1", "push", url,
+                    "main", cwd=work, check=False, env={"GIT_SSL_CAINFO": bundle})
+
+    # without the rule: github.example passes untouched, the server wants a token: refused
+    px = start_proxy({"github.example": []},
+                     overrides=[f"github.example=127.0.0.1:{gitsrv.port}"])
+    p = push(px)
+    assert p.returncode != 0
+    assert "could not read Username" in p.stderr or "Authentication failed" in p.stderr, p.stderr
+    # with the rule: the proxy adds the credential, git never sees it
+    px.control("PUT", "/v0/policy", doc_policy())
+    p = push(px)
+    assert p.returncode == 0, p.stderr
+    assert TOKEN not in p.stdout + p.stderr
+    log = subprocess.run(["git", "--git-dir", os.path.join(server_root, "repo.git"), "log",
+                          "--format=%s", "main"], capture_output=True, text=True, check=True)
+    assert log.stdout.strip() == "first"
+    # nothing on the sandbox side holds the token
+    for dirpath, _, files in os.walk(work):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                assert TOKEN.encode() not in f.read(), os.path.join(dirpath, name)
+    st = px.stats()
+    assert st["injected"] >= 2 and st["intercepted"] >= 1
+    posts = [r for r in gitsrv.requests if r["method"] == "POST"]
+    assert posts and max(r["len"] for r in posts) > 2 * 1024 * 1024

@@ -1,0 +1,346 @@
+/*
+ * test_proxy_policy.c - unit tests for the sandbox network policy
+ * (src/proxy/policy.c): the JSON forms, host matching (exact, wildcard, "*",
+ * case and trailing dot), header merging, validation errors (which must never
+ * quote a header value) and host-name normalization.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proxy/policy.h"
+
+static struct proxy_policy *ok(const char *json)
+{
+    struct err e = ERR_INIT;
+    struct proxy_policy *p = proxy_policy_parse(json, strlen(json), &e);
+    cr_assert_not_null(p, "policy should parse: %s: %s", json, e.msg);
+    return p;
+}
+
+static struct err bad(const char *json)
+{
+    struct err e = ERR_INIT;
+    struct proxy_policy *p = proxy_policy_parse(json, strlen(json), &e);
+    cr_assert_null(p, "policy should be rejected: %s", json);
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.code, "validation_error");
+    return e;
+}
+
+static enum proxy_verdict_kind kind(const struct proxy_policy *p, const char *host)
+{
+    struct proxy_verdict v;
+    proxy_policy_match(p, host, &v);
+    return v.kind;
+}
+
+static const char *header(const struct proxy_policy *p, const char *host, const char *name)
+{
+    struct proxy_verdict v;
+    proxy_policy_match(p, host, &v);
+    if (v.kind != PROXY_INTERCEPT) return NULL;
+    for (size_t i = 0; i < v.headers->n; i++)
+        if (!strcmp(v.headers->v[i].name, name)) return v.headers->v[i].value;
+    return NULL;
+}
+
+#define DOC_POLICY                                                                                 \
+    "{\"*\": [], \"github.com\": [{\"transform\": [{\"headers\": "                                 \
+    "{\"Authorization\": \"Basic eC1hY2Nlc3MtdG9rZW46dG9r\"}}]}]}"
+
+Test(proxy_policy, document_shape)
+{
+    struct proxy_policy *p = ok(DOC_POLICY);
+    cr_assert_eq(proxy_policy_mode(p), PROXY_POLICY_CUSTOM);
+    cr_assert_eq(proxy_policy_domain_count(p), 2);
+    cr_assert_eq(kind(p, "github.com"), PROXY_INTERCEPT);
+    cr_assert_str_eq(header(p, "github.com", "Authorization"), "Basic eC1hY2Nlc3MtdG9rZW46dG9r");
+    /* "*" lets everything else through untouched, the API host included */
+    cr_assert_eq(kind(p, "api.github.com"), PROXY_PASS);
+    cr_assert_eq(kind(p, "pypi.org"), PROXY_PASS);
+    struct proxy_verdict v;
+    proxy_policy_match(p, "pypi.org", &v);
+    cr_assert_str_eq(v.rule, "*");
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, modes)
+{
+    struct proxy_policy *a = ok("\"allow-all\""), *d = ok("{\"mode\": \"deny-all\"}");
+    cr_assert_eq(kind(a, "anything.example"), PROXY_PASS);
+    cr_assert_eq(kind(d, "anything.example"), PROXY_DENY);
+    struct proxy_policy *a2 = ok("{\"mode\": \"allow-all\"}"), *d2 = ok("\"deny-all\"");
+    cr_assert_eq(proxy_policy_mode(a2), PROXY_POLICY_ALLOW_ALL);
+    cr_assert_eq(proxy_policy_mode(d2), PROXY_POLICY_DENY_ALL);
+    struct proxy_policy *m = proxy_policy_new_mode(PROXY_POLICY_DENY_ALL);
+    cr_assert_eq(kind(m, "x.y"), PROXY_DENY);
+    proxy_policy_unref(a);
+    proxy_policy_unref(d);
+    proxy_policy_unref(a2);
+    proxy_policy_unref(d2);
+    proxy_policy_unref(m);
+}
+
+Test(proxy_policy, empty_map_denies_everything)
+{
+    struct proxy_policy *p = ok("{}");
+    cr_assert_eq(kind(p, "github.com"), PROXY_DENY);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, allow_wrapper_forms)
+{
+    struct proxy_policy *l = ok("{\"allow\": [\"a.example\", \"*.b.example\"]}");
+    cr_assert_eq(kind(l, "a.example"), PROXY_PASS);
+    cr_assert_eq(kind(l, "x.b.example"), PROXY_PASS);
+    cr_assert_eq(kind(l, "b.example"), PROXY_DENY);
+    cr_assert_eq(kind(l, "c.example"), PROXY_DENY);
+    struct proxy_policy *m = ok("{\"allow\": {\"a.example\": [{\"transform\": [{\"headers\": "
+                                "{\"X-Key\": \"k\"}}]}]}}");
+    cr_assert_str_eq(header(m, "a.example", "X-Key"), "k");
+    proxy_policy_unref(l);
+    proxy_policy_unref(m);
+}
+
+Test(proxy_policy, wildcards)
+{
+    struct proxy_policy *p = ok("{\"*.example.com\": [], \"*.api.example.com\": [{\"transform\": "
+                                "[{\"headers\": {\"X-Api\": \"1\"}}]}], \"exact.example.com\": "
+                                "[{\"transform\": [{\"headers\": {\"X-Exact\": \"1\"}}]}]}");
+    cr_assert_eq(kind(p, "example.com"), PROXY_DENY, "the apex is not covered by *.");
+    cr_assert_eq(kind(p, "www.example.com"), PROXY_PASS);
+    cr_assert_eq(kind(p, "a.b.c.example.com"), PROXY_PASS, "any depth");
+    cr_assert_eq(kind(p, "badexample.com"), PROXY_DENY, "label boundary");
+    cr_assert_eq(kind(p, "example.com.evil.net"), PROXY_DENY);
+    /* the longest wildcard wins */
+    cr_assert_str_eq(header(p, "v1.api.example.com", "X-Api"), "1");
+    cr_assert_eq(kind(p, "api.example.com"), PROXY_PASS, "*.example.com, not *.api...");
+    /* exact beats wildcard */
+    cr_assert_str_eq(header(p, "exact.example.com", "X-Exact"), "1");
+    cr_assert_null(header(p, "exact.example.com", "X-Api"));
+    struct proxy_verdict v;
+    proxy_policy_match(p, "v1.api.example.com", &v);
+    cr_assert_str_eq(v.rule, "*.api.example.com");
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, case_and_trailing_dot)
+{
+    struct proxy_policy *p = ok("{\"GitHub.COM.\": [{\"transform\": [{\"headers\": "
+                                "{\"Authorization\": \"t\"}}]}]}");
+    cr_assert_eq(kind(p, "github.com"), PROXY_INTERCEPT);
+    cr_assert_eq(kind(p, "GITHUB.com."), PROXY_INTERCEPT);
+    cr_assert_eq(kind(p, "github.com.."), PROXY_DENY);
+    cr_assert_eq(kind(p, ""), PROXY_DENY);
+    cr_assert_eq(kind(p, NULL), PROXY_DENY);
+    cr_assert_eq(kind(p, "git hub.com"), PROXY_DENY);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, headers_merge_later_wins_case_insensitively)
+{
+    struct proxy_policy *p =
+        ok("{\"h.example\": [{\"transform\": [{\"headers\": {\"Authorization\": \"one\", \"X-A\": "
+           "\"a\"}}, {\"headers\": {\"authorization\": \"two\"}}]}, {\"transform\": [{\"headers\": "
+           "{\"X-B\": \"b\"}}]}]}");
+    struct proxy_verdict v;
+    proxy_policy_match(p, "h.example", &v);
+    cr_assert_eq(v.kind, PROXY_INTERCEPT);
+    cr_assert_eq(v.headers->n, 3);
+    cr_assert_str_eq(v.headers->v[0].name, "authorization");
+    cr_assert_str_eq(v.headers->v[0].value, "two");
+    cr_assert_str_eq(v.headers->v[1].value, "a");
+    cr_assert_str_eq(v.headers->v[2].value, "b");
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, rules_without_headers_pass)
+{
+    struct proxy_policy *p = ok("{\"a.example\": [{}], \"b.example\": [{\"transform\": []}]}");
+    cr_assert_eq(kind(p, "a.example"), PROXY_PASS);
+    cr_assert_eq(kind(p, "b.example"), PROXY_PASS);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, validation_errors)
+{
+    struct err e;
+    e = bad("[1]");
+    e = bad("42");
+    e = bad("\"open\"");
+    cr_assert(strstr(e.msg, "allow-all"));
+    e = bad("{\"mode\": \"allow-all\", \"allow\": []}");
+    e = bad("{\"mode\": \"allow-all\", \"subnets\": {}}");
+    cr_assert(strstr(e.msg, "subnet"));
+    e = bad("{\"*\": [{\"transform\": [{\"headers\": {\"Authorization\": \"x\"}}]}]}");
+    cr_assert_str_eq(e.field, "*");
+    e = bad("{\"bad host!\": []}");
+    cr_assert_str_eq(e.field, "bad host!");
+    e = bad("{\"a.example\": [], \"A.EXAMPLE\": []}");
+    cr_assert(strstr(e.msg, "twice"));
+    e = bad("{\"a.example\": {}}");
+    e = bad("{\"a.example\": [{\"match\": {}}]}");
+    cr_assert(strstr(e.msg, "not supported"));
+    cr_assert_str_eq(e.field, "a.example[0].match");
+    e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"X\": 1}}]}]}");
+    e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"X Y\": \"1\"}}]}]}");
+    cr_assert_str_eq(e.field, "a.example[0].transform[0].headers.X Y");
+    e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"Host\": \"b.example\"}}]}]}");
+    e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"Content-Length\": \"1\"}}]}]}");
+    e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"X\": \"1\"}, \"body\": 1}]}]}");
+    e = bad("{\"a.example\": [], \"a.example\": []}"); /* duplicate JSON keys */
+    e = bad("{not json");
+}
+
+Test(proxy_policy, bad_values_are_never_quoted)
+{
+    const char *secrets[] = {"Bearer SECRET\r\nX-Evil: 1", "SECRET\n", "SEC\x01RET"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *j = json_pack("{s:[{s:[{s:{s:s}}]}]}", "a.example", "transform", "headers",
+                              "Authorization", secrets[i]);
+        struct err e = ERR_INIT;
+        cr_assert_null(proxy_policy_from_json(j, &e));
+        cr_assert(strstr(e.msg, "control character"), "%s", e.msg);
+        cr_assert_null(strstr(e.msg, "SECRET"), "the value leaked into: %s", e.msg);
+        cr_assert_null(strstr(e.msg, "SEC"), "the value leaked into: %s", e.msg);
+        json_decref(j);
+    }
+}
+
+Test(proxy_policy, size_caps)
+{
+    char *big = malloc(PROXY_POLICY_MAX_HVALUE + 2);
+    memset(big, 'a', PROXY_POLICY_MAX_HVALUE + 1);
+    big[PROXY_POLICY_MAX_HVALUE + 1] = '\0';
+    json_t *j = json_pack("{s:[{s:[{s:{s:s}}]}]}", "a.example", "transform", "headers", "X", big);
+    struct err e = ERR_INIT;
+    cr_assert_null(proxy_policy_from_json(j, &e));
+    cr_assert(strstr(e.msg, "8192"));
+    json_decref(j);
+    big[PROXY_POLICY_MAX_HVALUE] = '\0'; /* exactly the cap is fine */
+    j = json_pack("{s:[{s:[{s:{s:s}}]}]}", "a.example", "transform", "headers", "X", big);
+    struct proxy_policy *p = proxy_policy_from_json(j, &e);
+    cr_assert_not_null(p, "%s", e.msg);
+    proxy_policy_unref(p);
+    json_decref(j);
+    free(big);
+
+    json_t *hs = json_object();
+    for (int i = 0; i <= PROXY_POLICY_MAX_HEADERS; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "X-%d", i);
+        json_object_set_new(hs, n, json_string("v"));
+    }
+    j = json_pack("{s:[{s:[{s:o}]}]}", "a.example", "transform", "headers", hs);
+    cr_assert_null(proxy_policy_from_json(j, &e));
+    cr_assert(strstr(e.msg, "64 headers"));
+    json_decref(j);
+
+    char *huge = malloc(PROXY_POLICY_MAX_BYTES + 2);
+    memset(huge, ' ', PROXY_POLICY_MAX_BYTES + 1);
+    cr_assert_null(proxy_policy_parse(huge, PROXY_POLICY_MAX_BYTES + 1, &e));
+    free(huge);
+}
+
+Test(proxy_policy, refcount_keeps_old_policy_alive)
+{
+    struct proxy_policy *p = ok(DOC_POLICY);
+    struct proxy_policy *held = proxy_policy_ref(p);
+    struct proxy_verdict v;
+    proxy_policy_match(held, "github.com", &v);
+    proxy_policy_unref(p); /* the sandbox moved on; the connection still holds it */
+    cr_assert_eq(v.kind, PROXY_INTERCEPT);
+    cr_assert_str_eq(v.headers->v[0].name, "Authorization");
+    proxy_policy_unref(held);
+}
+
+Test(proxy_policy, verdict_same)
+{
+    struct proxy_policy *a =
+        ok("{\"h.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}]}]}");
+    struct proxy_policy *b =
+        ok("{\"h.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}]}]}");
+    struct proxy_policy *c =
+        ok("{\"h.example\": [{\"transform\": [{\"headers\": {\"A\": \"2\"}}]}]}");
+    struct proxy_policy *d = ok("{\"h.example\": []}");
+    struct proxy_verdict va, vb, vc, vd;
+    proxy_policy_match(a, "h.example", &va);
+    proxy_policy_match(b, "h.example", &vb);
+    proxy_policy_match(c, "h.example", &vc);
+    proxy_policy_match(d, "h.example", &vd);
+    cr_assert(proxy_verdict_same(&va, &vb));
+    cr_assert_not(proxy_verdict_same(&va, &vc));
+    cr_assert_not(proxy_verdict_same(&va, &vd));
+    cr_assert_str_eq(proxy_verdict_name(vd.kind), "pass");
+    proxy_policy_unref(a);
+    proxy_policy_unref(b);
+    proxy_policy_unref(c);
+    proxy_policy_unref(d);
+}
+
+Test(proxy_policy, load_file)
+{
+    char path[] = "/tmp/rebuno-policy-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(DOC_POLICY, f);
+    fclose(f);
+    struct err e = ERR_INIT;
+    struct proxy_policy *p = proxy_policy_load_file(path, &e);
+    cr_assert_not_null(p, "%s", e.msg);
+    cr_assert_eq(kind(p, "github.com"), PROXY_INTERCEPT);
+    proxy_policy_unref(p);
+    unlink(path);
+    cr_assert_null(proxy_policy_load_file(path, &e));
+    cr_assert(strstr(e.msg, path));
+}
+
+Test(proxy_host, normalize)
+{
+    char out[PROXY_HOST_MAX + 1];
+    cr_assert_eq(proxy_host_normalize("GitHub.Com.", 11, false, out), 0);
+    cr_assert_str_eq(out, "github.com");
+    cr_assert_eq(proxy_host_normalize("a.b:443", 7, true, out), 0);
+    cr_assert_str_eq(out, "a.b");
+    cr_assert_eq(proxy_host_normalize("a.b:443", 7, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("a.b:0", 5, true, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("a.b:65536", 9, true, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("a.b:", 4, true, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("[::1]:80", 8, true, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("10.0.0.1", 8, false, out), 0);
+    cr_assert_eq(proxy_host_normalize("a..b", 4, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize(".a", 2, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("", 0, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize(".", 1, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("a\0b", 3, false, out), -EINVAL);
+    cr_assert_eq(proxy_host_normalize("a/b", 3, false, out), -EINVAL);
+    char label[80];
+    memset(label, 'a', 64);
+    cr_assert_eq(proxy_host_normalize(label, 63, false, out), 0);
+    cr_assert_eq(proxy_host_normalize(label, 64, false, out), -EINVAL);
+    char longname[300];
+    for (int i = 0; i < 300; i += 2) {
+        longname[i] = 'a';
+        longname[i + 1] = '.';
+    }
+    cr_assert_eq(proxy_host_normalize(longname, 253, false, out), 0);
+    cr_assert_eq(proxy_host_normalize(longname, 255, false, out), -EINVAL);
+}
+
+Test(proxy_host, header_names)
+{
+    cr_assert(proxy_header_name_valid("Authorization", 13));
+    cr_assert(proxy_header_name_valid("X-a_b.c!#$%&'*+^`|~", 19));
+    cr_assert_not(proxy_header_name_valid("", 0));
+    cr_assert_not(proxy_header_name_valid("A B", 3));
+    cr_assert_not(proxy_header_name_valid("A:B", 3));
+    cr_assert_not(proxy_header_name_valid("A\0B", 3));
+    cr_assert_not(proxy_header_name_valid("A\r", 2));
+    cr_assert_not(proxy_header_name_valid("Ä", 2));
+}
