@@ -1,0 +1,1080 @@
+"""rebuno.sandbox (async) and rebuno.sandbox.sync against a real `rebuno sandboxd`.
+
+One daemon serves the module (binary from $REBUNO_BIN, else build/asan/rebuno) on a free
+loopback port with a temporary --state-dir; it needs root. After every test every sandbox
+is deleted through the raw HTTP API (pass or fail); at the end the daemon gets SIGTERM and
+the module checks that it exited cleanly, left no process, cgroup or mount behind and that
+its log has no sanitizer report.
+
+The last tests run the Vercel Sandbox README's (spec 004) examples with only their imports
+changed: `from vercel import sandbox` -> `from rebuno import sandbox`, `from vercel.api import
+session` / `from vercel.sandbox import ...` -> `from rebuno.sandbox import ...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import http.client
+import inspect
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, free_port, wait_for
+
+BIN = os.environ.get("REBUNO_BIN") or str(REPO / "build" / "asan" / "rebuno")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd runs as root")
+
+
+# --- the daemon -------------------------------------------------------------------------------------
+
+
+def _fnv1a(s: str) -> int:
+    h = 1469598103934665603
+    for b in s.encode():
+        h ^= b
+        h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Daemon:
+    """A running `rebuno sandboxd` for this module."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.state = root / "state"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "sandboxd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.seen: set[int] = set()
+
+    def start(self) -> Daemon:
+        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0"))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([BIN, "sandboxd", "--listen", f"127.0.0.1:{self.port}",
+                                          "--state-dir", str(self.state)], stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL, env=env)
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sandboxd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                return self.http("GET", "/v1/health")[0] == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 20, what=f"sandboxd on {self.url}")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None)
+            resp = conn.getresponse()
+            raw = resp.read()
+            ctype = resp.getheader("Content-Type") or ""
+            return resp.status, (json.loads(raw) if raw and ctype.startswith("application/json") else raw)
+        finally:
+            conn.close()
+
+    def delete_all(self) -> None:
+        assert self.proc is not None
+        self.seen |= _descendants(self.proc.pid)
+        st, body = self.http("GET", "/v1/sandboxes?limit=1000")
+        assert st == 200, body
+        for s in body["sandboxes"]:
+            self.http("DELETE", f"/v1/sandboxes/{s['id']}")
+
+    @property
+    def cgroup_dirs(self) -> list[str]:
+        name = "rebuno-%012x" % (_fnv1a(os.path.realpath(self.state)) & 0xFFFFFFFFFFFF)
+        return [os.path.join("/sys/fs/cgroup", c, name) for c in ("memory", "pids", "cpu", "freezer")]
+
+    def stop(self) -> list[str]:
+        """SIGTERM, then the list of problems (leftovers, sanitizer reports)."""
+        problems = []
+        assert self.proc is not None
+        self.seen |= _descendants(self.proc.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return ["sandboxd did not exit within 20 s of SIGTERM"]
+        if rc != 0:
+            problems.append(f"sandboxd exited with {rc}")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in self.seen):
+            time.sleep(0.05)
+        left = [p for p in self.seen if _alive(p)]
+        if left:
+            problems.append(f"processes left behind: {left}")
+        problems += [f"cgroup left behind: {d}" for d in self.cgroup_dirs if os.path.exists(d)]
+        with open("/proc/self/mountinfo") as f:
+            if any(str(os.path.realpath(self.state)) in line for line in f):
+                problems.append("mounts left behind")
+        log = self.log()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            if marker in log:
+                problems.append(f"{marker} in the log:\n{log[-3000:]}")
+        return problems
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[Daemon]:
+    root = Path(tempfile.mkdtemp(prefix="rebuno-sbx-client-"))
+    d = Daemon(root).start()
+    try:
+        yield d
+    finally:
+        with contextlib.suppress(Exception):
+            d.delete_all()
+        problems = d.stop()
+        if not problems:
+            shutil.rmtree(root, ignore_errors=True)
+        assert not problems, "\n".join(problems) + f"\n(state kept in {root})"
+
+
+@pytest.fixture(autouse=True)
+def sbx_url(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point the module-level API at the test daemon; delete every sandbox afterwards."""
+    monkeypatch.setenv("REBUNO_SANDBOX_URL", daemon.url)
+    monkeypatch.delenv("VERCEL_REGION", raising=False)
+    monkeypatch.delenv("REBUNO_REGION", raising=False)
+    try:
+        yield daemon.url
+    finally:
+        daemon.delete_all()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --- sandboxes ---------------------------------------------------------------------------------------
+
+
+def test_create_get_list_query_update_delete(sbx_url: str) -> None:
+    from rebuno import APIError
+    from rebuno.sandbox import (
+        SandboxApiError, SandboxClient, SandboxNotFoundError, SandboxResources, SandboxServiceOptions,
+        SandboxStatus,
+    )
+
+    async def main() -> None:
+        async with SandboxClient.create(options=SandboxServiceOptions(region="local1")) as client:
+            box = await client.create_sandbox(name="alpha", metadata={"team": "a", "env": "dev"}, env={"FOO": "bar"},
+                                              resources=SandboxResources(vcpus=1, memory=512), timeout=60)
+            assert (box.name, box.status, box.region) == ("alpha", SandboxStatus.RUNNING, "local1")
+            assert dict(box.metadata) == {"team": "a", "env": "dev"} and box.tags == box.metadata
+            assert box.resources == SandboxResources(vcpus=1, memory=512, pids=1024)
+            assert box.env_keys == ("FOO",) and box.timeout.total_seconds() == 60 and box.current_session_id
+            assert box.image == "default-v1" and box.expires_at and box.usage and box.usage.pids >= 1
+            data = box.model_dump(mode="json")
+            assert json.loads(json.dumps(data))["name"] == "alpha" and data["status"] == "running"
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                box.resources.vcpus = 4  # type: ignore[misc]
+            with pytest.raises(TypeError):
+                box.metadata["x"] = "y"  # type: ignore[index]
+
+            beta = await client.create_sandbox(name="beta", metadata={"team": "b"}, start=False)
+            assert beta.status == SandboxStatus.STOPPED
+            gamma = await client.create_sandbox(metadata={"team": "a"}, region="eu1")
+            assert gamma.name.startswith("sbx-") and gamma.region == "eu1"
+
+            got = await client.get_sandbox(name="alpha")
+            assert got.id == box.id and (await client.get_sandbox(id=box.id)).name == "alpha"
+            names = lambda boxes: [b.name for b in boxes]  # noqa: E731
+            assert names(await client.list_sandboxes()) == ["alpha", "beta", gamma.name]
+            assert names(await client.list_sandboxes(metadata={"team": "a"})) == ["alpha", gamma.name]
+            assert names(await client.list_sandboxes(tags={"team": "a"}, state="running")) == ["alpha", gamma.name]
+            assert names(await client.list_sandboxes(state=["stopped"])) == ["beta"]
+            paged = [b.name async for b in client.query_sandboxes(page_size=1)]  # follows next_cursor
+            assert paged == ["alpha", "beta", gamma.name]
+
+            await box.update(metadata={"team": "z"}, resources=SandboxResources(memory=1024), timeout=0,
+                             on_timeout="pause", region="moved")
+            assert dict(box.metadata) == {"team": "z"} and box.resources.memory == 1024
+            assert box.timeout is None and box.expires_at is None and box.on_timeout == "pause"
+            assert box.region == "moved"
+
+            with pytest.raises(SandboxApiError) as e:
+                await client.create_sandbox(name="alpha")
+            assert (e.value.status_code, e.value.code, e.value.status) == (409, "name_taken", 409)
+            assert isinstance(e.value, APIError)
+            with pytest.raises(SandboxApiError) as e:
+                await client.create_sandbox(name="bad name")
+            assert (e.value.status_code, e.value.code, e.value.field) == (400, "validation_error", "name")
+
+            await box.delete()
+            with pytest.raises(SandboxNotFoundError) as nf:
+                await client.get_sandbox(name="alpha")
+            assert (nf.value.status_code, nf.value.code) == (404, "sandbox_not_found")
+            await client.delete_sandbox(name="beta")
+            assert names(await client.list_sandboxes()) == [gamma.name]
+            assert (await client.health())["service"] == "sandboxd"
+        assert client.closed
+
+    run(main())
+
+
+def test_run_command_args_cwd_env_input_check_kill_after(sbx_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxCommandNotFoundError, SandboxPathNotFoundError
+
+    async def main() -> None:
+        async with sandbox.create_sandbox(env={"SBX": "from-sandbox", "OVR": "sandbox"}) as box:
+            r = await box.run_command("echo", ["hello", "$HOME", "a b;c"], capture_output=True)
+            assert (r.stdout, r.stderr, r.returncode) == ("hello $HOME a b;c\n", "", 0)  # argv, no shell
+            assert r.args == ("echo", "hello", "$HOME", "a b;c") and r.name == "echo" and r.cwd == "/root"
+            r = await box.run_command("bash", ["-c", 'echo "$SBX $OVR $PWD"; echo err >&2; exit 3'],
+                                      env={"OVR": "cmd"}, cwd="/tmp", capture_output=True)
+            assert (r.stdout, r.stderr, r.returncode) == ("from-sandbox cmd /tmp\n", "err\n", 3)
+            r = await box.run_command("sort", input="b\na\n", capture_output=True)
+            assert r.stdout == "a\nb\n"
+            r = await box.run_command("od", ["-An", "-tx1"], input=b"\x00\xff", capture_output=True)
+            assert r.stdout.split() == ["00", "ff"]
+            with pytest.raises(subprocess.CalledProcessError) as e:
+                await box.run_command("bash", ["-c", "echo out; exit 7"], capture_output=True, check=True)
+            assert e.value.returncode == 7 and e.value.output == "out\n"
+            assert e.value.cmd == ["bash", "-c", "echo out; exit 7"]
+
+            t0 = time.monotonic()
+            r = await box.run_command("bash", ["-c", "sleep 300 & echo started; wait"], kill_after=0.5,
+                                      capture_output=True)
+            assert time.monotonic() - t0 < 10
+            assert r.timed_out and r.signal == "KILL" and r.returncode == 128 + 9 and r.stdout == "started\n"
+            ps = await box.run_command("ps", ["-eo", "args", "--no-headers"], capture_output=True)
+            assert "sleep 300" not in ps.stdout  # the whole process group was killed
+
+            # output destinations: inherited (live), a stream, merged, dropped
+            r = await box.run_command("bash", ["-c", "echo to-stdout; echo to-stderr >&2"])
+            assert r.stdout is None and r.stderr is None
+            out = io.StringIO()
+            r = await box.run_command("bash", ["-c", "echo one; echo two >&2; echo three"], stdout=out,
+                                      stderr=subprocess.STDOUT)
+            assert sorted(out.getvalue().splitlines()) == ["one", "three", "two"] and r.stderr is None
+            r = await box.run_command("bash", ["-c", "echo x; echo y >&2"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE)
+            assert (r.stdout, r.stderr) == (None, "y\n")
+            buf = io.BytesIO()
+            await box.run_command("printf", ["\\xff\\x00"], stdout=buf)
+            assert buf.getvalue() == b"\xff\x00"
+
+            with pytest.raises(SandboxCommandNotFoundError) as nf:
+                await box.run_command("no-such-binary")
+            assert isinstance(nf.value, FileNotFoundError)
+            assert (nf.value.status_code, nf.value.code) == (400, "command_not_found")
+            with pytest.raises(SandboxPathNotFoundError) as cw:
+                await box.run_command("true", cwd="/nope")
+            assert cw.value.code == "cwd_not_found"
+            with pytest.raises(ValueError):
+                await box.run_command("true", capture_output=True, stdout=subprocess.PIPE)
+            with pytest.raises(TypeError):
+                await box.run_command("ls", "-la")  # type: ignore[arg-type]
+
+            # cancelling run_command kills the command
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(box.run_command("sleep", ["301"], capture_output=True), 0.5)
+            for _ in range(50):
+                ps = await box.run_command("ps", ["-eo", "args", "--no-headers"], capture_output=True)
+                if "sleep 301" not in ps.stdout:
+                    break
+                await asyncio.sleep(0.05)
+            assert "sleep 301" not in ps.stdout
+
+    run(main())
+    captured = capsys.readouterr()
+    assert "to-stdout\n" in captured.out and "to-stderr\n" in captured.err
+
+
+def test_create_command_stdin_streaming_communicate_and_signals(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import CommandSignal, CommandStatus, SandboxStdinClosedError, SandboxTimeoutError
+
+    upper = "import sys\nfor l in sys.stdin:\n    print(l.strip().upper(), flush=True)\n" \
+            "    print('seen', l.strip(), file=sys.stderr, flush=True)\n"
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            c = await box.create_command("python3", ["-u", "-c", upper], stdin=subprocess.PIPE)
+            assert c.status == CommandStatus.RUNNING and c.returncode is None and c.stdin is not None
+            for word in ("ping", "second", "third"):
+                await c.stdin.send(f"{word}\n".encode())
+                assert await c.stdout.readline() == word.upper() + "\n"  # line by line, as they come
+            assert await c.stderr.readline() == "seen ping\n"
+            out, err = await c.communicate(b"last\n")
+            assert out == "LAST\n" and err == "seen second\nseen third\nseen last\n"
+            assert c.returncode == 0 and await c.wait() == 0 and c.status == CommandStatus.EXITED
+
+            # merged stderr, async iteration over lines
+            m = await box.create_command("bash", ["-c", "echo a; echo b >&2; echo c"], stderr=subprocess.STDOUT)
+            assert m.stderr is None and sorted([line async for line in m.stdout]) == ["a\n", "b\n", "c\n"]
+
+            # wait with a timeout, signals
+            s = await box.create_command("bash", ["-c", "trap 'echo got-term; exit 3' TERM; "
+                                                  "while :; do sleep 0.05; done"])
+            with pytest.raises(SandboxTimeoutError):
+                await s.wait(timeout=0.3)
+            await s.terminate()
+            assert await s.wait() == 3 and await s.stdout.read() == "got-term\n"
+            k = await box.create_command("sleep", ["30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            await k.send_signal(CommandSignal.KILL)
+            assert await k.wait() == 137 and k.signal == "KILL" and k.stdout is None
+
+            # the command stopped reading: the service answers 409 stdin_closed
+            q = await box.create_command("true", stdin=subprocess.PIPE)
+            await q.wait()
+            with pytest.raises(SandboxStdinClosedError) as e:
+                await q.stdin.send(b"late")
+            assert (e.value.status_code, e.value.code) == (409, "stdin_closed")
+            assert isinstance(e.value, BrokenPipeError)
+
+    run(main())
+
+
+def test_reattach_to_detached_command(sbx_url: str) -> None:
+    from rebuno.sandbox import SandboxClient
+
+    script = "for l in sys.stdin:\n    print('got', l.strip(), flush=True)"
+
+    async def main() -> None:
+        async with SandboxClient() as first:
+            box = await first.create_sandbox(name="reattach")
+            c = await box.create_command("python3", ["-u", "-c", "import sys\n" + script], stdin=subprocess.PIPE)
+            await c.stdin.send(b"one\n")
+            assert await c.stdout.readline() == "got one\n"
+            cid = c.id
+        # a new client, as a later request would: only the sandbox name and the command id
+        async with SandboxClient() as later:
+            box = await later.get_sandbox(name="reattach")
+            again = await box.get_command(cid)
+            assert again.id == cid and again.returncode is None and again.stdin is not None
+            assert await again.stdout.readline() == "got one\n"  # the kept log, from its start
+            await again.stdin.send(b"two\n")
+            assert await again.stdout.readline() == "got two\n"
+            assert cid in [x.id for x in await box.query_commands()]
+            await again.stdin.aclose()
+            assert await again.wait() == 0 and await again.stdout.read() == ""
+
+    run(main())
+
+
+# --- files ---------------------------------------------------------------------------------------------
+
+
+def test_files_text_bytes_large_streamed_and_errors(sbx_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rebuno.sandbox._aio as aio
+    from rebuno import sandbox
+    from rebuno.sandbox import (
+        DirectoryEntry, SandboxFileExistsError, SandboxIsADirectoryError, SandboxPathNotFoundError,
+    )
+
+    monkeypatch.setattr(aio, "IO_CHUNK", 1 << 20)  # 1 MiB requests, so 5 MiB takes several
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            await box.fs.write_text("notes.txt", "héllo\n")  # relative to the home (/root)
+            assert await box.fs.read_text("/root/notes.txt") == "héllo\n"
+            assert await box.fs.read_bytes("notes.txt", cwd="/root") == "héllo\n".encode()
+            await box.fs.write_bytes("/tmp/bin", b"\x00\xff\x01")
+            assert await box.fs.read_bytes("/tmp/bin") == b"\x00\xff\x01"
+
+            blob = os.urandom(5 << 20)
+            async with box.fs.open("/srv/big.bin", "wb") as w:
+                for off in range(0, len(blob), 700_000):  # written in pieces, sent in 1 MiB chunks
+                    await w.write(blob[off:off + 700_000])
+            r = await box.run_command("sha256sum", ["/srv/big.bin"], capture_output=True)
+            assert r.stdout.split()[0] == hashlib.sha256(blob).hexdigest()
+            chunks = []
+            async with box.fs.open("/srv/big.bin", "rb") as f:
+                async for chunk in f:
+                    chunks.append(chunk)
+            assert len(chunks) == 5 and b"".join(chunks) == blob
+            assert await box.fs.read_bytes("/srv/big.bin") == blob
+            await box.fs.write_bytes("/srv/big2.bin", blob)
+            assert (await box.fs.stat("/srv/big2.bin")).size == len(blob)
+
+            async with box.fs.open("lines.txt", "w") as tw:
+                await tw.write("a\nb\n")
+            async with box.fs.open("lines.txt") as tr:
+                assert [line async for line in tr] == ["a\n", "b\n"]
+
+            await box.fs.write_text("/tmp/private", "x", mode=0o600)
+            assert (await box.fs.stat("/tmp/private")).mode == 0o600
+            await box.fs.write_text("/tmp/private", "y", mode=0o640)  # an existing file gets the mode too
+            assert (await box.fs.stat("/tmp/private")).mode == 0o640
+
+            await box.fs.mkdir("/srv/a/b")  # recursive by default, existing is fine
+            await box.fs.mkdir("/srv/a/b")
+            with pytest.raises(SandboxFileExistsError):
+                await box.fs.mkdir("/srv/a/b", recursive=False)
+            async with box.fs.batch(cwd="/srv/a") as batch:
+                batch.write_text("b/one.txt", "1")
+                batch.write_bytes("two.bin", b"2", mode=0o700)
+            entries = await box.fs.listdir("/srv/a")
+            assert [(e.name, e.type) for e in entries] == [("b", "directory"), ("two.bin", "file")]
+            assert all(isinstance(e, DirectoryEntry) for e in entries) and entries[1].path == "/srv/a/two.bin"
+            assert entries[1].mode == 0o700 and json.dumps(entries[1].model_dump(mode="json"))
+            assert await box.fs.is_dir("/srv/a") and await box.fs.is_file("/srv/a/b/one.txt")
+            assert await box.fs.exists("/srv/a/two.bin") and not await box.fs.exists("/srv/nope")
+            await box.run_command("ln", ["-s", "/srv/a/two.bin", "/srv/link"])
+            assert await box.fs.is_file("/srv/link")
+            assert (await box.fs.stat("/srv/link", follow_symlinks=False)).is_symlink
+
+            await box.fs.rename("/srv/a/two.bin", "/srv/a/three.bin")
+            with pytest.raises(SandboxFileExistsError):
+                await box.fs.rename("/srv/a/b/one.txt", "/srv/a/three.bin", overwrite=False)
+            await box.fs.rename("/srv/a/b/one.txt", "/srv/a/three.bin")
+            assert await box.fs.read_text("/srv/a/three.bin") == "1"
+            await box.fs.remove("/srv/a", recursive=True)
+            await box.fs.remove("/srv/a", missing_ok=True)
+
+            with pytest.raises(SandboxPathNotFoundError) as e:
+                await box.fs.read_text("/srv/a/three.bin")
+            assert isinstance(e.value, FileNotFoundError)
+            assert (e.value.status_code, e.value.code) == (404, "path_not_found")
+            for call in (box.fs.read_bytes("/nope"), box.fs.listdir("/nope"), box.fs.remove("/nope"),
+                         box.fs.stat("/nope"), box.fs.rename("/nope", "/srv/x")):
+                with pytest.raises(SandboxPathNotFoundError):
+                    await call
+            await box.fs.write_text("/srv/new/dirs/f.txt", "x")  # uploads create missing parents
+            assert await box.fs.read_text("/srv/new/dirs/f.txt") == "x"
+            with pytest.raises(SandboxIsADirectoryError):
+                await box.fs.read_bytes("/srv")
+
+    run(main())
+
+
+# --- users -----------------------------------------------------------------------------------------------
+
+
+def test_users_create_as_user_sudo_and_permissions(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxPermissionError, SandboxUserAlreadyExistsError, SandboxUserNotFoundError
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            alice = await box.create_user("alice")
+            assert alice.username == "alice" and alice.home_dir == "/home/alice" and alice.info.uid >= 1000
+            r = await alice.run_command("id", capture_output=True, check=True)
+            assert r.stdout.startswith(f"uid={alice.info.uid}(alice) gid={alice.info.gid}(alice)")
+            r = await alice.run_command("bash", ["-c", 'whoami; echo "$HOME"; pwd'], capture_output=True)
+            assert r.stdout == "alice\n/home/alice\n/home/alice\n" and r.user == "alice"
+            r = await alice.run_command("bash", ["-c", "id -u; echo $HOME; pwd"], sudo=True, capture_output=True)
+            assert r.stdout == "0\n/root\n/home/alice\n"
+
+            with pytest.raises(SandboxUserAlreadyExistsError) as e:
+                await box.create_user("alice")
+            assert (e.value.status_code, e.value.code, e.value.username) == (409, "user_exists", "alice")
+            with pytest.raises(ValueError):
+                await box.create_user("Not Valid")
+
+            await box.create_user("bob")
+            bob = box.as_user("bob")
+            assert bob.home_dir is None  # no request yet
+            assert (await bob.run_command("whoami", capture_output=True)).stdout == "bob\n"
+            assert bob.home_dir == "/home/bob"
+            assert box.as_user("root").home_dir == "/root"
+            ghost = box.as_user("ghost")
+            with pytest.raises(SandboxUserNotFoundError) as nf:
+                await ghost.run_command("true")
+            assert (nf.value.status_code, nf.value.code) == (404, "user_not_found")
+
+            await alice.fs.write_text("secret.txt", "private", mode=0o600)
+            st = await box.fs.stat("/home/alice/secret.txt")
+            assert (st.uid, st.mode) == (alice.info.uid, 0o600)
+            assert await alice.fs.read_text("secret.txt") == "private"
+            with pytest.raises(SandboxPermissionError) as pe:
+                await bob.fs.read_text("/home/alice/secret.txt")
+            assert isinstance(pe.value, PermissionError) and pe.value.status_code == 403
+            assert not await bob.fs.exists("/home/alice/secret.txt")
+            with pytest.raises(SandboxPermissionError):
+                await bob.fs.listdir("/home/alice")
+            with pytest.raises(SandboxPermissionError):
+                await bob.fs.remove("/home/alice/secret.txt")
+            assert await box.fs.read_text("/home/alice/secret.txt") == "private"  # root can
+            await alice.fs.mkdir("work/deep")
+            assert (await box.fs.stat("/home/alice/work/deep")).uid == alice.info.uid
+            await alice.fs.rename("secret.txt", "work/moved.txt")
+            assert [e.name for e in await alice.fs.listdir("work")] == ["deep", "moved.txt"]
+            await alice.fs.remove("work", recursive=True)
+            assert not await alice.fs.exists("work")
+
+    run(main())
+
+
+# --- lifecycle and sessions -----------------------------------------------------------------------------
+
+
+def test_stop_pause_resume_and_lazy_resume(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxStateError, SandboxStatus
+
+    async def main() -> None:
+        async with sandbox.create_sandbox(timeout=120) as box:
+            first = box.current_session_id
+            await box.fs.write_text("keep.txt", "kept")
+            bg = (await box.run_command("bash", ["-c", "sleep 1000 & echo $!"], capture_output=True)).stdout.strip()
+
+            assert (await box.pause()).status == SandboxStatus.PAUSED
+            r = await box.run_command("bash", ["-c", f"kill -0 {bg} && echo alive"], capture_output=True)
+            assert r.stdout == "alive\n"  # a command thawed it: same session, processes kept
+            assert box.status == SandboxStatus.RUNNING and box.current_session_id == first
+
+            await box.stop()
+            assert box.status == SandboxStatus.STOPPED and box.stop_reason == "stopped"
+            assert box.current_session_id is None
+            with pytest.raises(SandboxStateError) as e:
+                await box.pause()
+            assert (e.value.status_code, e.value.code) == (409, "sandbox_stopped")
+            with pytest.raises(SandboxStateError) as e:
+                await box.extend_timeout(30)
+            assert e.value.code == "sandbox_not_running"
+
+            assert await box.fs.read_text("keep.txt") == "kept"  # a file call resumed it lazily
+            assert box.status == SandboxStatus.RUNNING and box.current_session_id not in (None, first)
+            r = await box.run_command("bash", ["-c", f"kill -0 {bg} 2>/dev/null || echo gone"], capture_output=True)
+            assert r.stdout == "gone\n"
+
+            await box.pause()
+            assert (await box.resume()).status == SandboxStatus.RUNNING
+            before = box.expires_at
+            await box.extend_timeout(60)
+            assert (box.expires_at - before).total_seconds() >= 59
+
+    run(main())
+
+
+def test_explicit_session_never_resumes(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxSessionEndedError, SandboxSessionPausedError, SandboxStatus
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            active = await box.session()
+            assert active.id == box.current_session_id and active.sandbox is box
+            assert (await active.run_command("echo", ["pinned"], capture_output=True)).stdout == "pinned\n"
+            await active.fs.write_text("/tmp/s.txt", "s")
+            await box.pause()
+            with pytest.raises(SandboxSessionPausedError):
+                await active.run_command("true")
+            await box.stop()
+            for call in (active.run_command("true"), active.fs.read_text("/tmp/s.txt"),
+                         active.create_user("carol")):
+                with pytest.raises(SandboxSessionEndedError) as e:
+                    await call
+                assert (e.value.status_code, e.value.code) == (409, "session_ended")
+            assert not await active.is_active()
+            assert (await box.refresh()).status == SandboxStatus.STOPPED  # nothing resumed it
+
+            # managed acquisition resumes and stops exactly the session it yielded
+            async with box.session() as exact:
+                assert box.status == SandboxStatus.RUNNING and exact.id == box.current_session_id
+                await exact.run_command("true")
+            assert (await box.refresh()).status == SandboxStatus.STOPPED
+            # ... and never a replacement session adopted by the sandbox handle
+            async with box.session() as old:
+                await old.run_command("true")
+                await box.stop()
+                await box.run_command("true")  # lazy resume: a new session
+                assert box.current_session_id != old.id
+            assert (await box.refresh()).status == SandboxStatus.RUNNING
+            assert [c.session_id for c in await old.query_commands()] == [old.id]
+
+    run(main())
+
+
+# --- sync API ------------------------------------------------------------------------------------------
+
+
+def test_sync_client_equivalents(sbx_url: str) -> None:
+    from rebuno.sandbox import (
+        SandboxNotFoundError, SandboxPathNotFoundError, SandboxSessionEndedError, SandboxStatus,
+        SyncSandboxExecution,
+    )
+    from rebuno.sandbox.sync import SyncSandboxClient
+
+    with SyncSandboxClient() as client:
+        with client.create_sandbox(name="sync-box", metadata={"k": "v"}) as box:
+            r = box.run_command("echo", ["hello"], capture_output=True)
+            assert (r.stdout, r.returncode) == ("hello\n", 0)
+            with pytest.raises(subprocess.CalledProcessError):
+                box.run_command("false", check=True)
+            c = box.create_command("python3", ["-u", "-c", "import sys\nfor l in sys.stdin: print(l.strip()[::-1])"],
+                                   stdin=subprocess.PIPE)
+            text_in = io.TextIOWrapper(c.stdin, encoding="utf-8", write_through=True)
+            text_in.write("abc\n")
+            assert c.stdout.readline() == "cba\n"
+            c.stdin.write(b"xyz\n")
+            assert c.stdout.readline() == "zyx\n"
+            assert c.poll() is None
+            assert c.communicate() == ("", "") and c.wait() == 0 and c.poll() == 0
+            again = box.get_command(c.id)
+            assert again.stdout.read() == "cba\nzyx\n"
+            assert [x.id for x in box.query_commands()][-1] in (c.id, again.id)
+
+            box.fs.write_text("f.txt", "sync")
+            assert box.fs.read_text("/root/f.txt") == "sync"
+            with box.fs.open("big", "wb") as w:
+                w.write(b"x" * 100_000)
+            assert box.fs.stat("big").size == 100_000 and [e.name for e in box.fs.listdir()] == ["big", "f.txt"]
+            with pytest.raises(SandboxPathNotFoundError):
+                box.fs.read_bytes("missing")
+
+            alice = box.create_user("alice")
+            assert alice.run_command("whoami", capture_output=True).stdout == "alice\n"
+            assert isinstance(box, SyncSandboxExecution) and isinstance(alice, SyncSandboxExecution)
+
+            assert box.stop().status == SandboxStatus.STOPPED
+            assert box.fs.read_text("f.txt") == "sync" and box.status == SandboxStatus.RUNNING  # lazy resume
+            s = box.session()
+            assert s.run_command("true").returncode == 0
+            box.pause().resume()
+            with box.session() as exact:
+                assert exact.id == s.id
+            with pytest.raises(SandboxSessionEndedError):
+                s.run_command("true")
+            assert box.refresh().status == SandboxStatus.STOPPED
+            assert [b.name for b in client.list_sandboxes(metadata={"k": "v"})] == ["sync-box"]
+            assert [b.name for b in client.query_sandboxes(state="stopped")] == ["sync-box"]
+        with pytest.raises(SandboxNotFoundError):  # leaving the block deleted it
+            client.get_sandbox(name="sync-box")
+        kept = client.create_sandbox(name="kept", destroy=False)
+        with kept:
+            pass
+        assert client.get_sandbox(name="kept").status == SandboxStatus.STOPPED  # destroy=False: stopped
+    assert client.closed
+
+
+def test_deprecated_process_aliases_warn(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import (
+        Command, CommandStatus, CommandStdin, CompletedCommand, CompletedProcess, Process, ProcessStatus,
+        ProcessStdin, SyncCommand, SyncCommandStdin, SyncProcess, SyncProcessStdin,
+    )
+    from rebuno.sandbox import sync as sync_sandbox
+
+    assert (Process, CompletedProcess, ProcessStatus, ProcessStdin) == (Command, CompletedCommand, CommandStatus,
+                                                                          CommandStdin)
+    assert (SyncProcess, SyncProcessStdin) == (SyncCommand, SyncCommandStdin)
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            with pytest.warns(DeprecationWarning, match="run_command"):
+                r = await box.run_process("echo", ["old"], capture_output=True)
+            assert r.stdout == "old\n"
+            with pytest.warns(DeprecationWarning, match="create_command"):
+                p = await box.create_process("true")
+            with pytest.warns(DeprecationWarning, match="get_command"):
+                assert (await box.get_process(p.id)).id == p.id
+            with pytest.warns(DeprecationWarning, match="query_commands"):
+                assert p.id in [x.id for x in await box.query_processes()]
+            user = await box.create_user("dep")
+            with pytest.warns(DeprecationWarning):
+                assert (await user.run_process("whoami", capture_output=True)).stdout == "dep\n"
+
+    run(main())
+    with sync_sandbox.create_sandbox() as sbox:
+        with pytest.warns(DeprecationWarning):
+            assert sbox.run_process("echo", ["s"], capture_output=True).stdout == "s\n"
+        with pytest.warns(DeprecationWarning):
+            p = sbox.create_process("true")
+        with pytest.warns(DeprecationWarning):
+            assert sbox.get_process(p.id).wait() == 0
+        with pytest.warns(DeprecationWarning):
+            assert sbox.query_processes()
+
+
+def test_later_features_raise_not_implemented(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import DriveMount, NetworkPolicy, SnapshotSource
+    from rebuno.sandbox import sync as sync_sandbox
+
+    for kwargs in ({"source": SnapshotSource(snapshot_id="snap_1")}, {"network_policy": NetworkPolicy("deny-all")},
+                   {"network_id": "network_123"}, {"ports": [3000]}, {"runtime": "node22"},
+                   {"mounts": {"/cache": DriveMount("cache")}}, {"persistent": False},
+                   {"snapshot_retention": 3}):
+        with pytest.raises(NotImplementedError, match="not supported by rebuno sandboxd yet"):
+            sandbox.create_sandbox(**kwargs)
+        with pytest.raises(NotImplementedError):
+            sync_sandbox.create_sandbox(**kwargs)
+    for call in (lambda: sandbox.fork_sandbox(source_sandbox="x"), lambda: sandbox.get_drive(name_or_id="c"),
+                 lambda: sandbox.fork_drive(source="c", name="d"),
+                 lambda: sync_sandbox.fork_sandbox(source_sandbox="x"),
+                 lambda: sync_sandbox.get_or_create_drive(name="c")):
+        with pytest.raises(NotImplementedError):
+            call()
+
+    async def main() -> None:
+        async with sandbox.create_sandbox(ports=[], mounts={}) as box:  # empty means none: fine
+            await box.update(network_id=None, mounts={})  # "disconnect": there is nothing connected
+            assert box.network_id is None and dict(box.mounts) == {}
+            with pytest.raises(NotImplementedError):
+                await box.update(network_id="network_123")
+            with pytest.raises(NotImplementedError):
+                await box.update(network_policy=NetworkPolicy("allow-all"))
+            with pytest.raises(NotImplementedError):
+                await box.snapshot()
+            with pytest.raises(NotImplementedError):
+                box.open_interactive("/bin/bash")
+            assert (await box.run_command("true")).returncode == 0  # nothing was half-done
+
+    run(main())
+
+
+def test_errors_and_protocols(sbx_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rebuno.sandbox._api as api
+    from rebuno import NetworkError
+    from rebuno.sandbox import (
+        SandboxApiError, SandboxClient, SandboxConnectionError, SandboxExecution, SandboxFilesystemOperations,
+        SandboxLimitError, SandboxNotFoundError,
+    )
+
+    monkeypatch.setattr(api, "CONNECT_RETRY_FOR", 0.0)
+
+    async def main() -> None:
+        async with SandboxClient(f"http://127.0.0.1:{free_port()}") as nowhere:
+            with pytest.raises(SandboxConnectionError) as e:
+                await nowhere.health()
+            assert isinstance(e.value, NetworkError) and "sandboxd" in str(e.value)
+        async with SandboxClient(sbx_url) as client:
+            with pytest.raises(SandboxNotFoundError) as nf:
+                await client.get_sandbox(name="missing")
+            assert "[sandbox_not_found]" in str(nf.value) and nf.value.data["error"]["code"] == "sandbox_not_found"
+            box = await client.create_sandbox()
+            session = await box.session()
+            user = await box.create_user("u1")
+            for x in (box, session, user):
+                assert isinstance(x, SandboxExecution) and isinstance(x.fs, SandboxFilesystemOperations)
+            assert issubclass(SandboxLimitError, SandboxApiError)
+            await box.delete()
+            with pytest.raises(SandboxNotFoundError):
+                await box.run_command("true")
+
+    run(main())
+
+
+def test_public_names_have_docstrings_and_type_hints() -> None:
+    import rebuno.sandbox
+    import rebuno.sandbox.sync
+
+    missing: list[str] = []
+    for mod in (rebuno.sandbox, rebuno.sandbox.sync):
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if inspect.ismodule(obj) or not (inspect.isclass(obj) or callable(obj)):
+                continue
+            if not (getattr(obj, "__doc__", None) or "").strip():
+                missing.append(f"{mod.__name__}.{name}")
+            for mname, member in (inspect.getmembers(obj) if inspect.isclass(obj) else []):
+                if mname.startswith("_") or mname in {"args", "with_traceback", "add_note", "errno", "strerror",
+                                                      "filename", "filename2", "characters_written"}:
+                    continue
+                if inspect.isfunction(member) or isinstance(member, property):
+                    if not (member.__doc__ or "").strip():
+                        missing.append(f"{mod.__name__}.{name}.{mname}")
+                if inspect.isfunction(member):
+                    for p in inspect.signature(member).parameters.values():
+                        if p.name not in ("self", "cls") and p.annotation is inspect.Parameter.empty:
+                            missing.append(f"{mod.__name__}.{name}.{mname}({p.name})")
+            if inspect.isfunction(obj):
+                for p in inspect.signature(obj).parameters.values():
+                    if p.annotation is inspect.Parameter.empty:
+                        missing.append(f"{mod.__name__}.{name}({p.name})")
+    assert not missing, missing
+
+
+# --- the Vercel Sandbox README (spec 004), with only the imports changed ------------------------------------
+
+
+def test_readme_examples_async(sbx_url: str, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main_example() -> None:
+        import subprocess
+
+        from rebuno import sandbox
+        from rebuno.sandbox import session
+
+        async with session():
+            async with sandbox.create_sandbox() as instance:
+                process = await instance.run_command("echo", ["hello"], capture_output=True)
+                print(process.stdout)
+
+                # Pass input to run_command, or keep stdin open with stdin=subprocess.PIPE.
+                result = await instance.run_command("sort", input="b\na\n", capture_output=True)
+                server = await instance.create_command("cat", stdin=subprocess.PIPE)
+                await server.stdin.send(b"ping\n")
+                print(await server.stdout.readline())
+                print(await server.communicate())  # Close stdin, read the rest, and wait.
+        assert result.stdout == "a\nb\n"
+
+    run(main_example())
+    assert capsys.readouterr().out == "hello\n\nping\n\n('', '')\n"
+
+    async def inputs_and_outputs() -> dict[str, Any]:
+        from rebuno import sandbox
+        from rebuno.sandbox import SandboxResources
+
+        async with sandbox.create_sandbox(
+            resources=SandboxResources(vcpus=2, memory=4096),
+        ) as instance:
+            result = await instance.run_command(
+                "echo", ["hello"], capture_output=True,
+            )
+
+            if result.returncode == 0:
+                output = result.stdout
+
+            # Prepare the result for a JSON response.
+            response_data = result.model_dump(mode="json")
+            assert instance.resources.vcpus == 2 and instance.resources.memory == 4096
+        assert output == "hello\n"
+        return response_data
+
+    data = run(inputs_and_outputs())
+    assert json.loads(json.dumps(data))["stdout"] == "hello\n" and data["returncode"] == 0
+
+    async def standalone_client() -> None:
+        from rebuno.sandbox import SandboxClient, SandboxServiceOptions
+
+        client = SandboxClient.create(
+            options=SandboxServiceOptions(region="iad1"),
+        )
+
+        try:
+            async with client.create_sandbox() as instance:
+                ...
+                assert instance.region == "iad1"
+        finally:
+            await client.aclose()
+
+    run(standalone_client())
+
+    monkeypatch.setenv("VERCEL_REGION", "iad1")
+
+    async def region_placement() -> None:
+        from rebuno import sandbox
+        from rebuno.sandbox import session
+        from rebuno.sandbox import CURRENT_REGION, SandboxServiceOptions
+
+        with pytest.raises(NotImplementedError, match="Drives"):
+            async with session():
+                instance = await sandbox.create_sandbox(region=CURRENT_REGION)
+                assert instance.region == "iad1"
+                cache, created = await sandbox.get_or_create_drive(name="cache", region=CURRENT_REGION)
+
+        # Opt in for all creation calls in a session or standalone client instead.
+        async with session(service_options=[SandboxServiceOptions(region=CURRENT_REGION)]):
+            instance = await sandbox.create_sandbox()
+            assert instance.region == "iad1"
+
+    run(region_placement())
+
+    async def secure_compute_network() -> None:
+        from rebuno import sandbox
+        from rebuno.sandbox import session
+
+        with pytest.raises(NotImplementedError, match="private networks"):
+            async with session():
+                instance = await sandbox.create_sandbox(network_id="network_123")
+                print(instance.network_id)
+                await instance.update(network_id=None)  # Disconnect from Secure Compute
+
+    run(secure_compute_network())
+
+    async def custom_image() -> None:
+        from rebuno import sandbox
+        from rebuno.sandbox import SandboxApiError, session
+
+        with pytest.raises(SandboxApiError) as e:  # only the "default" image exists so far
+            async with session():
+                async with sandbox.create_sandbox(image="my-repository:latest") as instance:
+                    result = await instance.run_command("my-command", capture_output=True)
+                    print(result.stdout)
+                    print(instance.image)  # The resolved digest-pinned image reference
+        assert (e.value.status_code, e.value.code, e.value.field) == (400, "validation_error", "image")
+        async with session():
+            async with sandbox.create_sandbox(image="default") as instance:
+                print(instance.image)
+        assert capsys.readouterr().out == "default-v1\n"
+
+    run(custom_image())
+
+    async def snapshots_forks_drives_pty() -> None:
+        from rebuno import sandbox
+        from rebuno.sandbox import DriveMount, SnapshotSource
+
+        with pytest.raises(NotImplementedError, match="snapshot"):
+            restored = await sandbox.create_sandbox(
+                name="restored-workspace",
+                source=SnapshotSource(snapshot_id="snap_123"),
+            )
+        with pytest.raises(NotImplementedError, match="fork"):
+            forked = await sandbox.fork_sandbox(
+                source_sandbox="production-agent",
+                name="debug-agent",
+                resources=sandbox.SandboxResources(vcpus=4, memory=8192),
+                tags={"purpose": "debug"},
+            )
+        with pytest.raises(NotImplementedError, match="Drives"):
+            cache, _ = await sandbox.get_or_create_drive(
+                name="cache",
+                region="sfo1",
+                max_size_bytes=10 * 1024**3,
+            )
+        with pytest.raises(NotImplementedError, match="Drives"):
+            async with sandbox.create_sandbox(mounts={"/readonly": DriveMount("shared-source", mode="snapshot")}):
+                pass
+        with pytest.raises(NotImplementedError, match="PTY"):
+            async with sandbox.create_sandbox() as box:
+                async with box.open_interactive("/bin/bash", cols=100, rows=30) as pty:
+                    await pty.stream.send(b"tty\n")
+
+    run(snapshots_forks_drives_pty())
+
+    async def session_lifecycles() -> None:
+        from rebuno import sandbox
+
+        setup = await sandbox.create_sandbox(name="workspace")
+        await setup.fs.write_text("script.py", "import os; print('ran in', os.getcwd())\n")
+        await setup.run_command("ln", ["-s", "/usr/bin/python3", "/usr/local/bin/python"], check=True)  # no `python`
+        await setup.stop()
+
+        box = await sandbox.get_sandbox(name="workspace")
+        result = await box.run_command("python", ["script.py"])
+
+        active = await box.session()
+
+        async with box.session() as exact_session:
+            await exact_session.run_command("python", ["script.py"])
+
+        assert result.returncode == 0 and active.id == exact_session.id
+        assert (await box.refresh()).status == "stopped"
+
+    run(session_lifecycles())
+    assert capsys.readouterr().out == "ran in /root\nran in /root\n"
+
+    async def users_and_generic_execution() -> None:
+        from rebuno import sandbox
+
+        async with sandbox.create_sandbox() as instance:
+            alice = await instance.create_user("alice")
+            await instance.create_user("bob")
+            bob = instance.as_user("bob")  # Synchronous selection, including on the async API
+
+            await alice.fs.write_text("secret.txt", "private", mode=0o600)
+            result = await alice.run_command("whoami", capture_output=True, check=True)
+            assert result.stdout == "alice\n"
+            assert alice.home_dir == "/home/alice"
+
+            from rebuno.sandbox import SandboxExecution
+
+            async def run_agent(executor: SandboxExecution) -> str:
+                await executor.fs.write_text("input.txt", "hello")
+                result = await executor.run_command("cat", ["input.txt"], capture_output=True, check=True)
+                return result.stdout or ""
+
+            assert await run_agent(instance) == "hello"
+            assert await run_agent(await instance.session()) == "hello"
+            assert await run_agent(alice) == "hello"
+            assert await run_agent(bob) == "hello"
+            assert (await instance.fs.stat("/home/bob/input.txt")).uid == bob.info.uid
+
+    run(users_and_generic_execution())
+
+
+def test_readme_examples_sync(sbx_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from rebuno.sandbox import session
+    from rebuno.sandbox import sync as sandbox
+
+    with session():
+        with sandbox.create_sandbox() as instance:
+            process = instance.run_command("echo", ["hello"], capture_output=True)
+            print(process.stdout)
+    assert capsys.readouterr().out == "hello\n\n"
+
+    from rebuno.sandbox.sync import SandboxServiceOptions, SyncSandboxClient
+
+    client = SyncSandboxClient.create(options=SandboxServiceOptions(region="iad1"))
+    try:
+        with client.create_sandbox() as instance:
+            ...
+            assert instance.region == "iad1"
+    finally:
+        client.close()
+
+    with pytest.raises(NotImplementedError, match="fork"):
+        with sandbox.fork_sandbox(source_sandbox="production-agent") as forked:
+            result = forked.run_command("python", ["script.py"], capture_output=True)
+
+    with pytest.raises(NotImplementedError, match="PTY"):
+        with sandbox.create_sandbox() as box:
+            with box.open_interactive("/bin/bash") as pty:
+                pty.stream.write(b"tty\n")
+
+    with session():
+        setup = sandbox.create_sandbox(name="workspace")
+        setup.stop()
+        box = sandbox.get_sandbox(name="workspace")
+        active = box.session()
+        with box.session() as exact_session:
+            exact_session.run_command("true")
+        assert active.id == exact_session.id and box.refresh().status == "stopped"
+        box.delete()
+
+    with sandbox.create_sandbox() as instance:
+        alice = instance.create_user("alice")
+        alice.fs.write_text("secret.txt", "private", mode=0o600)
+        result = alice.run_command("whoami", capture_output=True, check=True)
+        assert result.stdout == "alice\n"
+        assert alice.home_dir == "/home/alice"
