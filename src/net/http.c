@@ -12,7 +12,13 @@
  * callback whose client goes away becomes an "orphan": it stays allocated so a late
  * reply is harmless (and discarded), and is freed by that reply or by server free.
  *
- * Re-entrancy rule: functions the application calls (replies, SSE) never free a
+ * Upgrades. http_upgrade() writes the 101 and marks the connection; once no request
+ * of it is in a handler's hands (right after the handler returns, or from the resume
+ * event) the bufferevent is detached, the connection struct freed and the
+ * application's callback given the bufferevent. A connection that dies before that
+ * gives the callback NULL instead, so it always runs exactly once.
+ *
+ * Re-entrancy rule: functions the application calls (replies, SSE, upgrade) never free a
  * connection. They may free the request they were given and then poke the
  * connection's resume event; connections are freed only from libevent callbacks,
  * shutdown and free, so nothing up the stack ever finds its connection gone.
@@ -112,6 +118,8 @@ struct http_conn {
     bool linger;      /* ... but drain the client's input for a while first */
     bool lingering;
     bool peer_eof;
+    http_upgrade_fn upgrade_fn; /* set by http_upgrade(): hand over once the request is done */
+    void *upgrade_arg;
     struct err rej; /* why the parser was stopped by a limit */
     int64_t linger_until;
     size_t linger_bytes;
@@ -345,16 +353,45 @@ static void conn_free(struct http_conn *c)
         s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->nconns--;
-    bufferevent_free(c->bev);
+    http_upgrade_fn up = c->upgrade_fn;
+    void *up_arg = c->upgrade_arg;
+    if (c->bev) bufferevent_free(c->bev); /* NULL after a hand-over */
     event_free(c->resume_ev);
     free(c);
     if (s->shutting_down && s->nconns == 0 && s->done_ev) event_active(s->done_ev, EV_TIMEOUT, 0);
+    if (up) { /* an upgrade that never got its connection */
+        s->cb_depth++;
+        up(NULL, up_arg);
+        s->cb_depth--;
+    }
     /* Last, so a close callback never sees a half-freed connection. */
     if (!r) return;
     if (r->state == REQ_KEPT)
         req_abort(r);
     else
         req_free(r);
+}
+
+/* The upgraded connection leaves the server: its bufferevent goes to the application.
+ * Always returns false (the connection struct is freed). */
+static bool conn_handover(struct http_conn *c)
+{
+    struct http_server *s = c->s;
+    struct bufferevent *bev = c->bev;
+    http_upgrade_fn fn = c->upgrade_fn;
+    void *arg = c->upgrade_arg;
+    ASSERT(fn && !c->req);
+    c->upgrade_fn = NULL;
+    c->bev = NULL;
+    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+    bufferevent_disable(bev, EV_READ);
+    conn_free(c);
+    s->cb_depth++;
+    fn(bev, arg);
+    s->cb_depth--;
+    return false;
 }
 
 /* Discard input of a lingering connection. Returns false if the connection was freed. */
@@ -717,6 +754,7 @@ static bool conn_dispatch(struct http_conn *c)
     if (r->done) {
         c->req = NULL;
         req_free(r);
+        if (c->upgrade_fn) return conn_handover(c);
         return true;
     }
     r->state = REQ_KEPT;
@@ -734,6 +772,7 @@ static bool conn_dispatch(struct http_conn *c)
  * the connection was freed. */
 static bool conn_process(struct http_conn *c)
 {
+    if (c->upgrade_fn && !c->req) return conn_handover(c);
     struct evbuffer *in = bufferevent_get_input(c->bev);
     while (!c->close_after && !c->s->shutting_down) {
         if (c->req && c->req->state != REQ_PARSING) return true; /* wait for the handler */
@@ -1397,4 +1436,33 @@ void http_sse_end(struct http_req *r)
     ASSERT(r->sse && !r->done);
     r->done = true;
     req_finished(r); /* the connection closes once the output is flushed */
+}
+
+/* ------------------------------------------------------------------ upgrade */
+
+int http_upgrade(struct http_req *r, const char *protocol, http_upgrade_fn fn, void *arg)
+{
+    ASSERT(!r->done && !r->sse && fn && header_ok("Upgrade", protocol));
+    struct http_conn *c = r->conn;
+    if (c && c->s->shutting_down) {
+        http_reply_error(r, 503, "shutting_down", "", "the server is shutting down");
+        return -ESHUTDOWN;
+    }
+    r->done = true;
+    if (!c || c->close_after || c->lingering) {
+        req_finished(r);
+        return -EPIPE;
+    }
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add_printf(out, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\n"
+                             "Connection: Upgrade\r\n",
+                        protocol);
+    for (size_t i = 0; i < r->out_hdrs.n; i++)
+        evbuffer_add_printf(out, "%s: %s\r\n", r->out_hdrs.v[i].key, r->out_hdrs.v[i].val);
+    evbuffer_add(out, "\r\n", 2);
+    c->upgrade_fn = fn;
+    c->upgrade_arg = arg;
+    bufferevent_disable(c->bev, EV_READ); /* the rest of the input is the new protocol's */
+    req_finished(r); /* in a handler: conn_dispatch hands over; else the resume event does */
+    return 0;
 }

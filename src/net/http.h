@@ -5,7 +5,7 @@
  * request parsing). It does routing with path parameters, JSON bodies with hard
  * size caps, one JSON error shape, keep-alive (one request at a time per
  * connection; pipelined requests wait their turn), deferred replies (long-poll),
- * Server-Sent Events, and graceful shutdown.
+ * Server-Sent Events, protocol upgrades (101, for WebSocket) and graceful shutdown.
  *
  * Ownership: the server owns every struct http_req. A handler either replies
  * before returning, or keeps the pointer and replies later (long-poll, SSE). A
@@ -116,5 +116,28 @@ void http_sse_comment(struct http_req *r, const char *text);
 void http_sse_on_drain(struct http_req *r, http_close_fn fn, void *arg);
 /* Finish the stream; the connection is closed after the data is flushed. */
 void http_sse_end(struct http_req *r);
+
+/* --- protocol upgrade (101 Switching Protocols) --- */
+struct bufferevent;
+/*
+ * Receives an upgraded connection. bev is the connection's bufferevent, now the
+ * callee's to own and free (bufferevent_free closes the socket): its output holds
+ * the 101 reply (maybe not yet flushed), its input any bytes the client sent after
+ * the request; callbacks, timeouts and watermarks are cleared and reading is
+ * disabled. bev is NULL when the connection failed or the server shut down before
+ * the hand-over; then the callee only cleans up.
+ */
+typedef void (*http_upgrade_fn)(struct bufferevent *bev, void *arg);
+/*
+ * Answer r with "101 Switching Protocols", "Upgrade: <protocol>", "Connection: Upgrade"
+ * and the headers added with http_add_header(), then hand the connection over: fn is
+ * called exactly once, after the handler returned (or soon, for a kept request), and
+ * the server forgets the connection (it no longer counts it, times it out or closes it
+ * at shutdown). The request is finished by this call. protocol is a header value such
+ * as "websocket". Returns 0 (fn will run), -EPIPE when the client is already gone, or
+ * -ESHUTDOWN when the server is shutting down (then r was answered 503); fn is not
+ * called in either case. The caller checks the request's own headers first.
+ */
+int http_upgrade(struct http_req *r, const char *protocol, http_upgrade_fn fn, void *arg);
 
 #endif

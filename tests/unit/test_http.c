@@ -11,6 +11,8 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -42,6 +44,9 @@ struct srv {
     int poll_done;
     int fast_saw_poll_done;
     int conns; /* snapshot from srv_conns() */
+    int upgraded;      /* upgrade callbacks with a bufferevent */
+    int upgrade_null;  /* ... with NULL (connection gone first) */
+    int upgrade_ended; /* upgraded connections that ended */
     int bad;   /* failed checks on the loop thread (cr_assert only works on the test's) */
     /* loop thread only */
     struct http_req *poll_req;
@@ -343,6 +348,61 @@ static void h_quit(struct http_req *r, void *arg)
     event_free(g.ctl_ev);
 }
 
+/* An upgraded connection speaks "echo": every byte comes back. */
+static void echo_read(struct bufferevent *bev, void *arg)
+{
+    bufferevent_write_buffer(bev, bufferevent_get_input(bev));
+}
+
+static void echo_event(struct bufferevent *bev, short what, void *arg)
+{
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
+    bufferevent_free(bev);
+    inc(&g.upgrade_ended);
+}
+
+static void on_upgraded(struct bufferevent *bev, void *arg)
+{
+    CHECK(arg == &g);
+    if (!bev) {
+        inc(&g.upgrade_null);
+        return;
+    }
+    inc(&g.upgraded);
+    bufferevent_setcb(bev, echo_read, NULL, echo_event, NULL);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0) echo_read(bev, NULL);
+}
+
+static void h_upgrade(struct http_req *r, void *arg)
+{
+    const char *up = http_req_header(r, "Upgrade");
+    if (!up || strcmp(up, "echo") != 0) {
+        http_reply_error(r, 400, "upgrade_required", "", "send Upgrade: echo");
+        return;
+    }
+    http_add_header(r, "X-Proto", "echo/1");
+    CHECK(http_upgrade(r, "echo", on_upgraded, &g) == 0);
+}
+
+static void upgrade_fire(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_req *r = g.kept[0];
+    if (!r) return; /* the client left first */
+    g.kept[0] = NULL;
+    CHECK(http_upgrade(r, "echo", on_upgraded, &g) == 0);
+}
+
+/* Upgrade a kept request later, from a timer. */
+static void h_upgrade_later(struct http_req *r, void *arg)
+{
+    g.kept[0] = r;
+    http_req_on_close(r, on_close, &g.kept[0]);
+    struct timeval tv = {0, 30 * 1000};
+    event_base_once(g.base, -1, EV_TIMEOUT, upgrade_fire, NULL, &tv);
+    inc(&g.handled);
+}
+
 static bool filter_token(struct http_req *r, void *arg)
 {
     if (strncmp(http_req_path(r), "/private", 8) != 0) return true;
@@ -374,6 +434,8 @@ static void add_routes(void)
     http_route(g.http, "GET", "/orphan", h_orphan, NULL);
     http_route(g.http, "GET", "/big", h_big, NULL);
     http_route(g.http, "POST", "/quit", h_quit, NULL);
+    http_route(g.http, "GET", "/upgrade", h_upgrade, NULL);
+    http_route(g.http, "GET", "/upgrade-later", h_upgrade_later, NULL);
     http_set_filter(g.http, filter_token, NULL);
 }
 
@@ -1163,5 +1225,84 @@ Test(http, listen_address_forms)
     if (http_server_listen(g.http, "[::1]:0", &e) < 0)
         cr_assert_str_neq(e.code, "validation_error");
     srv_run();
+    srv_stop();
+}
+
+/* Read exactly n bytes (after what is buffered) and compare. */
+static void cl_expect(struct cl *c, const char *want)
+{
+    size_t n = strlen(want);
+    while (c->len < n)
+        cr_assert_gt(cl_fill(c), 0, "connection ended before \"%s\"", want);
+    cr_assert(memcmp(c->buf, want, n) == 0, "got \"%.*s\", want \"%s\"", (int)n, c->buf, want);
+    cl_consume(c, n);
+}
+
+/* Read the 101 head of an upgrade. */
+static void cl_switch(struct cl *c)
+{
+    char *end;
+    while (!c->buf || !(end = strstr(c->buf, "\r\n\r\n")))
+        cr_assert_gt(cl_fill(c), 0, "no 101 reply");
+    size_t hlen = (size_t)(end - c->buf) + 4;
+    char *head = strndup(c->buf, hlen);
+    cl_consume(c, hlen);
+    static const char line[] = "HTTP/1.1 101 Switching Protocols\r\n";
+    cr_assert(strncmp(head, line, sizeof line - 1) == 0, "%s", head);
+    char v[64];
+    cr_assert(hdr_get(head, "Upgrade", v, sizeof v) && strcmp(v, "echo") == 0, "%s", head);
+    cr_assert(hdr_get(head, "Connection", v, sizeof v) && strcmp(v, "Upgrade") == 0, "%s", head);
+    cr_assert(!hdr_get(head, "Content-Length", v, sizeof v), "%s", head);
+    free(head);
+}
+
+Test(http, upgrade_hands_the_connection_over)
+{
+    start(NULL);
+    struct cl *c = cl_open();
+    /* the first bytes of the new protocol come in the same packet as the request */
+    cl_send(c, "GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
+               "early");
+    char *end;
+    while (!c->buf || !(end = strstr(c->buf, "\r\n\r\n")))
+        cr_assert_gt(cl_fill(c), 0);
+    char v[32];
+    cr_assert(hdr_get(c->buf, "X-Proto", v, sizeof v) && strcmp(v, "echo/1") == 0, "%s", c->buf);
+    cl_switch(c);
+    cl_expect(c, "early");
+    cl_send(c, "GET / HTTP/1.1\r\n\r\n"); /* no longer HTTP: echoed, not parsed */
+    cl_expect(c, "GET / HTTP/1.1\r\n\r\n");
+    cr_assert_eq(ld(&g.upgraded), 1);
+    cr_assert_eq(srv_conns(), 0, "the server still counts an upgraded connection");
+    /* a kept request upgraded later, from a timer */
+    struct cl *k = cl_open();
+    cl_send(k, "GET /upgrade-later HTTP/1.1\r\nHost: t\r\n\r\n");
+    cl_switch(k);
+    cl_send(k, "later");
+    cl_expect(k, "later");
+    cr_assert_eq(ld(&g.upgraded), 2);
+    /* a client that leaves before a deferred upgrade: close callback, no hand-over */
+    struct cl *gone = cl_open();
+    cl_send(gone, "GET /upgrade-later HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_assert(wait_for(&g.handled, 2));
+    cl_close(gone);
+    cr_assert(wait_for(&g.closes, 1));
+    sleep_ms(60);
+    cr_assert_eq(ld(&g.upgraded), 2);
+    cr_assert_eq(ld(&g.upgrade_null), 0);
+    /* the upgraded connections are the application's: they end when it frees them */
+    cl_close(c);
+    cl_close(k);
+    cr_assert(wait_for(&g.upgrade_ended, 2));
+    /* a refused upgrade is an ordinary reply, and the connection closes after it */
+    c = cl_open();
+    cl_send(c, "GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: other\r\n\r\n");
+    struct resp r;
+    cr_assert(cl_resp(c, &r, false));
+    assert_error(&r, 400, "upgrade_required", NULL);
+    cr_assert(hdr_get(r.head, "Connection", v, sizeof v) && strcmp(v, "close") == 0);
+    resp_free(&r);
+    cr_assert(cl_eof(c));
+    cl_close(c);
     srv_stop();
 }
