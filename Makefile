@@ -9,7 +9,7 @@
 PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 openssl libcurl libseccomp libcap
 CC       ?= cc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lm -lpthread
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lwslay -lm -lpthread
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter \
             -Wstrict-prototypes -Wmissing-prototypes -Wvla

@@ -9,7 +9,11 @@
  *   - create -> first output: POST /v1/sandboxes, then run `echo ready` to completion;
  *   - command round trip: `true` to completion in a running sandbox;
  *   - pause and resume latency, idle and with 256 MiB resident in the sandbox;
- *   - host memory per idle sandbox: MemAvailable drop and init PSS over N sandboxes.
+ *   - host memory per idle sandbox: MemAvailable drop and init PSS over N sandboxes;
+ *   - snapshots (issue 6): snapshot of a running sandbox with a 10,000-file workspace
+ *     after changing 1 file and after changing 1,000, fork, create-from-snapshot,
+ *     and the same with a 100-file workspace to show the cost is flat in its size
+ *     (--snapshots-only runs just these).
  * Beside each, bwrap running the same command on the same machine (a new bwrap per
  * command: it has no running sandbox to talk to, no pause and no resume).
  * Prints median / p90 / min in milliseconds. Needs root (sandboxd does).
@@ -20,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +62,7 @@ static void report(const char *what, double *v, int n, const char *note)
 
 static int conn_fd = -1, port;
 static char resp[1 << 20];
+static char resp_hdrs[8192]; /* the last reply's headers */
 
 static int http_connect(void)
 {
@@ -98,6 +104,10 @@ static int http(const char *method, const char *path, const char *body)
         if (hdr_end && (long)(got - (size_t)(hdr_end + 4 - resp)) >= clen) break;
     }
     int status = atoi(resp + 9);
+    size_t hl = (size_t)(hdr_end - resp);
+    if (hl >= sizeof resp_hdrs) hl = sizeof resp_hdrs - 1;
+    memcpy(resp_hdrs, resp, hl);
+    resp_hdrs[hl] = '\0';
     memmove(resp, hdr_end + 4, (size_t)clen);
     resp[clen] = '\0';
     return status;
@@ -205,6 +215,108 @@ static double bwrap_first_output(const char *const *cmd)
     return first >= 0 ? first : end;
 }
 
+/* A header of the last reply as a number (-1 when absent). */
+static double hdr_num(const char *name)
+{
+    char *h = strcasestr(resp_hdrs, name);
+    return h ? strtod(h + strlen(name) + 1, NULL) : -1;
+}
+
+/* The "id" of the JSON object in resp. */
+static void resp_id(char *out, size_t n)
+{
+    char *p = strstr(resp, "\"id\":\"");
+    out[0] = '\0';
+    if (p) snprintf(out, n, "%.*s", (int)(strcspn(p + 6, "\"") & 63), p + 6);
+}
+
+/* Snapshot, fork and restore timings for a workspace of `files` files. */
+static void bench_snapshots(int files, int iters)
+{
+    char body[1024], path[256], id[64];
+    double snap1[1000], frozen1[1000], snapk[1000], fork[1000], restore[1000], restore_cold[1000];
+    int n1 = 0, nk = 0, nf = 0, nr = 0, nc = 0;
+    snprintf(body, sizeof body, "{\"name\":\"ws%d\",\"timeout_ms\":0}", files);
+    must("POST", "/v1/sandboxes", body);
+    snprintf(path, sizeof path, "/v1/sandboxes/ws%d/commands", files);
+    snprintf(body, sizeof body,
+             "{\"cmd\":\"python3\",\"args\":[\"-c\",\"import os\\nfor i in range(%d):\\n"
+             "    d='/root/ws/d%%d' %% (i %% 100)\\n    os.makedirs(d, exist_ok=True)\\n"
+             "    open(d + '/f%%d' %% i, 'w').write('x' * 100)\\n\"],\"wait\":true}",
+             files);
+    must("POST", path, body);
+    char snaps[64][64];
+    int ns = 0;
+    id[0] = '\0';
+    for (int i = 0; i < iters && i < 1000; i++) {
+        /* change one file, then snapshot the running sandbox */
+        snprintf(body, sizeof body,
+                 "{\"cmd\":\"bash\",\"args\":[\"-c\",\"echo %d >> /root/ws/d0/f0\"],"
+                 "\"wait\":true}", i);
+        must("POST", path, body);
+        snprintf(body, sizeof body, "/v1/sandboxes/ws%d/snapshots", files);
+        double t0 = now_ms();
+        must("POST", body, "{}");
+        snap1[n1] = now_ms() - t0;
+        frozen1[n1++] = hdr_num("X-Rebuno-Frozen-Ms");
+        resp_id(id, sizeof id);
+        if (ns < 64) snprintf(snaps[ns++], sizeof snaps[0], "%.60s", id);
+    }
+    for (int i = 0; i < iters / 3 + 2 && i < 1000; i++) {
+        snprintf(body, sizeof body,
+                 "{\"cmd\":\"python3\",\"args\":[\"-c\",\"for i in range(%d):\\n"
+                 "    open('/root/ws/d%%d/f%%d' %% (i %% 100, i), 'a').write('y')\\n\"],"
+                 "\"wait\":true}",
+                 files < 1000 ? files : 1000);
+        must("POST", path, body);
+        snprintf(body, sizeof body, "/v1/sandboxes/ws%d/snapshots", files);
+        double t0 = now_ms();
+        must("POST", body, "{}");
+        snapk[nk++] = now_ms() - t0;
+    }
+    for (int i = 0; i < iters && i < 1000; i++) {
+        snprintf(body, sizeof body, "{\"name\":\"fk%d-%d\",\"timeout_ms\":0}", files, i);
+        snprintf(path, sizeof path, "/v1/sandboxes/ws%d/fork", files);
+        double t0 = now_ms();
+        must("POST", path, body);
+        fork[nf++] = now_ms() - t0;
+        snprintf(path, sizeof path, "/v1/sandboxes/fk%d-%d", files, i);
+        must("DELETE", path, NULL);
+    }
+    for (int i = 0; i < iters && i < 1000 && ns > 0; i++) {
+        for (int start = 0; start < 2; start++) {
+            snprintf(body, sizeof body,
+                     "{\"name\":\"rs%d-%d-%d\",\"timeout_ms\":0,\"start\":%s,"
+                     "\"source\":{\"type\":\"snapshot\",\"snapshot_id\":\"%s\"}}",
+                     files, i, start, start ? "true" : "false", snaps[i % ns]);
+            double t0 = now_ms();
+            must("POST", "/v1/sandboxes", body);
+            (start ? restore : restore_cold)[start ? nr++ : nc++] = now_ms() - t0;
+            snprintf(path, sizeof path, "/v1/sandboxes/rs%d-%d-%d", files, i, start);
+            must("DELETE", path, NULL);
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "snapshot, %d files, 1 changed", files);
+    report(what, snap1, n1, files >= 10000 ? "target <= 20 ms" : NULL);
+    snprintf(what, sizeof what, "  of which the sandbox was frozen");
+    report(what, frozen1, n1, NULL);
+    snprintf(what, sizeof what, "snapshot, %d files, %d changed", files, files < 1000 ? files : 1000);
+    report(what, snapk, nk, NULL);
+    snprintf(what, sizeof what, "fork (running), %d files", files);
+    report(what, fork, nf, files >= 10000 ? "target <= 30 ms" : NULL);
+    snprintf(what, sizeof what, "create from snapshot, %d files", files);
+    report(what, restore, nr, "with its first session");
+    snprintf(what, sizeof what, "create from snapshot, %d files, start=false", files);
+    report(what, restore_cold, nc, "the clone alone");
+    for (int i = 0; i < ns; i++) {
+        snprintf(path, sizeof path, "/v1/snapshots/%.60s", snaps[i]);
+        http("DELETE", path, NULL);
+    }
+    snprintf(path, sizeof path, "/v1/sandboxes/ws%d", files);
+    must("DELETE", path, NULL);
+}
+
 static pid_t start_sandboxd(const char *bin, const char *state)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -243,6 +355,13 @@ int main(int argc, char **argv)
 {
     const char *bin = "build/rebuno", *state = NULL;
     int iters = 30, idle = 20;
+    bool snapshots_only = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--snapshots-only")) {
+            snapshots_only = true;
+            memmove(argv + i, argv + i + 1, (size_t)(argc - i) * sizeof *argv);
+            argc--;
+        }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--bin")) bin = argv[i + 1];
         else if (!strcmp(argv[i], "--state-dir")) state = argv[i + 1];
@@ -268,6 +387,7 @@ int main(int argc, char **argv)
     double *v = calloc((size_t)(iters * 10 + 1000), sizeof *v);
     char path[256], body[512];
     printf("sandboxd vs bwrap on this machine (%d iterations; state in %s)\n\n", iters, state);
+    if (snapshots_only) goto snapshots;
 
     /* create -> first output */
     int n = 0;
@@ -379,10 +499,15 @@ int main(int argc, char **argv)
         snprintf(path, sizeof path, "/v1/sandboxes/idle%d", i);
         must("DELETE", path, NULL);
     }
-    kill(d, SIGTERM);
-    waitpid(d, NULL, 0);
     printf("\n(MemAvailable is noisy on a shared VM; PSS is the init processes only, kernel\n"
            " objects such as the network namespace are in the MemAvailable figure.)\n");
+snapshots:
+    printf("\nsnapshots, forks and restores (store: btrfs loop image unless the log says "
+           "otherwise)\n");
+    bench_snapshots(100, iters);
+    bench_snapshots(10000, iters);
+    kill(d, SIGTERM);
+    waitpid(d, NULL, 0);
     free(v);
     return 0;
 }

@@ -2,13 +2,14 @@
  * cmd_sandbox.c - `rebuno sandbox ...`: the sandbox service's CLI.
  *
  *   create [NAME]   ls   get NAME   exec NAME -- CMD ARGS...   cp SRC DST
- *   stop NAME   pause NAME   resume NAME   rm NAME
+ *   stop NAME   pause NAME   resume NAME   rm NAME   sh NAME [-- CMD ARGS...]
  *
  * Talks to sandboxd over HTTP (libcurl, through cli/client.h): --url, else
  * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090. Readable output by default,
  * --json for the API's objects. `exec` streams the command's output live (SSE)
  * and exits with the command's exit code; `cp` moves files in 8 MiB chunks by
- * offset, so neither side ever holds a whole large file.
+ * offset, so neither side ever holds a whole large file. `sh` attaches this
+ * terminal to a terminal in the sandbox (cmd_sandbox_sh.c).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include "base/xalloc.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/sandbox_sh.h"
 #include "sandbox/text.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8090"
@@ -51,9 +53,14 @@ static void usage(FILE *f)
             "  exec NAME [opts] -- CMD [ARGS...]\n"
             "                           run a command; exits with its exit code\n"
             "      --user U --sudo --cwd DIR --env K=V --timeout SECONDS -i (send stdin)\n"
+            "  sh NAME [opts] [-- CMD [ARGS...]]\n"
+            "                           an interactive terminal (default /bin/bash); exits with\n"
+            "                           its exit code   --user U --sudo --cwd DIR --env K=V\n"
             "  cp SRC DST               copy a file in or out: NAME:/path on one side,\n"
             "                           a local path (or - for stdin/stdout) on the other\n"
-            "  stop|pause|resume|rm NAME\n\n"
+            "  stop|pause|resume|rm NAME\n"
+            "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
+            "                           snapshots and forks (rebuno sandbox snapshot -h)\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
             DEFAULT_URL);
 }
@@ -505,6 +512,21 @@ static int do_exec(struct client *c, struct opts *o, struct err *err)
     return st.exit_code;
 }
 
+static int do_sh(struct client *c, struct opts *o, struct err *err)
+{
+    if (o->npos < 2)
+        return err_invalid(err, "", "usage: rebuno sandbox sh NAME [options] [-- CMD [ARGS...]]"),
+               CLI_USAGE;
+    struct sbx_sh_opts so = {.name = o->pos[1], .user = o->user, .cwd = o->cwd, .sudo = o->sudo,
+                             .env = o->env, .cmd = o->cmd, .ncmd = o->ncmd};
+    int rc = sbx_cli_sh(c, &so, err);
+    if (err->msg[0]) {
+        fix_err(c, err);
+        return CLI_FAILED;
+    }
+    return rc;
+}
+
 /* "NAME:/path" -> name and path (allocated), or 0 when s is a local path. */
 static int remote(const char *s, char **name, char **path)
 {
@@ -585,6 +607,10 @@ out:
 
 int cmd_sandbox(int argc, char **argv)
 {
+    int ai = cli_find_action(argc, argv); /* snapshots and forks: cmd_drive.c */
+    if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
+                   !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
+        return cmd_sandbox_snap(argc, argv);
     struct opts o;
     struct err err = ERR_INIT;
     if (parse(argc, argv, &o, &err) < 0) {
@@ -616,6 +642,7 @@ int cmd_sandbox(int argc, char **argv)
     else if (!strcmp(a, "rm") || !strcmp(a, "delete")) rc = simple(&c, &o, "DELETE", "", "deleted", &err);
     else if (!strcmp(a, "exec")) rc = do_exec(&c, &o, &err);
     else if (!strcmp(a, "cp")) rc = do_cp(&c, &o, &err);
+    else if (!strcmp(a, "sh") || !strcmp(a, "shell")) rc = do_sh(&c, &o, &err);
     else {
         err_invalid(&err, "", "unknown action \"%s\"", a);
         rc = CLI_USAGE;

@@ -50,6 +50,17 @@ static void usage(FILE *out)
             "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
             "  --output-limit BYTES bytes kept per command stream (default 1048576)\n"
             "  --cgroup MODE        auto, v1 or v2 (default auto)\n"
+            "  --storage MODE       auto, btrfs or copy: where snapshot-able trees live\n"
+            "                       (default auto: btrfs, else a btrfs loop image, else copies)\n"
+            "  --storage-size BYTES size of a new btrfs loop image (sparse; default 32 GiB)\n"
+            "  --snapshot-expiration MS  default expiration of snapshots, 0 = never\n"
+            "                       (default 2592000000, 30 days)\n"
+            "  --network MODE       auto, on or off: sandbox networking through the egress\n"
+            "                       proxy (default auto: on when nft works)\n"
+            "  --net-cidr CIDR      addresses of the sandboxes' veths (default 10.200.0.0/16)\n"
+            "  --upstream-override HOST[:80|:443]=ADDR:PORT  send the proxy's connections for\n"
+            "                       HOST there (repeatable; tests and demos)\n"
+            "  --upstream-ca FILE   extra PEM CA the proxy trusts for upstream servers\n"
             "  --log-level LEVEL    debug, info, warn, error (default info)\n");
 }
 
@@ -75,6 +86,11 @@ int cmd_sandboxd(int argc, char **argv)
     const char *level = "info";
     sbx_spawn_set_title_area();
     long long uid_base = 100000, max_sbx = 1000, out_limit = 1 << 20;
+    long long storage_size = 0, snap_exp = 30LL * 24 * 3600 * 1000;
+    const char *storage = "auto";
+    const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL;
+    const char *overrides[64];
+    int noverrides = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -99,7 +115,19 @@ int cmd_sandboxd(int argc, char **argv)
         if (!strcmp(name, "--listen")) listen = v;
         else if (!strcmp(name, "--state-dir")) state = v;
         else if (!strcmp(name, "--cgroup")) cg = v;
+        else if (!strcmp(name, "--storage")) storage = v;
+        else if (!strcmp(name, "--storage-size"))
+            bad = parse_num(v, 256LL << 20, 1LL << 50, &storage_size);
+        else if (!strcmp(name, "--snapshot-expiration"))
+            bad = parse_num(v, 0, 10LL * 366 * 24 * 3600 * 1000, &snap_exp);
         else if (!strcmp(name, "--log-level")) level = v;
+        else if (!strcmp(name, "--network")) net_mode = v;
+        else if (!strcmp(name, "--net-cidr")) net_cidr = v;
+        else if (!strcmp(name, "--upstream-ca")) upstream_ca = v;
+        else if (!strcmp(name, "--upstream-override")) {
+            if (noverrides == 64) bad = 1;
+            else overrides[noverrides++] = v;
+        }
         else if (!strcmp(name, "--uid-base")) bad = parse_num(v, 1, 4000000000LL, &uid_base);
         else if (!strcmp(name, "--max-sandboxes")) bad = parse_num(v, 1, 60000, &max_sbx);
         else if (!strcmp(name, "--output-limit"))
@@ -135,7 +163,12 @@ int cmd_sandboxd(int argc, char **argv)
     s.http = http_server_new(s.base, &hc);
     struct sbxd_config cfg = {.state_dir = state, .cgroup_mode = cg,
                               .uid_first = (uint32_t)uid_base, .max_sandboxes = (int)max_sbx,
-                              .output_limit = (size_t)out_limit, .start_timeout_ms = 10000};
+                              .output_limit = (size_t)out_limit, .start_timeout_ms = 10000,
+                              .storage_mode = storage, .storage_size = (uint64_t)storage_size,
+                              .snapshot_expiration_ms = snap_exp, .net_mode = net_mode,
+                              .net_cidr = net_cidr,
+                              .upstream_overrides = overrides, .n_upstream_overrides = noverrides,
+                              .upstream_ca = upstream_ca};
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;

@@ -25,6 +25,7 @@ static void usage(FILE *out)
             "  exec      create, list, watch, cancel, approve executions\n"
             "  approval  list and decide approvals\n"
             "  sandbox   create, list, exec in, copy to/from sandboxes (REBUNO_SANDBOX_URL)\n"
+            "  drive     create, list, fork, delete drives for sandboxes\n"
             "tools:\n"
             "  policy    check or try a policy file\n"
             "  version   print the version\n\n"
@@ -46,6 +47,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);
+    if (!strcmp(cmd, "drive")) return cmd_drive(argc - 1, argv + 1);
     if (!strcmp(cmd, "egress-proxy")) return cmd_egress_proxy(argc - 1, argv + 1); /* dev/tests */
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("rebuno %s\n", REBUNO_VERSION);

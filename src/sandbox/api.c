@@ -400,6 +400,7 @@ static void notify_one(struct watch *w, int ev)
 
 void sbx_watch_notify(struct sbxd *d, struct sbx_cmd *c, int ev)
 {
+    sbx_source_on_event(d, c, ev);
     for (struct watch *w = d->watches, *next; w; w = next) {
         next = w->next;
         if (w->cmd == c && w->kind != W_STDIN) {
@@ -471,6 +472,7 @@ static void h_create(struct http_req *r, void *arg)
         reply_err(r, &err);
         return;
     }
+    if (sbx_source_begin(d, s, r)) return; /* git/tarball: answered when it is set up */
     char ms[32];
     snprintf(ms, sizeof ms, "%lld", (long long)(clock_mono_ms() - t0));
     http_add_header(r, "X-Rebuno-Create-Ms", ms);
@@ -1109,4 +1111,6 @@ void sbx_api_register(struct sbxd *d)
     http_route(h, "POST", "/v1/sandboxes/:ref/files/mkdir", h_file_mkdir, d);
     http_route(h, "POST", "/v1/sandboxes/:ref/files/rename", h_file_rename, d);
     http_route(h, "DELETE", "/v1/sandboxes/:ref/files", h_file_remove, d);
+    sbx_api_register_ext(d); /* snapshots, forks, drives, sources: snapshot.c */
+    sbx_pty_routes(d); /* terminals: pty.c */
 }

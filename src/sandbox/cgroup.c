@@ -294,6 +294,11 @@ static void cg_free(struct sbx_cgroup *cg)
     free(cg);
 }
 
+void sbx_cg_forget(struct sbx_cgroup *cg)
+{
+    if (cg) cg_free(cg);
+}
+
 static int rmdir_retry(const char *dir, int timeout_ms)
 {
     int64_t end = clock_mono_ms() + timeout_ms;

@@ -69,6 +69,9 @@ int sbx_cg_stats(const struct sbx_cgroup *cg, struct sbx_cg_stats *st);
 int sbx_cg_count(const struct sbx_cgroup *cg);
 /* Kill what is left, remove the group and free cg. 0 or -errno (cg is freed anyway). */
 int sbx_cg_destroy(struct sbx_cgroup *cg);
+/* Free the handle and leave the group in place (as a crashed daemon would; a later
+ * sbx_cg_root_sweep removes it). */
+void sbx_cg_forget(struct sbx_cgroup *cg);
 /* The cgroup.procs files a process writes "0" into to join the group (one per v1
  * hierarchy, one for v2). Returns how many were stored in out (at most max). */
 int sbx_cg_procs_files(const struct sbx_cgroup *cg, char out[][512], int max);

@@ -12,6 +12,8 @@
  */
 #include "sandbox/sandboxd_int.h"
 
+#include "sandbox/net.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -287,33 +289,36 @@ static void env_set(json_t *env, const char *k, const char *v)
 }
 
 /* Resolve who runs it, where, and with what environment. */
-static int prepare(struct sbx *s, struct sbx_cmd *c, json_t *body, struct sbx_user *u,
-                   json_t **envp, struct err *err)
+int sbx_run_as_prepare(struct sbx *s, json_t *body, struct sbx_run_as *ra, struct err *err)
 {
     const char *user, *cwd;
+    struct sbx_user *u = &ra->u;
+    ra->env = NULL;
+    ra->sudo = false;
     if (sbx_json_str(body, "user", SBX_USER_NAME_MAX, &user, err) < 0 ||
         sbx_json_str(body, "cwd", SBX_PATH_MAX, &cwd, err) < 0 ||
-        sbx_json_bool(body, "sudo", &c->sudo, err) < 0)
+        sbx_json_bool(body, "sudo", &ra->sudo, err) < 0)
         return -1;
     if (!user) user = "root";
     if (sbx_user_resolve(&s->sess->fs, user, u, err) < 0) return -1;
-    snprintf(c->user, sizeof c->user, "%s", u->name);
+    snprintf(ra->user, sizeof ra->user, "%s", u->name);
     const char *home = u->home[0] == '/' ? u->home : "/";
-    if (sbx_path_normalize(cwd ? cwd : home, home, c->cwd, sizeof c->cwd, "cwd", err) < 0)
+    if (sbx_path_normalize(cwd ? cwd : home, home, ra->cwd, sizeof ra->cwd, "cwd", err) < 0)
         return -1;
     json_t *env = json_object();
     struct sbx_user root = {.uid = 0, .gid = 0, .ngroups = 1};
     snprintf(root.name, sizeof root.name, "root");
     snprintf(root.home, sizeof root.home, "/root");
     snprintf(root.shell, sizeof root.shell, "/bin/bash");
-    const struct sbx_user *who = c->sudo ? &root : u;
+    const struct sbx_user *who = ra->sudo ? &root : u;
     env_set(env, "PATH", DEFAULT_PATH);
     env_set(env, "HOME", who->home);
     env_set(env, "USER", who->name);
     env_set(env, "LOGNAME", who->name);
     env_set(env, "SHELL", who->shell[0] ? who->shell : "/bin/sh");
     env_set(env, "LANG", "C.UTF-8");
-    env_set(env, "PWD", c->cwd);
+    env_set(env, "PWD", ra->cwd);
+    sbx_net_env(s, env); /* trust variables for the egress proxy's CA (net.h) */
     json_object_update(env, s->env);
     json_t *extra = json_object_get(body, "env");
     if (extra && !json_is_null(extra)) {
@@ -323,30 +328,33 @@ static int prepare(struct sbx *s, struct sbx_cmd *c, json_t *body, struct sbx_us
         }
         json_object_update(env, extra);
     }
-    if (c->sudo) {
+    if (ra->sudo) {
         u->uid = u->gid = 0;
         u->ngroups = 1;
         u->groups[0] = 0;
     }
-    *envp = env;
+    ra->env = env;
     return 0;
 }
 
-static int send_spawn(struct sbx *s, struct sbx_cmd *c, const struct sbx_user *u, json_t *env,
-                      int fds[3], struct err *err)
+int sbx_spawn_send(struct sbx *s, uint64_t num, json_t *argvj, const struct sbx_run_as *ra,
+                   int fds[3], uint16_t cols, uint16_t rows, struct err *err)
 {
-    size_t argc = json_array_size(c->argv), envc = json_object_size(env);
+    const struct sbx_user *u = &ra->u;
+    json_t *env = ra->env;
+    size_t argc = json_array_size(argvj), envc = json_object_size(env);
     const char **argv = xcalloc(argc + 1, sizeof *argv);
     char **envv = xcalloc(envc + 1, sizeof *envv);
     for (size_t i = 0; i < argc; i++)
-        argv[i] = json_string_value(json_array_get(c->argv, i));
+        argv[i] = json_string_value(json_array_get(argvj, i));
     size_t n = 0;
     const char *k;
     json_t *v;
     json_object_foreach(env, k, v) envv[n++] = xasprintf("%s=%s", k, json_string_value(v));
-    struct sbx_spawn_req r = {.id = c->num, .uid = u->uid, .gid = u->gid,
-                              .ngroups = u->ngroups, .cwd = c->cwd, .argc = (uint32_t)argc,
-                              .envc = (uint32_t)n, .argv = argv, .envp = (const char **)envv};
+    struct sbx_spawn_req r = {.id = num, .uid = u->uid, .gid = u->gid,
+                              .ngroups = u->ngroups, .cwd = ra->cwd, .argc = (uint32_t)argc,
+                              .envc = (uint32_t)n, .argv = argv, .envp = (const char **)envv,
+                              .pty = fds == NULL, .cols = cols, .rows = rows};
     memcpy(r.groups, u->groups, sizeof r.groups);
     struct buf pkt;
     buf_init(&pkt, SBX_MSG_MAX);
@@ -368,13 +376,15 @@ static int send_spawn(struct sbx *s, struct sbx_cmd *c, const struct sbx_user *u
     struct msghdr mh = {0};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    mh.msg_control = cm.buf;
-    mh.msg_controllen = sizeof cm.buf;
-    struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
-    cmh->cmsg_level = SOL_SOCKET;
-    cmh->cmsg_type = SCM_RIGHTS;
-    cmh->cmsg_len = CMSG_LEN(3 * sizeof(int));
-    memcpy(CMSG_DATA(cmh), fds, 3 * sizeof(int));
+    if (fds) { /* a terminal's spawn carries no descriptors */
+        mh.msg_control = cm.buf;
+        mh.msg_controllen = sizeof cm.buf;
+        struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
+        cmh->cmsg_level = SOL_SOCKET;
+        cmh->cmsg_type = SCM_RIGHTS;
+        cmh->cmsg_len = CMSG_LEN(3 * sizeof(int));
+        memcpy(CMSG_DATA(cmh), fds, 3 * sizeof(int));
+    }
     ssize_t w;
     while ((w = sendmsg(s->sess->proc.ctl, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
     }
@@ -459,20 +469,22 @@ struct sbx_cmd *sbx_cmd_start(struct sbx *s, json_t *body, struct err *err)
         json_array_append(c->argv, json_array_get(args, i));
     sbx_ring_init(&c->out, s->d->cfg.output_limit);
     sbx_ring_init(&c->err, s->d->cfg.output_limit);
-    struct sbx_user u;
-    json_t *env = NULL;
+    struct sbx_run_as ra = {.env = NULL};
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
-    if (prepare(s, c, body, &u, &env, err) < 0) goto fail;
+    if (sbx_run_as_prepare(s, body, &ra, err) < 0) goto fail;
+    snprintf(c->user, sizeof c->user, "%s", ra.user);
+    snprintf(c->cwd, sizeof c->cwd, "%s", ra.cwd);
+    c->sudo = ra.sudo;
     if (make_pipe(pin, false) < 0 || make_pipe(pout, true) < 0 || make_pipe(perr, true) < 0) {
         err_internal(err, "cannot make pipes: %s", strerror(errno));
         goto fail;
     }
     int child[3] = {pin[0], pout[1], perr[1]};
-    if (send_spawn(s, c, &u, env, child, err) < 0) goto fail;
+    if (sbx_spawn_send(s, c->num, c->argv, &ra, child, 0, 0, err) < 0) goto fail;
     close(pin[0]);
     close(pout[1]);
     close(perr[1]);
-    json_decref(env);
+    json_decref(ra.env);
     struct event_base *base = s->d->base;
     c->fd_in = pin[1];
     c->fd_out = pout[0];
@@ -506,7 +518,7 @@ fail:
         if (pout[k] >= 0) close(pout[k]);
         if (perr[k] >= 0) close(perr[k]);
     }
-    json_decref(env);
+    json_decref(ra.env);
     buf_fini(&in);
     cmd_free(c);
     return NULL;

@@ -87,12 +87,15 @@ static int resolve(const struct sbx_fs *fs, const char *rel, int flags, bool fol
     return -EAGAIN;
 }
 
-/* Only the sandbox's own file systems: its overlays and tmpfs mounts. */
+/* Only the sandbox's own file systems: its overlays and tmpfs mounts, and its drive
+ * mounts (drive.c: btrfs, or the state folder's ext4/xfs with the copy backend). */
 static bool fs_allowed(int fd)
 {
     struct statfs sf;
     if (fstatfs(fd, &sf) < 0) return false;
-    return sf.f_type == OVERLAYFS_SUPER_MAGIC || sf.f_type == TMPFS_MAGIC;
+    return sf.f_type == OVERLAYFS_SUPER_MAGIC || sf.f_type == TMPFS_MAGIC ||
+           sf.f_type == 0x9123683E /* btrfs */ || sf.f_type == 0x58465342 /* xfs */ ||
+           sf.f_type == 0xEF53 /* ext4 */;
 }
 
 static int check_fs(int fd, const char *path, struct err *err)

@@ -78,6 +78,21 @@ int sbx_userns_create(uint32_t base)
 {
     char line[64];
     if (sbx_idmap_line(base, line, sizeof line) < 0) return -ERANGE;
+    return sbx_userns_create_map(line);
+}
+
+int sbx_userns_create_remap(uint32_t from, uint32_t to)
+{
+    char map[96];
+    if (from == 0 || to == 0 || (uint64_t)from + SBX_IDMAP_COUNT > 0xffffffffull ||
+        (uint64_t)to + SBX_IDMAP_COUNT > 0xffffffffull)
+        return -ERANGE;
+    snprintf(map, sizeof map, "0 0 1\n%u %u %u\n", from, to, SBX_IDMAP_COUNT);
+    return sbx_userns_create_map(map);
+}
+
+int sbx_userns_create_map(const char *line)
+{
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) return -errno;
     static char stack[16384] __attribute__((aligned(16)));

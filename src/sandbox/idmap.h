@@ -35,5 +35,12 @@ int sbx_idmap_line(uint32_t base, char *out, size_t n);
  * Needs CAP_SETUID/CAP_SETGID in the caller's namespace (root).
  */
 int sbx_userns_create(uint32_t base);
+/* The same with the map "0 0 1" + "from to SBX_IDMAP_COUNT": for idmapped mounts of
+ * trees whose files belong to range `from` (a clone of another sandbox's files, a
+ * drive), seen as range `to`; host root stays root so overlayfs and sandboxd (both
+ * host root) can still write there. fd or -errno. */
+int sbx_userns_create_remap(uint32_t from, uint32_t to);
+/* A user namespace with these uid_map/gid_map lines. fd or -errno. */
+int sbx_userns_create_map(const char *map);
 
 #endif

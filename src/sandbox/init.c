@@ -4,6 +4,12 @@
  * Single-threaded, poll()-driven, no allocation in the steady state except the
  * command table. Messages from sandboxd are trusted (they come from the daemon that
  * created us) but are still decoded with bounds checks.
+ *
+ * Terminals (SPAWN_PTY): init opens the pty pair itself, in the sandbox's mount
+ * namespace and private devpts (/dev/pts/ptmx), as the sandbox's root, so the daemon
+ * never opens a device node inside a sandbox. The child makes the slave its
+ * controlling terminal (setsid + TIOCSCTTY), owns it (like login does) and runs as
+ * usual; the master goes back to sandboxd with SPAWNED as SCM_RIGHTS.
  */
 #include "sandbox/init.h"
 
@@ -16,6 +22,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,6 +37,7 @@
 #include "sandbox/proto.h"
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define TTY_GID 5 /* the "tty" group of the default image */
 
 struct running {
     uint64_t id;
@@ -46,6 +55,32 @@ static void send_msg(uint32_t type, uint64_t id, int32_t a, int32_t b, const voi
     while (send(ctl_fd, out.data, out.len, MSG_NOSIGNAL) < 0) {
         if (errno == EINTR) continue;
         _exit(0); /* sandboxd is gone: the pid namespace dies with us */
+    }
+}
+
+/* A header-only message with one descriptor attached (SCM_RIGHTS). */
+static void send_msg_fd(uint32_t type, uint64_t id, int32_t a, int32_t b, int fd)
+{
+    sbx_msg_encode(&out, type, id, a, b, NULL, 0);
+    struct iovec iov = {out.data, out.len};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    memset(&cm, 0, sizeof cm);
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cm.buf;
+    mh.msg_controllen = sizeof cm.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    while (sendmsg(ctl_fd, &mh, MSG_NOSIGNAL) < 0) {
+        if (errno == EINTR) continue;
+        _exit(0);
     }
 }
 
@@ -86,8 +121,11 @@ void sbx_exec_search(const char *file, char *const argv[], char *const envp[])
     errno = eacces ? EACCES : last;
 }
 
-/* In the forked child: become the command. Reports failures on errfd and exits. */
-static void child_exec(const struct sbx_spawn_req *r, int in, int outfd, int errfd_cmd, int errpipe)
+/* In the forked child: become the command. Reports failures on errfd and exits. With
+ * pty, in = outfd = errfd_cmd is the terminal's slave, which becomes the controlling
+ * terminal. */
+static void child_exec(const struct sbx_spawn_req *r, int in, int outfd, int errfd_cmd, int errpipe,
+                       bool pty)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -95,7 +133,14 @@ static void child_exec(const struct sbx_spawn_req *r, int in, int outfd, int err
     for (int s = 1; s < NSIG; s++)
         signal(s, SIG_DFL);
     setsid(); /* own session and process group: kill(-pid) reaches all it starts */
-    int32_t rep[2] = {SBX_STAGE_FORK, 0};
+    int32_t rep[2] = {SBX_STAGE_PTY, 0};
+    if (pty) {
+        if (ioctl(in, TIOCSCTTY, 0) < 0) goto fail;
+        /* the user owns its terminal, as after login; best effort (root keeps it) */
+        if (fchown(in, r->uid, TTY_GID) < 0 || fchmod(in, 0620) < 0) {
+        }
+    }
+    rep[0] = SBX_STAGE_FORK;
     if (dup2(in, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd_cmd, 2) < 0) goto fail;
     syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
     rep[0] = SBX_STAGE_CREDS;
@@ -128,29 +173,69 @@ static void table_add(uint64_t id, pid_t pid)
     ntable++;
 }
 
+/* Open a pty pair in our devpts: master and slave (both close-on-exec), the window
+ * set. 0 or -errno. */
+static int open_pty(uint16_t cols, uint16_t rows, int *master, int *slave)
+{
+    int m = open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) return -errno;
+    int unlock = 0;
+    struct winsize ws = {.ws_row = rows, .ws_col = cols};
+    int s = -1;
+    if (ioctl(m, TIOCSPTLCK, &unlock) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0 ||
+        (s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        int e = errno;
+        close(m);
+        return -e;
+    }
+    *master = m;
+    *slave = s;
+    return 0;
+}
+
 static void do_spawn(const struct sbx_msg_hdr *h, const void *payload, int fds[3])
 {
     struct sbx_spawn_req r;
-    if (sbx_spawn_decode(payload, h->len, h->id, &r) < 0) {
+    bool pty = h->type == SBX_MSG_SPAWN_PTY;
+    if (sbx_spawn_decode(payload, h->len, h->id, &r) < 0 ||
+        (pty && (h->a < 1 || h->a > SBX_PTY_DIM_MAX || h->b < 1 || h->b > SBX_PTY_DIM_MAX))) {
+        if (r.argv) sbx_spawn_req_fini(&r);
         send_msg(SBX_MSG_SPAWN_FAILED, h->id, EINVAL, SBX_STAGE_FORK, NULL, 0);
         return;
+    }
+    int master = -1, slave = -1, pty_fds[3];
+    if (pty) {
+        int e = open_pty((uint16_t)h->a, (uint16_t)h->b, &master, &slave);
+        if (e < 0) {
+            sbx_spawn_req_fini(&r);
+            send_msg(SBX_MSG_SPAWN_FAILED, h->id, -e, SBX_STAGE_PTY, NULL, 0);
+            return;
+        }
+        pty_fds[0] = pty_fds[1] = pty_fds[2] = slave;
+        fds = pty_fds;
     }
     int ep[2];
     if (pipe2(ep, O_CLOEXEC) < 0) {
         send_msg(SBX_MSG_SPAWN_FAILED, h->id, errno, SBX_STAGE_FORK, NULL, 0);
         sbx_spawn_req_fini(&r);
+        if (pty) {
+            close(master);
+            close(slave);
+        }
         return;
     }
     pid_t pid = fork();
     if (pid == 0) {
         close(ep[0]);
-        child_exec(&r, fds[0], fds[1], fds[2], ep[1]);
+        child_exec(&r, fds[0], fds[1], fds[2], ep[1], pty);
     }
     int fork_errno = errno;
     close(ep[1]);
+    if (pty) close(slave); /* the child has it; the master's reads see EIO once all are gone */
     sbx_spawn_req_fini(&r);
     if (pid < 0) {
         close(ep[0]);
+        if (pty) close(master);
         send_msg(SBX_MSG_SPAWN_FAILED, h->id, fork_errno, SBX_STAGE_FORK, NULL, 0);
         return;
     }
@@ -161,11 +246,32 @@ static void do_spawn(const struct sbx_msg_hdr *h, const void *payload, int fds[3
     close(ep[0]);
     if (n == (ssize_t)sizeof rep) {
         /* the child exits 127; it is reaped as an unknown pid */
+        if (pty) close(master);
         send_msg(SBX_MSG_SPAWN_FAILED, h->id, rep[1], rep[0], NULL, 0);
         return;
     }
     table_add(h->id, pid);
-    send_msg(SBX_MSG_SPAWNED, h->id, (int32_t)pid, 0, NULL, 0);
+    if (pty) {
+        send_msg_fd(SBX_MSG_SPAWNED, h->id, (int32_t)pid, 0, master);
+        close(master);
+    } else {
+        send_msg(SBX_MSG_SPAWNED, h->id, (int32_t)pid, 0, NULL, 0);
+    }
+}
+
+/* Signal every process of session sid (inside pids; init itself is never one). */
+static void kill_session(pid_t sid, int sig)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1 || pid > INT_MAX) continue;
+        if (getsid((pid_t)pid) == sid) kill((pid_t)pid, sig);
+    }
+    closedir(d);
 }
 
 static void do_signal(const struct sbx_msg_hdr *h)
@@ -174,7 +280,10 @@ static void do_signal(const struct sbx_msg_hdr *h)
     if (sig < 0 || sig >= NSIG) return;
     for (size_t i = 0; i < ntable; i++)
         if (table[i].id == h->id) {
-            kill(h->b ? -table[i].pid : table[i].pid, sig);
+            if (h->b == SBX_SIG_SESSION)
+                kill_session(table[i].pid, sig);
+            else
+                kill(h->b == SBX_SIG_GROUP ? -table[i].pid : table[i].pid, sig);
             return;
         }
 }
@@ -217,6 +326,10 @@ static void read_ctl(char *pkt)
                   sbx_msg_decode(pkt, (size_t)n, &h, &payload) == 0;
         if (ok && h.type == SBX_MSG_SPAWN && nfds == 3)
             do_spawn(&h, payload, fds);
+        else if (ok && h.type == SBX_MSG_SPAWN_PTY && nfds == 0)
+            do_spawn(&h, payload, fds);
+        else if (ok && h.type == SBX_MSG_SPAWN_PTY)
+            send_msg(SBX_MSG_SPAWN_FAILED, h.id, EBADF, SBX_STAGE_FORK, NULL, 0);
         else if (ok && h.type == SBX_MSG_SPAWN)
             send_msg(SBX_MSG_SPAWN_FAILED, h.id, EBADF, SBX_STAGE_FORK, NULL, 0);
         else if (ok && h.type == SBX_MSG_SIGNAL)

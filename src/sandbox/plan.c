@@ -82,6 +82,16 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
         return err_invalid(err, "image", "usr directory \"%s\" is not a usable path",
                            in->usr_dir);
     if (in->uid_base == 0) return err_invalid(err, "uid_base", "uid base must not be 0");
+    if (in->fs_dir && !sbx_plan_path_ok(in->fs_dir))
+        return err_invalid(err, "state_dir", "upper directory \"%s\" is not a usable path",
+                           in->fs_dir);
+    if (in->nmounts > SBX_MOUNTS_MAX)
+        return err_invalid(err, "mounts", "at most %d mounts", SBX_MOUNTS_MAX);
+    for (size_t i = 0; i < in->nmounts; i++)
+        if (!sbx_plan_path_ok(in->mounts[i].source) ||
+            !sbx_plan_mount_path_ok(in->mounts[i].target))
+            return err_invalid(err, "mounts", "mount %s is not a usable path",
+                               in->mounts[i].target ? in->mounts[i].target : "?");
     const char *D = in->sandbox_dir;
     uint32_t B = in->uid_base;
     unsigned long long tmp = in->tmp_bytes ? (unsigned long long)in->tmp_bytes : 64ull << 20;
@@ -96,15 +106,24 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
     op_two(p, SBX_OP_IDMAP_BIND, xstrdup(in->usr_dir), xasprintf("%s/usr", L),
            MS_RDONLY | MS_NOSUID | MS_NODEV);
 
+    /* U: the upper tree, bound idmapped when its files belong to another range */
+    char *U = in->fs_dir ? xstrdup(in->fs_dir) : xasprintf("%s/fs", D);
+    if (in->data_base && in->data_base != B) {
+        op_mkdir(p, xasprintf("%s/fs", L), 0700);
+        op_two(p, SBX_OP_IDMAP_BIND, U, xasprintf("%s/fs", L), MS_NOSUID | MS_NODEV);
+        p->ops[p->n - 1].ns = SBX_NS_FS;
+        U = xasprintf("%s/fs", L);
+    }
     struct sbx_op *o = push(p, SBX_OP_OVERLAY);
     o->target = xstrdup(M);
-    o->data = xasprintf("lowerdir=%s/image,upperdir=%s/fs/upper,workdir=%s/fs/work", L, D, D);
+    o->data = xasprintf("lowerdir=%s/image,upperdir=%s/upper,workdir=%s/work", L, U, U);
     o->flags = MS_NOSUID | MS_NODEV;
     op_mkdir(p, xasprintf("%s/usr", M), 0755);
     o = push(p, SBX_OP_OVERLAY);
     o->target = xasprintf("%s/usr", M);
-    o->data = xasprintf("lowerdir=%s/usr,upperdir=%s/fs/upper/usr,workdir=%s/fs/work-usr", L, D, D);
+    o->data = xasprintf("lowerdir=%s/usr,upperdir=%s/upper/usr,workdir=%s/work-usr", L, U, U);
     o->flags = MS_NOSUID | MS_NODEV;
+    free(U);
 
     op_mkdir(p, xasprintf("%s/proc", M), 0555);
     o = push(p, SBX_OP_PROC);
@@ -159,9 +178,35 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
         p->ops[p->n - 1].optional = 1;
     }
 
+    /* drive mounts: after everything else, so none can be shadowed */
+    for (size_t i = 0; i < in->nmounts; i++) {
+        o = push(p, SBX_OP_BIND_IN);
+        o->source = xstrdup(in->mounts[i].source);
+        o->target = xstrdup(M);
+        o->data = xstrdup(in->mounts[i].target + 1);
+        o->flags = MS_NOSUID | MS_NODEV | (in->mounts[i].readonly ? MS_RDONLY : 0);
+        o->ns = SBX_NS_MOUNTS;
+        o->owner = B;
+    }
+
     o = push(p, SBX_OP_PIVOT);
     o->target = M;
     free(L);
+    return 0;
+}
+
+int sbx_plan_mount_path_ok(const char *p)
+{
+    if (!sbx_plan_path_ok(p) || !strcmp(p, "/") || strlen(p) > SBX_MOUNT_PATH_MAX) return 0;
+    return p[strlen(p) - 1] != '/';
+}
+
+int sbx_plan_uses_ns(const struct sbx_plan *p, int ns)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if ((p->ops[i].kind == SBX_OP_IDMAP_BIND || p->ops[i].kind == SBX_OP_BIND_IN) &&
+            p->ops[i].ns == ns)
+            return 1;
     return 0;
 }
 
@@ -190,6 +235,7 @@ const char *sbx_op_name(enum sbx_op_kind k)
     case SBX_OP_SYMLINK: return "symlink";
     case SBX_OP_BIND_RO: return "read-only bind";
     case SBX_OP_PIVOT: return "pivot_root";
+    case SBX_OP_BIND_IN: return "mount";
     }
     return "?";
 }

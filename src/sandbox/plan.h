@@ -18,6 +18,16 @@
  *                             /proc files masked; then pivot_root into D/mnt/root.
  * Both overlays write into one upper tree (D/fs/upper), so a sandbox's changes are
  * one directory: what snapshots will turn into a layer.
+ *
+ * With a store (storage.h) the upper, work and work-usr directories live in one
+ * snapshot-able tree U (fs_dir) instead of D/fs. A tree cloned from another
+ * sandbox keeps its files' on-disk owners (the range of the sandbox that wrote them,
+ * data_base): U is then bound idmapped at D/mnt/layers/fs with a user namespace
+ * mapping "0 0 1" plus data_base.. -> uid_base.., so the clone's files show as this
+ * sandbox's own without a chown of every file. Drive mounts (mounts[]) are bound the
+ * same way from their on-disk range (mount_base), after /tmp and before the pivot;
+ * their mount points are created component by component inside the new root,
+ * never following a symlink.
  */
 #ifndef REBUNO_SANDBOX_PLAN_H
 #define REBUNO_SANDBOX_PLAN_H
@@ -40,6 +50,19 @@ enum sbx_op_kind {
     SBX_OP_SYMLINK,    /* source (the link's text) -> target */
     SBX_OP_BIND_RO,    /* source -> target, then read-only */
     SBX_OP_PIVOT,      /* target becomes / */
+    SBX_OP_BIND_IN,    /* source -> data (a path inside the root `target`), idmapped */
+};
+
+/* Which user namespace an idmapped bind uses (index into sbx_plan_exec's fds). */
+enum sbx_plan_ns { SBX_NS_SESSION = 0, SBX_NS_FS = 1, SBX_NS_MOUNTS = 2, SBX_NS_COUNT = 3 };
+
+#define SBX_MOUNTS_MAX 16       /* drive mounts per sandbox */
+#define SBX_MOUNT_PATH_MAX 256  /* characters of a mount path inside the sandbox */
+
+struct sbx_plan_mount {
+    const char *source; /* host path of the tree: absolute, sbx_plan_path_ok */
+    const char *target; /* canonical absolute path inside the sandbox, not "/" */
+    int readonly;
 };
 
 struct sbx_op {
@@ -49,6 +72,8 @@ struct sbx_op {
     mode_t mode;
     dev_t dev;
     int optional; /* a missing target is skipped (masks of /proc files) */
+    int ns;       /* SBX_OP_IDMAP_BIND, SBX_OP_BIND_IN: enum sbx_plan_ns */
+    uid_t owner;  /* SBX_OP_BIND_IN: owner (uid = gid) of mount points it creates */
 };
 
 struct sbx_plan {
@@ -62,6 +87,11 @@ struct sbx_plan_input {
     const char *usr_dir;     /* the /usr lower: absolute (normally "/usr") */
     uint32_t uid_base;       /* B: host uid (and gid) of root inside */
     uint64_t tmp_bytes;      /* size cap of /tmp and /dev/shm */
+    const char *fs_dir;      /* U: holds upper/, work/, work-usr/; NULL: D/fs */
+    uint32_t data_base;      /* on-disk uid of root in U; 0 or uid_base: no remap */
+    const struct sbx_plan_mount *mounts; /* drive mounts, at most SBX_MOUNTS_MAX */
+    size_t nmounts;
+    uint32_t mount_base;     /* on-disk uid of root in the mounted trees */
 };
 
 /* 0, or -1 with err (400 for a path that cannot be used safely). */
@@ -72,11 +102,19 @@ const char *sbx_op_name(enum sbx_op_kind k);
  * only [A-Za-z0-9/._+@-]. */
 int sbx_plan_path_ok(const char *p);
 
+/* Whether a plan needs the remapping namespace ns (SBX_NS_FS, SBX_NS_MOUNTS). */
+int sbx_plan_uses_ns(const struct sbx_plan *p, int ns);
+/* A canonical mount path inside a sandbox: absolute, no "."/".." or empty components,
+ * no trailing slash, not "/", at most SBX_MOUNT_PATH_MAX characters of
+ * [A-Za-z0-9/._+@-]. */
+int sbx_plan_mount_path_ok(const char *p);
+
 /*
  * Run the plan (in the child, in its new mount namespace, as root of the initial
- * user namespace). userns_fd is the session's user namespace, used for idmapped
- * lowers. Returns 0, or -errno with *failed set to the operation that failed.
+ * user namespace). userns_fds[SBX_NS_COUNT]: the session's user namespace (used for
+ * idmapped lowers) and the remapping ones (-1 when the plan does not use them).
+ * Returns 0, or -errno with *failed set to the operation that failed.
  */
-int sbx_plan_exec(const struct sbx_plan *p, int userns_fd, const struct sbx_op **failed);
+int sbx_plan_exec(const struct sbx_plan *p, const int *userns_fds, const struct sbx_op **failed);
 
 #endif

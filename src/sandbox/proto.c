@@ -34,6 +34,9 @@ int sbx_msg_decode(const void *p, size_t n, struct sbx_msg_hdr *h, const void **
 int sbx_spawn_encode(const struct sbx_spawn_req *r, struct buf *out)
 {
     if (r->ngroups > SBX_MAX_GROUPS || r->argc == 0) return -EINVAL;
+    if (r->pty && (r->cols < 1 || r->cols > SBX_PTY_DIM_MAX || r->rows < 1 ||
+                   r->rows > SBX_PTY_DIM_MAX))
+        return -EINVAL;
     struct buf pl;
     buf_init(&pl, SBX_MSG_MAX);
     uint32_t head[5] = {r->uid, r->gid, r->ngroups, r->argc, r->envc};
@@ -45,7 +48,9 @@ int sbx_spawn_encode(const struct sbx_spawn_req *r, struct buf *out)
     for (uint32_t i = 0; !e && i < r->envc; i++)
         e = buf_append(&pl, r->envp[i], strlen(r->envp[i]) + 1);
     if (!e && pl.len + sizeof(struct sbx_msg_hdr) > SBX_MSG_MAX) e = -E2BIG;
-    if (!e) sbx_msg_encode(out, SBX_MSG_SPAWN, r->id, 0, 0, pl.data, pl.len);
+    if (!e)
+        sbx_msg_encode(out, r->pty ? SBX_MSG_SPAWN_PTY : SBX_MSG_SPAWN, r->id,
+                       r->pty ? r->cols : 0, r->pty ? r->rows : 0, pl.data, pl.len);
     buf_fini(&pl);
     return e ? -E2BIG : 0;
 }

@@ -7,12 +7,18 @@
  * sandbox could have left a symlink named like a mount point in its upper layer,
  * and mount(2) follows symlinks). Idmapped lowers use the new mount API:
  * open_tree(OPEN_TREE_CLONE) + mount_setattr(MOUNT_ATTR_IDMAP) + move_mount.
+ * Drive mount points (SBX_OP_BIND_IN) are paths chosen by the API's caller inside
+ * a root the sandbox wrote: they are walked one component at a time from the new
+ * root with O_NOFOLLOW (missing directories are made and given to the sandbox's
+ * root), and the tree is moved onto the final directory's descriptor.
  */
 #include "sandbox/plan.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -40,10 +46,10 @@ static int do_mkdir(const struct sbx_op *o)
     return real_dir(o->target);
 }
 
-static int do_idmap_bind(const struct sbx_op *o, int userns_fd)
+/* A detached, idmapped (and maybe read-only) clone of o->source; fd or -errno. */
+static int idmapped_tree(const struct sbx_op *o, int userns_fd)
 {
-    int e = real_dir(o->target);
-    if (e < 0) return e;
+    if (userns_fd < 0) return -EINVAL;
     int fd = (int)syscall(SYS_open_tree, AT_FDCWD, o->source,
                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (fd < 0) return -errno;
@@ -53,10 +59,73 @@ static int do_idmap_bind(const struct sbx_op *o, int userns_fd)
     if (o->flags & MS_NOSUID) attr.attr_set |= MOUNT_ATTR_NOSUID;
     if (o->flags & MS_NODEV) attr.attr_set |= MOUNT_ATTR_NODEV;
     attr.userns_fd = (uint64_t)userns_fd;
-    int r = (int)syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr);
-    if (r == 0)
-        r = (int)syscall(SYS_move_mount, fd, "", AT_FDCWD, o->target, MOVE_MOUNT_F_EMPTY_PATH);
-    e = r < 0 ? -errno : 0;
+    if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+/* Walk o->data below the root o->target, making missing directories. */
+static int do_bind_in(const struct sbx_op *o, int userns_fd)
+{
+    int dfd = open(o->target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return -errno;
+    char rel[512];
+    if (snprintf(rel, sizeof rel, "%s", o->data) >= (int)sizeof rel) {
+        close(dfd);
+        return -ENAMETOOLONG;
+    }
+    int e = 0;
+    for (char *save = NULL, *c = strtok_r(rel, "/", &save); c && !e;
+         c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, ".") || !strcmp(c, "..")) {
+            e = -EINVAL;
+            break;
+        }
+        int next = openat(dfd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT) {
+            if (mkdirat(dfd, c, 0755) < 0 && errno != EEXIST) {
+                e = -errno;
+                break;
+            }
+            if (fchownat(dfd, c, o->owner, o->owner, AT_SYMLINK_NOFOLLOW) < 0) {
+                e = -errno;
+                break;
+            }
+            next = openat(dfd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (next < 0) {
+            e = errno == ENOTDIR || errno == ELOOP ? -ENOTDIR : -errno;
+            break;
+        }
+        close(dfd);
+        dfd = next;
+    }
+    if (!e) {
+        int fd = idmapped_tree(o, userns_fd);
+        if (fd < 0) {
+            e = fd;
+        } else {
+            if (syscall(SYS_move_mount, fd, "", dfd, "",
+                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                e = -errno;
+            close(fd);
+        }
+    }
+    close(dfd);
+    return e;
+}
+
+static int do_idmap_bind(const struct sbx_op *o, int userns_fd)
+{
+    int e = real_dir(o->target);
+    if (e < 0) return e;
+    int fd = idmapped_tree(o, userns_fd);
+    if (fd < 0) return fd;
+    if (syscall(SYS_move_mount, fd, "", AT_FDCWD, o->target, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        e = -errno;
     close(fd);
     return e;
 }
@@ -83,8 +152,9 @@ static int do_pivot(const struct sbx_op *o)
     return 0;
 }
 
-static int run_op(const struct sbx_op *o, int userns_fd)
+static int run_op(const struct sbx_op *o, const int *fds)
 {
+    int userns_fd = o->ns >= 0 && o->ns < SBX_NS_COUNT ? fds[o->ns] : -1;
     int e;
     switch (o->kind) {
     case SBX_OP_PRIVATE:
@@ -114,15 +184,17 @@ static int run_op(const struct sbx_op *o, int userns_fd)
         return do_bind_ro(o);
     case SBX_OP_PIVOT:
         return do_pivot(o);
+    case SBX_OP_BIND_IN:
+        return do_bind_in(o, userns_fd);
     }
     return -EINVAL;
 }
 
-int sbx_plan_exec(const struct sbx_plan *p, int userns_fd, const struct sbx_op **failed)
+int sbx_plan_exec(const struct sbx_plan *p, const int *userns_fds, const struct sbx_op **failed)
 {
     *failed = NULL;
     for (size_t i = 0; i < p->n; i++) {
-        int e = run_op(&p->ops[i], userns_fd);
+        int e = run_op(&p->ops[i], userns_fds);
         if (e < 0) {
             *failed = &p->ops[i];
             return e;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@
 #include "base/xalloc.h"
 #include "sandbox/idmap.h"
 #include "sandbox/image.h"
+#include "sandbox/net.h"
 #include "sandbox/plan.h"
 #include "sandbox/validate.h"
 
@@ -64,6 +66,7 @@ int sbx_save(struct sbx *s, struct err *err)
 {
     char *meta = json_dumps(s->metadata, JSON_COMPACT | JSON_SORT_KEYS);
     char *env = json_dumps(s->env, JSON_COMPACT | JSON_SORT_KEYS);
+    char *ext = sbx_ext_dump(s);
     struct sbx_row r = {
         .id = s->id, .name = s->name, .state = sbx_state_name(s->state), .image = s->image,
         .metadata = meta, .env = env, .on_timeout = s->on_timeout_pause ? "pause" : "stop",
@@ -71,10 +74,13 @@ int sbx_save(struct sbx *s, struct err *err)
         .memory_mb = s->memory_mb, .pids_max = s->pids_max, .timeout_ms = s->timeout_ms,
         .created_at = s->created_at, .updated_at = s->updated_at, .started_at = s->started_at,
         .stopped_at = s->stopped_at, .expires_at = s->expires_at, .session_seq = s->session_seq,
+        .ext = ext,
     };
     int rc = sbx_store_save(s->d->store, &r, err);
+    if (rc == 0) rc = sbx_net_save(s, err);
     free(meta);
     free(env);
+    free(ext);
     return rc;
 }
 
@@ -136,10 +142,13 @@ static struct sbx *sbx_alloc(struct sbxd *d, const char *id)
 
 static void sbx_free(struct sbx *s)
 {
+    sbx_ptys_free(s);
     sbx_cmds_free(s);
     if (s->timeout_ev) event_free(s->timeout_ev);
     json_decref(s->metadata);
     json_decref(s->env);
+    sbx_ext_free(s);
+    sbx_net_cfg_free(s);
     free(s->dir);
     free(s);
 }
@@ -197,35 +206,32 @@ static const char *hostname_of(const struct sbx *s)
     return hostname_ok(s->name) ? s->name : "sandbox";
 }
 
-/* The sandbox's directory: upper and work dirs, mount points, and its own
- * /etc/hostname and /etc/hosts in the upper layer. */
+/* The sandbox's directory (mount points) and, in its upper tree (sbx_upper_make), its
+ * own /etc/hostname and /etc/hosts. Files there belong to the tree's range. */
 static int make_dirs(struct sbx *s, struct err *err)
 {
-    uid_t B = s->uid_base;
+    uid_t B = s->data_base ? s->data_base : s->uid_base;
     char p[PATH_MAX];
-    static const struct {
-        const char *rel;
-        mode_t mode;
-        int owned; /* by the sandbox's root */
-    } dirs[] = {{"", 0700, 0},          {"fs", 0700, 0},       {"fs/upper", 0755, 1},
-                {"fs/upper/usr", 0755, 1}, {"fs/upper/etc", 0755, 1}, {"fs/work", 0700, 0},
-                {"fs/work-usr", 0700, 0}, {"mnt", 0700, 0},      {"mnt/root", 0755, 0},
-                {"mnt/layers", 0700, 0}};
+    static const char *const dirs[] = {"", "mnt", "mnt/root", "mnt/layers"};
+    static const mode_t modes[] = {0700, 0700, 0755, 0700};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", s->dir, dirs[i].rel);
-        int e = mkdir_owned(p, dirs[i].mode, dirs[i].owned ? B : 0);
+        snprintf(p, sizeof p, "%s/%s", s->dir, dirs[i]);
+        int e = mkdir_owned(p, modes[i], 0);
         if (e < 0) return err_internal(err, "cannot create %s: %s", p, strerror(-e));
     }
+    snprintf(p, sizeof p, "%s/upper/etc", s->fs_dir);
+    int e = mkdir_owned(p, 0755, B);
+    if (e < 0) return err_internal(err, "cannot create %s: %s", p, strerror(-e));
     char hosts[256];
     snprintf(hosts, sizeof hosts,
              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
              hostname_of(s));
     char hn[80];
     snprintf(hn, sizeof hn, "%s\n", hostname_of(s));
-    snprintf(p, sizeof p, "%s/fs/upper/etc/hosts", s->dir);
-    int e = write_owned(p, hosts, B);
+    snprintf(p, sizeof p, "%s/upper/etc/hosts", s->fs_dir);
+    e = write_owned(p, hosts, B);
     if (!e) {
-        snprintf(p, sizeof p, "%s/fs/upper/etc/hostname", s->dir);
+        snprintf(p, sizeof p, "%s/upper/etc/hostname", s->fs_dir);
         e = write_owned(p, hn, B);
     }
     if (e < 0) return err_internal(err, "cannot write %s: %s", p, strerror(-e));
@@ -297,15 +303,40 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------------ sessions */
 
+/* One packet from init, with at most one descriptor (a terminal's master) in *fd. */
+static ssize_t ctl_recv(int sock, char *pkt, size_t n, int *fd)
+{
+    struct iovec iov = {pkt, n};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cm.buf;
+    mh.msg_controllen = sizeof cm.buf;
+    *fd = -1;
+    ssize_t r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0) return r;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int)) && *fd < 0)
+            memcpy(fd, CMSG_DATA(c), sizeof(int));
+    return r;
+}
+
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
     char pkt[256];
     for (int i = 0; i < 256 && s->sess; i++) {
-        ssize_t n = recv(fd, pkt, sizeof pkt, MSG_DONTWAIT);
+        int mfd;
+        ssize_t n = ctl_recv(fd, pkt, sizeof pkt, &mfd);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) { /* init is gone; the pidfd event ends the session */
+            if (mfd >= 0) close(mfd);
             event_del(s->sess->ctl_ev);
             return;
         }
@@ -313,9 +344,11 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
         const void *pl;
         if (sbx_msg_decode(pkt, (size_t)n, &h, &pl) < 0 || h.len != 0) {
             log_warn("bad message from init", "sandbox=%s bytes=%zd", s->id, n);
+            if (mfd >= 0) close(mfd);
             continue;
         }
-        sbx_cmd_on_msg(s, h.type, h.id, h.a, h.b);
+        if (!sbx_pty_on_msg(s, h.type, h.id, h.a, h.b, mfd)) /* takes mfd */
+            sbx_cmd_on_msg(s, h.type, h.id, h.a, h.b);
     }
 }
 
@@ -352,6 +385,13 @@ static int session_start(struct sbx *s, struct err *err)
         .cg = cg,
         .timeout_ms = d->cfg.start_timeout_ms,
     };
+    p.plan.fs_dir = s->fs_dir;
+    p.plan.data_base = s->data_base;
+    if (sbx_mounts_acquire(s, &p.plan, err) < 0) {
+        sbx_cg_destroy(cg);
+        free(image_dir);
+        return -1;
+    }
     struct sbx_session *ss = xcalloc(1, sizeof *ss);
     int64_t t0 = clock_mono_ms();
     int rc = sbx_session_spawn(&p, &ss->proc, err);
@@ -359,6 +399,7 @@ static int session_start(struct sbx *s, struct err *err)
     if (rc < 0) {
         sbx_cg_destroy(cg);
         free(ss);
+        sbx_mounts_release(s);
         log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
         return -1;
     }
@@ -366,6 +407,14 @@ static int session_start(struct sbx *s, struct err *err)
     ss->cg = cg;
     ss->fs.rootfd = ss->proc.rootfd;
     ss->fs.uid_base = s->uid_base;
+    if (sbx_net_session_start(s, ss, err) < 0) { /* its veth, proxy context, trust store */
+        sbx_session_kill(&ss->proc, 1000);
+        sbx_cg_destroy(cg);
+        free(ss);
+        sbx_mounts_release(s);
+        log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
+        return -1;
+    }
     ss->started_at = clock_now_ms();
     uuid_v7(ss->id);
     ss->ctl_ev = event_new(d->base, ss->proc.ctl, EV_READ | EV_PERSIST, on_ctl, s);
@@ -393,12 +442,15 @@ static void session_end(struct sbx *s, const char *reason)
     event_free(ss->ctl_ev);
     event_free(ss->pid_ev);
     sbx_session_kill(&ss->proc, 1000); /* reaps; kills if still there */
+    sbx_net_session_end(s, ss);
     int e = sbx_cg_destroy(ss->cg);
     if (e < 0)
         log_warn("cgroup not removed", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
     s->sess = NULL;
     free(ss);
+    sbx_mounts_release(s); /* read-write drives are committed */
     sbx_cmds_session_ended(s);
+    sbx_ptys_session_ended(s);
     s->state = SBX_STOPPED;
     s->stopped_at = s->updated_at = clock_now_ms();
     s->expires_at = 0;
@@ -529,6 +581,8 @@ int sbx_delete(struct sbx *s, struct err *err)
     struct sbxd *d = s->d;
     if (s->sess) sbx_stop(s, "deleted", err);
     if (sbx_store_delete(d->store, s->id, err) < 0) return -1;
+    sbx_net_forget(s);
+    sbx_upper_remove(s);
     char trash[PATH_MAX];
     snprintf(trash, sizeof trash, "%s/%s", d->trash_dir, s->id);
     if (rename(s->dir, trash) == 0)
@@ -571,8 +625,15 @@ static int parse_on_timeout(const json_t *body, bool *pause, struct err *err)
 
 struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err)
 {
+    return sbx_create_ex(d, body, NULL, err);
+}
+
+struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, struct err *err)
+{
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
-                                        "on_timeout", "image", "start", NULL};
+                                        "on_timeout", "image", "start", "source", "mounts",
+                                        "snapshot_expiration_ms", "network_policy",
+                                        "network_id", "ports", NULL};
     if (!json_is_object(body)) {
         err_invalid(err, "body", "the body must be a JSON object");
         return NULL;
@@ -599,6 +660,9 @@ struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err)
     if (env && !json_is_null(env) && sbx_validate_env(env, "env", err) < 0) return NULL;
     bool start = true;
     if (sbx_json_bool(body, "start", &start, err) < 0) return NULL;
+    json_t *source = json_object_get(body, "source");
+    if (source && json_is_null(source)) source = NULL;
+    if (source && !fork_from && sbx_source_check(source, err) < 0) return NULL;
 
     char id[UUID_STR_LEN];
     uuid_v7(id);
@@ -607,9 +671,11 @@ struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err)
     s->memory_mb = 2048;
     s->pids_max = 1024;
     s->timeout_ms = SBX_DEFAULT_TIMEOUT_MS;
+    s->snap_expiration_ms = -1;
     if (parse_resources(json_object_get(body, "resources"), s, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
-        parse_on_timeout(body, &s->on_timeout_pause, err) < 0)
+        parse_on_timeout(body, &s->on_timeout_pause, err) < 0 || sbx_ext_parse(s, body, err) < 0 ||
+        sbx_net_parse(s, body, fork_from, err) < 0)
         goto fail;
     if (name)
         snprintf(s->name, sizeof s->name, "%s", name);
@@ -634,6 +700,13 @@ struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err)
     s->env = env && !json_is_null(env) ? json_deep_copy(env) : json_object();
     s->created_at = s->updated_at = clock_now_ms();
     snprintf(s->stop_reason, sizeof s->stop_reason, "created");
+    s->data_base = s->uid_base;
+    if (sbx_upper_make(s, fork_from ? NULL : source, fork_from, err) < 0) goto fail;
+    if (s->origin && json_is_true(json_object_get(s->origin, "pending"))) {
+        /* git and tarball sources run inside: the sandbox starts, and stops after if asked */
+        if (!start) json_object_set_new(s->origin, "stop_after", json_true());
+        start = true;
+    }
     if (make_dirs(s, err) < 0) goto fail_dir;
     /* A started sandbox is saved once, by session_start(); a crash before that leaves
      * only a directory without a row, which the next start-up moves to the trash. */
@@ -650,6 +723,7 @@ fail_dir: {
     char trash[PATH_MAX];
     snprintf(trash, sizeof trash, "%s/%s", d->trash_dir, s->id);
     if (rename(s->dir, trash) == 0) clean_later(d, s->id);
+    sbx_upper_remove(s);
 }
 fail:
     sbx_free(s);
@@ -659,7 +733,8 @@ fail:
 int sbx_update(struct sbx *s, json_t *body, struct err *err)
 {
     static const char *const known[] = {"metadata", "env", "resources", "timeout_ms",
-                                        "on_timeout", NULL};
+                                        "on_timeout", "mounts", "snapshot_expiration_ms",
+                                        "network_policy", "network_id", "ports", NULL};
     if (!json_is_object(body)) return err_invalid(err, "body", "the body must be a JSON object");
     if (sbx_json_known(body, known, "a sandbox update", err) < 0) return -1;
     json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "env");
@@ -668,7 +743,8 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     struct sbx tmp = *s;
     if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
-        parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
+        parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0 || sbx_ext_parse(s, body, err) < 0 ||
+        sbx_net_update(s, body, err) < 0) /* applied live to a running session */
         return -1;
     bool limits = tmp.vcpus != s->vcpus || tmp.memory_mb != s->memory_mb ||
                   tmp.pids_max != s->pids_max;
@@ -732,6 +808,8 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(o, "created_at", iso(s->created_at));
     json_object_set_new(o, "updated_at", iso(s->updated_at));
     json_object_set_new(o, "expires_at", iso(s->expires_at));
+    sbx_ext_json(s, o);
+    sbx_net_json(s, o, full);
     if (s->sess) {
         json_t *ss = json_object();
         json_object_set_new(ss, "id", json_string(s->sess->id));
@@ -786,6 +864,7 @@ static void load_row(const struct sbx_row *r, void *arg)
     s->stopped_at = r->stopped_at;
     s->session_seq = r->session_seq;
     snprintf(s->stop_reason, sizeof s->stop_reason, "%s", r->stop_reason);
+    sbx_ext_load(s, r->ext);
     enum sbx_state st = SBX_STOPPED;
     sbx_parse_state(r->state, &st);
     s->state = st; /* fixed up by the caller */
@@ -872,6 +951,8 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     free(db);
     if (!d->store) goto fail;
     if (sbx_image_ensure_default(d->image_dir, err) < 0) goto fail;
+    if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
+        goto fail;
     char cgname[64];
     snprintf(cgname, sizeof cgname, "rebuno-%012llx",
              (unsigned long long)(fnv1a(real) & 0xffffffffffffull));
@@ -914,13 +995,16 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
             if (de->d_name[0] != '.') clean_later(d, de->d_name);
         closedir(t);
     }
+    if (sbx_drives_open(d, err) < 0 || sbx_snaps_open(d, err) < 0) goto fail;
+    if (sbx_net_open(d, err) < 0) goto fail;
     struct timeval one = {1, 0};
     d->reap_ev = event_new(base, -1, EV_PERSIST, on_reap, d);
     event_add(d->reap_ev, &one);
     sbx_api_register(d);
     log_info("sandboxd state loaded", "state_dir=%s sandboxes=%d recovered=%d swept_cgroups=%d "
-             "cgroup=%s",
-             real, d->count, recovered, swept, sbx_cg_root_kind(d->cg) == SBX_CG_V1 ? "v1" : "v2");
+             "cgroup=%s storage=\"%s\"",
+             real, d->count, recovered, swept, sbx_cg_root_kind(d->cg) == SBX_CG_V1 ? "v1" : "v2",
+             d->storage->how);
     return d;
 fail:
     sbxd_free(d);
@@ -936,6 +1020,8 @@ void sbxd_shutdown(struct sbxd *d)
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
     if (d->reap_ev) event_del(d->reap_ev);
+    sbx_net_close(d); /* the proxy's listeners would keep the loop running */
+    sbx_snaps_shutdown(d);
 }
 
 void sbxd_free(struct sbxd *d)
@@ -944,11 +1030,15 @@ void sbxd_free(struct sbxd *d)
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    sbx_sources_close(d);
     while (d->first) {
         struct sbx *s = d->first;
         unlink_sbx(d, s);
         sbx_free(s);
     }
+    sbx_net_close(d);
+    sbx_snaps_close(d);
+    sbx_drives_close(d);
     if (d->reap_ev) event_free(d->reap_ev);
     for (int i = 0; i < 50; i++) { /* give cleaners a moment, then leave them to init */
         reap_cleaners();
@@ -964,6 +1054,7 @@ void sbxd_free(struct sbxd *d)
     }
     sbx_store_close(d->store);
     sbx_zygote_stop();
+    sbx_storage_close(d->storage);
     free(d->state_dir);
     free(d->image_dir);
     free(d->sandboxes_dir);

@@ -22,6 +22,15 @@ struct sbxd_config {
     int max_sandboxes;         /* limit on sandboxes (all states) */
     size_t output_limit;       /* bytes kept per command stream */
     int start_timeout_ms;      /* for a session to come up */
+    const char *storage_mode;  /* "auto" (NULL), "btrfs", "copy": see storage.h */
+    uint64_t storage_size;     /* bytes of a new btrfs loop image (0: 32 GiB, sparse) */
+    int64_t snapshot_expiration_ms; /* default expiration of snapshots; 0: never */
+    /* sandbox networking (net.h) */
+    const char *net_mode;      /* "auto" (NULL): on when nft works; "on"; "off" */
+    const char *net_cidr;      /* veth addresses; NULL: 10.200.0.0/16 */
+    const char *const *upstream_overrides; /* "HOST[:80|:443]=ADDR:PORT" for the proxy */
+    int n_upstream_overrides;
+    const char *upstream_ca;   /* extra PEM trust for the proxy's upstreams */
 };
 
 struct sbxd;

@@ -7,7 +7,8 @@
  * at most SBX_CMDS_KEPT finished ones). Watchers (waiting HTTP requests) belong to
  * api.c and are told when a command starts, produces output, finishes or goes away.
  * Everything runs on the loop thread; the daemon has no other threads (spawn.c
- * relies on this).
+ * relies on this). A sandbox also owns its terminals (pty.c, struct sbx_pty), which
+ * live while their session does.
  */
 #ifndef REBUNO_SANDBOX_SANDBOXD_INT_H
 #define REBUNO_SANDBOX_SANDBOXD_INT_H
@@ -25,6 +26,7 @@
 #include "sandbox/ring.h"
 #include "sandbox/sandboxd.h"
 #include "sandbox/spawn.h"
+#include "sandbox/storage.h"
 #include "sandbox/store.h"
 #include "sandbox/users.h"
 
@@ -42,6 +44,7 @@ enum sbx_event { SBX_EV_STARTED = 1, SBX_EV_OUTPUT = 2, SBX_EV_DONE = 4, SBX_EV_
 
 struct sbx;
 struct sbx_cmd;
+struct sbx_pty;
 
 struct sbxd {
     struct event_base *base;
@@ -56,6 +59,11 @@ struct sbxd {
     bool shutting_down;
     struct event *reap_ev; /* periodic reaping of cleaner processes */
     struct watch *watches; /* api.c's waiting requests */
+    struct sbx_storage *storage;   /* trees that snapshot cheaply (storage.h) */
+    struct sbx_snaps *snaps;       /* snapshot.c */
+    struct sbx_drives *drives;     /* drive.c */
+    struct sbx_srcjob *srcjobs;    /* source.c: sources being set up */
+    struct sbx_net *net;           /* net.c: proxy, veth pool, nftables (net.h) */
 };
 
 struct sbx_session {
@@ -66,6 +74,7 @@ struct sbx_session {
     struct sbx_fs fs;
     char id[48];
     int64_t started_at;
+    struct sbx_netsess *net; /* net.c: its veth and proxy context, or NULL (loopback only) */
 };
 
 struct sbx {
@@ -86,6 +95,17 @@ struct sbx {
     struct event *timeout_ev;
     struct sbx_cmd *cmds_first, *cmds_last;
     int ncmds, nrunning;
+    /* snapshot.c, drive.c, source.c (stored as the row's `ext` JSON) */
+    char *fs_dir;            /* the upper tree: <store>/fs/<id>, or <dir>/fs (older) */
+    uint32_t data_base;      /* host uid of root in fs_dir's files (uid_base unless cloned) */
+    json_t *mounts;          /* {"/path": {"drive_id", "mode"}}: for the next session */
+    int64_t snap_expiration_ms; /* default for its snapshots; -1: the daemon's */
+    json_t *origin;          /* where its files came from, or NULL */
+    struct sbx_smount *smounts; /* the session's drive mounts (drive.c) */
+    int nsmounts;
+    struct sbx_pty *ptys; /* pty.c's terminals, newest first */
+    int nptys;
+    struct sbx_netcfg *net; /* net.c: network_policy, network_id, ports (NULL: defaults) */
 };
 
 struct stdin_chunk {
@@ -155,6 +175,83 @@ void sbx_cmds_session_ended(struct sbx *s);
 /* Handle one message from init. */
 void sbx_cmd_on_msg(struct sbx *s, uint32_t type, uint64_t id, int32_t a, int32_t b);
 void sbx_cmds_free(struct sbx *s);
+
+/* Who a command or terminal runs as, where, and with what environment. */
+struct sbx_run_as {
+    char user[SBX_USER_NAME_MAX + 1];
+    char cwd[SBX_PATH_MAX + 1];
+    bool sudo;
+    struct sbx_user u; /* uid, gid and groups to run with (root's with sudo) */
+    json_t *env;       /* NAME -> value; the caller json_decref()s it */
+};
+/* From body's "user", "cwd", "sudo" and "env" (validated) in s's running session. */
+int sbx_run_as_prepare(struct sbx *s, json_t *body, struct sbx_run_as *ra, struct err *err);
+/* Send init a SPAWN with fds (stdin, stdout, stderr), or when fds is NULL a SPAWN_PTY
+ * of cols x rows (1..SBX_PTY_DIM_MAX). num is the id on the wire. */
+int sbx_spawn_send(struct sbx *s, uint64_t num, json_t *argv, const struct sbx_run_as *ra,
+                   int fds[3], uint16_t cols, uint16_t rows, struct err *err);
+
+/* ---- pty.c: terminals ---- */
+/* A message from init about a terminal: returns true when id is one (then handled).
+ * fd (a descriptor that came with the message, or -1) is always taken: kept or closed. */
+bool sbx_pty_on_msg(struct sbx *s, uint32_t type, uint64_t id, int32_t a, int32_t b, int fd);
+/* The session ended: every terminal's process is dead; clients get the exit. */
+void sbx_ptys_session_ended(struct sbx *s);
+/* Free every terminal at once (sandbox freed); no client is told. */
+void sbx_ptys_free(struct sbx *s);
+/* The /v1/sandboxes/:ref/ptys routes (docs/sandbox-api.md, Terminals). */
+void sbx_pty_routes(struct sbxd *d);
+
+/* Create with an origin: fork_from (a fork of that sandbox's current files), else
+ * body's "source". sbx_create() is sbx_create_ex(d, body, NULL, err). */
+struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, struct err *err);
+
+/* ---- snapshot.c: upper trees, snapshots and forks ---- */
+int sbx_snaps_open(struct sbxd *d, struct err *err); /* load, sweep leftovers, expiry timer */
+void sbx_snaps_close(struct sbxd *d);
+void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
+/* Make s's upper tree: cloned from fork_from's live files, from body "source" (a
+ * snapshot), or new and empty; then its /etc/hostname and /etc/hosts. Sets fs_dir,
+ * data_base (and image, for a snapshot). 0 or -1 with err. */
+int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
+void sbx_upper_remove(struct sbx *s);
+/* The row's ext JSON <-> the struct; the sandbox object's extra members. */
+void sbx_ext_load(struct sbx *s, const char *ext);
+char *sbx_ext_dump(const struct sbx *s);
+void sbx_ext_json(const struct sbx *s, json_t *o);
+/* "mounts" and "snapshot_expiration_ms" of a create or update body. */
+int sbx_ext_parse(struct sbx *s, const json_t *body, struct err *err);
+void sbx_ext_free(struct sbx *s);
+/* Routes of snapshot.c, drive.c and source.c. */
+void sbx_api_register_ext(struct sbxd *d);
+/* Small helpers for those handlers (snapshot.c). */
+bool sbx_api_body(struct http_req *r, bool allow_empty, json_t **out);
+struct sbx *sbx_api_sandbox(struct sbxd *d, struct http_req *r);
+
+/* ---- drive.c: drives and their mounts ---- */
+int sbx_drives_open(struct sbxd *d, struct err *err);
+void sbx_drives_close(struct sbxd *d);
+void sbx_drives_register(struct sbxd *d);
+/* Validate a "mounts" map (004's path rules, drives by name or id) into the stored
+ * form {"/path": {"drive_id", "mode"}}. */
+int sbx_mounts_parse(struct sbxd *d, const json_t *v, json_t **out, struct err *err);
+/* Mount the sandbox's drives for a new session (409 drive_attached when a read-write
+ * drive has another writer); fills in->mounts. Released by sbx_mounts_release (at the
+ * end of the session: read-write drives are committed). */
+int sbx_mounts_acquire(struct sbx *s, struct sbx_plan_input *in, struct err *err);
+void sbx_mounts_release(struct sbx *s);
+json_t *sbx_mounts_json(struct sbxd *d, const json_t *mounts);
+
+/* ---- source.c: git and tarball sources, tar uploads ---- */
+/* Validate a create body's git/tarball "source" (others are handled elsewhere). */
+int sbx_source_check(const json_t *source, struct err *err);
+/* After a create: if s has a pending git/tarball source, run it and answer r when it
+ * is done (true); false: nothing to do, the caller answers. */
+bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r);
+/* A command of a source job changed state (called from sbx_watch_notify). */
+void sbx_source_on_event(struct sbxd *d, struct sbx_cmd *c, int ev);
+void sbx_sources_register(struct sbxd *d);
+void sbx_sources_close(struct sbxd *d);
 
 /* ---- api.c ---- */
 void sbx_api_register(struct sbxd *d);

@@ -136,6 +136,12 @@ struct zreq {
     uint64_t tmp_bytes;
     char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
     char cg[4][512]; /* cgroup.procs files the child joins */
+    char fs_dir[1024]; /* the upper tree ("" : sandbox_dir/fs) */
+    uint32_t data_base, mount_base, nmounts;
+    struct {
+        char source[1024], target[SBX_MOUNT_PATH_MAX + 1];
+        uint32_t readonly;
+    } mounts[SBX_MOUNTS_MAX];
 };
 
 struct zrep {
@@ -155,8 +161,10 @@ static int join_cgroup(const struct zreq *q)
     return 0;
 }
 
-static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ctl, int userns)
+static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ctl,
+                       const int *nsfds)
 {
+    int userns = nsfds[SBX_NS_SESSION];
     for (int s = 1; s < NSIG; s++)
         signal(s, SIG_DFL);
     sigset_t none;
@@ -164,8 +172,10 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
     sigprocmask(SIG_SETMASK, &none, NULL);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     wipe_title();
-    int keep[2] = {ctl, userns};
-    close_except(keep, 2);
+    int keep[2 + SBX_NS_COUNT] = {ctl}, nkeep = 1;
+    for (int i = 0; i < SBX_NS_COUNT; i++)
+        if (nsfds[i] >= 0) keep[nkeep++] = nsfds[i];
+    close_except(keep, nkeep);
 
     int e = join_cgroup(q);
     if (e < 0) {
@@ -173,12 +183,15 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
         _exit(1);
     }
     const struct sbx_op *failed = NULL;
-    e = sbx_plan_exec(plan, userns, &failed);
+    e = sbx_plan_exec(plan, nsfds, &failed);
     if (e < 0) {
-        report(ctl, -e, "%s %s: %s", sbx_op_name(failed->kind),
-               failed->target ? failed->target : "", strerror(-e));
+        report(ctl, -e, "%s %s%s%s: %s", sbx_op_name(failed->kind),
+               failed->target ? failed->target : "", failed->kind == SBX_OP_BIND_IN ? "/" : "",
+               failed->kind == SBX_OP_BIND_IN ? failed->data : "", strerror(-e));
         _exit(1);
     }
+    for (int i = 1; i < SBX_NS_COUNT; i++)
+        if (nsfds[i] >= 0) close(nsfds[i]);
     if (sethostname(q->hostname, strlen(q->hostname)) < 0) {
         report(ctl, errno, "sethostname: %s", strerror(errno));
         _exit(1);
@@ -233,22 +246,52 @@ static int clone_session(const struct zreq *q, pid_t *pid, int *pidfd, int *ctl,
 {
     struct sbx_plan plan;
     struct err err = ERR_INIT;
-    struct sbx_plan_input in = {q->sandbox_dir, q->image_dir, q->usr_dir, q->uid_base,
-                                q->tmp_bytes};
+    struct sbx_plan_input in = {.sandbox_dir = q->sandbox_dir, .image_dir = q->image_dir,
+                                .usr_dir = q->usr_dir, .uid_base = q->uid_base,
+                                .tmp_bytes = q->tmp_bytes};
+    struct sbx_plan_mount mounts[SBX_MOUNTS_MAX];
+    in.fs_dir = q->fs_dir[0] ? q->fs_dir : NULL;
+    in.data_base = q->data_base;
+    in.mount_base = q->mount_base;
+    in.nmounts = q->nmounts;
+    for (uint32_t i = 0; i < q->nmounts && i < SBX_MOUNTS_MAX; i++) {
+        mounts[i].source = q->mounts[i].source;
+        mounts[i].target = q->mounts[i].target;
+        mounts[i].readonly = (int)q->mounts[i].readonly;
+    }
+    in.mounts = mounts;
     if (sbx_plan_build(&in, &plan, &err) < 0) {
         snprintf(msg, msglen, "%.390s", err.msg);
         return -EINVAL;
     }
-    int userns = sbx_userns_create(q->uid_base);
-    if (userns < 0) {
+    int nsfds[SBX_NS_COUNT] = {-1, -1, -1};
+    int nserr = sbx_userns_create(q->uid_base);
+    if (nserr >= 0) {
+        nsfds[SBX_NS_SESSION] = nserr;
+        nserr = 0;
+    }
+    if (!nserr && sbx_plan_uses_ns(&plan, SBX_NS_FS)) {
+        int fd = sbx_userns_create_remap(q->data_base, q->uid_base);
+        if (fd < 0) nserr = fd;
+        else nsfds[SBX_NS_FS] = fd;
+    }
+    if (!nserr && sbx_plan_uses_ns(&plan, SBX_NS_MOUNTS)) {
+        int fd = sbx_userns_create_remap(q->mount_base, q->uid_base);
+        if (fd < 0) nserr = fd;
+        else nsfds[SBX_NS_MOUNTS] = fd;
+    }
+    if (nserr < 0) {
+        for (int i = 0; i < SBX_NS_COUNT; i++)
+            if (nsfds[i] >= 0) close(nsfds[i]);
         sbx_plan_fini(&plan);
-        snprintf(msg, msglen, "cannot create the user namespace: %s", strerror(-userns));
-        return userns;
+        snprintf(msg, msglen, "cannot create the user namespace: %s", strerror(-nserr));
+        return nserr;
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
         int e = errno;
-        close(userns);
+        for (int i = 0; i < SBX_NS_COUNT; i++)
+            if (nsfds[i] >= 0) close(nsfds[i]);
         sbx_plan_fini(&plan);
         snprintf(msg, msglen, "socketpair: %s", strerror(e));
         return -e;
@@ -264,10 +307,11 @@ static int clone_session(const struct zreq *q, pid_t *pid, int *pidfd, int *ctl,
     ca.pidfd = (uint64_t)(uintptr_t)&fd;
     ca.exit_signal = SIGCHLD;
     long r = syscall(SYS_clone3, &ca, sizeof ca);
-    if (r == 0) child_main(q, &plan, sv[1], userns);
+    if (r == 0) child_main(q, &plan, sv[1], nsfds);
     int e = errno;
     close(sv[1]);
-    close(userns);
+    for (int i = 0; i < SBX_NS_COUNT; i++)
+        if (nsfds[i] >= 0) close(nsfds[i]);
     sbx_plan_fini(&plan);
     if (r < 0) {
         close(sv[0]);
@@ -319,13 +363,24 @@ died:
 
 static int zygote_fd = -1;
 
+static bool mounts_ok(const struct zreq *q)
+{
+    for (uint32_t i = 0; i < q->nmounts && i < SBX_MOUNTS_MAX; i++)
+        if (!memchr(q->mounts[i].source, 0, sizeof q->mounts[i].source) ||
+            !memchr(q->mounts[i].target, 0, sizeof q->mounts[i].target))
+            return false;
+    return true;
+}
+
 static bool zreq_ok(const struct zreq *q)
 {
     return memchr(q->sandbox_dir, 0, sizeof q->sandbox_dir) &&
            memchr(q->image_dir, 0, sizeof q->image_dir) &&
            memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
            q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
-           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512);
+           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) &&
+           memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
+           mounts_ok(q);
 }
 
 static void zygote_serve(int fd)
@@ -486,6 +541,23 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
                  (int)sizeof q->usr_dir &&
              snprintf(q->hostname, sizeof q->hostname, "%s", p->hostname) <
                  (int)sizeof q->hostname;
+    if (!ok) {
+        free(q);
+        return err_internal(err, "sandbox paths are too long");
+    }
+    ok = !p->plan.fs_dir ||
+         snprintf(q->fs_dir, sizeof q->fs_dir, "%s", p->plan.fs_dir) < (int)sizeof q->fs_dir;
+    q->data_base = p->plan.data_base;
+    q->mount_base = p->plan.mount_base;
+    q->nmounts = (uint32_t)(p->plan.nmounts > SBX_MOUNTS_MAX ? SBX_MOUNTS_MAX : p->plan.nmounts);
+    for (uint32_t i = 0; ok && i < q->nmounts; i++) {
+        const struct sbx_plan_mount *m = &p->plan.mounts[i];
+        ok = snprintf(q->mounts[i].source, sizeof q->mounts[i].source, "%s", m->source) <
+                 (int)sizeof q->mounts[i].source &&
+             snprintf(q->mounts[i].target, sizeof q->mounts[i].target, "%s", m->target) <
+                 (int)sizeof q->mounts[i].target;
+        q->mounts[i].readonly = (uint32_t)m->readonly;
+    }
     if (!ok) {
         free(q);
         return err_internal(err, "sandbox paths are too long");

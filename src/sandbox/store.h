@@ -19,11 +19,14 @@ struct sbx_store;
 /* The persisted part of a sandbox. JSON members are compact JSON text. */
 struct sbx_row {
     const char *id, *name, *state, *image, *metadata, *env, *on_timeout, *stop_reason;
+    const char *ext; /* JSON of the later additions (snapshot.c); NULL: "{}" */
     int64_t slot, vcpus, memory_mb, pids_max, timeout_ms;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
 };
 
 struct sbx_store *sbx_store_open(const char *path, struct err *err);
+/* The connection, for the snapshots and drives tables (snapshot.c, drive.c). */
+struct sqlite3 *sbx_store_db(struct sbx_store *st);
 void sbx_store_close(struct sbx_store *st);
 /* Insert or update the row with this id. */
 int sbx_store_save(struct sbx_store *st, const struct sbx_row *r, struct err *err);

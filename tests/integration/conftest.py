@@ -4,6 +4,7 @@ Every kernel gets its own temporary state folder and a free port, and is killed
 when the test ends (pass or fail). Tests talk plain HTTP with http.client so
 nothing is mocked.
 """
+import glob
 import http.client
 import json
 import os
@@ -372,9 +373,53 @@ def processes_mentioning(text):
     return found
 
 
+def network_tag(state_dir):
+    """The tag in a daemon's nftables table and veth names (src/sandbox/netpool.h)."""
+    return "%06x" % (_fnv1a(os.path.realpath(state_dir)) & 0xFFFFFF)
+
+
+def network_leftovers(sandboxd):
+    tag = network_tag(sandboxd.state)
+    out = []
+    try:
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+        if f"rebuno_{tag}" in tables:
+            out.append(f"nftables table rebuno_{tag}")
+    except OSError:
+        pass
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    out += [f"veth {ln.split(':')[1].strip()}" for ln in links.splitlines()
+            if ln.split(":")[1].strip().startswith(f"rb{tag}")]
+    return out
+
+
 def host_mounts_mentioning(path):
     with open("/proc/self/mountinfo") as f:
         return [line for line in f if path in line]
+
+
+def loop_devices_backed_by(path):
+    """Loop devices whose backing file is under path (sandboxd's btrfs store image)."""
+    found = []
+    for dev in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(dev) as f:
+                if f.read().strip().startswith(path):
+                    found.append("/dev/" + dev.split("/")[3])
+        except OSError:
+            pass
+    return found
+
+
+def force_cleanup_storage(state):
+    """Unmount what a daemon left under state (lazily) and detach its loop devices, so a
+    failed test does not leak mounts or loop devices into the next."""
+    real = os.path.realpath(state)
+    for line in reversed(host_mounts_mentioning(real)):
+        mnt = line.split()[4]
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    for dev in loop_devices_backed_by(real):
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
 
 
 @pytest.fixture
@@ -403,6 +448,13 @@ def make_sandboxd(tmpdir_path):
                 problems.append(f"cgroup left behind: {d}: {os.listdir(d)[:5]}")
         if host_mounts_mentioning(os.path.realpath(s.state)):
             problems.append(f"mounts left behind under {s.state}")
+        # nor networking: the daemon's nftables table and veths (sandbox networking)
+        for what in network_leftovers(s):
+            problems.append(f"{what} left behind")
+        loops = loop_devices_backed_by(os.path.realpath(s.state))
+        if loops:
+            problems.append(f"loop devices left behind for {s.state}: {loops}")
+        force_cleanup_storage(s.state)
         # the daemon's zygote carries its command line; inits are in the cgroups above
         time.sleep(0.05)
         left = processes_mentioning(s.state)

@@ -184,8 +184,9 @@ Test(sandbox_plan, builds_the_documented_layout)
 {
     struct sbx_plan p;
     struct err e = ERR_INIT;
-    struct sbx_plan_input in = {"/s/sandboxes/x", "/s/images/default-v1", "/usr", 165536,
-                                64 << 20};
+    struct sbx_plan_input in = {.sandbox_dir = "/s/sandboxes/x",
+                                .image_dir = "/s/images/default-v1", .usr_dir = "/usr",
+                                .uid_base = 165536, .tmp_bytes = 64 << 20};
     cr_assert_eq(sbx_plan_build(&in, &p, &e), 0, "%s", e.msg);
     cr_assert_eq(p.ops[0].kind, SBX_OP_PRIVATE);
     cr_assert_eq(p.ops[p.n - 1].kind, SBX_OP_PIVOT);
@@ -235,10 +236,11 @@ Test(sandbox_plan, rejects_unsafe_paths)
     const char *bad[] = {"relative/dir", "/a,lowerdir=/", "/a:b", "/a/../b", "/a/./b",
                          "/a b", "/a//b", "/a\nb"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct sbx_plan_input in = {bad[i], "/img", "/usr", 100000, 0};
+        struct sbx_plan_input in = {.sandbox_dir = bad[i], .image_dir = "/img", .usr_dir = "/usr",
+                                    .uid_base = 100000};
         cr_assert_eq(sbx_plan_build(&in, &p, &e), -1, "%s", bad[i]);
     }
-    struct sbx_plan_input zero = {"/ok", "/img", "/usr", 0, 0};
+    struct sbx_plan_input zero = {.sandbox_dir = "/ok", .image_dir = "/img", .usr_dir = "/usr"};
     cr_assert_eq(sbx_plan_build(&zero, &p, &e), -1);
     cr_assert(sbx_plan_path_ok("/tmp/rebuno-test-x_1/state/sandboxes/0192-ab"));
 }

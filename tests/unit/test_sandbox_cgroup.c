@@ -51,6 +51,7 @@ static void exercise(const char *mode)
     /* a leftover group (a crash) is swept */
     cg = sbx_cg_create(root, "g2", &l, &e);
     cr_assert_not_null(cg);
+    sbx_cg_forget(cg);
     cr_assert_eq(sbx_cg_root_sweep(root), 1);
     sbx_cg_root_remove(root);
     sbx_cg_root_free(root);

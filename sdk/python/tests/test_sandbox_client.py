@@ -14,6 +14,7 @@ session` / `from vercel.sandbox import ...` -> `from rebuno.sandbox import ...`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -740,8 +741,7 @@ def test_later_features_raise_not_implemented(sbx_url: str) -> None:
     from rebuno.sandbox import DriveMount, NetworkPolicy, SnapshotSource
     from rebuno.sandbox import sync as sync_sandbox
 
-    for kwargs in ({"source": SnapshotSource(snapshot_id="snap_1")}, {"network_policy": NetworkPolicy("deny-all")},
-                   {"network_id": "network_123"}, {"ports": [3000]}, {"runtime": "node22"},
+    for kwargs in ({"source": SnapshotSource(snapshot_id="snap_1")}, {"runtime": "node22"},
                    {"mounts": {"/cache": DriveMount("cache")}}, {"persistent": False},
                    {"snapshot_retention": 3}):
         with pytest.raises(NotImplementedError, match="not supported by rebuno sandboxd yet"):
@@ -759,10 +759,7 @@ def test_later_features_raise_not_implemented(sbx_url: str) -> None:
         async with sandbox.create_sandbox(ports=[], mounts={}) as box:  # empty means none: fine
             await box.update(network_id=None, mounts={})  # "disconnect": there is nothing connected
             assert box.network_id is None and dict(box.mounts) == {}
-            with pytest.raises(NotImplementedError):
-                await box.update(network_id="network_123")
-            with pytest.raises(NotImplementedError):
-                await box.update(network_policy=NetworkPolicy("allow-all"))
+            assert box.network_policy == NetworkPolicy.deny_all()  # the default
             with pytest.raises(NotImplementedError):
                 await box.snapshot()
             with pytest.raises(NotImplementedError):
@@ -770,6 +767,54 @@ def test_later_features_raise_not_implemented(sbx_url: str) -> None:
             assert (await box.run_command("true")).returncode == 0  # nothing was half-done
 
     run(main())
+
+
+def test_network_policy_ports_and_networks(sbx_url: str) -> None:
+    """The document's NetworkPolicy classes, sent as the API's JSON; live updates; ports."""
+    from rebuno import sandbox
+    from rebuno.sandbox import NetworkPolicy, NetworkPolicyRule, NetworkPolicyTransform
+    from rebuno.sandbox import sync as sync_sandbox
+
+    secret = "Basic " + base64.b64encode(b"x-access-token:ghs_notARealToken").decode()
+    policy = NetworkPolicy.custom({
+        "*": [],
+        "github.com": [NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"Authorization": secret})])],
+    })
+    assert policy.to_api() == {"*": [], "github.com": [{"transform": [{"headers": {"Authorization": secret}}]}]}
+    assert secret not in repr(policy) and "<redacted>" in repr(policy)
+    assert NetworkPolicy.allow_all().to_api() == "allow-all" and NetworkPolicy.deny_all().to_api() == "deny-all"
+    with pytest.raises(TypeError):
+        NetworkPolicyRule(transform="not a list")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        NetworkPolicy(mode="sometimes")
+
+    async def main() -> None:
+        async with sandbox.create_sandbox(network_policy=policy, ports=[3000]) as box:
+            got = box.network_policy
+            assert got is not None and got.mode == "custom" and set(got.rules or {}) == {"*", "github.com"}
+            hdrs = got.rules["github.com"][0].transform[0].headers  # type: ignore[index]
+            assert dict(hdrs) == {"Authorization": "<redacted>"}  # never returned
+            assert box.ports == (3000,)
+            url = box.domain(3000)
+            assert url.startswith("http://127.0.0.1:")
+            with pytest.raises(ValueError):
+                box.domain(4000)
+            # in the sandbox: the trust variables point at the bundle holding its CA
+            r = await box.run_command("bash", ["-c", "echo $SSL_CERT_FILE; grep -c CERTIFICATE $NODE_EXTRA_CA_CERTS"],
+                                      capture_output=True)
+            assert r.stdout.split() == ["/etc/ssl/certs/ca-certificates.crt", "2"]
+            await box.update(network_policy=NetworkPolicy.deny_all(), network_id="net-1", ports=[])
+            assert box.network_policy == NetworkPolicy.deny_all() and box.network_id == "net-1"
+            assert box.ports == ()
+            await box.update(network_policy="allow-all")
+            assert box.network_policy == NetworkPolicy.allow_all()
+            with pytest.raises(sandbox.SandboxApiError) as e:
+                await box.update(network_policy={"github.com": [{"transform": [{"headers": {"Host": "x"}}]}]})
+            assert e.value.status_code == 400 and (e.value.field or "").startswith("network_policy")
+
+    run(main())
+    with sync_sandbox.create_sandbox(network_policy=NetworkPolicy.allow_all(), network_id="net-2") as box:
+        assert box.network_id == "net-2" and box.network_policy == NetworkPolicy.allow_all()
 
 
 def test_errors_and_protocols(sbx_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -924,13 +969,16 @@ def test_readme_examples_async(sbx_url: str, capsys: pytest.CaptureFixture[str],
         from rebuno import sandbox
         from rebuno.sandbox import session
 
-        with pytest.raises(NotImplementedError, match="private networks"):
-            async with session():
-                instance = await sandbox.create_sandbox(network_id="network_123")
-                print(instance.network_id)
-                await instance.update(network_id=None)  # Disconnect from Secure Compute
+        async with session():
+            instance = await sandbox.create_sandbox(network_id="network_123")
+            print(instance.network_id)
+            assert instance.network_id == "network_123"  # a private network of this host
+            await instance.update(network_id=None)  # Disconnect from Secure Compute
+            assert instance.network_id is None
+            await instance.delete()
 
     run(secure_compute_network())
+    assert capsys.readouterr().out == "network_123\n"
 
     async def custom_image() -> None:
         from rebuno import sandbox

@@ -66,7 +66,9 @@ from rebuno.sandbox._models import (
     SandboxUserInfo,
     check_str_seq,
     duration_ms,
+    network_policy_api,
     not_implemented,
+    ports_api,
     parse_time,
     resolve_region,
     signal_value,
@@ -1713,8 +1715,19 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
 
     @property
     def network_id(self) -> str | None:
-        """Always ``None``: private networks are not supported yet."""
-        return None
+        """The private network it is attached to (sandboxes on the same one reach each
+        other), or ``None``."""
+        return self._info.network_id
+
+    @property
+    def network_policy(self) -> NetworkPolicy | None:
+        """Its egress policy as the server holds it (header values read ``<redacted>``)."""
+        return self._info.network_policy
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """The sandbox ports published on host loopback (see :meth:`domain`)."""
+        return self._info.ports
 
     @property
     def mounts(self) -> Mapping[str, Any]:
@@ -1799,17 +1812,19 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         ``metadata`` (alias ``tags``) and ``env`` replace the old values entirely;
         ``resources`` apply to the running session at once; ``timeout`` (alias
         ``execution_time_limit``; ``0`` = none) restarts the clock; ``region`` is recorded on
-        this handle. ``network_id=None`` and ``mounts={}`` are accepted (there are none);
-        network policies, private networks, ports, runtimes, Drives and snapshot settings
+        this handle. ``network_policy`` applies live (connections it no longer allows are
+        closed, and re-applying a policy is how a re-opened sandbox gets the credentials the
+        caller holds now); ``network_id`` attaches to a private network (``None``
+        disconnects); ``ports`` replaces the published ports (``[]``: none).
+        ``mounts={}`` is accepted (there are none); runtimes, Drives and snapshot settings
         raise ``NotImplementedError``.
         """
         body = _config_body(metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                             execution_time_limit=execution_time_limit, on_timeout=on_timeout)
-        if network_id is not OMITTED and network_id is not None:
-            raise not_implemented("network_id (Secure Compute private networks)")
+        _network_body(body, network_policy=network_policy, network_id=network_id, ports=ports, update=True)
         if mounts:
             raise not_implemented("mounts (Sandbox Drives)")
-        _reject_later(network_policy=network_policy, ports=ports, runtime=runtime,
+        _reject_later(runtime=runtime,
                       snapshot_expiration=snapshot_expiration,
                       snapshot_retention=None if snapshot_retention is OMITTED else snapshot_retention,
                       current_snapshot_id=current_snapshot_id)
@@ -1843,8 +1858,16 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         raise not_implemented("Sandbox.list_snapshots()")
 
     def domain(self, port: int) -> str:
-        """Port exposure is not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("port exposure (Sandbox.domain())")
+        """The URL that reaches ``port`` inside the sandbox from this host:
+        ``http://127.0.0.1:<host port>`` (the port must be in ``ports`` and the sandbox
+        running; the host port can change with each session)."""
+        if port not in self._info.ports:
+            raise ValueError(f"port {port} is not exposed: create or update the sandbox with ports=[{port}]")
+        host_port = self._info.host_ports.get(port)
+        if not host_port:
+            raise SandboxStateError(f"sandbox {self.name} is not running, so port {port} has no host port yet",
+                                    status_code=409, code="sandbox_not_running")
+        return f"http://127.0.0.1:{host_port}"
 
 
 def _config_body(*, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None, env: Mapping[str, str] | None,
@@ -1877,6 +1900,18 @@ def _config_body(*, metadata: Mapping[str, str] | None, tags: Mapping[str, str] 
     return body
 
 
+def _network_body(body: dict[str, Any], *, network_policy: Any, network_id: Any, ports: Any,
+                  update: bool) -> None:
+    if network_policy is not None:
+        body["network_policy"] = network_policy_api(network_policy)
+    if network_id is not OMITTED and (network_id is not None or update):
+        if network_id is not None and not isinstance(network_id, str):
+            raise TypeError("network_id must be a string or None")
+        body["network_id"] = network_id
+    if ports is not None:
+        body["ports"] = ports_api(ports)
+
+
 def _reject_later(**given: Any) -> None:
     names = {
         "source": "source= (Git, tarball and snapshot sources)",
@@ -1903,13 +1938,13 @@ def create_body(*, name: str | None, metadata: Mapping[str, str] | None, tags: M
                 source: Any, network_policy: Any, network_id: Any, ports: Any, runtime: Any, mounts: Any,
                 persistent: bool | None, snapshot_expiration: Any, snapshot_retention: Any) -> dict[str, Any]:
     """The ``POST /v1/sandboxes`` body for ``create_sandbox()`` arguments (validated)."""
-    _reject_later(source=source, network_policy=network_policy, network_id=network_id, ports=ports,
-                  runtime=runtime, mounts=mounts, snapshot_expiration=snapshot_expiration,
+    _reject_later(source=source, runtime=runtime, mounts=mounts, snapshot_expiration=snapshot_expiration,
                   snapshot_retention=snapshot_retention)
     if persistent is False:
         raise not_implemented("persistent=False", "stop always keeps a sandbox's files")
     body = _config_body(metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                         execution_time_limit=execution_time_limit, on_timeout=on_timeout)
+    _network_body(body, network_policy=network_policy, network_id=network_id, ports=ports, update=False)
     if name is not None:
         body["name"] = name
     if image is not None:
@@ -2031,7 +2066,8 @@ class SandboxClient:
                        timeout: DurationInput = None, execution_time_limit: DurationInput = None,
                        on_timeout: Literal["stop", "pause"] | None = None, image: str | None = None,
                        region: Any = None, start: bool = True, destroy: bool = True, source: Any = None,
-                       network_policy: NetworkPolicy | None = None, network_id: str | None = None,
+                       network_policy: NetworkPolicy | str | Mapping[str, Any] | None = None,
+                       network_id: str | None = None,
                        ports: Sequence[int] | None = None, runtime: str | None = None,
                        mounts: Mapping[Any, Any] | None = None, persistent: bool | None = None,
                        snapshot_expiration: Any = None, snapshot_retention: Any = None) -> CreateSandboxOperation:
@@ -2044,9 +2080,11 @@ class SandboxClient:
         default 5 minutes), ``on_timeout`` (``"stop"`` or ``"pause"``), ``image`` (sent as
         is; only ``"default"`` exists), ``start=False`` (created stopped; the first call
         starts it), ``region`` (recorded; ``CURRENT_REGION`` reads ``$REBUNO_REGION`` /
-        ``$VERCEL_REGION``). ``source``, ``network_policy``, ``network_id``, ``ports``,
-        ``runtime``, ``mounts``, ``persistent=False`` and snapshot settings are not
-        supported yet and raise ``NotImplementedError``.
+        ``$VERCEL_REGION``), ``network_policy`` (a :class:`NetworkPolicy`; default deny-all:
+        no egress), ``network_id`` (a private network to join) and ``ports`` (published on
+        host loopback; see :meth:`Sandbox.domain`). ``source``, ``runtime``, ``mounts``,
+        ``persistent=False`` and snapshot settings are not supported yet and raise
+        ``NotImplementedError``.
         """
         body = create_body(name=name, metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                            execution_time_limit=execution_time_limit, on_timeout=on_timeout, image=image,

@@ -290,6 +290,11 @@ class SandboxInfo(_Model):
     stop_reason: str | None = None
     usage: SandboxUsage | None = None
     region: str | None = None
+    network_policy: NetworkPolicy | None = None
+    network_id: str | None = None
+    ports: tuple[int, ...] = ()
+    host_ports: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    network: Mapping[str, Any] | None = None
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any], *, region: str | None = None) -> SandboxInfo:
@@ -315,6 +320,12 @@ class SandboxInfo(_Model):
                                                             "oom_kills", "cgroup")})
             if isinstance(usage, Mapping) else None,
             region=region,
+            network_policy=NetworkPolicy.from_api(d.get("network_policy")),
+            network_id=d.get("network_id"),
+            ports=tuple(p["port"] for p in d.get("ports") or () if isinstance(p, Mapping)),
+            host_ports=MappingProxyType({p["port"]: p["host_port"] for p in d.get("ports") or ()
+                                         if isinstance(p, Mapping) and p.get("host_port")}),
+            network=MappingProxyType(dict(d["network"])) if isinstance(d.get("network"), Mapping) else None,
         )
 
 
@@ -484,29 +495,185 @@ class TarballSource(_Model):
 SandboxSource: TypeAlias = GitSource | TarballSource | SnapshotSource
 
 
-class NetworkPolicy(_Model):
-    """A network egress policy. Sandboxes have loopback only for now; network policies come
-    with a later issue, so passing one raises ``NotImplementedError``. The object keeps
-    whatever it was built with, read-only."""
+def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: "<redacted>" for k in headers}
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        object.__setattr__(self, "_args", tuple(args))
-        object.__setattr__(self, "_kwargs", MappingProxyType(dict(kwargs)))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+@dataclasses.dataclass(frozen=True, repr=False)
+class NetworkPolicyTransform(_Model):
+    """Headers the egress proxy sets on every request to a domain, outside the sandbox.
+
+    A header the sandbox sent with the same name (any case) is replaced, never duplicated.
+    The values (credentials) never enter the sandbox; ``repr()`` and the sandbox's own
+    ``network_policy`` show ``"<redacted>"`` instead of them.
+    """
+
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, Mapping):
+            raise TypeError("headers must be a mapping of header name to value")
+        for k, v in self.headers.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError("header names and values must be strings")
+        object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
+
+    def to_api(self) -> dict[str, Any]:
+        """The transform as the API takes it: ``{"headers": {...}}``."""
+        return {"headers": dict(self.headers)}
 
     def __repr__(self) -> str:
-        parts = [repr(a) for a in self._args] + [f"{k}={v!r}" for k, v in self._kwargs.items()]
-        return f"NetworkPolicy({', '.join(parts)})"
+        return f"NetworkPolicyTransform(headers={_redacted(self.headers)!r})"
 
-    def model_dump(self, *, mode: Literal["python", "json"] | str = "python",
-                   exclude_none: bool = False) -> dict[str, Any]:
-        """The arguments the policy was built with."""
-        out: dict[str, Any] = dict(self._kwargs)
-        if self._args:
-            out["args"] = list(self._args)
-        return {k: _dump(v, mode, exclude_none) for k, v in out.items() if not (exclude_none and v is None)}
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NetworkPolicyRule(_Model):
+    """What the egress proxy does for one allowed domain: ``transform`` is a list of
+    :class:`NetworkPolicyTransform` (merged in order; a later header of the same name wins).
+    A domain with no rules (``[]``) is allowed and passed through untouched."""
+
+    transform: Sequence[NetworkPolicyTransform] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.transform, (str, bytes, Mapping)) or not isinstance(self.transform, Sequence):
+            raise TypeError("transform must be a list of NetworkPolicyTransform")
+        items = []
+        for t in self.transform:
+            if isinstance(t, Mapping):
+                t = NetworkPolicyTransform(headers=t.get("headers") or {})
+            if not isinstance(t, NetworkPolicyTransform):
+                raise TypeError("transform must contain NetworkPolicyTransform objects")
+            items.append(t)
+        object.__setattr__(self, "transform", tuple(items))
+
+    def to_api(self) -> dict[str, Any]:
+        """The rule as the API takes it: ``{"transform": [{"headers": {...}}, ...]}``."""
+        return {"transform": [t.to_api() for t in self.transform]}
+
+    def __repr__(self) -> str:
+        return f"NetworkPolicyRule(transform={list(self.transform)!r})"
+
+
+_MODES = ("allow-all", "deny-all", "custom")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NetworkPolicy(_Model):
+    """A sandbox's network egress policy, enforced outside the sandbox by the egress proxy.
+
+    * ``NetworkPolicy.allow_all()``: every host, bytes untouched;
+    * ``NetworkPolicy.deny_all()``: nothing (the default for new sandboxes);
+    * ``NetworkPolicy.custom({"*": [], "github.com": [NetworkPolicyRule(transform=[
+      NetworkPolicyTransform(headers={"Authorization": "Basic ..."})])]})``: only the listed
+      domains (``"*.example.com"`` covers subdomains, ``"*"`` any other host without rules);
+      a domain's header rules are applied by terminating TLS with the sandbox's own CA.
+
+    Pass it to ``create_sandbox(network_policy=...)`` or ``Sandbox.update(network_policy=...)``
+    (applied live: connections no longer allowed are closed). The strings ``"allow-all"`` and
+    ``"deny-all"`` and the API's JSON map are accepted there too.
+    """
+
+    mode: str = "deny-all"
+    rules: Mapping[str, Sequence[NetworkPolicyRule]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}")
+        if self.mode != "custom":
+            if self.rules:
+                raise ValueError("rules are only for a custom policy: use NetworkPolicy.custom({...})")
+            object.__setattr__(self, "rules", None)
+            return
+        if not isinstance(self.rules, Mapping):
+            raise TypeError("a custom policy is a mapping of domain to a list of NetworkPolicyRule")
+        out: dict[str, tuple[NetworkPolicyRule, ...]] = {}
+        for domain, rules in self.rules.items():
+            if not isinstance(domain, str) or not domain:
+                raise TypeError("domains must be non-empty strings")
+            if isinstance(rules, (str, bytes, Mapping)) or not isinstance(rules, Sequence):
+                raise TypeError(f"{domain}: the rules must be a list (use [] to allow it untouched)")
+            items = []
+            for r in rules:
+                if isinstance(r, Mapping):
+                    r = NetworkPolicyRule(transform=r.get("transform") or ())
+                if not isinstance(r, NetworkPolicyRule):
+                    raise TypeError(f"{domain}: rules must be NetworkPolicyRule objects")
+                items.append(r)
+            out[domain] = tuple(items)
+        object.__setattr__(self, "rules", MappingProxyType(out))
+
+    @classmethod
+    def allow_all(cls) -> NetworkPolicy:
+        """Every host is reachable (through the proxy, bytes untouched)."""
+        return cls(mode="allow-all")
+
+    @classmethod
+    def deny_all(cls) -> NetworkPolicy:
+        """No egress at all (the default)."""
+        return cls(mode="deny-all")
+
+    @classmethod
+    def custom(cls, rules: Mapping[str, Sequence[NetworkPolicyRule]]) -> NetworkPolicy:
+        """Only the listed domains: ``{"*": [], "github.com": [NetworkPolicyRule(...)]}``."""
+        return cls(mode="custom", rules=rules)
+
+    def to_api(self) -> Any:
+        """The policy as the API takes it: ``"allow-all"``, ``"deny-all"`` or a map."""
+        if self.mode != "custom":
+            return self.mode
+        return {d: [r.to_api() for r in rules] for d, rules in (self.rules or {}).items()}
+
+    @classmethod
+    def from_api(cls, value: Any) -> NetworkPolicy | None:
+        """Build from a sandbox's ``network_policy`` (header values come back redacted)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return cls(mode=value) if value in ("allow-all", "deny-all") else None
+        if isinstance(value, Mapping):
+            mode = value.get("mode")
+            if isinstance(mode, str) and mode in ("allow-all", "deny-all"):
+                return cls(mode=mode)
+            allow = value.get("allow", value)
+            if isinstance(allow, list):
+                allow = {d: [] for d in allow}
+            try:
+                return cls.custom(allow)
+            except (TypeError, ValueError):
+                return None
+        return None
+
+    def __repr__(self) -> str:
+        if self.mode != "custom":
+            return f"NetworkPolicy.{self.mode.replace('-', '_')}()"
+        return f"NetworkPolicy.custom({dict(self.rules or {})!r})"
+
+
+def network_policy_api(value: Any) -> Any:
+    """A ``network_policy=`` argument as the API takes it (a NetworkPolicy, ``"allow-all"``,
+    ``"deny-all"`` or the JSON map)."""
+    if isinstance(value, NetworkPolicy):
+        return value.to_api()
+    if isinstance(value, str):
+        if value not in ("allow-all", "deny-all"):
+            raise ValueError('network_policy must be a NetworkPolicy, "allow-all", "deny-all" or a map')
+        return value
+    if isinstance(value, Mapping):
+        return {k: ([r.to_api() if isinstance(r, NetworkPolicyRule) else r for r in v]
+                    if isinstance(v, (list, tuple)) else v) for k, v in value.items()}
+    raise TypeError('network_policy must be a NetworkPolicy, "allow-all", "deny-all" or a map')
+
+
+def ports_api(ports: Any) -> list[int]:
+    """A ``ports=`` argument as the API takes it: a list of port numbers."""
+    if isinstance(ports, (str, bytes)) or not isinstance(ports, Sequence):
+        raise TypeError("ports must be a list of port numbers")
+    out = []
+    for p in ports:
+        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
+            raise ValueError(f"{p!r} is not a port number (1-65535)")
+        out.append(p)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -645,7 +645,9 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
     current_session_id = _prop("current_session_id", "The current session's id (``None`` when stopped).")
     usage = _prop("usage", "Memory, pids and OOM kills of the session.")
     region = _prop("region", "The region recorded by this client.")
-    network_id = _prop("network_id", "Always ``None`` (private networks are not supported yet).")
+    network_id = _prop("network_id", "The private network it is attached to, or ``None``.")
+    network_policy = _prop("network_policy", "Its egress policy (header values read ``<redacted>``).")
+    ports = _prop("ports", "The sandbox ports published on host loopback (see :meth:`domain`).")
     mounts = _prop("mounts", "Always empty (Drives are not supported yet).")
     persistent = _prop("persistent", "Always ``True``.")
 
@@ -713,7 +715,8 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
         return self._a.open_interactive(cmd, args, **kwargs)
 
     def domain(self, port: int) -> str:
-        """Port exposure is not supported yet: raises ``NotImplementedError``."""
+        """The URL that reaches ``port`` inside the sandbox from this host:
+        ``http://127.0.0.1:<host port>``."""
         return self._a.domain(port)
 
     def __enter__(self) -> SyncSandbox:

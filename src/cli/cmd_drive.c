@@ -1,0 +1,239 @@
+/*
+ * cmd_drive.c - `rebuno drive ...` and the snapshot actions of `rebuno sandbox`.
+ *
+ *   rebuno drive create NAME [--max-size BYTES] | ls [--name PREFIX] | get NAME
+ *                | fork NAME NEW | rm NAME
+ *   rebuno sandbox snapshot NAME [--expiration MS] | snapshots [NAME]
+ *                | snapshot-rm ID | fork NAME [NEW]
+ *
+ * Talks to sandboxd (docs/sandbox-api.md "Snapshots and forks", "Drives") like
+ * cmd_sandbox.c: --url, else $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090;
+ * readable output, or --json for the API's objects.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+
+#define DEFAULT_URL "http://127.0.0.1:8090"
+
+static void usage_drive(FILE *f)
+{
+    fprintf(f, "usage: rebuno drive <action> [options]\n\n"
+               "actions:\n"
+               "  create NAME [--max-size BYTES]  get or create a drive (default 10 GiB)\n"
+               "  ls [--name PREFIX]              list drives\n"
+               "  get NAME                        show one drive\n"
+               "  fork NAME NEW                   a new drive from NAME's committed data\n"
+               "  rm NAME                         delete a drive (refused while mounted)\n\n"
+               "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
+            DEFAULT_URL);
+}
+
+static void usage_snap(FILE *f)
+{
+    fprintf(f, "usage: rebuno sandbox snapshot NAME [--expiration MS]   snapshot (never stops it)\n"
+               "       rebuno sandbox snapshots [NAME]                    list snapshots\n"
+               "       rebuno sandbox snapshot-rm ID                      delete a snapshot\n"
+               "       rebuno sandbox fork NAME [NEW]                     fork a sandbox\n");
+}
+
+static void open_client(struct client *c, const struct cli_args *a)
+{
+    const char *url = a->url;
+    if (!url || !*url) url = getenv("REBUNO_SANDBOX_URL");
+    if (!url || !*url) url = DEFAULT_URL;
+    client_init(c, url, NULL);
+}
+
+static char *pathf(struct client *c, const char *prefix, const char *ref, const char *suffix)
+{
+    char *e = client_escape(c, ref);
+    struct buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "%s%s%s", prefix, e, suffix);
+    free(e);
+    char *p = strdup(b.data);
+    buf_fini(&b);
+    return p;
+}
+
+static void print_drive(const json_t *v)
+{
+    cli_put_clean(stdout, cli_str(v, "name"), 64);
+    printf("  %s  max %lld MiB  %s", cli_str(v, "id") ? cli_str(v, "id") : "-",
+           (long long)(json_integer_value(json_object_get(v, "max_size_bytes")) >> 20),
+           json_is_true(json_object_get(v, "initialized")) ? "initialized" : "empty");
+    json_t *att = json_object_get(v, "attached_to");
+    if (json_is_object(att)) {
+        printf("  attached to ");
+        cli_put_clean(stdout, cli_str(att, "sandbox_name"), 64);
+    }
+    if (cli_str(v, "parent_drive_id")) printf("  forked from %s", cli_str(v, "parent_drive_id"));
+    printf("\n");
+}
+
+static void print_snap(const json_t *v)
+{
+    printf("%s  ", cli_str(v, "id") ? cli_str(v, "id") : "-");
+    cli_put_clean(stdout, cli_str(v, "sandbox_name"), 64);
+    printf("  %s  expires %s\n", cli_str(v, "created_at") ? cli_str(v, "created_at") : "-",
+           cli_str(v, "expires_at") ? cli_str(v, "expires_at") : "never");
+}
+
+static int finish(const struct cli_args *a, json_t *out, void (*print)(const json_t *),
+                  const char *list_key)
+{
+    if (a->json) {
+        cli_json_pretty(stdout, out, "");
+    } else if (list_key) {
+        json_t *arr = json_object_get(out, list_key);
+        for (size_t i = 0; i < json_array_size(arr); i++)
+            print(json_array_get(arr, i));
+    } else if (out) {
+        print(out);
+    }
+    json_decref(out);
+    return CLI_OK;
+}
+
+int cmd_drive(int argc, char **argv)
+{
+    const char *max = NULL, *prefix = NULL;
+    const struct cli_opt opts[] = {{"max-size", &max}, {"name", &prefix}, {NULL, NULL}};
+    struct cli_args a;
+    struct err err = ERR_INIT;
+    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
+        cli_print_err(&err);
+        return CLI_USAGE;
+    }
+    if (a.help || a.npos == 0) {
+        usage_drive(a.help ? stdout : stderr);
+        return a.help ? CLI_OK : CLI_USAGE;
+    }
+    const char *act = a.pos[0];
+    bool needs_name = strcmp(act, "ls") != 0 && strcmp(act, "list") != 0;
+    if (needs_name && a.npos < 2) {
+        fprintf(stderr, "error: which drive? give its name\n");
+        return CLI_USAGE;
+    }
+    struct client c;
+    open_client(&c, &a);
+    json_t *out = NULL;
+    int rc = CLI_OK;
+    char *path = NULL;
+    if (!strcmp(act, "create")) {
+        json_t *body = json_pack("{s:s}", "name", a.pos[1]);
+        if (max) json_object_set_new(body, "max_size_bytes", json_integer(strtoll(max, NULL, 10)));
+        rc = client_request(&c, "POST", "/v1/drives", body, NULL, &out, &err) < 0 ? CLI_FAILED
+                                                                                 : CLI_OK;
+        json_decref(body);
+        if (!rc) rc = finish(&a, out, print_drive, NULL);
+    } else if (!strcmp(act, "ls") || !strcmp(act, "list")) {
+        struct buf b;
+        buf_init(&b, 0);
+        buf_printf(&b, "/v1/drives?limit=1000");
+        client_query_add(&c, &b, "name", prefix);
+        rc = client_request(&c, "GET", b.data, NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        buf_fini(&b);
+        if (!rc) rc = finish(&a, out, print_drive, "drives");
+    } else if (!strcmp(act, "get")) {
+        path = pathf(&c, "/v1/drives/", a.pos[1], "");
+        rc = client_request(&c, "GET", path, NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) rc = finish(&a, out, print_drive, NULL);
+    } else if (!strcmp(act, "fork")) {
+        if (a.npos < 3) {
+            fprintf(stderr, "error: give the new drive's name: rebuno drive fork NAME NEW\n");
+            client_fini(&c);
+            return CLI_USAGE;
+        }
+        path = pathf(&c, "/v1/drives/", a.pos[1], "/fork");
+        json_t *body = json_pack("{s:s}", "name", a.pos[2]);
+        rc = client_request(&c, "POST", path, body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        json_decref(body);
+        if (!rc) rc = finish(&a, out, print_drive, NULL);
+    } else if (!strcmp(act, "rm") || !strcmp(act, "delete")) {
+        path = pathf(&c, "/v1/drives/", a.pos[1], "");
+        rc = client_request(&c, "DELETE", path, NULL, NULL, NULL, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) {
+            cli_put_clean(stdout, a.pos[1], 0);
+            printf(" deleted\n");
+        }
+    } else {
+        fprintf(stderr, "error: unknown action \"%s\"\n\n", act);
+        usage_drive(stderr);
+        rc = CLI_USAGE;
+    }
+    if (rc == CLI_FAILED) cli_print_err(&err);
+    free(path);
+    client_fini(&c);
+    return rc;
+}
+
+int cmd_sandbox_snap(int argc, char **argv)
+{
+    const char *exp = NULL;
+    const struct cli_opt opts[] = {{"expiration", &exp}, {NULL, NULL}};
+    struct cli_args a;
+    struct err err = ERR_INIT;
+    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
+        cli_print_err(&err);
+        return CLI_USAGE;
+    }
+    if (a.help || a.npos == 0) {
+        usage_snap(a.help ? stdout : stderr);
+        return a.help ? CLI_OK : CLI_USAGE;
+    }
+    const char *act = a.pos[0];
+    if (strcmp(act, "snapshots") != 0 && a.npos < 2) {
+        fprintf(stderr, "error: which sandbox (or snapshot)? give its name or id\n");
+        return CLI_USAGE;
+    }
+    struct client c;
+    open_client(&c, &a);
+    json_t *out = NULL;
+    int rc;
+    char *path = NULL;
+    if (!strcmp(act, "snapshot")) {
+        path = pathf(&c, "/v1/sandboxes/", a.pos[1], "/snapshots");
+        json_t *body = json_object();
+        if (exp) json_object_set_new(body, "expiration_ms", json_integer(strtoll(exp, NULL, 10)));
+        rc = client_request(&c, "POST", path, body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        json_decref(body);
+        if (!rc) rc = finish(&a, out, print_snap, NULL);
+    } else if (!strcmp(act, "snapshots")) {
+        struct buf b;
+        buf_init(&b, 0);
+        buf_printf(&b, "/v1/snapshots?limit=1000");
+        client_query_add(&c, &b, "sandbox", a.npos > 1 ? a.pos[1] : NULL);
+        rc = client_request(&c, "GET", b.data, NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        buf_fini(&b);
+        if (!rc) rc = finish(&a, out, print_snap, "snapshots");
+    } else if (!strcmp(act, "snapshot-rm")) {
+        path = pathf(&c, "/v1/snapshots/", a.pos[1], "");
+        rc = client_request(&c, "DELETE", path, NULL, NULL, NULL, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) printf("%s deleted\n", a.pos[1]);
+    } else { /* fork */
+        path = pathf(&c, "/v1/sandboxes/", a.pos[1], "/fork");
+        json_t *body = json_object();
+        if (a.npos > 2) json_object_set_new(body, "name", json_string(a.pos[2]));
+        rc = client_request(&c, "POST", path, body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        json_decref(body);
+        if (!rc && a.json) {
+            rc = finish(&a, out, NULL, NULL);
+        } else if (!rc) {
+            cli_put_clean(stdout, cli_str(out, "name"), 64);
+            printf(" %s (forked from ", cli_str(out, "id") ? cli_str(out, "id") : "-");
+            cli_put_clean(stdout, a.pos[1], 64);
+            printf(")\n");
+            json_decref(out);
+        }
+    }
+    if (rc == CLI_FAILED) cli_print_err(&err);
+    free(path);
+    client_fini(&c);
+    return rc;
+}
