@@ -1113,4 +1113,5 @@ void sbx_api_register(struct sbxd *d)
     http_route(h, "DELETE", "/v1/sandboxes/:ref/files", h_file_remove, d);
     sbx_api_register_ext(d); /* snapshots, forks, drives, sources: snapshot.c */
     sbx_pty_routes(d); /* terminals: pty.c */
+    sbx_images_register(d); /* imported images: images.c */
 }

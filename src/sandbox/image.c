@@ -4,6 +4,7 @@
 #include "sandbox/image.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -143,7 +144,20 @@ static void copy_tree(const char *src, const char *dst, int depth)
     closedir(d);
 }
 
-static int build(const char *dir, struct err *err)
+/* For keep: the parent of dir/rel is a real directory (not a symlink the image
+ * brought, which mkdir/symlink would follow out of the layer). */
+static bool parent_real(const char *dir, const char *rel)
+{
+    const char *slash = strrchr(rel, '/');
+    if (!slash) return true;
+    char p[PATH_MAX];
+    if (pf(p, sizeof p, "%s/%.*s", dir, (int)(slash - rel), rel) < 0) return false;
+    struct stat st;
+    return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* With keep, entries that exist already are left alone (an imported image's own). */
+static int build(const char *dir, bool keep, struct err *err)
 {
     static const struct {
         const char *path;
@@ -158,15 +172,18 @@ static int build(const char *dir, struct err *err)
     char p[PATH_MAX];
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         pf(p, sizeof p, "%s/%s", dir, dirs[i].path);
+        struct stat st;
+        if (keep && (lstat(p, &st) == 0 || !parent_real(dir, dirs[i].path))) continue;
         int e = mkdir_mode(p, dirs[i].mode);
         if (e < 0)
             return err_internal(err, "image: cannot create %s: %s", p, strerror(-e));
     }
     pf(p, sizeof p, "%s/var/run", dir);
-    if (symlink("/run", p) < 0 && errno != EEXIST)
+    if ((!keep || parent_real(dir, "var/run")) && symlink("/run", p) < 0 && errno != EEXIST)
         return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
     pf(p, sizeof p, "%s/var/lock", dir);
-    if (symlink("/run/lock", p) < 0 && errno != EEXIST)
+    if ((!keep || parent_real(dir, "var/lock")) && symlink("/run/lock", p) < 0 &&
+        errno != EEXIST)
         return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
     /* merged /usr links, as the host has them */
     static const char *top[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
@@ -178,13 +195,15 @@ static int build(const char *dir, struct err *err)
         t[n] = '\0';
         if (strncmp(t, "usr/", 4) != 0 && strncmp(t, "/usr/", 5) != 0) continue;
         pf(p, sizeof p, "%s/%s", dir, top[i]);
-        if (symlink(t, p) < 0)
+        if (symlink(t, p) < 0 && !(keep && errno == EEXIST))
             return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
     }
     for (const char *const *a = sbx_image_etc_allow; *a; a++) {
         char s[PATH_MAX];
         pf(s, sizeof s, "/etc/%s", *a);
         pf(p, sizeof p, "%s/etc/%s", dir, *a);
+        struct stat st;
+        if (keep && lstat(p, &st) == 0) continue;
         copy_tree(s, p, 0);
     }
     static const struct {
@@ -198,6 +217,8 @@ static int build(const char *dir, struct err *err)
                {"subuid", "", 0644},             {"subgid", "", 0644}};
     for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) {
         pf(p, sizeof p, "%s/etc/%s", dir, gen[i].name);
+        struct stat st;
+        if (keep && lstat(p, &st) == 0) continue;
         unlink(p);
         int e = write_file(p, gen[i].text, gen[i].mode);
         if (e < 0) return err_internal(err, "image: cannot write %s: %s", p, strerror(-e));
@@ -208,7 +229,7 @@ static int build(const char *dir, struct err *err)
     return 0;
 }
 
-static void rm_rf(const char *path)
+void sbx_image_remove_tree(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0) return;
@@ -219,7 +240,7 @@ static void rm_rf(const char *path)
             while ((de = readdir(d))) {
                 if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
                 char p[PATH_MAX];
-                if (pf(p, sizeof p, "%s/%s", path, de->d_name) == 0) rm_rf(p);
+                if (pf(p, sizeof p, "%s/%s", path, de->d_name) == 0) sbx_image_remove_tree(p);
             }
             closedir(d);
         }
@@ -240,16 +261,28 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
     if (mkdir(images_dir, 0700) < 0 && errno != EEXIST)
         return err_internal(err, "cannot create %s: %s", images_dir, strerror(errno));
     pf(tmp, sizeof tmp, "%s/.tmp-%s-%d", images_dir, SBX_IMAGE_DEFAULT, (int)getpid());
-    rm_rf(tmp);
-    if (build(tmp, err) < 0) {
-        rm_rf(tmp);
+    sbx_image_remove_tree(tmp);
+    if (build(tmp, false, err) < 0) {
+        sbx_image_remove_tree(tmp);
         return -1;
     }
     if (rename(tmp, final) < 0) {
         int e = errno;
-        rm_rf(tmp);
+        sbx_image_remove_tree(tmp);
         if (e == ENOTEMPTY || e == EEXIST) return 0; /* someone else won */
         return err_internal(err, "cannot install image %s: %s", final, strerror(e));
     }
     return 0;
+}
+
+int sbx_image_fill(const char *dir, struct err *err)
+{
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return err_internal(err, "image: %s is not a directory", dir);
+    char etc[PATH_MAX];
+    pf(etc, sizeof etc, "%s/etc", dir);
+    if (lstat(etc, &st) == 0 && !S_ISDIR(st.st_mode))
+        return err_set(err, 400, "invalid_image", "path", "the image's /etc is not a directory");
+    return build(dir, true, err);
 }

@@ -23,6 +23,13 @@
 /* Make sure images_dir/SBX_IMAGE_DEFAULT exists. 0 or -1 with err. */
 int sbx_image_ensure_default(const char *images_dir, struct err *err);
 
+/* Fill what an imported image layer at dir lacks from the default skeleton (mount
+ * points, merged-/usr links, allowlisted host /etc entries, generated /etc files),
+ * never replacing an entry it has. 0 or -1 with err. */
+int sbx_image_fill(const char *dir, struct err *err);
+/* rm -rf without following symlinks (best effort). */
+void sbx_image_remove_tree(const char *path);
+
 /* The host /etc entries copied into the image (NULL-terminated; for docs and tests). */
 extern const char *const sbx_image_etc_allow[];
 

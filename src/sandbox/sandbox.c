@@ -641,7 +641,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     if (sbx_json_known(body, known, "a sandbox", err) < 0) return NULL;
     const char *name, *image;
     if (sbx_json_str(body, "name", SBX_NAME_MAX, &name, err) < 0 ||
-        sbx_json_str(body, "image", 64, &image, err) < 0)
+        sbx_json_str(body, "image", 80, &image, err) < 0)
         return NULL;
     if (name && (!sbx_name_valid(name) || uuid_valid(name))) {
         err_invalid(err, "name",
@@ -650,10 +650,24 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
                     SBX_NAME_MAX);
         return NULL;
     }
-    if (image && strcmp(image, "default") != 0 && strcmp(image, SBX_IMAGE_DEFAULT) != 0) {
-        err_invalid(err, "image", "only the \"default\" image exists so far");
-        return NULL;
+    /* the image: "image", or an image source's "image" (which must agree) */
+    const char *image_field = "image";
+    json_t *src0 = json_object_get(body, "source");
+    if (!fork_from && json_is_object(src0) &&
+        json_is_string(json_object_get(src0, "type")) &&
+        !strcmp(json_string_value(json_object_get(src0, "type")), "image") &&
+        json_is_string(json_object_get(src0, "image"))) {
+        const char *si = json_string_value(json_object_get(src0, "image"));
+        if (image && strcmp(image, si) != 0) {
+            err_invalid(err, "source.image", "source.image and image name different images");
+            return NULL;
+        }
+        image = si;
+        image_field = "source.image";
     }
+    char image_dir[72];
+    if (sbx_image_resolve(d, image, image_field, image_dir, sizeof image_dir, err) < 0)
+        return NULL;
     json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "env");
     if (meta && !json_is_null(meta) && sbx_validate_metadata(meta, "metadata", err) < 0)
         return NULL;
@@ -695,7 +709,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
         err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
         goto fail;
     }
-    snprintf(s->image, sizeof s->image, "%s", SBX_IMAGE_DEFAULT);
+    snprintf(s->image, sizeof s->image, "%s", image_dir);
     s->metadata = meta && !json_is_null(meta) ? json_deep_copy(meta) : json_object();
     s->env = env && !json_is_null(env) ? json_deep_copy(env) : json_object();
     s->created_at = s->updated_at = clock_now_ms();
@@ -804,7 +818,9 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(o, "resources", res);
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
-    json_object_set_new(o, "image", json_string(s->image));
+    char iname[80];
+    sbx_image_name(s->image, iname, sizeof iname);
+    json_object_set_new(o, "image", json_string(iname));
     json_object_set_new(o, "created_at", iso(s->created_at));
     json_object_set_new(o, "updated_at", iso(s->updated_at));
     json_object_set_new(o, "expires_at", iso(s->expires_at));
@@ -950,7 +966,8 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     d->store = sbx_store_open(db, err);
     free(db);
     if (!d->store) goto fail;
-    if (sbx_image_ensure_default(d->image_dir, err) < 0) goto fail;
+    if (sbx_image_ensure_default(d->image_dir, err) < 0 || sbx_images_open(d, err) < 0)
+        goto fail;
     if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
         goto fail;
     char cgname[64];

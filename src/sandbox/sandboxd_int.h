@@ -84,7 +84,7 @@ struct sbx {
     char name[64];
     enum sbx_state state;
     uint32_t slot, uid_base;
-    char image[64];
+    char image[72]; /* SBX_IMAGE_DEFAULT or an imported image's sha256 hex */
     json_t *metadata, *env;
     int64_t vcpus, memory_mb, pids_max, timeout_ms;
     bool on_timeout_pause;
@@ -255,6 +255,17 @@ void sbx_sources_close(struct sbxd *d);
 
 /* ---- api.c ---- */
 void sbx_api_register(struct sbxd *d);
+
+/* images.c: imported images (POST/GET/DELETE /v1/images) */
+int sbx_images_open(struct sbxd *d, struct err *err); /* the table; sweep failed imports */
+void sbx_images_register(struct sbxd *d);
+/* "default", SBX_IMAGE_DEFAULT or "sha256:<64 hex>" (syntax only). */
+bool sbx_image_ref_valid(const char *ref);
+/* ref (NULL: default) -> the layer directory name under images/; 404 image_not_found. */
+int sbx_image_resolve(struct sbxd *d, const char *ref, const char *field, char *out,
+                      size_t outsz, struct err *err);
+/* The API name of a layer directory name ("sha256:<hex>" for imported ones). */
+void sbx_image_name(const char *image, char *out, size_t outsz);
 /* Tell every watcher of c about ev. */
 void sbx_watch_notify(struct sbxd *d, struct sbx_cmd *c, int ev);
 /* A stdin chunk a watcher waited for was written (ok) or dropped. */

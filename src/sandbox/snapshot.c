@@ -44,7 +44,7 @@
 struct sbx_snap {
     struct sbx_snap *prev, *next;
     char id[40];
-    char sandbox_id[40], sandbox_name[64], image[64];
+    char sandbox_id[40], sandbox_name[64], image[72];
     uint32_t data_base;
     int64_t created_at, expires_at, expiration_ms;
     char *path;
@@ -229,7 +229,9 @@ static json_t *snap_json(const struct sbx_snap *n)
     json_object_set_new(o, "id", json_string(n->id));
     json_object_set_new(o, "sandbox_id", json_string(n->sandbox_id));
     json_object_set_new(o, "sandbox_name", json_string(n->sandbox_name));
-    json_object_set_new(o, "image", json_string(n->image));
+    char iname[80];
+    sbx_image_name(n->image, iname, sizeof iname);
+    json_object_set_new(o, "image", json_string(iname));
     json_object_set_new(o, "status", json_string("created"));
     json_object_set_new(o, "created_at", iso(n->created_at));
     json_object_set_new(o, "expiration_ms", json_integer(n->expiration_ms));

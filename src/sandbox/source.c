@@ -147,10 +147,11 @@ int sbx_source_check(const json_t *source, struct err *err)
         static const char *const known[] = {"type", "image", NULL};
         const char *img = NULL;
         if (sbx_json_known(source, known, "an image source", err) < 0 ||
-            sbx_json_str(source, "image", 64, &img, err) < 0)
+            sbx_json_str(source, "image", 80, &img, err) < 0)
             return -1;
-        if (img && strcmp(img, "default") != 0 && strcmp(img, "default-v1") != 0)
-            return err_invalid(err, "source.image", "only the \"default\" image exists so far");
+        if (img && !sbx_image_ref_valid(img))
+            return err_invalid(err, "source.image",
+                               "source.image must be \"default\" or \"sha256:<64 hex digits>\"");
         return 0;
     }
     if (!strcmp(type, "git")) {

@@ -1,0 +1,138 @@
+"""Imported images: a host directory or tarball, imported once and cached by digest (issue 5).
+
+An image is the root's lower layer; the host's /usr is still mounted over its /usr, so
+the test images are small trees (/etc, /app) and the shell comes from the host.
+"""
+import hashlib
+import io
+import os
+import tarfile
+
+
+def make_tree(root):
+    os.makedirs(os.path.join(root, "app"))
+    os.makedirs(os.path.join(root, "etc"))
+    with open(os.path.join(root, "app", "hello.txt"), "w") as f:
+        f.write("from the image\n")
+    with open(os.path.join(root, "etc", "motd"), "w") as f:
+        f.write("image motd\n")
+    os.symlink("hello.txt", os.path.join(root, "app", "link"))
+
+
+def make_tar(path, members):
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_directory_image_is_cached_and_used(make_sandboxd, tmpdir_path):
+    d = make_sandboxd().start()
+    tree = os.path.join(tmpdir_path, "tree")
+    make_tree(tree)
+    st, img = d.request("POST", "/v1/images", {"type": "dir", "path": tree})
+    assert st == 201, img
+    assert img["digest"].startswith("sha256:") and len(img["digest"]) == 71
+    assert img["source"] == {"type": "dir", "path": tree} and img["size_bytes"] > 0
+    # the same content again: the same image, 200
+    st, again = d.request("POST", "/v1/images", {"type": "dir", "path": tree})
+    assert st == 200 and again["digest"] == img["digest"], again
+    dg = img["digest"]
+    assert d.ok("GET", f"/v1/images/{dg}")["digest"] == dg
+    assert [x["digest"] for x in d.ok("GET", "/v1/images")["images"]] == [dg]
+
+    s = d.create("im", image=dg)
+    assert s["image"] == dg
+    r = d.sh("im", "cat /app/hello.txt /app/link /etc/motd; stat -c %u /app/hello.txt; "
+                   "test -e /etc/passwd && echo passwd; echo x > /app/new && cat /app/new")
+    assert r["stdout"] == "from the image\nfrom the image\nimage motd\n0\npasswd\nx\n", r
+    # the source form names the same image
+    s2 = d.create("im2", source={"type": "image", "image": dg}, start=False)
+    assert s2["image"] == dg
+
+    # in use: refused
+    st, out = d.request("DELETE", f"/v1/images/{dg}")
+    assert st == 409 and out["error"]["code"] == "image_in_use", out
+
+    # survives a restart, and sandboxes keep using it
+    d.stop()
+    d.start()
+    assert d.ok("GET", f"/v1/images/{dg}")["source"]["path"] == tree
+    r = d.sh("im", "cat /app/hello.txt /app/new")
+    assert r["stdout"] == "from the image\nx\n", r
+
+    d.ok("DELETE", "/v1/sandboxes/im")
+    d.ok("DELETE", "/v1/sandboxes/im2")
+    d.ok("DELETE", f"/v1/images/{dg}", status=204)
+    st, out = d.request("GET", f"/v1/images/{dg}")
+    assert st == 404 and out["error"]["code"] == "image_not_found"
+    assert not os.path.exists(os.path.join(d.state, "images", dg[7:]))
+
+
+def test_tarball_image_and_failures(sandboxd, tmpdir_path):
+    d = sandboxd
+    good = make_tar(os.path.join(tmpdir_path, "good.tar.gz"),
+                    [("app/data.txt", b"tarball data\n")])
+    st, img = d.request("POST", "/v1/images", {"type": "tarball", "path": good})
+    assert st == 201, img
+    with open(good, "rb") as f:
+        assert img["digest"] == "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    assert d.request("POST", "/v1/images", {"type": "tarball", "path": good})[0] == 200
+    d.create("tb", image=img["digest"])
+    assert d.sh("tb", "cat /app/data.txt")["stdout"] == "tarball data\n"
+
+    bad = make_tar(os.path.join(tmpdir_path, "bad.tar.gz"),
+                   [("app/ok", b"ok"), ("../escape", b"no")])
+    st, out = d.request("POST", "/v1/images", {"type": "tarball", "path": bad})
+    assert st == 400 and out["error"]["code"] == "invalid_image" and ".." in out["error"][
+        "message"], out
+    absolute = make_tar(os.path.join(tmpdir_path, "abs.tar"), [("/etc/x", b"no")])
+    st, out = d.request("POST", "/v1/images", {"type": "tarball", "path": absolute})
+    assert st == 400 and out["error"]["code"] == "invalid_image", out
+    assert not os.path.exists(os.path.join(tmpdir_path, "escape"))
+    dev = os.path.join(tmpdir_path, "dev.tar")
+    with tarfile.open(dev, "w") as t:
+        info = tarfile.TarInfo("dev/sda")
+        info.type, info.devmajor, info.devminor = tarfile.BLKTYPE, 8, 0
+        t.addfile(info)
+    st, out = d.request("POST", "/v1/images", {"type": "tarball", "path": dev})
+    assert st == 400 and "device" in out["error"]["message"], out
+    # a symlink out of the layer, then a member through it: tar writes nothing outside
+    outside = os.path.join(tmpdir_path, "outside")
+    os.mkdir(outside)
+    esc = os.path.join(tmpdir_path, "esc.tar")
+    with tarfile.open(esc, "w") as t:
+        info = tarfile.TarInfo("link")
+        info.type, info.linkname = tarfile.SYMTYPE, outside
+        t.addfile(info)
+        info = tarfile.TarInfo("link/pwned")
+        info.size = 2
+        t.addfile(info, io.BytesIO(b"no"))
+    st, out = d.request("POST", "/v1/images", {"type": "tarball", "path": esc})
+    assert st == 400 and out["error"]["code"] == "invalid_image", out
+    assert os.listdir(outside) == []
+    assert len(d.ok("GET", "/v1/images")["images"]) == 1
+
+    for body in ({"type": "tarball", "path": "relative.tar"},
+                 {"type": "tarball", "path": tmpdir_path},          # a directory
+                 {"type": "dir", "path": good},                     # a file
+                 {"type": "dir", "path": "/no/such/dir"},
+                 {"type": "zip", "path": good},
+                 {"type": "dir", "path": tmpdir_path, "extra": 1}):
+        st, out = d.request("POST", "/v1/images", body)
+        assert st == 400 and out["error"]["code"] == "validation_error", (body, out)
+
+    missing = "sha256:" + "0" * 64
+    st, out = d.request("POST", "/v1/sandboxes", {"name": "nope", "image": missing})
+    assert st == 404 and out["error"]["code"] == "image_not_found", out
+    st, out = d.request("POST", "/v1/sandboxes",
+                        {"name": "nope", "source": {"type": "image", "image": missing}})
+    assert st == 404 and out["error"]["code"] == "image_not_found", out
+    st, out = d.request("POST", "/v1/sandboxes", {"name": "nope", "image": "ubuntu"})
+    assert st == 400, out
+    st, out = d.request("GET", "/v1/images/" + missing)
+    assert st == 404 and out["error"]["code"] == "image_not_found", out
+    # the default image still works
+    assert d.create("plain", image="default")["image"] == "default-v1"
