@@ -10,7 +10,7 @@
  *
  * Import: the bytes are first copied into one temporary tar file (a tarball as is;
  * a directory as a deterministic `tar --sort=name --mtime=@0 --owner=0 ...` of it),
- * so the digest (sha256sum of that file) names exactly what gets extracted even if
+ * so the digest (SHA-256 of that file, OpenSSL) names exactly what gets extracted even if
  * the source changes meanwhile. Safety: before extracting, `tar -tP` lists the raw
  * member names (reject absolute names and any ".." component) and `tar -tvP` their
  * types (only regular files, directories, symlinks and hard links: no device nodes,
@@ -24,6 +24,7 @@
  * `images` table of the sandbox store.
  */
 #include <dirent.h>
+#include <openssl/evp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -273,14 +274,30 @@ static int check_type(char *line, void *arg)
     return 1;
 }
 
-static int sha_line(char *line, void *arg)
+/* SHA-256 of a file as lowercase hex, streamed (the tar may be large). 0 or -errno. */
+static int file_sha256_hex(const char *path, char hex[65])
 {
-    char *hex = arg;
-    if (strlen(line) >= 64 && strspn(line, "0123456789abcdef") == 64) {
-        memcpy(hex, line, 64);
-        hex[64] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : -ENOMEM;
+    char b[65536];
+    ssize_t n;
+    while (rc == 0 && (n = read(fd, b, sizeof b)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            rc = -errno;
+        } else if (!EVP_DigestUpdate(ctx, b, (size_t)n)) {
+            rc = -EIO;
+        }
     }
-    return 0;
+    unsigned char md[32];
+    unsigned int len = 0;
+    if (rc == 0 && !EVP_DigestFinal_ex(ctx, md, &len)) rc = -EIO;
+    for (unsigned i = 0; rc == 0 && i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+    close(fd);
+    return rc;
 }
 
 /* Copy path (a regular file, opened without following links) into fd; size out. */
@@ -360,10 +377,9 @@ static int import(struct sbxd *d, const char *type, const char *path, json_t **o
     }
     close(fd);
     char hex[65] = "";
-    char *sha[] = {"/usr/bin/sha256sum", tar, NULL};
-    if (run(sha, -1, sha_line, hex) != 0 || !hex[0]) {
+    if ((rc = file_sha256_hex(tar, hex)) < 0) {
         unlink(tar);
-        return err_internal(err, "sha256sum failed on %s", tar);
+        return err_internal(err, "cannot hash %s: %s", tar, strerror(-rc));
     }
     snprintf(final, sizeof final, "%s/%s", d->image_dir, hex);
     json_t *have = image_get(d, hex);
