@@ -755,3 +755,17 @@ const char *cli_str(const json_t *o, const char *key)
 {
     return json_string_value(json_object_get(o, key));
 }
+
+int cli_parse_action(int argc, char **argv, int act, const struct cli_opt *opts, int max_pos,
+                     struct cli_args *a, struct err *err)
+{
+    /* The parser wants the action first, then everything else in its order. */
+    char **args = xcalloc((size_t)argc + 1, sizeof *args);
+    int n = 0;
+    args[n++] = argv[act];
+    for (int i = 1; i < argc; i++)
+        if (i != act) args[n++] = argv[i];
+    int rc = cli_parse(n, args, opts, max_pos, a, err); /* a->pos keeps the strings, not args */
+    free(args);
+    return rc;
+}

@@ -119,6 +119,11 @@ int cli_parse(int argc, char **argv, const struct cli_opt *opts, int max_pos, st
  */
 int cli_find_action(int argc, char **argv);
 
+/* cli_parse for `rebuno GROUP ... ACTION ...`: argv[act] is the action (see
+ * cli_find_action); options may stand before or after it. */
+int cli_parse_action(int argc, char **argv, int act, const struct cli_opt *opts, int max_pos,
+                     struct cli_args *a, struct err *err);
+
 /* Print "error: <msg>" (and "field: <field>" when set) to stderr. */
 void cli_print_err(const struct err *e);
 

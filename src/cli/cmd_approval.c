@@ -511,11 +511,6 @@ int cmd_approval(int argc, char **argv)
         return CLI_USAGE;
     }
 
-    char **args = xcalloc((size_t)argc + 1, sizeof *args);
-    int n = 0;
-    args[n++] = argv[act];
-    for (int i = 1; i < argc; i++)
-        if (i != act) args[n++] = argv[i];
 
     struct appr_ctx *x = xcalloc(1, sizeof *x);
     x->group = group;
@@ -528,7 +523,7 @@ int cmd_approval(int argc, char **argv)
 
     struct err err = ERR_INIT;
     int rc;
-    if (cli_parse(n, args, opts, sub->max_pos, &x->a, &err) < 0) {
+    if (cli_parse_action(argc, argv, act, opts, sub->max_pos, &x->a, &err) < 0) {
         rc = usage_error(x, "%s", err.msg);
     } else if (x->a.help) {
         fprintf(stdout, "usage: rebuno %s %s\n\n%s\n%s", group, sub->synopsis, sub->help,
@@ -541,6 +536,5 @@ int cmd_approval(int argc, char **argv)
     }
     fflush(stdout);
     free(x);
-    free(args);
     return rc;
 }

@@ -932,12 +932,6 @@ int cmd_exec(int argc, char **argv)
         return CLI_USAGE;
     }
 
-    /* argv for the parser: the action first, then everything else in order */
-    char **args = xcalloc((size_t)argc + 1, sizeof *args);
-    int n = 0;
-    args[n++] = argv[act];
-    for (int i = 1; i < argc; i++)
-        if (i != act) args[n++] = argv[i];
 
     struct exec_ctx *x = xcalloc(1, sizeof *x);
     x->sub = sub;
@@ -949,7 +943,7 @@ int cmd_exec(int argc, char **argv)
 
     struct err err = ERR_INIT;
     int rc;
-    if (cli_parse(n, args, opts, sub->max_pos, &x->a, &err) < 0) {
+    if (cli_parse_action(argc, argv, act, opts, sub->max_pos, &x->a, &err) < 0) {
         rc = usage_error(sub, "%s", err.msg);
     } else if (x->a.help) {
         sub_usage(stdout, sub);
@@ -961,6 +955,5 @@ int cmd_exec(int argc, char **argv)
     }
     fflush(stdout);
     free(x);
-    free(args);
     return rc;
 }
