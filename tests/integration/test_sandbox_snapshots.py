@@ -44,6 +44,13 @@ def check_lines(content):
     return len(nums)
 
 
+def check_live_lines(content):
+    """The live file is read while the writer appends: a write that straddles a page
+    boundary may be seen half done, so a trailing partial line is dropped here.
+    Snapshots get the strict check_lines: the freeze makes them whole."""
+    return check_lines(content[: content.rfind("\n") + 1])
+
+
 def test_snapshot_while_a_process_writes_is_consistent_and_never_stops(sandboxd):
     d = sandboxd
     d.create("w", timeout_ms=0)
@@ -52,7 +59,7 @@ def test_snapshot_while_a_process_writes_is_consistent_and_never_stops(sandboxd)
     time.sleep(0.5)
     counts, frozen = [], []
     for i in range(4):
-        before = check_lines(text(d, "w", "/root/count.log"))
+        before = check_live_lines(text(d, "w", "/root/count.log"))
         s = snap(d, "w")
         frozen.append(float(d.last_headers["X-Rebuno-Frozen-Ms"]))
         assert d.get("w")["state"] == "running"
@@ -61,7 +68,7 @@ def test_snapshot_while_a_process_writes_is_consistent_and_never_stops(sandboxd)
         assert n >= before
         counts.append(n)
         time.sleep(0.2)
-        after = check_lines(text(d, "w", "/root/count.log"))
+        after = check_live_lines(text(d, "w", "/root/count.log"))
         assert after > n, "the writer stopped"
         d.ok("DELETE", f"/v1/sandboxes/r{i}", status=204)
     assert counts == sorted(counts) and counts[-1] > counts[0]
