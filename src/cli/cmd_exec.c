@@ -759,10 +759,11 @@ static int run_fork_points(struct exec_ctx *x)
     if (json_array_size(json_object_get(fp, "checkpoints")) == 0) printf("  (none: forks start from fresh resources)\n");
     json_array_foreach(json_object_get(fp, "checkpoints"), i, v) {
         json_t *inv = json_object_get(v, "invalidated_seq");
-        printf("  %-12s covers seq %lld..%s  ref ", cli_str(v, "key") ? cli_str(v, "key") : "?",
-               (long long)json_integer_value(json_object_get(v, "covered_seq")),
-               json_is_integer(inv) ? "" : "end");
-        if (json_is_integer(inv)) printf("%lld ", (long long)json_integer_value(inv) - 1);
+        printf("  %-12s covers seq %lld..", cli_str(v, "key") ? cli_str(v, "key") : "?",
+               (long long)json_integer_value(json_object_get(v, "covered_seq")));
+        if (json_is_integer(inv)) printf("%-6lld", (long long)json_integer_value(inv) - 1);
+        else printf("%-6s", "end");
+        fputs(" ref ", stdout);
         cli_put_clean(stdout, cli_str(v, "checkpoint_ref"), 200);
         fputc('\n', stdout);
     }

@@ -53,8 +53,28 @@ static int start_sandboxd(struct serve *s, const struct config *c, struct err *e
         log_warn("sandboxes off: the sandbox service needs root", "hint=\"run as root, or --sandboxes off to silence\"");
         return 0;
     }
+    /* argv: fixed part, then --upstream-ca and one --upstream-override per item of the
+     * comma/space separated list (each HOST=ADDR:PORT; sandboxd checks the rest) */
     char *state = xasprintf("%s/sandboxes", c->state_dir);
-    char *argv[] = {"rebuno", "sandboxd", "--listen", c->sandbox_listen, "--state-dir", state, NULL};
+    char *list = xstrdup(c->sandbox_upstream_overrides);
+    enum { MAX_OVERRIDES = 64 };
+    char *argv[8 + 2 * MAX_OVERRIDES + 1];
+    int n = 0;
+    argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
+    argv[n++] = "--state-dir", argv[n++] = state;
+    if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
+    char *save = NULL;
+    for (char *item = strtok_r(list, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
+        if (!strchr(item, '=') || n >= 8 + 2 * MAX_OVERRIDES) {
+            err_invalid(err, "sandbox_upstream_overrides",
+                        "sandbox_upstream_overrides: at most %d items, each HOST=ADDR:PORT (got \"%s\")",
+                        MAX_OVERRIDES, item);
+            free(state), free(list);
+            return -1;
+        }
+        argv[n++] = "--upstream-override", argv[n++] = item;
+    }
+    argv[n] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -63,7 +83,7 @@ static int start_sandboxd(struct serve *s, const struct config *c, struct err *e
         execv("/proc/self/exe", argv);
         _exit(127);
     }
-    free(state);
+    free(state), free(list);
     if (pid < 0) return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
     s->sandboxd = pid;
     return 0;

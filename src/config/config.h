@@ -30,6 +30,7 @@ struct config_key {
 struct config {
     char *path; /* config file, NULL when none */
     char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
+    char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
     struct config_agent *agents;
     int n_agents;
