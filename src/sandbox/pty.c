@@ -363,6 +363,24 @@ static void ws_binary(struct ws_conn *ws, const uint8_t *d, size_t n, void *arg)
     on_master_write(p->master, EV_WRITE, p);
 }
 
+/* Signal the terminal's foreground process group. TIOCSIG does it the way the line
+ * discipline does for ^C, but Linux accepts only INT, QUIT and TSTP there; any other
+ * signal goes to the group TIOCGPGRP names (in our pid namespace). That group can only
+ * be one of the terminal's own session (tcsetpgrp refuses others), so nothing outside
+ * the sandbox's terminal can be reached this way. */
+static int signal_foreground(int master, int sig)
+{
+    if (ioctl(master, TIOCSIG, sig) == 0) return 0;
+    if (errno != EINVAL) return -1;
+    pid_t pgrp;
+    if (ioctl(master, TIOCGPGRP, &pgrp) < 0) return -1;
+    if (pgrp <= 1) {
+        errno = ESRCH;
+        return -1;
+    }
+    return kill(-pgrp, sig);
+}
+
 static void ws_text(struct ws_conn *ws, const char *d, size_t n, void *arg)
 {
     struct sbx_pty *p = arg;
@@ -379,7 +397,7 @@ static void ws_text(struct ws_conn *ws, const char *d, size_t n, void *arg)
             p->cols = c.cols;
             p->rows = c.rows;
         }
-    } else if (ioctl(p->master, TIOCSIG, c.signal) < 0) {
+    } else if (signal_foreground(p->master, c.signal) < 0) {
         err_set(&err, 409, "signal_failed", "signal", "cannot signal the terminal: %s",
                 strerror(errno));
         send_error(ws, &err);

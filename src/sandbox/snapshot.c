@@ -698,7 +698,7 @@ static void h_fork(struct http_req *r, void *arg)
     if (!src || !sbx_api_body(r, true, &body)) return;
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "snapshot_expiration_ms", "mounts",
-                                        "start", NULL};
+                                        "start", "network_policy", "network_id", "ports", NULL};
     struct err err = ERR_INIT;
     if (sbx_json_known(body, known, "a fork", &err) < 0) {
         json_decref(body);

@@ -183,7 +183,7 @@ int sbx_source_check(const json_t *source, struct err *err)
         return 0;
     }
     if (!strcmp(type, "tarball")) {
-        static const char *const known[] = {"type", "url", "path", "file", NULL};
+        static const char *const known[] = {"type", "path", "file", NULL};
         const char *file = NULL;
         if (sbx_json_known(source, known, "a tarball source", err) < 0 ||
             host_path(source, "file", "source.file", &file, err) < 0 ||

@@ -211,6 +211,12 @@ def test_exit_codes_and_signals(sandboxd):
     t.control(type="signal", signal="INT")
     assert t.wait(timeout=30) == {"type": "exit", "code": 130, "signal": "INT"}
 
+    # signals a terminal cannot generate (TIOCSIG takes INT, QUIT, TSTP) reach the group too
+    t = Term(sandboxd, "p4", cmd="sh", args=["-c", "echo ready; exec sleep 100"])
+    t.until(rb"ready")
+    t.control(type="signal", signal="TERM")
+    assert t.wait(timeout=30) == {"type": "exit", "code": 143, "signal": "TERM"}
+
     # ^C typed as a byte does the same, through the terminal's line discipline
     t = Term(sandboxd, "p4", cmd="sh", args=["-c", "echo ready; sleep 100; echo survived"])
     t.until(rb"ready")

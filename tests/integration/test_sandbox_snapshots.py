@@ -270,3 +270,20 @@ def test_cli_snapshots_forks_and_drives(sandboxd):
     cli("drive", "rm", "d1")
     p = cli("drive", "get", "d1", check=False)
     assert p.returncode == 1 and b"no drive" in p.stderr
+
+
+def test_fork_inherits_the_network_policy_and_takes_overrides(sandboxd):
+    d = sandboxd
+    pol = {"git.example": [{"transform": [{"headers": {"Authorization": "Bearer secret-1"}}]}]}
+    d.create("netsrc", network_policy=pol)
+    same = d.ok("POST", "/v1/sandboxes/netsrc/fork", {"name": "netsame"}, status=201)
+    assert same["network_policy"] == d.get("netsrc")["network_policy"]
+    assert "secret-1" not in json.dumps(same)          # header values are never shown
+    other = d.ok("POST", "/v1/sandboxes/netsrc/fork", {"name": "netother", "network_policy": "deny-all"},
+                 status=201)
+    assert other["network_policy"] == "deny-all"
+    assert d.get("netsrc")["network_policy"] == same["network_policy"]   # the source keeps its own
+    r = d.request("POST", "/v1/sandboxes/netsrc/fork", {"name": "netbad", "network_policy": 5})
+    assert r[0] == 400 and r[1]["error"]["field"].startswith("network_policy"), r
+    r = d.request("POST", "/v1/sandboxes", {"name": "tb", "source": {"type": "tarball", "url": "/tmp/x.tgz"}})
+    assert r[0] == 400 and "url" in r[1]["error"]["message"], r
