@@ -737,21 +737,18 @@ def test_deprecated_process_aliases_warn(sbx_url: str) -> None:
 
 
 def test_later_features_raise_not_implemented(sbx_url: str) -> None:
+    """What sandboxd has no equivalent for raises at once, before any request."""
     from rebuno import sandbox
-    from rebuno.sandbox import DriveMount, NetworkPolicy, SnapshotSource
+    from rebuno.sandbox import NetworkPolicy
     from rebuno.sandbox import sync as sync_sandbox
 
-    for kwargs in ({"source": SnapshotSource(snapshot_id="snap_1")}, {"runtime": "node22"},
-                   {"mounts": {"/cache": DriveMount("cache")}}, {"persistent": False},
-                   {"snapshot_retention": 3}):
-        with pytest.raises(NotImplementedError, match="not supported by rebuno sandboxd yet"):
+    for kwargs in ({"runtime": "node22"}, {"persistent": False}, {"snapshot_retention": 3}):
+        with pytest.raises(NotImplementedError, match="not supported by rebuno sandboxd yet|keeps"):
             sandbox.create_sandbox(**kwargs)
         with pytest.raises(NotImplementedError):
             sync_sandbox.create_sandbox(**kwargs)
-    for call in (lambda: sandbox.fork_sandbox(source_sandbox="x"), lambda: sandbox.get_drive(name_or_id="c"),
-                 lambda: sandbox.fork_drive(source="c", name="d"),
-                 lambda: sync_sandbox.fork_sandbox(source_sandbox="x"),
-                 lambda: sync_sandbox.get_or_create_drive(name="c")):
+    for call in (lambda: sandbox.fork_sandbox(source_sandbox="x", runtime="node22"),
+                 lambda: sync_sandbox.fork_sandbox(source_sandbox="x", persistent=False)):
         with pytest.raises(NotImplementedError):
             call()
 
@@ -761,9 +758,7 @@ def test_later_features_raise_not_implemented(sbx_url: str) -> None:
             assert box.network_id is None and dict(box.mounts) == {}
             assert box.network_policy == NetworkPolicy.deny_all()  # the default
             with pytest.raises(NotImplementedError):
-                await box.snapshot()
-            with pytest.raises(NotImplementedError):
-                box.open_interactive("/bin/bash")
+                await box.update(runtime="node22")
             assert (await box.run_command("true")).returncode == 0  # nothing was half-done
 
     run(main())
@@ -952,11 +947,12 @@ def test_readme_examples_async(sbx_url: str, capsys: pytest.CaptureFixture[str],
         from rebuno.sandbox import session
         from rebuno.sandbox import CURRENT_REGION, SandboxServiceOptions
 
-        with pytest.raises(NotImplementedError, match="Drives"):
-            async with session():
-                instance = await sandbox.create_sandbox(region=CURRENT_REGION)
-                assert instance.region == "iad1"
-                cache, created = await sandbox.get_or_create_drive(name="cache", region=CURRENT_REGION)
+        async with session():
+            instance = await sandbox.create_sandbox(region=CURRENT_REGION)
+            assert instance.region == "iad1"
+            cache, created = await sandbox.get_or_create_drive(name="cache", region=CURRENT_REGION)
+            assert created and cache.name == "cache"
+            await cache.delete()
 
         # Opt in for all creation calls in a session or standalone client instead.
         async with session(service_options=[SandboxServiceOptions(region=CURRENT_REGION)]):
@@ -998,37 +994,8 @@ def test_readme_examples_async(sbx_url: str, capsys: pytest.CaptureFixture[str],
 
     run(custom_image())
 
-    async def snapshots_forks_drives_pty() -> None:
-        from rebuno import sandbox
-        from rebuno.sandbox import DriveMount, SnapshotSource
-
-        with pytest.raises(NotImplementedError, match="snapshot"):
-            restored = await sandbox.create_sandbox(
-                name="restored-workspace",
-                source=SnapshotSource(snapshot_id="snap_123"),
-            )
-        with pytest.raises(NotImplementedError, match="fork"):
-            forked = await sandbox.fork_sandbox(
-                source_sandbox="production-agent",
-                name="debug-agent",
-                resources=sandbox.SandboxResources(vcpus=4, memory=8192),
-                tags={"purpose": "debug"},
-            )
-        with pytest.raises(NotImplementedError, match="Drives"):
-            cache, _ = await sandbox.get_or_create_drive(
-                name="cache",
-                region="sfo1",
-                max_size_bytes=10 * 1024**3,
-            )
-        with pytest.raises(NotImplementedError, match="Drives"):
-            async with sandbox.create_sandbox(mounts={"/readonly": DriveMount("shared-source", mode="snapshot")}):
-                pass
-        with pytest.raises(NotImplementedError, match="PTY"):
-            async with sandbox.create_sandbox() as box:
-                async with box.open_interactive("/bin/bash", cols=100, rows=30) as pty:
-                    await pty.stream.send(b"tty\n")
-
-    run(snapshots_forks_drives_pty())
+    # The document's snapshot, fork, Drive and PTY examples run for real in
+    # test_sandbox_snapshots.py, test_sandbox_drives.py and test_sandbox_interactive.py.
 
     async def session_lifecycles() -> None:
         from rebuno import sandbox
@@ -1101,14 +1068,11 @@ def test_readme_examples_sync(sbx_url: str, capsys: pytest.CaptureFixture[str]) 
     finally:
         client.close()
 
-    with pytest.raises(NotImplementedError, match="fork"):
+    with sandbox.create_sandbox(name="production-agent") as source:
+        source.fs.write_text("script.py", "print('forked')\n")
         with sandbox.fork_sandbox(source_sandbox="production-agent") as forked:
-            result = forked.run_command("python", ["script.py"], capture_output=True)
-
-    with pytest.raises(NotImplementedError, match="PTY"):
-        with sandbox.create_sandbox() as box:
-            with box.open_interactive("/bin/bash") as pty:
-                pty.stream.write(b"tty\n")
+            result = forked.run_command("python3", ["script.py"], capture_output=True)
+            assert result.stdout == "forked\n"
 
     with session():
         setup = sandbox.create_sandbox(name="workspace")

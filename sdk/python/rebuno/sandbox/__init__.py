@@ -31,6 +31,7 @@ from rebuno.sandbox._aio import (
     Command,
     CommandStdin,
     CreateSandboxOperation,
+    Drive,
     Sandbox,
     SandboxBinaryReader,
     SandboxBinaryWriter,
@@ -41,14 +42,17 @@ from rebuno.sandbox._aio import (
     SandboxTextReader,
     SandboxTextWriter,
     SandboxUser,
+    Snapshot,
     TextReader,
 )
+from rebuno.sandbox._interactive import InteractiveSession, InteractiveStream
 from rebuno.sandbox._errors import (
     SandboxApiError,
     SandboxCleanupError,
     SandboxCommandError,
     SandboxCommandNotFoundError,
     SandboxConnectionError,
+    SandboxEndOfStream,
     SandboxError,
     SandboxFileExistsError,
     SandboxFilesystemError,
@@ -57,6 +61,7 @@ from rebuno.sandbox._errors import (
     SandboxNotFoundError,
     SandboxPathNotFoundError,
     SandboxPermissionError,
+    SandboxPtyDisconnectedError,
     SandboxResponseError,
     SandboxSessionEndedError,
     SandboxSessionPausedError,
@@ -73,9 +78,15 @@ from rebuno.sandbox._models import (
     CommandStatus,
     CompletedCommand,
     DirectoryEntry,
+    DriveInfo,
     DriveMount,
+    DriveQuery,
+    DriveQueryByCreatedAt,
+    DriveQueryByName,
+    DriveQueryByUpdatedAt,
     DurationInput,
     GitSource,
+    ImageSource,
     NetworkPolicy,
     NetworkPolicyRule,
     NetworkPolicyTransform,
@@ -89,6 +100,7 @@ from rebuno.sandbox._models import (
     SandboxStatus,
     SandboxUsage,
     SandboxUserInfo,
+    SnapshotInfo,
     SnapshotSource,
     TarballSource,
 )
@@ -98,6 +110,7 @@ from rebuno.sandbox._protocols import (
     SyncSandboxExecution,
     SyncSandboxFilesystemOperations,
 )
+from rebuno.sandbox._resource import SandboxResource, SandboxWorkspace
 from rebuno.sandbox._session import SandboxSession, current_async_client, session
 
 
@@ -138,6 +151,7 @@ delete_drive = _module_level("delete_drive")
 query_drives = _module_level("query_drives")
 get_snapshot = _module_level("get_snapshot")
 query_snapshots = _module_level("query_snapshots")
+delete_snapshot = _module_level("delete_snapshot")
 
 
 def query_sandboxes(*, query: SandboxQuery | None = None, metadata: Any = None, tags: Any = None,
@@ -160,11 +174,15 @@ from rebuno.sandbox import sync  # noqa: E402  (the synchronous mirror; imports 
 from rebuno.sandbox.sync import (  # noqa: E402
     SyncCommand,
     SyncCommandStdin,
+    SyncDrive,
+    SyncInteractiveSession,
+    SyncInteractiveStream,
     SyncSandbox,
     SyncSandboxClient,
     SyncSandboxFilesystem,
     SyncSandboxRuntimeSession,
     SyncSandboxUser,
+    SyncSnapshot,
     SyncTextReader,
 )
 
@@ -172,6 +190,8 @@ SyncProcess = SyncCommand
 SyncProcessStdin = SyncCommandStdin
 
 __all__ = [
+    "SandboxResource",
+    "SandboxWorkspace",
     "CURRENT_REGION",
     "Command",
     "CommandSignal",
@@ -181,9 +201,18 @@ __all__ = [
     "CompletedProcess",
     "CreateSandboxOperation",
     "DirectoryEntry",
+    "Drive",
+    "DriveInfo",
     "DriveMount",
+    "DriveQuery",
+    "DriveQueryByCreatedAt",
+    "DriveQueryByName",
+    "DriveQueryByUpdatedAt",
     "DurationInput",
     "GitSource",
+    "ImageSource",
+    "InteractiveSession",
+    "InteractiveStream",
     "NetworkPolicy",
     "NetworkPolicyRule",
     "NetworkPolicyTransform",
@@ -201,6 +230,7 @@ __all__ = [
     "SandboxCommandError",
     "SandboxCommandNotFoundError",
     "SandboxConnectionError",
+    "SandboxEndOfStream",
     "SandboxError",
     "SandboxExecution",
     "SandboxFileExistsError",
@@ -214,6 +244,7 @@ __all__ = [
     "SandboxNotFoundError",
     "SandboxPathNotFoundError",
     "SandboxPermissionError",
+    "SandboxPtyDisconnectedError",
     "SandboxQuery",
     "SandboxResources",
     "SandboxResponseError",
@@ -236,9 +267,14 @@ __all__ = [
     "SandboxUserAlreadyExistsError",
     "SandboxUserInfo",
     "SandboxUserNotFoundError",
+    "Snapshot",
+    "SnapshotInfo",
     "SnapshotSource",
     "SyncCommand",
     "SyncCommandStdin",
+    "SyncDrive",
+    "SyncInteractiveSession",
+    "SyncInteractiveStream",
     "SyncProcess",
     "SyncProcessStdin",
     "SyncSandbox",
@@ -248,12 +284,14 @@ __all__ = [
     "SyncSandboxFilesystemOperations",
     "SyncSandboxRuntimeSession",
     "SyncSandboxUser",
+    "SyncSnapshot",
     "SyncTextReader",
     "TarballSource",
     "TextReader",
     "create_sandbox",
     "delete_drive",
     "delete_sandbox",
+    "delete_snapshot",
     "fork_drive",
     "fork_sandbox",
     "get_drive",

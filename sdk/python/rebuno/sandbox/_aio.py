@@ -29,11 +29,12 @@ import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from datetime import datetime, timedelta
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import IO, Any, Literal, TextIO
 
 from rebuno._http import iter_sse
 from rebuno.sandbox._api import LONG_TIMEOUT, Api, quote
+from rebuno.sandbox._interactive import InteractiveSession, pty_body
 from rebuno.sandbox._errors import (
     SandboxApiError,
     SandboxCleanupError,
@@ -55,6 +56,10 @@ from rebuno.sandbox._models import (
     CommandStatus,
     CompletedCommand,
     DirectoryEntry,
+    DriveInfo,
+    DriveMount,
+    DriveQuery,
+    DriveQueryByCreatedAt,
     DurationInput,
     NetworkPolicy,
     SandboxInfo,
@@ -64,14 +69,18 @@ from rebuno.sandbox._models import (
     SandboxStatus,
     SandboxUsage,
     SandboxUserInfo,
+    SnapshotInfo,
     check_str_seq,
+    drive_ref,
     duration_ms,
+    mounts_api,
     network_policy_api,
     not_implemented,
     ports_api,
     parse_time,
     resolve_region,
     signal_value,
+    source_api,
 )
 
 RemotePath = Any  # str | os.PathLike[str] (PurePosixPath works)
@@ -807,6 +816,27 @@ class _Executor:
         """Deprecated alias of :meth:`create_command` (emits ``DeprecationWarning``)."""
         _deprecated("create_process", "create_command")
         return await self.create_command(cmd, args, **kwargs)
+
+    def open_interactive(self, cmd: str = "/bin/bash", args: Sequence[str] | None = None, *, cols: int = 80,
+                         rows: int = 24, env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         term: str | None = None, sudo: bool = False) -> InteractiveSession:
+        """Start ``cmd`` on a pseudo-terminal, scoped to ``async with``::
+
+            async with box.open_interactive("/bin/bash", cols=100, rows=30) as pty:
+                await pty.stream.send(b"exit 3\\n")
+                async for chunk in pty.stream: ...
+                code = await pty.wait()
+
+        ``pty.stream`` carries the raw terminal bytes both ways (an
+        :class:`InteractiveStream`); ``resize()``, ``send_signal()`` and ``wait()`` are on the
+        session. ``TERM`` is ``xterm-256color`` unless ``env`` or ``term`` says otherwise;
+        ``cwd``, ``env`` and ``sudo`` are those of :meth:`run_command`. The arguments are
+        checked here; the terminal is created when the block is entered. If the connection
+        ends before the process's exit, reads and ``wait()`` raise
+        :class:`SandboxPtyDisconnectedError`; leaving the block earlier hangs the terminal up.
+        """
+        body = self._command_body(cmd, args, cwd=cwd, env=env, sudo=sudo, kill_after=None)
+        return InteractiveSession(self._scope, pty_body(body, cols=cols, rows=rows, term=term), before=self._before)
 
     async def _exec(self, argv: Sequence[str], *, as_root: bool = False) -> dict[str, Any]:
         """Run an internal helper command (as this account, or root) and return its result."""
@@ -1730,9 +1760,24 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         return self._info.ports
 
     @property
-    def mounts(self) -> Mapping[str, Any]:
-        """Always empty: Drives are not supported yet."""
-        return MappingProxyType({})
+    def mounts(self) -> Mapping[str, DriveMount]:
+        """The Drives mounted at the next session: ``{"/path": DriveMount(drive, mode,
+        drive_id)}`` (read-only; change it with ``update(mounts=...)``)."""
+        return self._info.mounts
+
+    @property
+    def source(self) -> Mapping[str, Any] | None:
+        """Where the sandbox's files came from: ``{"type": "snapshot", "snapshot_id", ...}``,
+        ``{"type": "fork", "sandbox_id", "sandbox_name"}``, ``{"type": "git", ...}``,
+        ``{"type": "tarball", ...}``, or ``None``."""
+        return self._info.source
+
+    @property
+    def snapshot_expiration(self) -> timedelta | None:
+        """The default expiration of this sandbox's snapshots (``None``: the daemon's
+        default; ``timedelta(0)``: never expire)."""
+        ms = self._info.snapshot_expiration_ms
+        return None if ms is None else timedelta(milliseconds=ms)
 
     @property
     def persistent(self) -> bool:
@@ -1816,18 +1861,22 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         closed, and re-applying a policy is how a re-opened sandbox gets the credentials the
         caller holds now); ``network_id`` attaches to a private network (``None``
         disconnects); ``ports`` replaces the published ports (``[]``: none).
-        ``mounts={}`` is accepted (there are none); runtimes, Drives and snapshot settings
-        raise ``NotImplementedError``.
+        ``mounts`` replaces the mount map **for the next session** (``{}`` removes every
+        mount; paths are validated as in ``create_sandbox``). ``snapshot_expiration``
+        (seconds or timedelta, ``0`` = never) sets the default expiration of its snapshots.
+        ``runtime``, ``snapshot_retention`` and ``current_snapshot_id`` raise
+        ``NotImplementedError``.
         """
         body = _config_body(metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                             execution_time_limit=execution_time_limit, on_timeout=on_timeout)
         _network_body(body, network_policy=network_policy, network_id=network_id, ports=ports, update=True)
-        if mounts:
-            raise not_implemented("mounts (Sandbox Drives)")
         _reject_later(runtime=runtime,
-                      snapshot_expiration=snapshot_expiration,
                       snapshot_retention=None if snapshot_retention is OMITTED else snapshot_retention,
                       current_snapshot_id=current_snapshot_id)
+        if mounts is not None:
+            body["mounts"] = mounts_api(mounts)
+        if snapshot_expiration is not None:
+            body["snapshot_expiration_ms"] = duration_ms(snapshot_expiration, "snapshot_expiration")
         if persistent is False:
             raise not_implemented("persistent=False", "stop always keeps a sandbox's files")
         if region is not OMITTED:
@@ -1844,18 +1893,33 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         as s:`` (stops exactly that session at the end, never a later one)."""
         return _SessionAcquisition(self)
 
-    # --- later features
-    async def snapshot(self, *, expiration: Any = None) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox.snapshot()")
+    # --- snapshots
+    async def snapshot(self, *, expiration: DurationInput = None) -> Snapshot:
+        """Take a snapshot of the sandbox's files; returns a :class:`Snapshot`.
 
-    def open_interactive(self, cmd: str = "/bin/bash", args: Sequence[str] | None = None, **kwargs: Any) -> Any:
-        """Interactive PTY sessions are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("open_interactive() (PTY sessions)")
+        **Unlike Vercel's, this never stops the sandbox**: a running sandbox's processes are
+        frozen (cgroup freezer) only while its tree is cloned, a few milliseconds, and keep
+        running afterwards; paused and stopped sandboxes are cloned as they are.
+        ``expiration`` (seconds or timedelta; ``0`` = never) overrides the sandbox's
+        ``snapshot_expiration`` and the daemon's default (30 days). Restore it with
+        ``create_sandbox(source=SnapshotSource(snapshot_id=snap.snapshot_id))``.
+        """
+        body: dict[str, Any] = {}
+        ms = duration_ms(expiration, "expiration")
+        if ms is not None:
+            body["expiration_ms"] = ms
+        data = await self._api.json("POST", self._scope.base + "/snapshots", json=body, timeout=120)
+        return Snapshot(self._api, data)
 
-    async def list_snapshots(self, **kwargs: Any) -> list[Any]:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox.list_snapshots()")
+    async def list_snapshots(self, *, limit: int | None = None) -> list[Snapshot]:
+        """This sandbox's snapshots (unexpired, creation order), at most ``limit``."""
+        out: list[Snapshot] = []
+        async for snap in _query_snapshots(self._api, sandbox=self.id,
+                                           page_size=min(limit, 1000) if limit else 1000):
+            out.append(snap)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def domain(self, port: int) -> str:
         """The URL that reaches ``port`` inside the sandbox from this host:
@@ -1938,20 +2002,263 @@ def create_body(*, name: str | None, metadata: Mapping[str, str] | None, tags: M
                 source: Any, network_policy: Any, network_id: Any, ports: Any, runtime: Any, mounts: Any,
                 persistent: bool | None, snapshot_expiration: Any, snapshot_retention: Any) -> dict[str, Any]:
     """The ``POST /v1/sandboxes`` body for ``create_sandbox()`` arguments (validated)."""
-    _reject_later(source=source, runtime=runtime, mounts=mounts, snapshot_expiration=snapshot_expiration,
-                  snapshot_retention=snapshot_retention)
+    _reject_later(runtime=runtime, snapshot_retention=snapshot_retention)
     if persistent is False:
         raise not_implemented("persistent=False", "stop always keeps a sandbox's files")
     body = _config_body(metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                         execution_time_limit=execution_time_limit, on_timeout=on_timeout)
     _network_body(body, network_policy=network_policy, network_id=network_id, ports=ports, update=False)
+    _storage_body(body, mounts=mounts, snapshot_expiration=snapshot_expiration)
     if name is not None:
         body["name"] = name
     if image is not None:
         body["image"] = image  # sent unchanged; sandboxd validates it
+    if source is not None:
+        body["source"] = source_api(source)
     if not start:
         body["start"] = False
     return body
+
+
+def _storage_body(body: dict[str, Any], *, mounts: Any, snapshot_expiration: Any) -> None:
+    if mounts is not None:
+        body["mounts"] = mounts_api(mounts)
+    if snapshot_expiration is not None:
+        body["snapshot_expiration_ms"] = duration_ms(snapshot_expiration, "snapshot_expiration")
+
+
+def fork_body(*, name: str | None, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None,
+              env: Mapping[str, str] | None, resources: Any, timeout: DurationInput,
+              execution_time_limit: DurationInput, on_timeout: str | None, start: bool, mounts: Any,
+              snapshot_expiration: Any) -> dict[str, Any]:
+    """The ``POST /v1/sandboxes/:ref/fork`` body: only the overrides that were given."""
+    body = _config_body(metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
+                        execution_time_limit=execution_time_limit, on_timeout=on_timeout)
+    _storage_body(body, mounts=mounts, snapshot_expiration=snapshot_expiration)
+    if name is not None:
+        body["name"] = name
+    if not start:
+        body["start"] = False
+    return body
+
+
+# --- snapshots and drives --------------------------------------------------------------------------
+
+
+class Snapshot:
+    """A snapshot of a sandbox's files (``await box.snapshot()``, ``get_snapshot()``).
+
+    Snapshots are immutable and independent of their sandbox: deleting the sandbox keeps
+    them. Restore one with ``create_sandbox(source=SnapshotSource(snapshot_id=...))`` (or
+    ``source=snapshot``). Properties reflect the last reply.
+    """
+
+    def __init__(self, api: Api, payload: Mapping[str, Any]):
+        self._api = api
+        self._info = SnapshotInfo.from_api(payload)
+
+    @property
+    def info(self) -> SnapshotInfo:
+        """The snapshot's state from the last reply (read-only)."""
+        return self._info
+
+    @property
+    def id(self) -> str:
+        """The snapshot id (UUIDv7)."""
+        return self._info.id
+
+    @property
+    def snapshot_id(self) -> str:
+        """The same as ``id`` (the upstream SDK's name)."""
+        return self._info.id
+
+    @property
+    def source_sandbox_id(self) -> str | None:
+        """The id of the sandbox it was taken from (it may have been deleted since)."""
+        return self._info.sandbox_id
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The same as ``source_sandbox_id``."""
+        return self._info.sandbox_id
+
+    @property
+    def sandbox_name(self) -> str | None:
+        """The name of the sandbox it was taken from."""
+        return self._info.sandbox_name
+
+    @property
+    def image(self) -> str | None:
+        """The image of its sandbox (a restore uses it too)."""
+        return self._info.image
+
+    @property
+    def status(self) -> str:
+        """``created`` (snapshots are taken synchronously)."""
+        return self._info.status
+
+    @property
+    def size_bytes(self) -> int | None:
+        """Always ``None``: sandboxd does not report a snapshot's size."""
+        return self._info.size_bytes
+
+    @property
+    def created_at(self) -> datetime | None:
+        """When it was taken."""
+        return self._info.created_at
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When it expires and is deleted (``None``: never)."""
+        return self._info.expires_at
+
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> dict[str, Any]:
+        """The snapshot's state as data."""
+        return self._info.model_dump(mode=mode)
+
+    def __repr__(self) -> str:
+        return f"<Snapshot {self.id} of {self.sandbox_name or self.sandbox_id} {self.status}>"
+
+    async def refresh(self) -> Snapshot:
+        """Re-read it (``SandboxApiError`` 404 ``snapshot_not_found`` once deleted or expired)."""
+        self._info = SnapshotInfo.from_api(await self._api.json("GET", f"/snapshots/{quote(self.id)}"))
+        return self
+
+    async def delete(self) -> None:
+        """Delete the snapshot (``SandboxApiError`` 404 ``snapshot_not_found`` if it is gone)."""
+        await self._api.request("DELETE", f"/snapshots/{quote(self.id)}")
+
+
+async def _query_snapshots(api: Api, *, sandbox: str | None, page_size: int | None,
+                           cursor: str | None = None) -> AsyncIterator[Snapshot]:
+    q: dict[str, Any] = {"limit": page_size or 100, "sandbox": sandbox}
+    while True:
+        if cursor:
+            q["cursor"] = cursor
+        d = await api.json("GET", "/snapshots", query=q)
+        for item in d.get("snapshots") or ():
+            yield Snapshot(api, item)
+        cursor = d.get("next_cursor")
+        if not cursor:
+            return
+
+
+class Drive:
+    """A Sandbox Drive: a named persistent file system that sandboxes mount
+    (``get_or_create_drive()``, ``get_drive()``).
+
+    Mount it with ``create_sandbox(mounts={"/cache": drive})`` (read-write: one running
+    writer at a time; its data is committed when that session ends) or
+    ``mounts={"/ref": drive.snapshot()}`` (a read-only view of the committed data).
+    Properties reflect the last reply; ``refresh()`` re-reads.
+    """
+
+    def __init__(self, api: Api, payload: Mapping[str, Any]):
+        self._api = api
+        self._info = DriveInfo.from_api(payload)
+
+    def _drive_ref(self) -> str:
+        return self._info.name
+
+    @property
+    def info(self) -> DriveInfo:
+        """The drive's state from the last reply (read-only)."""
+        return self._info
+
+    @property
+    def id(self) -> str:
+        """The drive id (UUIDv7)."""
+        return self._info.id
+
+    @property
+    def name(self) -> str:
+        """The drive name (unique on this host)."""
+        return self._info.name
+
+    @property
+    def region(self) -> str | None:
+        """``"local"``: a rebuno host is one region."""
+        return self._info.region
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        """The size limit (enforced with btrfs quotas where available)."""
+        return self._info.max_size_bytes
+
+    @property
+    def max_size_enforced(self) -> bool:
+        """Whether the store enforces ``max_size_bytes``."""
+        return self._info.max_size_enforced
+
+    @property
+    def created_at(self) -> datetime | None:
+        """When the drive was created."""
+        return self._info.created_at
+
+    @property
+    def updated_at(self) -> datetime | None:
+        """When it last changed (a commit changes it)."""
+        return self._info.updated_at
+
+    @property
+    def initialized(self) -> bool:
+        """Whether it has committed data (a read-write session on it has ended)."""
+        return self._info.initialized
+
+    @property
+    def committed_at(self) -> datetime | None:
+        """When its data was last committed."""
+        return self._info.committed_at
+
+    @property
+    def parent_drive_id(self) -> str | None:
+        """The drive this one was forked from (``None`` when not a fork)."""
+        return self._info.parent_drive_id
+
+    @property
+    def root_drive_id(self) -> str | None:
+        """The first drive of its fork line (``None`` when not a fork)."""
+        return self._info.root_drive_id
+
+    @property
+    def attached_to(self) -> Mapping[str, Any] | None:
+        """The sandbox that mounts it read-write now, or ``None``."""
+        return self._info.attached_to
+
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> dict[str, Any]:
+        """The drive's state as data."""
+        return self._info.model_dump(mode=mode)
+
+    def __repr__(self) -> str:
+        return f"<Drive {self.name} ({self.id})>"
+
+    def snapshot(self) -> DriveMount:
+        """A read-only, point-in-time mount of this drive's committed data:
+        ``mounts={"/ref": drive.snapshot()}`` (no I/O)."""
+        return DriveMount(self._info.name, mode="snapshot", drive_id=self._info.id)
+
+    async def refresh(self) -> Drive:
+        """Re-read the drive (``SandboxApiError`` 404 ``not_found`` once deleted)."""
+        self._info = DriveInfo.from_api(await self._api.json("GET", f"/drives/{quote(self.id)}"))
+        return self
+
+    async def fork(self, *, name: str) -> Drive:
+        """A new, independent drive with this one's committed data and maximum size; this
+        handle is unchanged. ``SandboxApiError``: 409 ``conflict`` (the name is taken), 409
+        ``drive_not_initialized`` (no committed data yet), 404 ``not_found``."""
+        return await _fork_drive(self._api, self.id, name)
+
+    async def delete(self) -> None:
+        """Delete the drive and its data. ``SandboxApiError`` 409 ``drive_attached`` while a
+        running or paused sandbox mounts it; 404 ``not_found`` if it is gone."""
+        await self._api.request("DELETE", f"/drives/{quote(self.id)}", timeout=60)
+
+
+async def _fork_drive(api: Api, source: str, name: str) -> Drive:
+    if not isinstance(name, str) or not name:
+        raise ValueError("fork_drive() needs name=, the new drive's name")
+    data = await api.json("POST", f"/drives/{quote(source)}/fork", json={"name": name}, timeout=120)
+    return Drive(api, data)
 
 
 # --- creation operations --------------------------------------------------------------------------
@@ -2082,9 +2389,17 @@ class SandboxClient:
         starts it), ``region`` (recorded; ``CURRENT_REGION`` reads ``$REBUNO_REGION`` /
         ``$VERCEL_REGION``), ``network_policy`` (a :class:`NetworkPolicy`; default deny-all:
         no egress), ``network_id`` (a private network to join) and ``ports`` (published on
-        host loopback; see :meth:`Sandbox.domain`). ``source``, ``runtime``, ``mounts``,
-        ``persistent=False`` and snapshot settings are not supported yet and raise
-        ``NotImplementedError``.
+        host loopback; see :meth:`Sandbox.domain`).
+
+        ``source`` fills the sandbox before the call returns: ``SnapshotSource(snapshot_id=)``
+        restores a snapshot (404 ``snapshot_not_found`` if it is missing; nothing is created),
+        ``GitSource(url=, revision=, depth=)`` clones inside, ``TarballSource(url=<host
+        path>)`` extracts inside, ``ImageSource(image=)`` picks the image. ``mounts`` maps
+        absolute paths to drives (a name or id, a :class:`Drive`, ``drive.snapshot()`` or
+        ``DriveMount(name, mode="snapshot")``); paths are canonicalized and checked here
+        (``ValueError``) and by sandboxd. ``snapshot_expiration`` (seconds or timedelta,
+        ``0`` = never) is the default expiration of its snapshots. ``runtime``,
+        ``persistent=False`` and ``snapshot_retention`` raise ``NotImplementedError``.
         """
         body = create_body(name=name, metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                            execution_time_limit=execution_time_limit, on_timeout=on_timeout, image=image,
@@ -2194,38 +2509,128 @@ class SandboxClient:
         """``GET /v1/health``: ``{"status": "ok", "service": "sandboxd", "sandboxes": N}``."""
         return await self._api.json("GET", "/health")
 
-    # --- later features
-    def fork_sandbox(self, *, source_sandbox: str, name: str | None = None, **kwargs: Any) -> Any:
-        """Forks are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("fork_sandbox()", "forks need snapshots")
+    # --- forks
+    def fork_sandbox(self, *, source_sandbox: str | Sandbox, name: str | None = None,
+                     metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
+                     env: Mapping[str, str] | None = None,
+                     resources: SandboxResources | Mapping[str, int] | None = None,
+                     timeout: DurationInput = None, execution_time_limit: DurationInput = None,
+                     on_timeout: Literal["stop", "pause"] | None = None, region: Any = None, start: bool = True,
+                     destroy: bool = True, network_policy: NetworkPolicy | str | Mapping[str, Any] | None = None,
+                     network_id: Any = OMITTED, ports: Sequence[int] | None = None,
+                     mounts: Mapping[Any, Any] | None = None, snapshot_expiration: Any = None,
+                     persistent: bool | None = None, runtime: str | None = None,
+                     snapshot_retention: Any = None) -> CreateSandboxOperation:
+        """A new sandbox from ``source_sandbox``'s current files (its name, id or handle).
+        ``await`` it for a handle, or ``async with`` it to delete the fork at the end
+        (``destroy=False``: only stop it).
 
-    def get_or_create_drive(self, *, name: str, **kwargs: Any) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox Drives (get_or_create_drive())")
+        The source keeps running (its processes are frozen for a few milliseconds while its
+        tree is cloned). The fork inherits the source's image, resources, timeout,
+        ``on_timeout``, env, metadata (tags), snapshot expiration, network policy, network
+        and ports; only the arguments given override (``resources`` merges, ``env`` and
+        ``metadata`` replace). It never inherits ``mounts``: pass them explicitly (a
+        read-write drive the source still mounts raises ``SandboxApiError`` 409
+        ``drive_attached``). ``network_policy``, ``network_id`` and ``ports`` are part of
+        the fork call, so a fork never runs with the source's network settings when it is
+        given its own.
+        """
+        _reject_later(runtime=runtime, snapshot_retention=snapshot_retention)
+        if persistent is False:
+            raise not_implemented("persistent=False", "stop always keeps a sandbox's files")
+        if isinstance(source_sandbox, Sandbox):
+            ref = source_sandbox.id
+        elif isinstance(source_sandbox, str) and source_sandbox:
+            ref = source_sandbox
+        else:
+            raise TypeError("fork_sandbox() needs source_sandbox=, a sandbox name, id or handle")
+        body = fork_body(name=name, metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
+                         execution_time_limit=execution_time_limit, on_timeout=on_timeout, start=start,
+                         mounts=mounts, snapshot_expiration=snapshot_expiration)
+        _network_body(body, network_policy=network_policy, network_id=network_id, ports=ports, update=True)
+        rgn = self._region_for(region)
 
-    def get_drive(self, *, name_or_id: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox Drives (get_drive())")
+        async def make() -> Sandbox:
+            data = await self._api.json("POST", f"/sandboxes/{quote(ref)}/fork", json=body, timeout=120)
+            return Sandbox(self._api, data, region=rgn)
 
-    def fork_drive(self, *, source: str, name: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox Drives (fork_drive())")
+        return CreateSandboxOperation(make, destroy=destroy)
 
-    def delete_drive(self, *, name: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox Drives (delete_drive())")
+    # --- snapshots
+    async def get_snapshot(self, *, snapshot_id: str) -> Snapshot:
+        """The snapshot with that id. ``SandboxApiError`` with ``status_code == 404``
+        (``snapshot_not_found``) if it does not exist or expired."""
+        if not isinstance(snapshot_id, str) or not snapshot_id:
+            raise TypeError("get_snapshot() needs snapshot_id=")
+        return Snapshot(self._api, await self._api.json("GET", f"/snapshots/{quote(snapshot_id)}"))
 
-    def query_drives(self, *args: Any, **kwargs: Any) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("Sandbox Drives (query_drives())")
+    async def query_snapshots(self, *, sandbox: str | Sandbox | None = None, page_size: int | None = None,
+                              cursor: str | None = None) -> AsyncIterator[Snapshot]:
+        """Iterate over unexpired snapshots (``async for``, creation order), only those of
+        ``sandbox`` (a name, id or handle; also after it was deleted) if given."""
+        ref = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+        async for snap in _query_snapshots(self._api, sandbox=ref, page_size=page_size, cursor=cursor):
+            yield snap
 
-    def get_snapshot(self, *, snapshot_id: str) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("snapshots (get_snapshot())")
+    async def delete_snapshot(self, *, snapshot_id: str) -> None:
+        """Delete a snapshot (``SandboxApiError`` 404 ``snapshot_not_found`` if it is gone)."""
+        await self._api.request("DELETE", f"/snapshots/{quote(snapshot_id)}")
 
-    def query_snapshots(self, **kwargs: Any) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        raise not_implemented("snapshots (query_snapshots())")
+    # --- drives
+    async def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
+                                  region: Any = None) -> tuple[Drive, bool]:
+        """The drive called ``name`` and whether this call created it: ``(drive, created)``.
+        An existing drive is returned unchanged (``max_size_bytes`` applies only to a new
+        one: 1 MiB to 1 TiB, default 10 GiB). ``region`` is accepted for compatibility and
+        not sent: a rebuno host is one region (``"local"``)."""
+        resolve_region(region)
+        body: dict[str, Any] = {"name": name}
+        if max_size_bytes is not None:
+            body["max_size_bytes"] = max_size_bytes
+        resp = await self._api.request("POST", "/drives", json=body)
+        try:
+            data = json.loads(resp.body)
+        except ValueError as e:
+            raise SandboxResponseError("POST /drives: the reply is not JSON", data=resp.body[:200]) from e
+        return Drive(self._api, data), resp.status == 201
+
+    async def get_drive(self, *, name_or_id: str) -> Drive:
+        """The drive with that name or id, without creating it. ``SandboxApiError`` with
+        ``status_code == 404`` (``not_found``) if there is none."""
+        if not isinstance(name_or_id, str) or not name_or_id:
+            raise TypeError("get_drive() needs name_or_id=")
+        return Drive(self._api, await self._api.json("GET", f"/drives/{quote(name_or_id)}"))
+
+    async def fork_drive(self, *, source: str | Drive, name: str) -> Drive:
+        """Fork the drive ``source`` (a name, id or handle) into a new independent drive
+        ``name`` with its committed data. ``SandboxApiError``: 404 ``not_found`` (no such
+        source), 409 ``conflict`` (the name is taken), 409 ``drive_not_initialized`` (the
+        source has no committed data: mount it read-write and stop that session first)."""
+        return await _fork_drive(self._api, drive_ref(source), name)
+
+    async def delete_drive(self, *, name: str) -> None:
+        """Delete the drive called ``name`` (or with that id). ``SandboxApiError`` 409
+        ``drive_attached`` while a running or paused sandbox mounts it, 404 ``not_found``."""
+        await self._api.request("DELETE", f"/drives/{quote(drive_ref(name))}", timeout=60)
+
+    async def query_drives(self, query: DriveQuery | None = None, *, name_prefix: str | None = None,
+                           page_size: int | None = None, cursor: str | None = None) -> AsyncIterator[Drive]:
+        """Iterate over drives (``async for``): ``DriveQueryByCreatedAt`` (the default,
+        oldest first), ``DriveQueryByUpdatedAt`` or ``DriveQueryByName``, optionally only
+        names starting with ``name_prefix``. Pages are fetched as needed."""
+        q = (query or DriveQueryByCreatedAt()).to_query()
+        if name_prefix is not None:
+            q["name"] = name_prefix
+        q["limit"] = page_size or 100
+        while True:
+            if cursor:
+                q["cursor"] = cursor
+            d = await self._api.json("GET", "/drives", query=q)
+            for item in d.get("drives") or ():
+                yield Drive(self._api, item)
+            cursor = d.get("next_cursor")
+            if not cursor:
+                return
 
     # --- lifetime
     async def aclose(self) -> None:

@@ -19,12 +19,14 @@ Hierarchy::
         │   │   └── SandboxIsADirectoryError      400 is_a_directory (also an IsADirectoryError)
         │   ├── SandboxUserAlreadyExistsError 409 user_exists
         │   ├── SandboxUserNotFoundError      404 user_not_found
-        │   └── SandboxLimitError             429 too_many_sandboxes / too_many_commands / stdin_full
+        │   └── SandboxLimitError             429 too_many_sandboxes / too_many_commands / stdin_full / too_many_ptys
         ├── SandboxConnectionError        sandboxd could not be reached (also a rebuno NetworkError)
+        │   └── SandboxPtyDisconnectedError   a terminal's connection ended before its exit (also a ConnectionError)
         ├── SandboxTimeoutError           a client-side wait ran out (also a TimeoutError)
         ├── SandboxCleanupError           leaving a managed context could not stop/delete the sandbox
         ├── SandboxResponseError          a reply did not have the documented shape
         └── SandboxStreamError            a command's input or output stream cannot be used
+            └── SandboxEndOfStream            a terminal stream's receive() after the end (also an EOFError)
 
 Every :class:`SandboxApiError` carries the HTTP ``status_code`` and the API's stable ``code``
 (``docs/sandbox-api.md``), so callers can branch on ``err.code == "name_taken"`` without
@@ -136,7 +138,7 @@ class SandboxUserNotFoundError(SandboxApiError):
 
 class SandboxLimitError(SandboxApiError):
     """429: a limit of the service was reached (``too_many_sandboxes``,
-    ``too_many_commands``, ``stdin_full``)."""
+    ``too_many_commands``, ``stdin_full``, ``too_many_ptys``)."""
 
 
 class SandboxConnectionError(SandboxError, NetworkError):
@@ -174,6 +176,26 @@ class SandboxStreamError(SandboxError):
     """A command's stdin/stdout stream cannot be used (closed locally, not piped, ...)."""
 
 
+class SandboxEndOfStream(SandboxStreamError, EOFError):
+    """``receive()`` on an interactive terminal's stream after its process exited and every
+    byte was read (what ``anyio.EndOfStream`` says for an anyio stream). Also an
+    :class:`EOFError`. ``read()`` returns ``b""`` instead, and ``async for`` stops."""
+
+
+class SandboxPtyDisconnectedError(SandboxConnectionError, ConnectionError):
+    """An interactive terminal's connection ended before the daemon reported the process's
+    exit, even with a clean WebSocket close: reading its stream and ``wait()`` raise this
+    rather than looking like a normal end (the process was hung up, or the daemon went away).
+    Also a :class:`ConnectionError`, what the synchronous stream raises by the spec; the
+    asynchronous stream raises it where an anyio stream would raise
+    ``anyio.BrokenResourceError``. ``close_code`` is the WebSocket close status, if a close
+    frame came."""
+
+    def __init__(self, message: str, *, close_code: int | None = None):
+        super().__init__(message, sent=True)
+        self.close_code = close_code
+
+
 _BY_CODE: dict[str, type[SandboxApiError]] = {
     "sandbox_not_found": SandboxNotFoundError,
     "session_ended": SandboxSessionEndedError,
@@ -208,6 +230,11 @@ _BY_CODE: dict[str, type[SandboxApiError]] = {
     "too_many_sandboxes": SandboxLimitError,
     "too_many_commands": SandboxLimitError,
     "stdin_full": SandboxLimitError,
+    "too_many_ptys": SandboxLimitError,
+    "no_such_pty": SandboxCommandError,
+    "pty_attached": SandboxStateError,
+    "pty_not_running": SandboxStateError,
+    "pty_starting": SandboxStateError,
 }
 
 

@@ -295,6 +295,9 @@ class SandboxInfo(_Model):
     ports: tuple[int, ...] = ()
     host_ports: Mapping[int, int] = dataclasses.field(default_factory=dict)
     network: Mapping[str, Any] | None = None
+    mounts: Mapping[str, DriveMount] = dataclasses.field(default_factory=dict)
+    source: Mapping[str, Any] | None = None
+    snapshot_expiration_ms: int | None = None
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any], *, region: str | None = None) -> SandboxInfo:
@@ -326,6 +329,10 @@ class SandboxInfo(_Model):
             host_ports=MappingProxyType({p["port"]: p["host_port"] for p in d.get("ports") or ()
                                          if isinstance(p, Mapping) and p.get("host_port")}),
             network=MappingProxyType(dict(d["network"])) if isinstance(d.get("network"), Mapping) else None,
+            mounts=MappingProxyType({p: DriveMount.from_api(m) for p, m in (d.get("mounts") or {}).items()
+                                     if isinstance(m, Mapping)}),
+            source=MappingProxyType(dict(d["source"])) if isinstance(d.get("source"), Mapping) else None,
+            snapshot_expiration_ms=d.get("snapshot_expiration_ms"),
         )
 
 
@@ -460,39 +467,176 @@ class SandboxServiceOptions(_Model):
     timeout: float | None = None
 
 
-# --- inputs of features that are not available yet ------------------------------------------
+# --- sources: where a new sandbox's files come from ------------------------------------------
+
+
+def _host_path(value: Any, name: str) -> str:
+    """An absolute host path (or ``file://`` URL) without ``.``/``..`` components."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be a host path or a file:// URL")
+    path = value[len("file://"):] if value.startswith("file://") else value
+    if not path.startswith("/") or "\0" in path or any(c in (".", "..") for c in path.split("/")):
+        raise ValueError(f"{name} must be an absolute host path (or file:// URL) without . or .. "
+                         f"components, not {value!r}")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
 class SnapshotSource(_Model):
-    """Create a sandbox from a snapshot. Snapshots are not implemented by sandboxd yet:
-    passing one raises ``NotImplementedError``."""
+    """Create a sandbox from a snapshot (``Sandbox.snapshot()``): its files and image are
+    restored into the new sandbox. A missing or expired snapshot raises
+    :class:`SandboxApiError` with ``status_code == 404`` and ``code == "snapshot_not_found"``
+    (and nothing is created)."""
 
     snapshot_id: str
     type: str = "snapshot"
 
+    def to_api(self) -> dict[str, Any]:
+        """The source as the API takes it."""
+        if not isinstance(self.snapshot_id, str) or not self.snapshot_id:
+            raise ValueError("SnapshotSource.snapshot_id must be a non-empty string")
+        return {"type": "snapshot", "snapshot_id": self.snapshot_id}
+
 
 @dataclasses.dataclass(frozen=True)
 class GitSource(_Model):
-    """Create a sandbox from a Git repository (not implemented yet: ``NotImplementedError``)."""
+    """Create a sandbox from a Git repository: ``git clone [--branch B] [--depth N] -- URL
+    PATH`` runs inside the new sandbox, as its root, and the create call returns once the
+    clone is in place (a failed clone raises ``SandboxApiError`` 400 ``source_failed`` and
+    creates nothing).
+
+    ``url`` is an ``https://``, ``http://``, ``git://``, ``ssh://`` or ``user@host:path`` URL
+    (cloned over the sandbox's network, under its ``network_policy``), or an absolute host
+    path / ``file://`` URL of a repository on this machine (copied in, so ``depth`` works).
+    ``revision`` (alias ``branch``) is a branch or tag name, as ``git clone --branch`` takes
+    it (not a commit id). ``path`` is where the clone goes inside (default ``/workspace``).
+    ``username``/``password`` are not supported: give a private host's credentials to the
+    egress proxy instead (``network_policy=NetworkPolicy.custom({...})`` header transforms),
+    so they never enter the sandbox.
+    """
 
     url: str
     revision: str | None = None
     depth: int | None = None
     username: str | None = None
     password: str | None = None
+    branch: str | None = None
+    path: str | None = None
     type: str = "git"
+
+    def to_api(self) -> dict[str, Any]:
+        """The source as the API takes it (``revision`` becomes ``branch``)."""
+        url = os.fspath(self.url) if isinstance(self.url, os.PathLike) else self.url
+        if not isinstance(url, str) or not url:
+            raise ValueError("GitSource.url must be a non-empty string")
+        if self.username is not None or self.password is not None:
+            raise not_implemented("GitSource username/password",
+                                  "give the host's credentials to the egress proxy with "
+                                  "network_policy=NetworkPolicy.custom({...}) header transforms")
+        if self.revision is not None and self.branch is not None and self.revision != self.branch:
+            raise ValueError("GitSource: pass revision= or branch=, not two different values")
+        out: dict[str, Any] = {"type": "git", "url": url}
+        branch = self.revision if self.revision is not None else self.branch
+        if branch is not None:
+            out["branch"] = branch
+        if self.depth is not None:
+            if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+                raise ValueError("GitSource.depth must be a positive integer")
+            out["depth"] = self.depth
+        if self.path is not None:
+            out["path"] = os.fspath(self.path)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
 class TarballSource(_Model):
-    """Create a sandbox from a tarball URL (not implemented yet: ``NotImplementedError``)."""
+    """Create a sandbox from a tarball (gzip, xz, bzip2, zstd or plain), extracted at ``path``
+    (default ``/workspace``) inside the new sandbox by ``tar`` running there.
+
+    sandboxd reads the archive from this host: ``url`` is an absolute host path or a
+    ``file://`` URL. It does not download archives (``http(s)://`` raises
+    ``NotImplementedError``): download the file first, or write it into a sandbox and use
+    ``fs`` calls.
+    """
 
     url: str
+    path: str | None = None
     type: str = "tarball"
 
+    def to_api(self) -> dict[str, Any]:
+        """The source as the API takes it (the host path goes in ``file``)."""
+        url = os.fspath(self.url) if isinstance(self.url, os.PathLike) else self.url
+        if isinstance(url, str) and url.split("://", 1)[0] in ("http", "https") and "://" in url:
+            raise not_implemented("TarballSource with an http(s) URL",
+                                  "sandboxd reads the archive from a host path or file:// URL")
+        out: dict[str, Any] = {"type": "tarball", "file": _host_path(url, "TarballSource.url")}
+        if self.path is not None:
+            out["path"] = os.fspath(self.path)
+        return out
 
-SandboxSource: TypeAlias = GitSource | TarballSource | SnapshotSource
+
+@dataclasses.dataclass(frozen=True)
+class ImageSource(_Model):
+    """Create a sandbox from an image: ``"default"`` or an imported ``"sha256:<hex>"`` (the
+    same as ``create_sandbox(image=...)``; if both are given they must agree)."""
+
+    image: str = "default"
+    type: str = "image"
+
+    def to_api(self) -> dict[str, Any]:
+        """The source as the API takes it."""
+        if not isinstance(self.image, str) or not self.image:
+            raise ValueError("ImageSource.image must be a non-empty string")
+        return {"type": "image", "image": self.image}
+
+
+SandboxSource: TypeAlias = GitSource | TarballSource | SnapshotSource | ImageSource
+
+
+def source_api(source: Any) -> dict[str, Any]:
+    """A ``source=`` argument as the API takes it: a source object, a :class:`Snapshot`
+    handle (anything with a ``snapshot_id``), or the API's JSON object."""
+    if isinstance(source, (SnapshotSource, GitSource, TarballSource, ImageSource)):
+        return source.to_api()
+    if isinstance(source, Mapping):
+        if not isinstance(source.get("type"), str):
+            raise ValueError('a source mapping needs a "type" (snapshot, git, tarball or image)')
+        return dict(source)
+    snap_id = getattr(source, "snapshot_id", None)
+    if isinstance(snap_id, str):
+        return SnapshotSource(snapshot_id=snap_id).to_api()
+    raise TypeError("source must be SnapshotSource, GitSource, TarballSource, ImageSource or a Snapshot, "
+                    f"not {type(source).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotInfo(_Model):
+    """A snapshot as the API returned it (``Snapshot.info``).
+
+    ``status`` is ``created`` (snapshots are taken synchronously). ``expires_at`` is
+    ``None`` for a snapshot that never expires; ``size_bytes`` is always ``None`` (sandboxd
+    does not report it).
+    """
+
+    id: str
+    sandbox_id: str | None
+    sandbox_name: str | None = None
+    image: str | None = None
+    status: str = "created"
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    expiration_ms: int | None = None
+    size_bytes: int | None = None
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> SnapshotInfo:
+        """Build from the API's snapshot object."""
+        return cls(id=d["id"], sandbox_id=d.get("sandbox_id"), sandbox_name=d.get("sandbox_name"),
+                   image=d.get("image"), status=d.get("status") or "created",
+                   created_at=parse_time(d.get("created_at")), expires_at=parse_time(d.get("expires_at")),
+                   expiration_ms=d.get("expiration_ms"), size_bytes=d.get("size_bytes"))
 
 
 def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
@@ -676,12 +820,195 @@ def ports_api(ports: Any) -> list[int]:
     return out
 
 
+# --- drives ---------------------------------------------------------------------------------
+
+_DRIVE_MODES = {"read-write": "rw", "rw": "rw", "snapshot": "snapshot"}
+MOUNT_PATH_MAX = 256
+
+
+def drive_ref(drive: Any) -> str:
+    """A Drive given as a name, an id or a Drive handle, as the name or id the API takes."""
+    if isinstance(drive, str):
+        if not drive:
+            raise ValueError("a drive name must not be empty")
+        return drive
+    ref = getattr(drive, "_drive_ref", None)
+    if callable(ref):
+        return str(ref())
+    raise TypeError(f"a drive must be a name, an id or a Drive, not {type(drive).__name__}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DriveMount(_Model):
-    """Mount a Drive (not implemented yet: ``NotImplementedError``)."""
+    """One mount of a Drive: ``DriveMount("cache")`` (read-write) or
+    ``DriveMount("shared-source", mode="snapshot")`` (a read-only, point-in-time view of the
+    drive's committed data as of the session's start; ``drive.snapshot()`` builds it).
+
+    ``drive`` is the drive's name or id (a Drive handle is accepted and stored by name);
+    ``mode`` is ``"read-write"`` (alias ``"rw"``) or ``"snapshot"``. In a sandbox's
+    ``mounts`` the server's view also fills ``drive_id``.
+    """
 
     drive: str
     mode: str = "read-write"
+    drive_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drive", drive_ref(self.drive))
+        if self.mode not in _DRIVE_MODES:
+            raise ValueError(f"DriveMount.mode must be 'read-write' or 'snapshot', not {self.mode!r}")
+        object.__setattr__(self, "mode", "read-write" if self.mode == "rw" else self.mode)
+
+    def to_api(self) -> dict[str, str]:
+        """The mount as the API takes it: ``{"drive": ..., "mode": "rw" | "snapshot"}``."""
+        return {"drive": self.drive, "mode": _DRIVE_MODES[self.mode]}
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> DriveMount:
+        """Build from a sandbox's ``mounts`` entry (``{"drive_id", "drive", "mode"}``)."""
+        mode = d.get("mode") or "rw"
+        return cls(drive=d.get("drive") or d.get("drive_id") or "?",
+                   mode=mode if mode in _DRIVE_MODES else "read-write", drive_id=d.get("drive_id"))
+
+
+def mount_path(path: Any) -> str:
+    """A mount point canonicalized (repeated and trailing slashes and ``.`` dropped) and
+    checked: absolute, no ``..`` or NUL, not ``/``, at most 256 characters."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"mounts: a mount path must be a string or PurePosixPath, not {type(path).__name__}")
+    if "\0" in path:
+        raise ValueError(f"mounts: mount path {path!r} must not contain NUL")
+    if not path.startswith("/"):
+        raise ValueError(f"mounts: mount path {path!r} must be absolute")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"mounts: mount path {path!r} must not contain ..")
+    canon = "/" + "/".join(parts)
+    if canon == "/":
+        raise ValueError(f"mounts: mount path {path!r} must not be /")
+    if len(canon) > MOUNT_PATH_MAX:
+        raise ValueError(f"mounts: mount path {canon[:40]!r}... is longer than {MOUNT_PATH_MAX} characters")
+    return canon
+
+
+def mounts_api(mounts: Mapping[Any, Any]) -> dict[str, dict[str, str]]:
+    """A ``mounts=`` argument as the API takes it, validated as sandboxd does: canonical
+    absolute paths that do not overlap, each drive at most once. Values are a drive name or
+    id, a Drive handle, a :class:`DriveMount` or ``{"drive": ..., "mode": ...}``."""
+    if not isinstance(mounts, Mapping):
+        raise TypeError("mounts must be a mapping of mount path to drive")
+    out: dict[str, dict[str, str]] = {}
+    seen: dict[str, str] = {}
+    for raw, value in mounts.items():
+        path = mount_path(raw)
+        if isinstance(value, DriveMount):
+            m = value
+        elif isinstance(value, Mapping):
+            unknown = set(value) - {"drive", "mode"}
+            if unknown or "drive" not in value:
+                raise ValueError(f"mounts: {path}: a mapping needs 'drive' and may have 'mode', "
+                                 f"not {sorted(unknown) or 'no drive'}")
+            m = DriveMount(value["drive"], mode=value.get("mode") or "read-write")
+        else:
+            m = DriveMount(value)
+        for other in out:
+            if other == path or other.startswith(path + "/") or path.startswith(other + "/"):
+                raise ValueError(f"mounts: mount paths {other} and {path} overlap")
+        if m.drive in seen:
+            raise ValueError(f"mounts: drive {m.drive!r} is mounted twice ({seen[m.drive]} and {path}); "
+                             "each drive may appear once")
+        seen[m.drive] = path
+        out[path] = m.to_api()
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DriveInfo(_Model):
+    """A Drive as the API returned it (``Drive.info``).
+
+    ``initialized`` is ``False`` until a sandbox that mounts the drive read-write stops
+    (that commits its data; ``committed_at`` says when). ``attached_to`` is the sandbox
+    that mounts it read-write now (``{"sandbox_id", "sandbox_name", "mode"}``) or ``None``;
+    ``snapshot_mounts`` counts live read-only mounts. ``parent_drive_id`` is the drive it
+    was forked from and ``root_drive_id`` the first drive of that line (``None`` when not a
+    fork).
+    """
+
+    id: str
+    name: str
+    region: str | None = None
+    max_size_bytes: int | None = None
+    max_size_enforced: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    initialized: bool = False
+    committed_at: datetime | None = None
+    parent_drive_id: str | None = None
+    root_drive_id: str | None = None
+    attached_to: Mapping[str, Any] | None = None
+    snapshot_mounts: int = 0
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> DriveInfo:
+        """Build from the API's drive object."""
+        att = d.get("attached_to")
+        return cls(id=d["id"], name=d["name"], region=d.get("region"), max_size_bytes=d.get("max_size_bytes"),
+                   max_size_enforced=bool(d.get("max_size_enforced")), created_at=parse_time(d.get("created_at")),
+                   updated_at=parse_time(d.get("updated_at")), initialized=bool(d.get("initialized")),
+                   committed_at=parse_time(d.get("committed_at")), parent_drive_id=d.get("parent_drive_id"),
+                   root_drive_id=d.get("root_drive_id"),
+                   attached_to=MappingProxyType(dict(att)) if isinstance(att, Mapping) else None,
+                   snapshot_mounts=int(d.get("snapshot_mounts") or 0))
+
+
+def _direction(value: str) -> str:
+    if value not in ("asc", "desc"):
+        raise ValueError(f"direction must be 'asc' or 'desc', not {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class DriveQueryByCreatedAt(_Model):
+    """``query_drives(DriveQueryByCreatedAt(direction="asc"))``: drives by creation time,
+    optionally only names starting with ``name_prefix``."""
+
+    direction: Literal["asc", "desc"] = "asc"
+    name_prefix: str | None = None
+
+    def to_query(self) -> dict[str, Any]:
+        """The list query string."""
+        return {"order": "created_at", "direction": _direction(self.direction), "name": self.name_prefix or None}
+
+
+@dataclasses.dataclass(frozen=True)
+class DriveQueryByUpdatedAt(_Model):
+    """``query_drives(DriveQueryByUpdatedAt(direction="desc"))``: drives by last change
+    (a commit updates it), optionally only names starting with ``name_prefix``."""
+
+    direction: Literal["asc", "desc"] = "desc"
+    name_prefix: str | None = None
+
+    def to_query(self) -> dict[str, Any]:
+        """The list query string."""
+        return {"order": "updated_at", "direction": _direction(self.direction), "name": self.name_prefix or None}
+
+
+@dataclasses.dataclass(frozen=True)
+class DriveQueryByName(_Model):
+    """``query_drives(DriveQueryByName(name_prefix="cache"))``: drives by name, optionally
+    only names starting with ``name_prefix``."""
+
+    name_prefix: str | None = None
+    direction: Literal["asc", "desc"] = "asc"
+
+    def to_query(self) -> dict[str, Any]:
+        """The list query string."""
+        return {"order": "name", "direction": _direction(self.direction), "name": self.name_prefix or None}
+
+
+DriveQuery: TypeAlias = DriveQueryByCreatedAt | DriveQueryByUpdatedAt | DriveQueryByName
 
 
 def not_implemented(feature: str, what: str = "") -> NotImplementedError:

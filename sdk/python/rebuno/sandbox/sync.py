@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, TextIO, TypeVar
 
 from rebuno.sandbox import _aio
+from rebuno.sandbox._interactive import SyncInteractiveSession, SyncInteractiveStream  # noqa: F401
 from rebuno.sandbox._errors import (
     SandboxApiError,
     SandboxCleanupError,
@@ -47,6 +48,8 @@ from rebuno.sandbox._errors import (
     SandboxSessionPausedError,
     SandboxStateError,
     SandboxStdinClosedError,
+    SandboxEndOfStream,
+    SandboxPtyDisconnectedError,
     SandboxStreamError,
     SandboxTimeoutError,
     SandboxUserAlreadyExistsError,
@@ -58,9 +61,15 @@ from rebuno.sandbox._models import (
     CommandStatus,
     CompletedCommand,
     DirectoryEntry,
+    DriveInfo,
     DriveMount,
+    DriveQuery,
+    DriveQueryByCreatedAt,
+    DriveQueryByName,
+    DriveQueryByUpdatedAt,
     DurationInput,
     GitSource,
+    ImageSource,
     NetworkPolicy,
     RegionInput,
     SandboxInfo,
@@ -71,6 +80,7 @@ from rebuno.sandbox._models import (
     SandboxStatus,
     SandboxUsage,
     SandboxUserInfo,
+    SnapshotInfo,
     SnapshotSource,
     TarballSource,
 )
@@ -503,6 +513,16 @@ class _SyncExecutor:
         _aio._deprecated("create_process", "create_command")
         return self.create_command(cmd, args, **kwargs)
 
+    def open_interactive(self, cmd: str = "/bin/bash", args: Sequence[str] | None = None, *, cols: int = 80,
+                         rows: int = 24, env: Mapping[str, str] | None = None, cwd: str | None = None,
+                         term: str | None = None, sudo: bool = False) -> SyncInteractiveSession:
+        """Start ``cmd`` on a pseudo-terminal, scoped to ``with``: ``pty.stream`` is a
+        readable and writable :class:`io.RawIOBase`, ``pty.wait(timeout=30)`` the exit code;
+        see :meth:`rebuno.sandbox.Sandbox.open_interactive`. An early end of the connection
+        raises :class:`SandboxPtyDisconnectedError` (a :class:`ConnectionError`)."""
+        return SyncInteractiveSession(self._a.open_interactive(cmd, args, cols=cols, rows=rows, env=env, cwd=cwd,
+                                                               term=term, sudo=sudo), self._r)
+
 
 class _SyncLookup:
     _a: Any
@@ -648,7 +668,9 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
     network_id = _prop("network_id", "The private network it is attached to, or ``None``.")
     network_policy = _prop("network_policy", "Its egress policy (header values read ``<redacted>``).")
     ports = _prop("ports", "The sandbox ports published on host loopback (see :meth:`domain`).")
-    mounts = _prop("mounts", "Always empty (Drives are not supported yet).")
+    mounts = _prop("mounts", "The Drives mounted at the next session: ``{path: DriveMount}``.")
+    source = _prop("source", "Where the sandbox's files came from (snapshot, fork, git, tarball) or ``None``.")
+    snapshot_expiration = _prop("snapshot_expiration", "The default expiration of its snapshots.")
     persistent = _prop("persistent", "Always ``True``.")
 
     def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> dict[str, Any]:
@@ -706,13 +728,14 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
         box.session() as s:`` stops exactly that session at the end."""
         return SyncSandboxRuntimeSession(self._r.run(self._a.session()._acquire()), self, self._r)
 
-    def snapshot(self, **kwargs: Any) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        return self._r.run(self._a.snapshot(**kwargs))
+    def snapshot(self, *, expiration: DurationInput = None) -> SyncSnapshot:
+        """Take a snapshot of the sandbox's files. Unlike Vercel's, the sandbox keeps running
+        (see :meth:`rebuno.sandbox.Sandbox.snapshot`)."""
+        return SyncSnapshot(self._r.run(self._a.snapshot(expiration=expiration)), self._r)
 
-    def open_interactive(self, cmd: str = "/bin/bash", args: Sequence[str] | None = None, **kwargs: Any) -> Any:
-        """Interactive PTY sessions are not supported yet: raises ``NotImplementedError``."""
-        return self._a.open_interactive(cmd, args, **kwargs)
+    def list_snapshots(self, *, limit: int | None = None) -> list[SyncSnapshot]:
+        """This sandbox's snapshots (unexpired, creation order)."""
+        return [SyncSnapshot(x, self._r) for x in self._r.run(self._a.list_snapshots(limit=limit))]
 
     def domain(self, port: int) -> str:
         """The URL that reaches ``port`` inside the sandbox from this host:
@@ -726,6 +749,108 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
                  tb: TracebackType | None) -> None:
         if self._on_exit:
             self._r.run(_aio._cleanup(self._a, self._on_exit, exc))
+
+
+# --- snapshots and drives --------------------------------------------------------------------------
+
+
+def _iterate(runner: _Runner, agen: Any, wrap: Any) -> Iterator[Any]:
+    """Drive an async iterator from the caller's thread, wrapping each item."""
+    try:
+        while True:
+            try:
+                item = runner.run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            yield wrap(item)
+    finally:
+        if not runner.closed:
+            runner.run(agen.aclose())
+
+
+class SyncSnapshot:
+    """A snapshot of a sandbox's files; see :class:`rebuno.sandbox.Snapshot`."""
+
+    def __init__(self, snap: _aio.Snapshot, runner: _Runner):
+        self._a = snap
+        self._r = runner
+
+    info = _prop("info", "The snapshot's state from the last reply (read-only).")
+    id = _prop("id", "The snapshot id (UUIDv7).")
+    snapshot_id = _prop("snapshot_id", "The same as ``id``.")
+    source_sandbox_id = _prop("source_sandbox_id", "The id of the sandbox it was taken from.")
+    sandbox_id = _prop("sandbox_id", "The same as ``source_sandbox_id``.")
+    sandbox_name = _prop("sandbox_name", "The name of the sandbox it was taken from.")
+    image = _prop("image", "The image of its sandbox.")
+    status = _prop("status", "``created``.")
+    size_bytes = _prop("size_bytes", "Always ``None`` (sandboxd does not report it).")
+    created_at = _prop("created_at", "When it was taken.")
+    expires_at = _prop("expires_at", "When it expires (``None``: never).")
+
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> dict[str, Any]:
+        """The snapshot's state as data."""
+        return self._a.model_dump(mode=mode)
+
+    def __repr__(self) -> str:
+        return repr(self._a).replace("<Snapshot", "<SyncSnapshot", 1)
+
+    def refresh(self) -> SyncSnapshot:
+        """Re-read it (404 ``snapshot_not_found`` once deleted or expired)."""
+        self._r.run(self._a.refresh())
+        return self
+
+    def delete(self) -> None:
+        """Delete the snapshot."""
+        self._r.run(self._a.delete())
+
+
+class SyncDrive:
+    """A Sandbox Drive; see :class:`rebuno.sandbox.Drive`."""
+
+    def __init__(self, drive: _aio.Drive, runner: _Runner):
+        self._a = drive
+        self._r = runner
+
+    def _drive_ref(self) -> str:
+        return self._a._drive_ref()
+
+    info = _prop("info", "The drive's state from the last reply (read-only).")
+    id = _prop("id", "The drive id (UUIDv7).")
+    name = _prop("name", "The drive name.")
+    region = _prop("region", "``\"local\"``: a rebuno host is one region.")
+    max_size_bytes = _prop("max_size_bytes", "The size limit.")
+    max_size_enforced = _prop("max_size_enforced", "Whether the store enforces ``max_size_bytes``.")
+    created_at = _prop("created_at", "When the drive was created.")
+    updated_at = _prop("updated_at", "When it last changed.")
+    initialized = _prop("initialized", "Whether it has committed data.")
+    committed_at = _prop("committed_at", "When its data was last committed.")
+    parent_drive_id = _prop("parent_drive_id", "The drive it was forked from, or ``None``.")
+    root_drive_id = _prop("root_drive_id", "The first drive of its fork line, or ``None``.")
+    attached_to = _prop("attached_to", "The sandbox that mounts it read-write now, or ``None``.")
+
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> dict[str, Any]:
+        """The drive's state as data."""
+        return self._a.model_dump(mode=mode)
+
+    def __repr__(self) -> str:
+        return repr(self._a).replace("<Drive", "<SyncDrive", 1)
+
+    def snapshot(self) -> DriveMount:
+        """A read-only, point-in-time mount of the drive's committed data (no I/O)."""
+        return self._a.snapshot()
+
+    def refresh(self) -> SyncDrive:
+        """Re-read the drive."""
+        self._r.run(self._a.refresh())
+        return self
+
+    def fork(self, *, name: str) -> SyncDrive:
+        """A new independent drive with this one's committed data."""
+        return SyncDrive(self._r.run(self._a.fork(name=name)), self._r)
+
+    def delete(self) -> None:
+        """Delete the drive (409 ``drive_attached`` while a live sandbox mounts it)."""
+        self._r.run(self._a.delete())
 
 
 # --- the client ------------------------------------------------------------------------------------
@@ -818,37 +943,59 @@ class SyncSandboxClient:
         """``GET /v1/health``."""
         return self._r.run(self._client.health())
 
-    def fork_sandbox(self, *, source_sandbox: str, name: str | None = None, **kwargs: Any) -> Any:
-        """Forks are not supported yet: raises ``NotImplementedError``."""
-        return self._client.fork_sandbox(source_sandbox=source_sandbox, name=name, **kwargs)
+    def fork_sandbox(self, *, source_sandbox: str | SyncSandbox, name: str | None = None,
+                     destroy: bool = True, **kwargs: Any) -> SyncSandbox:
+        """Fork a sandbox now and return the new handle; ``with`` it to delete the fork at the
+        end (``destroy=False``: stop). Arguments: those of
+        :meth:`rebuno.sandbox.SandboxClient.fork_sandbox`."""
+        src = source_sandbox._a if isinstance(source_sandbox, SyncSandbox) else source_sandbox
+        op = self._client.fork_sandbox(source_sandbox=src, name=name, destroy=destroy, **kwargs)
+        return SyncSandbox(self._r.run(op._run()), self._r, on_exit="destroy" if destroy else "stop")
 
-    def get_or_create_drive(self, *, name: str, **kwargs: Any) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        return self._client.get_or_create_drive(name=name, **kwargs)
+    def get_snapshot(self, *, snapshot_id: str) -> SyncSnapshot:
+        """The snapshot with that id (404 ``snapshot_not_found`` if there is none)."""
+        return SyncSnapshot(self._r.run(self._client.get_snapshot(snapshot_id=snapshot_id)), self._r)
 
-    def get_drive(self, *, name_or_id: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        return self._client.get_drive(name_or_id=name_or_id)
+    def query_snapshots(self, *, sandbox: Any = None, page_size: int | None = None,
+                        cursor: str | None = None) -> Iterator[SyncSnapshot]:
+        """Iterate over unexpired snapshots, only those of ``sandbox`` if given."""
+        if isinstance(sandbox, SyncSandbox):
+            sandbox = sandbox.id
+        agen = self._client.query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor)
+        return _iterate(self._r, agen, lambda x: SyncSnapshot(x, self._r))
 
-    def fork_drive(self, *, source: str, name: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        return self._client.fork_drive(source=source, name=name)
+    def delete_snapshot(self, *, snapshot_id: str) -> None:
+        """Delete a snapshot."""
+        self._r.run(self._client.delete_snapshot(snapshot_id=snapshot_id))
 
-    def delete_drive(self, *, name: str) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        return self._client.delete_drive(name=name)
+    def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
+                            region: Any = None) -> tuple[SyncDrive, bool]:
+        """The drive called ``name`` and whether this call created it."""
+        drive, created = self._r.run(self._client.get_or_create_drive(name=name, max_size_bytes=max_size_bytes,
+                                                                      region=region))
+        return SyncDrive(drive, self._r), created
 
-    def query_drives(self, *args: Any, **kwargs: Any) -> Any:
-        """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-        return self._client.query_drives(*args, **kwargs)
+    def get_drive(self, *, name_or_id: str) -> SyncDrive:
+        """The drive with that name or id (404 ``not_found`` if there is none)."""
+        return SyncDrive(self._r.run(self._client.get_drive(name_or_id=name_or_id)), self._r)
 
-    def get_snapshot(self, *, snapshot_id: str) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        return self._client.get_snapshot(snapshot_id=snapshot_id)
+    def fork_drive(self, *, source: Any, name: str) -> SyncDrive:
+        """Fork a drive's committed data into a new drive ``name``."""
+        if isinstance(source, SyncDrive):
+            source = source._a
+        return SyncDrive(self._r.run(self._client.fork_drive(source=source, name=name)), self._r)
 
-    def query_snapshots(self, **kwargs: Any) -> Any:
-        """Snapshots are not supported yet: raises ``NotImplementedError``."""
-        return self._client.query_snapshots(**kwargs)
+    def delete_drive(self, *, name: str) -> None:
+        """Delete the drive with that name or id."""
+        if isinstance(name, SyncDrive):
+            name = name.id
+        self._r.run(self._client.delete_drive(name=name))
+
+    def query_drives(self, query: DriveQuery | None = None, *, name_prefix: str | None = None,
+                     page_size: int | None = None, cursor: str | None = None) -> Iterator[SyncDrive]:
+        """Iterate over drives (``DriveQueryByCreatedAt`` by default)."""
+        agen = self._client.query_drives(query, name_prefix=name_prefix, page_size=page_size, cursor=cursor)
+        return _iterate(self._r, agen, lambda x: SyncDrive(x, self._r))
 
     def close(self) -> None:
         """Close connections and stop the private loop; handles made by it stop working."""
@@ -907,44 +1054,52 @@ def delete_sandbox(*, name: str) -> None:
     current_sync_client().delete_sandbox(name=name)
 
 
-def fork_sandbox(*, source_sandbox: str, name: str | None = None, **kwargs: Any) -> Any:
-    """Forks are not supported yet: raises ``NotImplementedError``."""
+def fork_sandbox(*, source_sandbox: Any, name: str | None = None, **kwargs: Any) -> SyncSandbox:
+    """Fork a sandbox (ambient client); ``with`` deletes the fork at the end."""
     return current_sync_client().fork_sandbox(source_sandbox=source_sandbox, name=name, **kwargs)
 
 
-def get_or_create_drive(*, name: str, **kwargs: Any) -> Any:
-    """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-    return current_sync_client().get_or_create_drive(name=name, **kwargs)
+def get_or_create_drive(*, name: str, max_size_bytes: int | None = None,
+                        region: Any = None) -> tuple[SyncDrive, bool]:
+    """The drive called ``name`` and whether this call created it (ambient client)."""
+    return current_sync_client().get_or_create_drive(name=name, max_size_bytes=max_size_bytes, region=region)
 
 
-def get_drive(*, name_or_id: str) -> Any:
-    """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
+def get_drive(*, name_or_id: str) -> SyncDrive:
+    """The drive with that name or id (ambient client)."""
     return current_sync_client().get_drive(name_or_id=name_or_id)
 
 
-def fork_drive(*, source: str, name: str) -> Any:
-    """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
+def fork_drive(*, source: Any, name: str) -> SyncDrive:
+    """Fork a drive's committed data into a new drive (ambient client)."""
     return current_sync_client().fork_drive(source=source, name=name)
 
 
-def delete_drive(*, name: str) -> Any:
-    """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-    return current_sync_client().delete_drive(name=name)
+def delete_drive(*, name: str) -> None:
+    """Delete the drive with that name or id (ambient client)."""
+    current_sync_client().delete_drive(name=name)
 
 
-def query_drives(*args: Any, **kwargs: Any) -> Any:
-    """Sandbox Drives are not supported yet: raises ``NotImplementedError``."""
-    return current_sync_client().query_drives(*args, **kwargs)
+def query_drives(query: DriveQuery | None = None, *, name_prefix: str | None = None,
+                 page_size: int | None = None, cursor: str | None = None) -> Iterator[SyncDrive]:
+    """Iterate over drives (ambient client)."""
+    return current_sync_client().query_drives(query, name_prefix=name_prefix, page_size=page_size, cursor=cursor)
 
 
-def get_snapshot(*, snapshot_id: str) -> Any:
-    """Snapshots are not supported yet: raises ``NotImplementedError``."""
+def get_snapshot(*, snapshot_id: str) -> SyncSnapshot:
+    """The snapshot with that id (ambient client)."""
     return current_sync_client().get_snapshot(snapshot_id=snapshot_id)
 
 
-def query_snapshots(**kwargs: Any) -> Any:
-    """Snapshots are not supported yet: raises ``NotImplementedError``."""
-    return current_sync_client().query_snapshots(**kwargs)
+def query_snapshots(*, sandbox: Any = None, page_size: int | None = None,
+                    cursor: str | None = None) -> Iterator[SyncSnapshot]:
+    """Iterate over unexpired snapshots (ambient client)."""
+    return current_sync_client().query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor)
+
+
+def delete_snapshot(*, snapshot_id: str) -> None:
+    """Delete a snapshot (ambient client)."""
+    current_sync_client().delete_snapshot(snapshot_id=snapshot_id)
 
 
 SyncProcess = SyncCommand
@@ -960,9 +1115,15 @@ __all__ = [
     "CompletedCommand",
     "CompletedProcess",
     "DirectoryEntry",
+    "DriveInfo",
     "DriveMount",
+    "DriveQuery",
+    "DriveQueryByCreatedAt",
+    "DriveQueryByName",
+    "DriveQueryByUpdatedAt",
     "DurationInput",
     "GitSource",
+    "ImageSource",
     "NetworkPolicy",
     "ProcessSignal",
     "ProcessStatus",
@@ -972,6 +1133,7 @@ __all__ = [
     "SandboxCommandError",
     "SandboxCommandNotFoundError",
     "SandboxConnectionError",
+    "SandboxEndOfStream",
     "SandboxError",
     "SandboxExecution",
     "SandboxFileExistsError",
@@ -983,6 +1145,7 @@ __all__ = [
     "SandboxNotFoundError",
     "SandboxPathNotFoundError",
     "SandboxPermissionError",
+    "SandboxPtyDisconnectedError",
     "SandboxQuery",
     "SandboxResources",
     "SandboxResponseError",
@@ -999,9 +1162,13 @@ __all__ = [
     "SandboxUserAlreadyExistsError",
     "SandboxUserInfo",
     "SandboxUserNotFoundError",
+    "SnapshotInfo",
     "SnapshotSource",
     "SyncCommand",
     "SyncCommandStdin",
+    "SyncDrive",
+    "SyncInteractiveSession",
+    "SyncInteractiveStream",
     "SyncProcess",
     "SyncProcessStdin",
     "SyncSandbox",
@@ -1016,11 +1183,13 @@ __all__ = [
     "SyncSandboxTextReader",
     "SyncSandboxTextWriter",
     "SyncSandboxUser",
+    "SyncSnapshot",
     "SyncTextReader",
     "TarballSource",
     "create_sandbox",
     "delete_drive",
     "delete_sandbox",
+    "delete_snapshot",
     "fork_drive",
     "fork_sandbox",
     "get_drive",
