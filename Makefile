@@ -35,7 +35,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/kernel/identity.c \
                 $(wildcard src/policy/*.c)
 
-.PHONY: all asan unit test bench lint fmt clean fuzz
+.PHONY: all asan unit test bench lint fmt clean fuzz demo
 all: build/rebuno
 
 build/rebuno: $(REL_OBJ)
@@ -65,6 +65,10 @@ build/bench/%: bench/%.c $(REL_LIB_OBJ)
 
 bench: build/rebuno $(BENCH_SRC:bench/%.c=build/bench/%)
 	bash bench/run.sh
+
+# the coding-agent demo (as root: it runs sandboxes); see examples/coding-agent/README.md
+demo: build/rebuno
+	python3 examples/coding-agent/demo.py
 
 test: build/rebuno build/asan/rebuno build/asan/unit_tests
 	bash scripts/test.sh --no-install
