@@ -22,18 +22,22 @@ def post(port, path, body):
     return r.status, json.loads(r.read() or b"null")
 
 
-def test_dev_starts_and_stops_the_sandbox_service(make_kernel):
-    port = free_port()
-    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{port}"]).start()
+def wait_for_sandboxd(port, k):
     deadline = time.time() + 20
     while True:
         try:
             if get(port, "/v1/health")[0] == 200:
-                break
+                return
         except OSError:
             pass
         assert time.time() < deadline, k.read_log()
         time.sleep(0.05)
+
+
+def test_dev_starts_and_stops_the_sandbox_service(make_kernel):
+    port = free_port()
+    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{port}"]).start()
+    wait_for_sandboxd(port, k)
     st, sbx = post(port, "/v1/sandboxes", {"name": "dev-1"})
     assert st == 201, sbx
     st, out = post(port, "/v1/sandboxes/dev-1/commands", {"cmd": "echo", "args": ["hi"], "wait": True})
@@ -74,15 +78,7 @@ def test_dev_passes_the_upstream_settings_to_sandboxd(make_kernel, tmp_path):
                     env={"REBUNO_SANDBOX_UPSTREAM_CA": str(ca),
                          "REBUNO_SANDBOX_UPSTREAM_OVERRIDES": "github.local=127.0.0.1:9443, git.example:80=127.0.0.1:9080"}
                     ).start()
-    deadline = time.time() + 20
-    while True:
-        try:
-            if get(port, "/v1/health")[0] == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, k.read_log()
-        time.sleep(0.05)
+    wait_for_sandboxd(port, k)
     state = os.path.join(k.state_dir, "state", "sandboxes")
     pid = min(p for p in processes_mentioning(state) if b"sandboxd" in open(f"/proc/{p}/cmdline", "rb").read())
     argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")

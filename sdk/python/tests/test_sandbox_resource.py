@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sandbox_client import Daemon
+from test_sandbox_snapshots import StorageDaemon, daemon, sbx_url  # noqa: F401  (fixtures: leak checks at the end)
 
 from rebuno.errors import CheckpointUnavailable
 from rebuno.sandbox import (
@@ -32,16 +29,6 @@ from rebuno.sandbox import (
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd needs root")
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    root = Path(tempfile.mkdtemp(prefix="rebuno-sbx-resource-"))
-    d = Daemon(root).start()
-    try:
-        yield d
-    finally:
-        d.stop()
-
-
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -52,7 +39,7 @@ async def git(ws: Any, *args: str) -> str:
     return r.stdout.strip()
 
 
-def test_create_checkpoint_fork_open_and_pause(daemon: Daemon) -> None:
+def test_create_checkpoint_fork_open_and_pause(daemon: StorageDaemon) -> None:
     async def go() -> None:
         calls: list[int] = []
 
