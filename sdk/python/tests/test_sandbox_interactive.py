@@ -282,8 +282,11 @@ def test_exit_codes_and_signals(sbx_url: str) -> None:  # noqa: F811
                 await pty.send_signal("SIGINT")
                 assert await pty.wait(timeout=30) == 130 and pty.signal == "INT"
 
-            # ^C typed as a byte does the same through the line discipline; ^D is send_eof()
-            async with box.open_interactive("sh", ["-c", "echo ready; sleep 100; echo survived"]) as pty:
+            # ^C typed as a byte does the same through the line discipline; ^D is send_eof().
+            # The process that says "ready" is the one that waits: a ^C typed while sh forks
+            # can be taken by the child's copy of sh's handler just before it execs
+            sleeper = """python3 -c 'import time; print("ready", flush=True); time.sleep(100)'"""
+            async with box.open_interactive("sh", ["-c", sleeper + "; echo survived"]) as pty:
                 await until(pty.stream, rb"ready", bytearray())
                 await pty.stream.send(b"\x03")
                 assert await pty.wait(timeout=30) == 130
