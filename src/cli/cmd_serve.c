@@ -75,12 +75,19 @@ static int start_sandboxd(struct serve *s, const struct config *c, struct err *e
         argv[n++] = "--upstream-override", argv[n++] = item;
     }
     argv[n] = NULL;
+    /* exec our binary by its path: exec of /proc/self/exe itself would start valgrind's
+     * tool binary when dev runs under valgrind (which reports the client's path here) */
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0 || (size_t)len >= sizeof self - 1) snprintf(self, sizeof self, "/proc/self/exe");
+    else self[len] = '\0';
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(1); /* the parent died before prctl */
-        execv("/proc/self/exe", argv);
+        execv(self, argv);
+        execv("/proc/self/exe", argv); /* the file was replaced since we started */
         _exit(127);
     }
     free(state), free(list);
