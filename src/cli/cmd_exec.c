@@ -151,6 +151,46 @@ static void add_json(struct buf *b, const char *label, const json_t *v)
     free(s);
 }
 
+/* Model calls carry whole OpenAI-style requests and responses; their summary is what a
+ * reader wants: the last message of the request, and what the model answered (its tool
+ * calls, else its text). false: not that shape (the generic summary is used). */
+static bool summarize_llm(struct buf *b, const json_t *p)
+{
+    const json_t *msgs = json_object_get(json_object_get(p, "args"), "messages");
+    if (json_is_array(msgs) && json_array_size(msgs) > 0) {
+        const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+        const char *role = cli_str(last, "role"), *content = cli_str(last, "content");
+        char *s = cli_json_short(content ? json_object_get(last, "content") : last, SUMMARY_MAX);
+        char *what = xasprintf("%zu messages, last %s: %s", json_array_size(msgs), role ? role : "?", s);
+        add_text(b, NULL, what, 0);
+        free(what);
+        free(s);
+        return true;
+    }
+    const json_t *choices = json_object_get(json_object_get(p, "result"), "choices");
+    const json_t *msg = json_object_get(json_array_get(choices, 0), "message");
+    if (!json_is_object(msg)) return false;
+    const json_t *calls = json_object_get(msg, "tool_calls");
+    if (json_is_array(calls) && json_array_size(calls) > 0) {
+        struct buf c;
+        buf_init(&c, 0);
+        size_t i;
+        const json_t *call;
+        json_array_foreach(calls, i, call) {
+            const json_t *fn = json_object_get(call, "function");
+            const char *name = cli_str(fn, "name"), *args = cli_str(fn, "arguments");
+            buf_printf(&c, "%s%s(%s)", i ? ", " : "", name ? name : "?", args ? args : "");
+        }
+        add_text(b, "->", c.data, SUMMARY_MAX);
+        buf_fini(&c);
+        return true;
+    }
+    char *s = cli_json_short(json_object_get(msg, "content"), SUMMARY_MAX);
+    add_text(b, "->", s, 0);
+    free(s);
+    return true;
+}
+
 /* The short, type-independent summary of an event payload: whatever of the known
  * fields it carries, most telling first; then one JSON value (result, output, args
  * or input) cut to ~120 characters. */
@@ -193,6 +233,7 @@ static void summarize(struct buf *b, const json_t *p)
     }
     const json_t *error = json_object_get(p, "error");
     if (error && !json_is_null(error)) add_json(b, "error:", error);
+    if (kind && !strcmp(kind, "llm_call") && summarize_llm(b, p)) return;
     static const char *const blobs[] = {"restoration", "result", "output", "args", "input", "binding"};
     for (size_t i = 0; i < ARRAY_LEN(blobs); i++) {
         const json_t *v = json_object_get(p, blobs[i]);

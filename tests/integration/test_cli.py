@@ -65,6 +65,28 @@ def test_watch_follows_to_completion(kernel):
     assert [json.loads(l)["seq"] for l in lines] == list(range(1, len(lines) + 1))
 
 
+def test_events_summarize_model_calls(kernel):
+    """A model call's event shows the request's last message and what the model answered,
+    not the start of a whole OpenAI request or response."""
+    ex = kernel.create("hello", {})
+    d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
+    request = {"model": "m", "messages": [{"role": "system", "content": "x" * 500},
+                                          {"role": "user", "content": "Fix the bug."}]}
+    tool_call = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"command": "make"}'}}]}}]}
+    d.finish(d.submit("m", request, kind="llm_call")["step_id"], result=tool_call)
+    request["messages"].append({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    text = {"choices": [{"message": {"role": "assistant", "content": "All done."}}]}
+    d.finish(d.submit("m", request, kind="llm_call")["step_id"], result=text)
+    d.complete({})
+    out = cli(kernel, "exec", "events", ex["id"]).stdout
+    assert 'llm_call m  2 messages, last user: "Fix the bug."' in out, out
+    assert 'llm_call m  -> shell({"command": "make"})' in out, out
+    assert 'llm_call m  3 messages, last tool: "ok"' in out, out
+    assert 'llm_call m  -> "All done."' in out, out
+    assert "xxxxxxxx" not in out
+
+
 def test_watch_exits_nonzero_on_failure(kernel):
     ex = kernel.create("hello", {})
     d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
