@@ -20,8 +20,9 @@
  * with absolute or ".." targets are placeholders until the end). The layer is renamed
  * into place only when complete. All commands are argv-only, never a shell.
  *
- * Imports run synchronously on the loop (tar on local files); the metadata is the
- * `images` table of the sandbox store.
+ * The file work runs on a worker thread (one at a time, in order), so an import of a
+ * large tree never stalls the daemon's other requests; installing the layer and its row
+ * in the `images` table of the sandbox store, and the reply, run on the loop.
  */
 #include <dirent.h>
 #include <openssl/evp.h>
@@ -42,6 +43,7 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "net/http.h"
+#include "proxy/worker.h"
 #include "sandbox/image.h"
 #include "sandbox/sandboxd_int.h"
 #include "sandbox/store.h"
@@ -335,23 +337,57 @@ static bool in_use(struct sbxd *d, const char *hex)
 
 /* ------------------------------------------------------------------ import */
 
-static int import(struct sbxd *d, const char *type, const char *path, json_t **out, bool *created,
-                  struct err *err)
+/* ------------------------------------------------------------------ import jobs */
+
+/* One import. The file work (tar or copy, hash, checks, extraction, filling) runs on a
+ * worker thread so the daemon's loop goes on serving every other request; the install
+ * (rename into place, the row) and the reply run on the loop. */
+struct import_job {
+    struct sbxd *d;
+    struct http_req *req; /* NULL once the client left; the import still completes */
+    char type[16], path[IMG_PATH_MAX + 1];
+    char tar[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX], hex[65];
+    int64_t size;
+    bool again;     /* redo the extraction: a layer was found without its row */
+    bool extracted; /* tmp holds the layer */
+    int rc;
+    struct err err;
+};
+
+static void job_closed(struct http_req *r, void *arg)
 {
-    bool is_dir = !strcmp(type, "dir");
+    (void)r;
+    ((struct import_job *)arg)->req = NULL;
+}
+
+static void job_free(struct import_job *j)
+{
+    if (j->extracted) sbx_image_remove_tree(j->tmp);
+    free(j);
+}
+
+/* Worker thread: files only (no store, no loop). */
+static void import_work(void *arg)
+{
+    struct import_job *j = arg;
+    struct err *err = &j->err;
+    j->rc = -1;
+    bool is_dir = !strcmp(j->type, "dir");
+    const char *path = j->path;
     struct stat st;
-    if (stat(path, &st) < 0)
-        return err_invalid(err, "path", "cannot use %s: %s", path, strerror(errno));
-    if (is_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-        return err_invalid(err, "path", "%s is not a %s", path,
-                           is_dir ? "directory" : "regular file");
-    static unsigned seq;
-    char tar[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
-    snprintf(tar, sizeof tar, "%s/.import-%d-%u.tar", d->image_dir, (int)getpid(), ++seq);
-    snprintf(tmp, sizeof tmp, "%s/.import-%d-%u", d->image_dir, (int)getpid(), seq);
-    int fd = open(tar, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return err_internal(err, "cannot create %s: %s", tar, strerror(errno));
-    int64_t size = 0;
+    if (stat(path, &st) < 0) {
+        err_invalid(err, "path", "cannot use %s: %s", path, strerror(errno));
+        return;
+    }
+    if (is_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+        err_invalid(err, "path", "%s is not a %s", path, is_dir ? "directory" : "regular file");
+        return;
+    }
+    int fd = open(j->tar, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        err_internal(err, "cannot create %s: %s", j->tar, strerror(errno));
+        return;
+    }
     int rc = 0;
     const char *T = tar_bin();
     if (is_dir) {
@@ -362,101 +398,149 @@ static int import(struct sbxd *d, const char *type, const char *path, json_t **o
         rc = run(argv, fd, NULL, NULL);
         if (rc != 0) {
             close(fd);
-            unlink(tar);
-            return err_invalid(err, "path", "tar could not read %s (exit %d)", path, rc);
+            unlink(j->tar);
+            err_invalid(err, "path", "tar could not read %s (exit %d)", path, rc);
+            return;
         }
         struct stat ts;
-        if (fstat(fd, &ts) == 0) size = ts.st_size;
+        if (fstat(fd, &ts) == 0) j->size = ts.st_size;
     } else {
-        int e = copy_into(path, fd, &size);
+        int e = copy_into(path, fd, &j->size);
         if (e < 0) {
             close(fd);
-            unlink(tar);
-            return err_invalid(err, "path", "cannot read %s: %s", path, strerror(-e));
+            unlink(j->tar);
+            err_invalid(err, "path", "cannot read %s: %s", path, strerror(-e));
+            return;
         }
     }
     close(fd);
-    char hex[65] = "";
-    if ((rc = file_sha256_hex(tar, hex)) < 0) {
-        unlink(tar);
-        return err_internal(err, "cannot hash %s: %s", tar, strerror(-rc));
+    if ((rc = file_sha256_hex(j->tar, j->hex)) < 0) {
+        unlink(j->tar);
+        err_internal(err, "cannot hash %s: %s", j->tar, strerror(-rc));
+        return;
     }
-    snprintf(final, sizeof final, "%s/%s", d->image_dir, hex);
-    json_t *have = image_get(d, hex);
+    snprintf(j->final, sizeof j->final, "%s/%s", j->d->image_dir, j->hex);
     struct stat fs;
-    if (have && stat(final, &fs) == 0 && S_ISDIR(fs.st_mode)) {
-        unlink(tar);
+    if (!j->again && stat(j->final, &fs) == 0 && S_ISDIR(fs.st_mode)) {
+        unlink(j->tar); /* most likely cached: the loop checks the row */
+        j->rc = 0;
+        return;
+    }
+    struct scan sc = {""};
+    char *list[] = {(char *)T, "-tPf", j->tar, NULL};
+    char *listv[] = {(char *)T, "-tvPf", j->tar, NULL};
+    rc = run(list, -1, check_name, &sc);
+    if (rc == 0 && !sc.why[0]) rc = run(listv, -1, check_type, &sc);
+    if (rc != 0 || sc.why[0]) {
+        unlink(j->tar);
+        if (sc.why[0]) err_set(err, 400, "invalid_image", "path", "%s", sc.why);
+        else err_set(err, 400, "invalid_image", "path", "%s is not a readable tar archive", path);
+        return;
+    }
+    sbx_image_remove_tree(j->tmp);
+    if (mkdir(j->tmp, 0755) < 0) {
+        unlink(j->tar);
+        err_internal(err, "cannot create %s: %s", j->tmp, strerror(errno));
+        return;
+    }
+    j->extracted = true;
+    char *x[] = {(char *)T,  "--no-same-owner", "--no-overwrite-dir", "--no-acls", "--no-xattrs",
+                 "--no-selinux", "-C", j->tmp, "-xf", j->tar, NULL};
+    rc = run(x, -1, NULL, NULL);
+    unlink(j->tar);
+    if (rc != 0) {
+        err_set(err, 400, "invalid_image", "path", "tar could not extract %s (exit %d)", path, rc);
+        return;
+    }
+    chmod(j->tmp, 0755);
+    if (sbx_image_fill(j->tmp, err) < 0) return;
+    j->rc = 0;
+}
+
+static void import_done(void *arg);
+static void import_drop(void *arg) /* the daemon is shutting down */
+{
+    struct import_job *j = arg;
+    if (j->req) {
+        http_req_on_close(j->req, NULL, NULL);
+        http_reply_error(j->req, 503, "shutting_down", "", "the daemon is shutting down");
+    }
+    job_free(j);
+}
+
+static void submit(struct import_job *j)
+{
+    proxy_worker_submit(j->d->img_worker, import_work, import_done, import_drop, j);
+}
+
+/* Loop: put the layer in place and record it, or find it cached. 1: resubmitted. */
+static int install(struct import_job *j, json_t **out, bool *created)
+{
+    struct sbxd *d = j->d;
+    struct err *err = &j->err;
+    json_t *have = image_get(d, j->hex);
+    struct stat fs;
+    bool there = stat(j->final, &fs) == 0 && S_ISDIR(fs.st_mode);
+    if (have && there) { /* cached, or another import of the same bytes finished first */
         *out = have;
         *created = false;
         return 0;
     }
     json_decref(have);
-    struct scan sc = {""};
-    char *list[] = {(char *)T, "-tPf", tar, NULL};
-    char *listv[] = {(char *)T, "-tvPf", tar, NULL};
-    rc = run(list, -1, check_name, &sc);
-    if (rc == 0 && !sc.why[0]) rc = run(listv, -1, check_type, &sc);
-    if (rc != 0 || sc.why[0]) {
-        unlink(tar);
-        if (sc.why[0]) return err_set(err, 400, "invalid_image", "path", "%s", sc.why);
-        return err_set(err, 400, "invalid_image", "path", "%s is not a readable tar archive", path);
+    if (!j->extracted) { /* a layer without its row (an interrupted import): redo it */
+        sbx_image_remove_tree(j->final);
+        j->again = true;
+        submit(j);
+        return 1;
     }
-    sbx_image_remove_tree(tmp);
-    if (mkdir(tmp, 0755) < 0) {
-        unlink(tar);
-        return err_internal(err, "cannot create %s: %s", tmp, strerror(errno));
-    }
-    char *x[] = {(char *)T,
-                 "--no-same-owner",
-                 "--no-overwrite-dir",
-                 "--no-acls",
-                 "--no-xattrs",
-                 "--no-selinux",
-                 "-C",
-                 tmp,
-                 "-xf",
-                 tar,
-                 NULL};
-    rc = run(x, -1, NULL, NULL);
-    unlink(tar);
-    if (rc != 0) {
-        sbx_image_remove_tree(tmp);
-        return err_set(err, 400, "invalid_image", "path", "tar could not extract %s (exit %d)",
-                       path, rc);
-    }
-    chmod(tmp, 0755);
-    if (sbx_image_fill(tmp, err) < 0) {
-        sbx_image_remove_tree(tmp);
-        return -1;
-    }
-    sbx_image_remove_tree(final); /* a layer without a row: an earlier interrupted import */
-    if (rename(tmp, final) < 0) {
-        int e = errno;
-        sbx_image_remove_tree(tmp);
-        return err_internal(err, "cannot install image %s: %s", final, strerror(e));
-    }
+    sbx_image_remove_tree(j->final);
+    if (rename(j->tmp, j->final) < 0)
+        return err_internal(err, "cannot install image %s: %s", j->final, strerror(errno));
+    j->extracted = false;
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db_of(d),
                            "INSERT OR REPLACE INTO images(digest, size_bytes, created_at,"
                            " source_type, source_path) VALUES(?1, ?2, ?3, ?4, ?5)",
-                           -1, &q, NULL) != SQLITE_OK)
+                           -1, &q, NULL) != SQLITE_OK) {
+        sbx_image_remove_tree(j->final);
         return err_set(err, 500, "storage_error", "", "images: %s", sqlite3_errmsg(db_of(d)));
-    sqlite3_bind_text(q, 1, hex, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, size);
+    }
+    sqlite3_bind_text(q, 1, j->hex, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, j->size);
     sqlite3_bind_int64(q, 3, clock_now_ms());
-    sqlite3_bind_text(q, 4, type, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 5, path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, j->type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 5, j->path, -1, SQLITE_STATIC);
     int sr = sqlite3_step(q);
     sqlite3_finalize(q);
     if (sr != SQLITE_DONE) {
-        sbx_image_remove_tree(final);
+        sbx_image_remove_tree(j->final);
         return err_set(err, 500, "storage_error", "", "images: %s", sqlite3_errmsg(db_of(d)));
     }
-    log_info("image imported", "digest=sha256:%s type=%s path=%s bytes=%lld", hex, type, path,
-             (long long)size);
-    *out = image_get(d, hex);
+    log_info("image imported", "digest=sha256:%s type=%s path=%s bytes=%lld", j->hex, j->type,
+             j->path, (long long)j->size);
+    *out = image_get(d, j->hex);
     *created = true;
-    return *out ? 0 : err_internal(err, "image %s vanished", hex);
+    return *out ? 0 : err_internal(err, "image %s vanished", j->hex);
+}
+
+static void import_done(void *arg)
+{
+    struct import_job *j = arg;
+    json_t *o = NULL;
+    bool created = false;
+    if (j->rc == 0) {
+        int rc = install(j, &o, &created);
+        if (rc == 1) return; /* running again */
+        j->rc = rc;
+    }
+    if (j->req) {
+        http_req_on_close(j->req, NULL, NULL);
+        if (j->rc == 0) http_reply_json(j->req, created ? 201 : 200, o);
+        else http_reply_err(j->req, &j->err);
+    } else {
+        json_decref(o);
+    }
+    job_free(j);
 }
 
 /* ------------------------------------------------------------------ routes */
@@ -469,8 +553,6 @@ static void h_import(struct http_req *r, void *arg)
     struct err err = ERR_INIT;
     static const char *const known[] = {"type", "path", NULL};
     const char *type = NULL, *path = NULL;
-    json_t *o = NULL;
-    bool created = false;
     if (sbx_json_known(body, known, "an image import", &err) < 0 ||
         sbx_json_str(body, "type", 16, &type, &err) < 0 ||
         sbx_json_str(body, "path", IMG_PATH_MAX, &path, &err) < 0)
@@ -484,9 +566,20 @@ static void h_import(struct http_req *r, void *arg)
         err_invalid(&err, "path", "path must be an absolute host path without \"..\"");
         goto out;
     }
-    if (import(d, type, path, &o, &created, &err) < 0) goto out;
+    if (!d->img_worker && !(d->img_worker = proxy_worker_new(d->base, 1, &err))) goto out;
+    static unsigned seq;
+    struct import_job *j = xcalloc(1, sizeof *j);
+    j->d = d;
+    j->req = r;
+    j->err = (struct err)ERR_INIT;
+    snprintf(j->type, sizeof j->type, "%s", type);
+    snprintf(j->path, sizeof j->path, "%s", path);
+    ++seq;
+    snprintf(j->tar, sizeof j->tar, "%s/.import-%d-%u.tar", d->image_dir, (int)getpid(), seq);
+    snprintf(j->tmp, sizeof j->tmp, "%s/.import-%d-%u", d->image_dir, (int)getpid(), seq);
     json_decref(body);
-    http_reply_json(r, created ? 201 : 200, o);
+    http_req_on_close(r, job_closed, j);
+    submit(j);
     return;
 out:
     json_decref(body);
@@ -576,4 +669,10 @@ void sbx_images_register(struct sbxd *d)
     http_route(d->http, "GET", "/v1/images", h_list, d);
     http_route(d->http, "GET", "/v1/images/:digest", h_get, d);
     http_route(d->http, "DELETE", "/v1/images/:digest", h_delete, d);
+}
+
+void sbx_images_close(struct sbxd *d)
+{
+    proxy_worker_free(d->img_worker); /* waits for a running import; drops queued ones */
+    d->img_worker = NULL;
 }

@@ -1038,6 +1038,7 @@ void sbxd_shutdown(struct sbxd *d)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
     if (d->reap_ev) event_del(d->reap_ev);
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
+    sbx_images_close(d); /* so would the import thread's notifications */
     sbx_snaps_shutdown(d);
 }
 
@@ -1048,6 +1049,7 @@ void sbxd_free(struct sbxd *d)
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
     sbx_sources_close(d);
+    sbx_images_close(d);
     while (d->first) {
         struct sbx *s = d->first;
         unlink_sbx(d, s);

@@ -64,6 +64,7 @@ struct sbxd {
     struct sbx_drives *drives;     /* drive.c */
     struct sbx_srcjob *srcjobs;    /* source.c: sources being set up */
     struct sbx_net *net;           /* net.c: proxy, veth pool, nftables (net.h) */
+    struct proxy_worker *img_worker; /* images.c: the import thread (made on first use) */
 };
 
 struct sbx_session {
@@ -259,6 +260,7 @@ void sbx_api_register(struct sbxd *d);
 /* images.c: imported images (POST/GET/DELETE /v1/images) */
 int sbx_images_open(struct sbxd *d, struct err *err); /* the table; sweep failed imports */
 void sbx_images_register(struct sbxd *d);
+void sbx_images_close(struct sbxd *d); /* waits for a running import */
 /* "default", SBX_IMAGE_DEFAULT or "sha256:<64 hex>" (syntax only). */
 bool sbx_image_ref_valid(const char *ref);
 /* ref (NULL: default) -> the layer directory name under images/; 404 image_not_found. */

@@ -136,3 +136,39 @@ def test_tarball_image_and_failures(sandboxd, tmpdir_path):
     assert st == 404 and out["error"]["code"] == "image_not_found", out
     # the default image still works
     assert d.create("plain", image="default")["image"] == "default-v1"
+
+
+def test_an_import_does_not_stall_other_requests(sandboxd, tmpdir_path):
+    """The import's tar work runs off the daemon's loop: while a large tree is being
+    imported, other requests are answered, and concurrent imports of the same bytes
+    end with one image (201 once, 200 for the others)."""
+    import threading
+    import time
+
+    big = os.path.join(tmpdir_path, "big")
+    os.makedirs(os.path.join(big, "data"))
+    for i in range(40):
+        with open(os.path.join(big, "data", f"f{i}"), "wb") as f:
+            f.write(os.urandom(4 << 20))          # 160 MiB that tar must read and write
+    results = []
+
+    def imp():
+        results.append(sandboxd.request("POST", "/v1/images", {"type": "dir", "path": big}, timeout=300))
+
+    threads = [threading.Thread(target=imp) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    answered = 0  # health checks answered before any import was: 0 when tar held the loop
+    while any(t.is_alive() for t in threads):
+        assert sandboxd.request("GET", "/v1/health")[0] == 200
+        if not results:
+            answered += 1
+        time.sleep(0.02)
+    for t in threads:
+        t.join()
+    assert sorted(st for st, _ in results) == [200, 201], results
+    assert results[0][1]["digest"] == results[1][1]["digest"]
+    assert len(sandboxd.ok("GET", "/v1/images")["images"]) == 1
+    assert answered >= 3, answered
+    assert not [n for n in os.listdir(os.path.join(sandboxd.state, "images")) if n.startswith(".import")]
