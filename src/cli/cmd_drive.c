@@ -5,14 +5,18 @@
  *                | fork NAME NEW | rm NAME
  *   rebuno sandbox snapshot NAME [--expiration MS] | snapshots [NAME]
  *                | snapshot-rm ID | fork NAME [NEW]
+ *   rebuno sandbox image import PATH | images | image-rm DIGEST
  *
- * Talks to sandboxd (docs/sandbox-api.md "Snapshots and forks", "Drives") like
+ * Talks to sandboxd (docs/sandbox-api.md "Snapshots and forks", "Drives", "Images") like
  * cmd_sandbox.c: --url, else $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090;
  * readable output, or --json for the API's objects.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/buf.h"
 #include "cli/client.h"
@@ -230,6 +234,85 @@ int cmd_sandbox_snap(int argc, char **argv)
             cli_put_clean(stdout, a.pos[1], 64);
             printf(")\n");
             json_decref(out);
+        }
+    }
+    if (rc == CLI_FAILED) cli_print_err(&err);
+    free(path);
+    client_fini(&c);
+    return rc;
+}
+
+static void usage_image(FILE *f)
+{
+    fprintf(f, "usage: rebuno sandbox image import PATH   a host folder or tarball, cached by digest\n"
+               "       rebuno sandbox images              list imported images\n"
+               "       rebuno sandbox image-rm DIGEST     delete one (refused while in use)\n"
+               "then: rebuno sandbox create NAME --image sha256:...\n");
+}
+
+static void print_image(const json_t *v)
+{
+    const json_t *src = json_object_get(v, "source");
+    printf("%s  %lld KiB  %s ", cli_str(v, "digest") ? cli_str(v, "digest") : "-",
+           (long long)(json_integer_value(json_object_get(v, "size_bytes")) >> 10),
+           cli_str(src, "type") ? cli_str(src, "type") : "-");
+    cli_put_clean(stdout, cli_str(src, "path"), 200);
+    printf("\n");
+}
+
+int cmd_sandbox_image(int argc, char **argv)
+{
+    const struct cli_opt opts[] = {{NULL, NULL}};
+    struct cli_args a;
+    struct err err = ERR_INIT;
+    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
+        cli_print_err(&err);
+        return CLI_USAGE;
+    }
+    if (a.help || a.npos == 0) {
+        usage_image(a.help ? stdout : stderr);
+        return a.help ? CLI_OK : CLI_USAGE;
+    }
+    const char *act = a.pos[0];
+    bool import = !strcmp(act, "image");
+    if (import && (a.npos < 3 || strcmp(a.pos[1], "import") != 0)) {
+        fprintf(stderr, "error: rebuno sandbox image import PATH: give a host folder or tarball\n");
+        return CLI_USAGE;
+    }
+    if (!strcmp(act, "image-rm") && a.npos < 2) {
+        fprintf(stderr, "error: which image? give its digest (rebuno sandbox images lists them)\n");
+        return CLI_USAGE;
+    }
+    /* the daemon reads the path itself: make it absolute, and say what it is */
+    char abs[PATH_MAX];
+    const char *type = NULL;
+    if (import) {
+        struct stat st;
+        if (!realpath(a.pos[2], abs) || stat(abs, &st) < 0) {
+            fprintf(stderr, "error: cannot use %s: %s\n", a.pos[2], strerror(errno));
+            return CLI_FAILED;
+        }
+        type = S_ISDIR(st.st_mode) ? "dir" : "tarball";
+    }
+    struct client c;
+    open_client(&c, &a);
+    json_t *out = NULL;
+    int rc;
+    char *path = NULL;
+    if (import) {
+        json_t *body = json_pack("{s:s, s:s}", "type", type, "path", abs);
+        rc = client_request(&c, "POST", "/v1/images", body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        json_decref(body);
+        if (!rc) rc = finish(&a, out, print_image, NULL);
+    } else if (!strcmp(act, "images")) {
+        rc = client_request(&c, "GET", "/v1/images", NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) rc = finish(&a, out, print_image, "images");
+    } else {
+        path = pathf(&c, "/v1/images/", a.pos[1], "");
+        rc = client_request(&c, "DELETE", path, NULL, NULL, NULL, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) {
+            cli_put_clean(stdout, a.pos[1], 80);
+            printf(" deleted\n");
         }
     }
     if (rc == CLI_FAILED) cli_print_err(&err);

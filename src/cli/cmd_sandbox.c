@@ -3,6 +3,7 @@
  *
  *   create [NAME]   ls   get NAME   exec NAME -- CMD ARGS...   cp SRC DST
  *   stop NAME   pause NAME   resume NAME   rm NAME   sh NAME [-- CMD ARGS...]
+ *   (snapshots, forks and images: cmd_drive.c)
  *
  * Talks to sandboxd over HTTP (libcurl, through cli/client.h): --url, else
  * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090. Readable output by default,
@@ -34,7 +35,7 @@ struct opts {
     bool json, help, sudo, interactive, no_start, recursive;
     const char *pos[4];
     int npos;
-    const char *user, *cwd, *timeout, *vcpus, *memory, *pids, *on_timeout, *state;
+    const char *user, *cwd, *timeout, *vcpus, *memory, *pids, *on_timeout, *state, *image;
     json_t *meta, *env;
     char **cmd;
     int ncmd;
@@ -48,6 +49,7 @@ static void usage(FILE *f)
             "  create [NAME]            create and start a sandbox\n"
             "      --meta K=V (repeat) --env K=V (repeat) --vcpus N --memory MIB --pids N\n"
             "      --timeout SECONDS (0: none) --on-timeout stop|pause --no-start\n"
+            "      --image sha256:... (an imported image: rebuno sandbox image import PATH)\n"
             "  ls                       list sandboxes [--state running,paused,stopped] [--meta K=V]\n"
             "  get NAME                 show one sandbox\n"
             "  exec NAME [opts] -- CMD [ARGS...]\n"
@@ -60,7 +62,9 @@ static void usage(FILE *f)
             "                           a local path (or - for stdin/stdout) on the other\n"
             "  stop|pause|resume|rm NAME\n"
             "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
-            "                           snapshots and forks (rebuno sandbox snapshot -h)\n\n"
+            "                           snapshots and forks (rebuno sandbox snapshot -h)\n"
+            "  image import PATH | images | image-rm DIGEST\n"
+            "                           images from a host folder or tarball (rebuno sandbox image -h)\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
             DEFAULT_URL);
 }
@@ -87,7 +91,7 @@ static int parse(int argc, char **argv, struct opts *o, struct err *err)
     } vals[] = {{"url", &o->url},         {"user", &o->user},     {"cwd", &o->cwd},
                 {"timeout", &o->timeout}, {"vcpus", &o->vcpus},   {"memory", &o->memory},
                 {"pids", &o->pids},       {"on-timeout", &o->on_timeout},
-                {"state", &o->state}};
+                {"state", &o->state},     {"image", &o->image}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
@@ -321,6 +325,7 @@ static int do_create(struct client *c, struct opts *o, struct err *err)
     if (!rc && o->timeout && (rc = num(o->timeout, "timeout", 0, 7 * 86400, &v, err)) == 0)
         json_object_set_new(body, "timeout_ms", json_integer(v * 1000));
     if (o->on_timeout) json_object_set_new(body, "on_timeout", json_string(o->on_timeout));
+    if (o->image) json_object_set_new(body, "image", json_string(o->image));
     if (o->no_start) json_object_set_new(body, "start", json_false());
     if (json_object_size(res)) json_object_set(body, "resources", res);
     json_decref(res);
@@ -611,6 +616,9 @@ int cmd_sandbox(int argc, char **argv)
     if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
                    !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
         return cmd_sandbox_snap(argc, argv);
+    if (ai > 0 && (!strcmp(argv[ai], "image") || !strcmp(argv[ai], "images") ||
+                   !strcmp(argv[ai], "image-rm")))
+        return cmd_sandbox_image(argc, argv);
     struct opts o;
     struct err err = ERR_INIT;
     if (parse(argc, argv, &o, &err) < 0) {

@@ -66,3 +66,29 @@ def test_cli_errors(sandboxd):
     assert p.returncode == 2
     p = cli(sandboxd, "create", "bad name", check=False)
     assert p.returncode == 1 and b"name" in p.stderr
+
+
+def test_cli_images(sandboxd, tmp_path):
+    tree = tmp_path / "img"
+    (tmp_path / "img" / "app").mkdir(parents=True)
+    (tree / "app" / "hello.txt").write_text("from the image\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)       # a relative path is made absolute for the daemon
+    try:
+        out = cli(sandboxd, "image", "import", "img").stdout.decode()
+    finally:
+        os.chdir(cwd)
+    digest = out.split()[0]
+    assert digest.startswith("sha256:") and f"dir {tree}" in out, out
+    assert digest in cli(sandboxd, "images").stdout.decode()
+    cli(sandboxd, "create", "im", "--image", digest)
+    assert cli(sandboxd, "exec", "im", "--", "cat", "/app/hello.txt").stdout == b"from the image\n"
+    p = cli(sandboxd, "image-rm", digest, check=False)
+    assert p.returncode == 1 and b"is used by a sandbox" in p.stderr, p.stderr
+    cli(sandboxd, "rm", "im")
+    assert cli(sandboxd, "image-rm", digest).stdout.decode() == f"{digest} deleted\n"
+    assert json.loads(cli(sandboxd, "images", "--json").stdout)["images"] == []
+    p = cli(sandboxd, "image", "import", str(tmp_path / "missing"), check=False)
+    assert p.returncode == 1 and b"cannot use" in p.stderr and b"No such file" in p.stderr
+    p = cli(sandboxd, "image", "import", check=False)
+    assert p.returncode == 2 and b"give a host folder or tarball" in p.stderr
