@@ -20,7 +20,9 @@ session ``fix-tests``, shows it live, approves ``open_pr``, continues the sessio
 the first execution at an event between two checkpoints into session ``fix-tests-fork``
 (a new sandbox restored from the newest covering checkpoint, a new branch), and prints
 where to look. With a terminal it then waits for Enter before stopping everything;
-``--no-wait`` stops at once, ``--keep`` keeps the folder.
+``--no-wait`` stops at once, ``--keep`` keeps the folder. ``--crash`` kills the agent
+(SIGKILL) right after its first ``write_file`` and starts it again: the run goes on when its
+lease (5 s then) expires, replaying the recorded calls, in the same sandbox.
 
 ``Stack`` (the services) and ``Story`` (the steps) are also what the end-to-end tests use.
 """
@@ -273,6 +275,7 @@ class Story:
         self.echo = echo
         self.client = SyncClient(stack.kernel_url)
         self.lines: list[str] = []   # what `rebuno exec watch` printed
+        self.crash_after: str | None = None  # kill the agent once this tool step succeeded
 
     def say(self, text: str) -> None:
         if self.echo:
@@ -355,21 +358,30 @@ class Story:
         m = re.search(r"approve with: rebuno exec approve (\S+)", line)
         if m:
             self.s.cli("exec", "approve", m.group(1), "--by", "demo", "--reason", "looks good", echo=self.echo)
+        if self.crash_after and re.search(rf"step\.succeeded +tool_call {self.crash_after}\b", line):
+            self.crash_after = None
+            self.s.kill_agent()
+            if self.echo:
+                print(f"\n   ** agent.py killed (SIGKILL) after that step; started again. The kernel "
+                      f"re-dispatches the run when its {self.s.lease_seconds} s lease expires, and the "
+                      "new attempt replays the recorded calls **\n", flush=True)
+            self.s.start_agent()
 
     def fork_point(self, eid: str) -> tuple[int, Any]:
-        """An event strictly between two checkpoints of the workspace: the last tool step
-        after the first checkpoint that follows the baseline, and the checkpoint a fork there
-        restores from."""
+        """An event strictly between two checkpoints of the workspace (after the baseline):
+        the last tool step of the first such gap that has one, and the checkpoint a fork
+        there restores from. (A re-dispatch adds a checkpoint of its own, so the first gap
+        can hold dispatch events only.)"""
         fp = self.client.fork_points(eid)
         cps = sorted((c for c in fp.checkpoints if c["key"] == "workspace"), key=lambda c: c["covered_seq"])
-        if len(cps) < 3:
-            raise RuntimeError(f"expected a baseline and two more checkpoints, got {cps}")
-        lo, hi = cps[1]["covered_seq"], cps[2]["covered_seq"]
-        candidates = [e for e in fp.events if lo < e["seq"] < hi and not e["covered"]
-                      and e["type"] == "step.succeeded" and e["target"] in ("shell", "read_file", "write_file")]
-        if not candidates:
-            raise RuntimeError(f"no uncovered step between seq {lo} and {hi}")
-        return candidates[-1]["seq"], cps[1]
+        for cp, nxt in zip(cps[1:], cps[2:]):
+            lo, hi = cp["covered_seq"], nxt["covered_seq"]
+            candidates = [e for e in fp.events if lo < e["seq"] < hi and not e["covered"]
+                          and e["type"] == "step.succeeded"
+                          and e["target"] in ("shell", "read_file", "write_file")]
+            if candidates:
+                return candidates[-1]["seq"], cp
+        raise RuntimeError(f"no uncovered tool step between two checkpoints: {cps}")
 
 
 def main() -> int:
@@ -377,12 +389,14 @@ def main() -> int:
     ap.add_argument("--dir", help="work folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--no-wait", action="store_true", help="stop everything at the end without asking")
+    ap.add_argument("--crash", action="store_true",
+                    help="kill the agent during the first run, to show a re-dispatch (5 s lease)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("demo: sandboxes need root (namespaces, mounts, cgroups): run it with sudo", file=sys.stderr)
         return 2
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="rebuno-demo-"))
-    stack = Stack(work)
+    stack = Stack(work, lease_seconds=5 if args.crash else None)
     try:
         print(f"demo: starting the forge, the model, rebuno dev and the agent in {work}", flush=True)
         stack.start()
@@ -390,6 +404,8 @@ def main() -> int:
               f"  forge    {stack.forge_url} (as https://{FORGE_HOST} from the sandboxes)\n"
               f"  model    {stack.model_url}", flush=True)
         story = Story(stack)
+        if args.crash:
+            story.crash_after = "write_file"
 
         story.say("1. A task for the agent, in session fix-tests")
         first = story.create(TASK_FIX, "fix-tests")

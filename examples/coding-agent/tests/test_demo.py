@@ -192,13 +192,16 @@ def test_killed_agent_continues_after_the_lease_expires(stack: demo.Stack) -> No
 
 
 def test_demo_script(tmp_path: Path) -> None:
-    """``demo.py`` itself (what ``make demo`` runs), as a newcomer would see it."""
-    out = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), "--no-wait", "--dir", str(tmp_path / "d")],
+    """``demo.py --crash`` itself (what ``make demo`` runs, plus the re-dispatch), as a
+    newcomer would see it."""
+    out = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), "--no-wait", "--crash",
+                          "--dir", str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
     for expected in ("$ rebuno exec create coding-agent", "approval.requested", "$ rebuno exec approve",
                      "pull request #1 opened", "pull request #1 updated", "$ rebuno exec fork",
-                     "pull request #2 opened", "was restored from checkpoint", "Where to look"):
+                     "pull request #2 opened", "was restored from checkpoint", "Where to look",
+                     "agent.py killed (SIGKILL)", "dispatch.expired", "dispatch.claimed    attempt 2"):
         assert expected in text, f"{expected!r} missing from:\n{text[-4000:]}"
     assert text.count("completed\noutput:") == 3
