@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/jtext.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
@@ -629,7 +630,7 @@ static void pump(struct watcher *w)
         json_array_foreach(events, i, ev) {
             char id[24];
             snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(ev, "seq")));
-            char *data = json_dumps(ev, JSON_COMPACT);
+            char *data = jtext_dump(ev, NULL); /* an object: same text as json_dumps(ev, JSON_COMPACT) */
             int rc = http_sse_send(w->req, id, json_string_value(json_object_get(ev, "type")), data);
             free(data);
             if (rc == -EAGAIN) {

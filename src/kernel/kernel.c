@@ -15,6 +15,7 @@
 
 #include "base/buf.h"
 #include "base/clock.h"
+#include "base/jtext.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
 #include "kernel/rules.h"
@@ -43,7 +44,7 @@ json_t *k_json(const char *text)
 
 char *k_text(const json_t *v)
 {
-    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    return jtext_dump(v, NULL);
 }
 
 json_t *k_time(int64_t ms)
