@@ -546,10 +546,11 @@ static void kernel_start(struct kproc *k, const char *config_yaml)
     snprintf(state, sizeof state, "%s/state", k->dir);
     k->port = free_port();
     snprintf(listen_addr, sizeof listen_addr, "127.0.0.1:%d", k->port);
-    char *argv[] = {(char *)O.bin, "dev",         "--listen",
-                    listen_addr,   "--state-dir", state,
-                    "--log-level", "warn",        cfg[0] ? "--config" : NULL,
-                    cfg,           NULL};
+    /* --sandboxes off: the kernel alone (as root, dev would also start sandboxd, which
+     * costs CPU here and, killed with SIGKILL, could leave its store mounted) */
+    char *argv[] = {(char *)O.bin,  "dev",         "--listen",  listen_addr, "--state-dir",
+                    state,          "--sandboxes", "off",       "--log-level", "warn",
+                    cfg[0] ? "--config" : NULL,    cfg,         NULL};
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
