@@ -521,3 +521,35 @@ def test_spec_examples_creating_forking_and_restoring(daemon: StorageDaemon) -> 
     with sandbox.fork_sandbox(source_sandbox="production-agent") as forked:
         result = forked.run_command("python3", ["script.py"], capture_output=True)
         assert result.stdout == "hi from the agent\n"
+
+
+def test_images_import_use_and_delete(tmp_path: Path) -> None:
+    """Images from a host folder, async and sync: cached by digest, used by a sandbox,
+    refused deletion while in use."""
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxApiError
+    from rebuno.sandbox import sync as sync_sandbox
+
+    (tmp_path / "img" / "app").mkdir(parents=True)
+    (tmp_path / "img" / "app" / "hello.txt").write_text("from the image\n")
+
+    async def main() -> str:
+        async with sandbox.SandboxClient() as client:
+            image, created = await client.import_image(tmp_path / "img")
+            assert created and image["digest"].startswith("sha256:")
+            assert image["source"] == {"type": "dir", "path": str(tmp_path / "img")}
+            again, created = await client.import_image(str(tmp_path / "img"))
+            assert not created and again["digest"] == image["digest"]
+            async with client.create_sandbox(image=image["digest"]) as box:
+                r = await box.run_command("cat", ["/app/hello.txt"], capture_output=True)
+                assert r.stdout == "from the image\n"
+                with pytest.raises(SandboxApiError) as e:
+                    await client.delete_image(image["digest"])
+                assert (e.value.status_code, e.value.code) == (409, "image_in_use")
+            return image["digest"]
+
+    digest = run(main())
+    with sync_sandbox.SyncSandboxClient() as client:
+        assert [i["digest"] for i in client.list_images()] == [digest]
+        client.delete_image(digest)
+        assert client.list_images() == []

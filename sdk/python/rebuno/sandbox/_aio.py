@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import posixpath
 import re
 import subprocess
@@ -2575,6 +2576,32 @@ class SandboxClient:
     async def delete_snapshot(self, *, snapshot_id: str) -> None:
         """Delete a snapshot (``SandboxApiError`` 404 ``snapshot_not_found`` if it is gone)."""
         await self._api.request("DELETE", f"/snapshots/{quote(snapshot_id)}")
+
+    # --- images (a rebuno extension: there is no registry, images come from this host)
+    async def import_image(self, path: str | os.PathLike[str]) -> tuple[dict[str, Any], bool]:
+        """Import a host folder or tarball as an image, cached by digest:
+        ``(image, created)``, ``image`` being ``{"digest": "sha256:...", "size_bytes",
+        "source", "created_at"}``. Pass ``image["digest"]`` as ``create_sandbox(image=)``.
+        The path is made absolute here (sandboxd reads it, not this process's cwd)."""
+        p = os.path.abspath(os.fspath(path))
+        body = {"type": "dir" if os.path.isdir(p) else "tarball", "path": p}
+        resp = await self._api.request("POST", "/images", json=body, timeout=600)
+        try:
+            data = json.loads(resp.body)
+        except ValueError as e:
+            raise SandboxResponseError("POST /images: the reply is not JSON", data=resp.body[:200]) from e
+        return data, resp.status == 201
+
+    async def list_images(self) -> list[dict[str, Any]]:
+        """The imported images."""
+        return list((await self._api.json("GET", "/images")).get("images") or [])
+
+    async def delete_image(self, digest: str) -> None:
+        """Delete an imported image (``SandboxApiError`` 409 ``image_in_use`` while a
+        sandbox or snapshot uses it, 404 if there is none)."""
+        if not isinstance(digest, str) or not digest:
+            raise TypeError("delete_image() needs the image's digest")
+        await self._api.request("DELETE", f"/images/{quote(digest)}")
 
     # --- drives
     async def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
