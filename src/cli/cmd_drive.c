@@ -104,20 +104,30 @@ static int finish(const struct cli_args *a, json_t *out, void (*print)(const jso
     return CLI_OK;
 }
 
+/* Parse the options; -1 to go on, else the exit code (usage printed, or the error). */
+static int parse_args(int argc, char **argv, const struct cli_opt *opts, void (*usage)(FILE *),
+                      struct cli_args *a)
+{
+    struct err err = ERR_INIT;
+    if (cli_parse(argc, argv, opts, 3, a, &err) < 0) {
+        cli_print_err(&err);
+        return CLI_USAGE;
+    }
+    if (a->help || a->npos == 0) {
+        usage(a->help ? stdout : stderr);
+        return a->help ? CLI_OK : CLI_USAGE;
+    }
+    return -1;
+}
+
 int cmd_drive(int argc, char **argv)
 {
     const char *max = NULL, *prefix = NULL;
     const struct cli_opt opts[] = {{"max-size", &max}, {"name", &prefix}, {NULL, NULL}};
     struct cli_args a;
+    int done = parse_args(argc, argv, opts, usage_drive, &a);
+    if (done >= 0) return done;
     struct err err = ERR_INIT;
-    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
-        cli_print_err(&err);
-        return CLI_USAGE;
-    }
-    if (a.help || a.npos == 0) {
-        usage_drive(a.help ? stdout : stderr);
-        return a.help ? CLI_OK : CLI_USAGE;
-    }
     const char *act = a.pos[0];
     bool needs_name = strcmp(act, "ls") != 0 && strcmp(act, "list") != 0;
     if (needs_name && a.npos < 2) {
@@ -182,15 +192,9 @@ int cmd_sandbox_snap(int argc, char **argv)
     const char *exp = NULL;
     const struct cli_opt opts[] = {{"expiration", &exp}, {NULL, NULL}};
     struct cli_args a;
+    int done = parse_args(argc, argv, opts, usage_snap, &a);
+    if (done >= 0) return done;
     struct err err = ERR_INIT;
-    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
-        cli_print_err(&err);
-        return CLI_USAGE;
-    }
-    if (a.help || a.npos == 0) {
-        usage_snap(a.help ? stdout : stderr);
-        return a.help ? CLI_OK : CLI_USAGE;
-    }
     const char *act = a.pos[0];
     if (strcmp(act, "snapshots") != 0 && a.npos < 2) {
         fprintf(stderr, "error: which sandbox (or snapshot)? give its name or id\n");
@@ -264,15 +268,9 @@ int cmd_sandbox_image(int argc, char **argv)
 {
     const struct cli_opt opts[] = {{NULL, NULL}};
     struct cli_args a;
+    int done = parse_args(argc, argv, opts, usage_image, &a);
+    if (done >= 0) return done;
     struct err err = ERR_INIT;
-    if (cli_parse(argc, argv, opts, 3, &a, &err) < 0) {
-        cli_print_err(&err);
-        return CLI_USAGE;
-    }
-    if (a.help || a.npos == 0) {
-        usage_image(a.help ? stdout : stderr);
-        return a.help ? CLI_OK : CLI_USAGE;
-    }
     const char *act = a.pos[0];
     bool import = !strcmp(act, "image");
     if (import && (a.npos < 3 || strcmp(a.pos[1], "import") != 0)) {
