@@ -250,11 +250,11 @@ static const char *zflag(const unsigned char *m, size_t n)
 
 static void add_extract(struct sbx_srcjob *j, enum feed_kind feed, const char *z)
 {
-    add_step(j, FEED_NONE, "mkdir", "-p", "--", j->target, NULL);
+    add_step(j, FEED_NONE, "mkdir", "-p", "--", j->target, (char *)NULL);
     if (z)
-        add_step(j, feed, "tar", "-x", z, "--no-same-owner", "-f", "-", "-C", j->target, NULL);
+        add_step(j, feed, "tar", "-x", z, "--no-same-owner", "-f", "-", "-C", j->target, (char *)NULL);
     else
-        add_step(j, feed, "tar", "-x", "--no-same-owner", "-f", "-", "-C", j->target, NULL);
+        add_step(j, feed, "tar", "-x", "--no-same-owner", "-f", "-", "-C", j->target, (char *)NULL);
 }
 
 /* Copy the job's input into fd from a child process (the command's stdin). */
@@ -485,8 +485,8 @@ bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
         snprintf(dep, sizeof dep, "--depth=%lld", (long long)depth);
         if (local) {
             j->feed_path = xstrdup(local);
-            add_step(j, FEED_NONE, "mkdir", "-p", "--", tmp, NULL);
-            add_step(j, FEED_DIR, "tar", "-x", "--no-same-owner", "-f", "-", "-C", tmp, NULL);
+            add_step(j, FEED_NONE, "mkdir", "-p", "--", tmp, (char *)NULL);
+            add_step(j, FEED_DIR, "tar", "-x", "--no-same-owner", "-f", "-", "-C", tmp, (char *)NULL);
         }
         json_t *a = json_array();
         static const char *const pre[] = {"git", "-c", "advice.detachedHead=false", "-c",
@@ -504,7 +504,7 @@ bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
         j->steps[j->nsteps].argv = a;
         j->steps[j->nsteps].feed = FEED_NONE;
         j->nsteps++;
-        if (local) add_step(j, FEED_NONE, "rm", "-rf", "--", tmp, NULL);
+        if (local) add_step(j, FEED_NONE, "rm", "-rf", "--", tmp, (char *)NULL);
     } else { /* tarball */
         j->feed_path = xstrdup(json_string_value(json_object_get(src, "file")));
         unsigned char m[8] = {0};
