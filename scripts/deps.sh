@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev libjansson-dev
       libyaml-dev libsqlite3-dev libssl-dev libseccomp-dev libcap-dev libcurl4-openssl-dev
       libcriterion-dev python3 python3-pytest sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
-      btrfs-progs tmux curl)
+      btrfs-progs tmux curl cppcheck)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

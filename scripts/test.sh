@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh - the whole test suite: installs what is missing, builds, runs the C unit
-# tests (ASan+UBSan) and the integration tests (pytest against the real binary),
-# and ends with one line: "tests: N passed, N failed".
+# tests (ASan+UBSan), cppcheck (make lint) and the integration tests (pytest against
+# the real binary), and ends with one line: "tests: N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--no-install" ]; then bash scripts/deps.sh || exit 1; fi
@@ -15,6 +15,9 @@ syn=$(echo "$out" | grep -E "Synthesis: Tested" | tail -n1)
 t=$(echo "$syn" | sed -nE 's/.*Tested: ([0-9]+).*/\1/p'); p=$(echo "$syn" | sed -nE 's/.*Passing: ([0-9]+).*/\1/p')
 if [ -z "$t" ]; then failed=$((failed+1)); else passed=$((passed+p)); failed=$((failed+t-p)); fi
 [ $rc -eq 0 ] || [ -n "$t" ] || failed=$((failed+1))
+
+# --- static analysis (cppcheck; counts as one test) ---
+if out=$(make lint 2>&1); then passed=$((passed+1)); else echo "$out" | tail -n 40; failed=$((failed+1)); fi
 
 # --- pytest suites against the real binaries over loopback ---
 export REBUNO_BIN="$PWD/build/asan/rebuno"
