@@ -11,7 +11,8 @@
  *
  * Tables are STRICT. Executions carry their current dispatch (queue state, lease)
  * inline, so claiming, renewing and expiring a lease is one row update. Events are
- * keyed (execution_id, seq) WITHOUT ROWID so an execution's log is contiguous.
+ * rows appended in commit order with a unique index on (execution_id, seq) (schema
+ * 4; see the migration for why).
  */
 #include "store/store.h"
 
@@ -85,6 +86,18 @@ static const char *migrations[] = {
     /* 3: the request id of the last submission per step key, so a resent submission
      * whose reply was lost maps to the same step */
     "ALTER TABLE step_counters ADD COLUMN last_request TEXT;",
+    /* 4: events in a rowid table (appended in commit order) with a unique index on
+     * (execution_id, seq). Keyed by (execution_id, seq) WITHOUT ROWID, every commit
+     * wrote into one leaf page per active execution, each holding whole events: about
+     * 6 pages per round trip at 32 agents. Now the rows of a batch share a few tail
+     * pages and only the small index entries go to one page per execution. */
+    "CREATE TABLE events4(execution_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,"
+    " payload TEXT NOT NULL, at INTEGER NOT NULL) STRICT;"
+    "INSERT INTO events4(execution_id, seq, type, payload, at)"
+    " SELECT execution_id, seq, type, payload, at FROM events ORDER BY execution_id, seq;"
+    "DROP TABLE events;"
+    "ALTER TABLE events4 RENAME TO events;"
+    "CREATE UNIQUE INDEX events_execution ON events(execution_id, seq);",
 };
 
 #define EXEC_COLS                                                                          \
@@ -224,6 +237,9 @@ struct store {
     int ckpt_done, ckpt_gen;
     int wal_frames; /* frames in the WAL after the last commit (loop thread only) */
     char *path;
+    /* Write-through cache of execution rows (exec_cache_*), so the two requests of a
+     * step round trip do not each read the row and derive last_seq from the events. */
+    struct exec_slot *exec_cache;
 };
 
 #define CHECKPOINT_INTERVAL_MS 100
@@ -271,6 +287,65 @@ static void *checkpointer(void *arg)
     pthread_mutex_unlock(&st->ckpt_mu);
     sqlite3_close(db);
     return NULL;
+}
+
+/* --- the execution cache ---
+ *
+ * Every write to executions and events goes through this file (store_exec_insert,
+ * store_exec_update, store_event_append), so a cached row can be kept equal to the
+ * stored one: an update replaces it, an appended event advances its last_seq, and
+ * anything that may undo writes (rolling back a savepoint or the batch) empties the
+ * cache. Only rows read by store_exec_get are cached; direct-mapped by id, a
+ * collision evicts. The cache holds committed and uncommitted rows alike, exactly as
+ * the connection itself sees them. */
+#define EXEC_CACHE_SLOTS 1024 /* power of two */
+
+struct exec_slot {
+    bool used;
+    struct execution e;
+};
+
+static void exec_copy(struct execution *dst, const struct execution *src)
+{
+    *dst = *src;
+    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
+    dst->session = src->session ? xstrdup(src->session) : NULL;
+    dst->input = src->input ? xstrdup(src->input) : NULL;
+    dst->output = src->output ? xstrdup(src->output) : NULL;
+    dst->state = src->state ? xstrdup(src->state) : NULL;
+    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
+    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
+}
+
+static struct exec_slot *exec_slot_of(struct store *st, const char *id)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    return &st->exec_cache[h & (EXEC_CACHE_SLOTS - 1)];
+}
+
+/* The cached row of id, or NULL. */
+static struct exec_slot *exec_cache_find(struct store *st, const char *id)
+{
+    struct exec_slot *s = exec_slot_of(st, id);
+    return s->used && strcmp(s->e.id, id) == 0 ? s : NULL;
+}
+
+static void exec_cache_put(struct store *st, const struct execution *e)
+{
+    struct exec_slot *s = exec_slot_of(st, e->id);
+    if (s->used) execution_fini(&s->e);
+    exec_copy(&s->e, e);
+    s->used = true;
+}
+
+static void exec_cache_clear(struct store *st)
+{
+    for (int i = 0; st->exec_cache && i < EXEC_CACHE_SLOTS; i++) {
+        if (!st->exec_cache[i].used) continue;
+        execution_fini(&st->exec_cache[i].e);
+        st->exec_cache[i].used = false;
+    }
 }
 
 /* --- helpers --- */
@@ -362,6 +437,7 @@ fail:
 struct store *store_open(const char *path, char *errbuf, size_t errlen)
 {
     struct store *st = xcalloc(1, sizeof *st);
+    st->exec_cache = xcalloc(EXEC_CACHE_SLOTS, sizeof *st->exec_cache);
     /* WAL writes coalesced into one pwrite per commit (walbuf.h); needs synchronous=FULL,
      * which the pragmas below set and nothing changes. */
     int rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -414,6 +490,8 @@ void store_close(struct store *st)
     }
     if (st->db) sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     free(st->path);
+    exec_cache_clear(st);
+    free(st->exec_cache);
     for (int i = 0; i < S_COUNT; i++) sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);
     free(st);
@@ -472,6 +550,7 @@ int store_commit(struct store *st)
 
 int store_rollback(struct store *st)
 {
+    exec_cache_clear(st);
     int r = run(use(st, S_ROLLBACK));
     st->in_tx = false;
     return r;
@@ -490,6 +569,7 @@ int store_op_begin(struct store *st)
 int store_op_end(struct store *st, bool ok)
 {
     if (!ok) {
+        exec_cache_clear(st);
         int r = run(use(st, S_ROLLBACK_TO));
         if (r < 0) return r;
     }
@@ -587,17 +667,30 @@ int store_exec_update(struct store *st, const struct execution *e)
     bind_exec(s, e);
     int r = run(s);
     if (r == 0 && sqlite3_changes(st->db) != 1) return -ENOENT;
+    struct exec_slot *c = exec_cache_find(st, e->id);
+    if (c) {
+        /* last_seq is the events', which the cache tracks itself (store_event_append). */
+        int64_t last_seq = c->e.last_seq;
+        if (r == 0) exec_cache_put(st, e), c->e.last_seq = last_seq;
+        else execution_fini(&c->e), c->used = false;
+    }
     return r;
 }
 
 int store_exec_get(struct store *st, const char *id, struct execution *out)
 {
+    struct exec_slot *c = exec_cache_find(st, id);
+    if (c) {
+        exec_copy(out, &c->e);
+        return 0;
+    }
     sqlite3_stmt *s = use(st, S_EXEC_GET);
     bind_text(s, 1, id);
     int rc = sqlite3_step(s);
     int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
     if (r == 0) read_exec(s, out);
     sqlite3_reset(s);
+    if (r == 0) exec_cache_put(st, out);
     return r;
 }
 
@@ -698,7 +791,11 @@ int store_event_append(struct store *st, struct execution *e, const char *type, 
     bind_text(s, 4, payload);
     sqlite3_bind_int64(s, 5, at);
     int r = run(s);
-    if (r == 0) e->last_seq++;
+    if (r == 0) {
+        e->last_seq++;
+        struct exec_slot *c = exec_cache_find(st, e->id);
+        if (c && c->e.last_seq < e->last_seq) c->e.last_seq = e->last_seq;
+    }
     return r;
 }
 

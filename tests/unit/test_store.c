@@ -1,0 +1,234 @@
+/* test_store.c - the SQLite store: schema migrations and the execution cache. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/store.h"
+
+#define EXEC_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+
+/* A database as schema 3 left it (events keyed (execution_id, seq) WITHOUT ROWID). */
+static const char *schema3 =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;"
+    "CREATE TABLE agents(name TEXT PRIMARY KEY, created_at INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE executions( id TEXT PRIMARY KEY, agent TEXT NOT NULL, session TEXT, input TEXT NOT NULL,"
+    " status TEXT NOT NULL, output TEXT, state TEXT, failure_reason TEXT, created_at INTEGER NOT NULL,"
+    " updated_at INTEGER NOT NULL, deadline_at INTEGER NOT NULL, last_seq INTEGER NOT NULL,"
+    " dispatch_id TEXT NOT NULL, attempt INTEGER NOT NULL, dstate TEXT NOT NULL, queued_at INTEGER NOT NULL,"
+    " worker_id TEXT NOT NULL, lease_deadline INTEGER NOT NULL, lease_ms INTEGER NOT NULL,"
+    " max_attempts INTEGER NOT NULL, parent_id TEXT NOT NULL DEFAULT '', forked_from TEXT NOT NULL DEFAULT '',"
+    " fork_seq INTEGER NOT NULL DEFAULT 0, restoration TEXT) STRICT;"
+    "CREATE INDEX executions_queue ON executions(agent, queued_at) WHERE dstate='queued';"
+    "CREATE INDEX executions_lease ON executions(lease_deadline) WHERE dstate='leased';"
+    "CREATE INDEX executions_deadline ON executions(deadline_at) WHERE deadline_at > 0"
+    " AND status IN ('pending','running','blocked');"
+    "CREATE INDEX executions_agent ON executions(agent, id);"
+    "CREATE INDEX executions_status ON executions(status, id);"
+    "CREATE TABLE events(execution_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,"
+    " payload TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(execution_id, seq)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE steps(step_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL, kind TEXT NOT NULL,"
+    " target TEXT NOT NULL, args_hash TEXT NOT NULL, occurrence INTEGER NOT NULL, idempotency TEXT NOT NULL,"
+    " status TEXT NOT NULL, args TEXT NOT NULL, result TEXT, error TEXT, rule_id TEXT,"
+    " approval_id TEXT NOT NULL, runs INTEGER NOT NULL, indeterminate INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, completed_at INTEGER NOT NULL, resources TEXT) STRICT;"
+    "CREATE INDEX steps_execution ON steps(execution_id, created_at);"
+    "CREATE INDEX steps_indeterminate ON steps(execution_id, kind, target, args_hash) WHERE indeterminate = 1;"
+    "CREATE TABLE step_counters(execution_id TEXT NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL,"
+    " args_hash TEXT NOT NULL, consumed INTEGER NOT NULL, last_request TEXT,"
+    " PRIMARY KEY(execution_id, kind, target, args_hash)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE approvals(id TEXT PRIMARY KEY, execution_id TEXT NOT NULL, step_id TEXT NOT NULL,"
+    " status TEXT NOT NULL, rule_id TEXT, reason TEXT, message TEXT, approvers TEXT,"
+    " timeout_at INTEGER NOT NULL, created_at INTEGER NOT NULL, decided_at INTEGER NOT NULL,"
+    " decided_by TEXT, rationale TEXT) STRICT;"
+    "CREATE INDEX approvals_pending ON approvals(timeout_at) WHERE status='pending';"
+    "CREATE INDEX approvals_execution ON approvals(execution_id, created_at);"
+    "CREATE INDEX executions_session ON executions(session, id) WHERE session IS NOT NULL;"
+    "CREATE TABLE resources(execution_id TEXT NOT NULL, key TEXT NOT NULL, driver_id TEXT NOT NULL,"
+    " configuration TEXT NOT NULL, coverage_reuse INTEGER NOT NULL, every_steps INTEGER NOT NULL,"
+    " on_completion INTEGER NOT NULL, registered_seq INTEGER NOT NULL, generation INTEGER NOT NULL,"
+    " count INTEGER NOT NULL, binding TEXT, checkpoint_ref TEXT, PRIMARY KEY(execution_id, key)) STRICT,"
+    " WITHOUT ROWID;"
+    "CREATE TABLE checkpoints(execution_id TEXT NOT NULL, key TEXT NOT NULL, generation INTEGER NOT NULL,"
+    " ref TEXT NOT NULL, covered_seq INTEGER NOT NULL, invalidated_seq INTEGER NOT NULL,"
+    " PRIMARY KEY(execution_id, key, generation, covered_seq)) STRICT, WITHOUT ROWID;"
+    "INSERT INTO meta VALUES('schema_version', '3');"
+    "INSERT INTO executions(id, agent, input, status, created_at, updated_at, deadline_at, last_seq,"
+    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms, max_attempts)"
+    " VALUES('" EXEC_ID "', 'hello', '{\"name\":\"world\"}', 'running', 1000, 2000, 0, 0,"
+    " '0190a1b2-c3d4-7e5f-8a9b-000000000001', 1, 'leased', 1000, '', 99000, 120000, 5);"
+    "INSERT INTO events VALUES('" EXEC_ID "', 1, 'execution.created', '{\"agent\":\"hello\"}', 1000);"
+    "INSERT INTO events VALUES('" EXEC_ID "', 2, 'dispatch.queued', '{\"attempt\":1}', 1001);"
+    "INSERT INTO events VALUES('" EXEC_ID "', 3, 'dispatch.claimed', '{\"attempt\":1}', 1002);"
+    "INSERT INTO step_counters VALUES('" EXEC_ID "', 'tool_call', 'greet', 'h', 0, 'r1');";
+
+static char dir[64], path[128];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/rebuno-test-store-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/kernel.db", dir);
+}
+
+static void remove_dir(void)
+{
+    const char *suffix[] = {"", "-wal", "-shm"};
+    char p[160];
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s%s", path, suffix[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static char *query_text(const char *sql)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *s;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    char *out = NULL;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0)) out = strdup((const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return out;
+}
+
+struct seen {
+    int n;
+    int64_t seq[8];
+    char type[8][32], payload[8][64];
+};
+
+static int collect(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 8) {
+        s->seq[s->n] = seq;
+        snprintf(s->type[s->n], sizeof s->type[0], "%s", type);
+        snprintf(s->payload[s->n], sizeof s->payload[0], "%s", payload);
+        s->n++;
+    }
+    return 0;
+}
+
+Test(store, schema3_database_upgrades_in_place_and_keeps_its_data, .init = make_dir, .fini = remove_dir)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, schema3, NULL, NULL, &msg), SQLITE_OK, "%s", msg ? msg : "");
+    sqlite3_close(db);
+
+    char why[256];
+    struct store *st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    cr_assert_str_eq(e.agent, "hello");
+    cr_assert_str_eq(e.input, "{\"name\":\"world\"}");
+    struct seen seen = {0};
+    cr_assert_eq(store_events_each(st, EXEC_ID, 0, 100, collect, &seen), 0);
+    cr_assert_eq(seen.n, 3);
+    for (int i = 0; i < 3; i++) cr_assert_eq(seen.seq[i], i + 1);
+    cr_assert_str_eq(seen.type[1], "dispatch.queued");
+    cr_assert_str_eq(seen.payload[0], "{\"agent\":\"hello\"}");
+    int64_t consumed = -1;
+    char last_request[72];
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last_request,
+                                   sizeof last_request), 0);
+    cr_assert_eq(consumed, 0);
+    cr_assert_str_eq(last_request, "r1");
+
+    /* (execution_id, seq) stays unique, and appending continues the log. */
+    cr_assert_eq(store_begin(st), 0);
+    e.last_seq = 2;
+    cr_assert_eq(store_event_append(st, &e, "step.proposed", "{}", 1003), -EEXIST);
+    e.last_seq = 3;
+    cr_assert_eq(store_event_append(st, &e, "step.proposed", "{}", 1003), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    store_close(st);
+
+    char *v = query_text("SELECT value FROM meta WHERE key='schema_version'");
+    cr_assert_str_eq(v, "4");
+    free(v);
+    v = query_text("SELECT group_concat(seq || ':' || type, ',') FROM (SELECT seq, type FROM events ORDER BY rowid)");
+    cr_assert_str_eq(v, "1:execution.created,2:dispatch.queued,3:dispatch.claimed,4:step.proposed");
+    free(v);
+    v = query_text("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='events'");
+    cr_assert_str_eq(v, "events_execution");
+    free(v);
+
+    /* Opening again changes nothing. */
+    st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 4);
+    execution_fini(&e);
+    store_close(st);
+}
+
+Test(store, execution_cache_follows_updates_appends_and_rollbacks, .init = make_dir, .fini = remove_dir)
+{
+    char why[256];
+    struct store *st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.id, sizeof e.id, "%s", EXEC_ID);
+    e.agent = strdup("hello");
+    e.input = strdup("{}");
+    e.status = EXEC_RUNNING;
+    e.dstate = DISPATCH_LEASED;
+    e.lease_deadline = 5000;
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_event_append(st, &e, "execution.created", "{}", 1), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    struct execution a, b;
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &a), 0); /* now cached */
+    cr_assert_eq(a.last_seq, 1);
+
+    /* A savepoint that is rolled back leaves the stored (and cached) row as it was. */
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    a.lease_deadline = 9000;
+    free(a.output);
+    a.output = strdup("{\"x\":1}");
+    cr_assert_eq(store_exec_update(st, &a), 0);
+    cr_assert_eq(store_event_append(st, &a, "execution.completed", "{}", 2), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &b), 0);
+    cr_assert_eq(b.lease_deadline, 9000);
+    cr_assert_eq(b.last_seq, 2);
+    cr_assert_str_eq(b.output, "{\"x\":1}");
+    execution_fini(&b);
+    cr_assert_eq(store_op_end(st, false), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &b), 0);
+    cr_assert_eq(b.lease_deadline, 5000);
+    cr_assert_eq(b.last_seq, 1);
+    cr_assert_null(b.output);
+    execution_fini(&b);
+
+    /* A kept savepoint, then a rolled-back batch. */
+    cr_assert_eq(store_op_begin(st), 0);
+    a.last_seq = 1;
+    cr_assert_eq(store_event_append(st, &a, "step.proposed", "{}", 3), 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &b), 0);
+    cr_assert_eq(b.last_seq, 2);
+    execution_fini(&b);
+    cr_assert_eq(store_rollback(st), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &b), 0);
+    cr_assert_eq(b.last_seq, 1);
+    execution_fini(&b);
+    execution_fini(&a);
+    store_close(st);
+}
