@@ -32,7 +32,7 @@ REL_LIB_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
 UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
 
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
-FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/kernel/identity.c \
+FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/base/jtext.c src/kernel/identity.c \
                 $(wildcard src/policy/*.c)
 
 .PHONY: all asan unit test bench lint fmt clean fuzz demo
