@@ -228,3 +228,61 @@ char *jtext_dump(const json_t *v, size_t *len)
     if (len) *len = o.len;
     return o.p;
 }
+
+/* --- flat objects written member by member --- */
+
+void jtext_obj_init(struct jtext_obj *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+/* The object's buffer as a struct out (same fields), for the writers above. */
+static void obj_key(struct jtext_obj *o, struct out *w, const char *key)
+{
+    w->p = o->p, w->len = o->len, w->cap = o->cap;
+    putc1(w, o->len ? ',' : '{');
+    put_string(w, key, strlen(key));
+    putc1(w, ':');
+}
+
+static void obj_done(struct jtext_obj *o, const struct out *w)
+{
+    o->p = w->p, o->len = w->len, o->cap = w->cap;
+}
+
+void jtext_obj_str(struct jtext_obj *o, const char *key, const char *val)
+{
+    struct out w;
+    obj_key(o, &w, key);
+    if (!val || put_string(&w, val, strlen(val)) < 0) o->failed = 1;
+    obj_done(o, &w);
+}
+
+void jtext_obj_int(struct jtext_obj *o, const char *key, json_int_t val)
+{
+    struct out w;
+    obj_key(o, &w, key);
+    put_int(&w, val);
+    obj_done(o, &w);
+}
+
+void jtext_obj_raw(struct jtext_obj *o, const char *key, const char *val)
+{
+    struct out w;
+    obj_key(o, &w, key);
+    if (val) put(&w, val, strlen(val));
+    else o->failed = 1;
+    obj_done(o, &w);
+}
+
+char *jtext_obj_end(struct jtext_obj *o)
+{
+    struct out w = {o->p, o->len, o->cap};
+    if (!w.len) putc1(&w, '{');
+    putc1(&w, '}');
+    room(&w, 0)[0] = '\0';
+    char *text = o->failed ? NULL : w.p;
+    if (o->failed) free(w.p);
+    memset(o, 0, sizeof *o);
+    return text;
+}

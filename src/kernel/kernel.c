@@ -101,11 +101,60 @@ int k_emit(struct kernel *k, struct execution *e, const char *type, json_t *payl
 {
     char *text = k_text(payload);
     json_decref(payload);
+    return k_emit_text(k, e, type, text, now, err);
+}
+
+int k_emit_text(struct kernel *k, struct execution *e, const char *type, char *text, int64_t now,
+                struct err *err)
+{
     int r = store_event_append(k->st, e, type, text, now);
     free(text);
     if (r < 0) return k_store_fail(err, r, "appending an event");
     k_note_exec(k, e->id);
     return 0;
+}
+
+/* The payloads of the step round trip's events, written as text: the bytes json_pack
+ * and k_text gave (see jtext_obj), at a fraction of the cost. Caller frees. */
+static char *step_allowed_text(const struct step *s, const char *rule_id, const char *reason)
+{
+    struct jtext_obj o;
+    jtext_obj_init(&o);
+    jtext_obj_str(&o, "step_id", s->step_id);
+    jtext_obj_str(&o, "target", s->target);
+    jtext_obj_str(&o, "rule_id", rule_id);
+    jtext_obj_str(&o, "reason", reason);
+    return jtext_obj_end(&o);
+}
+
+static char *step_executing_text(const struct step *s, int64_t attempt)
+{
+    struct jtext_obj o;
+    jtext_obj_init(&o);
+    jtext_obj_str(&o, "step_id", s->step_id);
+    jtext_obj_str(&o, "kind", s->kind);
+    jtext_obj_str(&o, "target", s->target);
+    jtext_obj_int(&o, "run", s->runs);
+    jtext_obj_int(&o, "attempt", attempt);
+    return jtext_obj_end(&o);
+}
+
+static char *step_proposed_text(const struct step *s)
+{
+    json_t *args = k_json(s->args);
+    char *args_text = k_text(args);
+    json_decref(args);
+    struct jtext_obj o;
+    jtext_obj_init(&o);
+    jtext_obj_str(&o, "step_id", s->step_id);
+    jtext_obj_str(&o, "kind", s->kind);
+    jtext_obj_str(&o, "target", s->target);
+    jtext_obj_raw(&o, "args", args_text);
+    jtext_obj_str(&o, "args_hash", s->args_hash);
+    jtext_obj_int(&o, "occurrence", s->occurrence);
+    jtext_obj_str(&o, "idempotency", idempotency_name(s->idem));
+    free(args_text);
+    return jtext_obj_end(&o);
 }
 
 int k_save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err)
@@ -818,10 +867,7 @@ static int start_step_run(struct kernel *k, struct execution *e, struct step *s,
     int r = store_step_update(k->st, s);
     if (r < 0) return k_store_fail(err, r, "updating the step");
     if (k_resources_touch(k, e, s, views, err) < 0) return -1;
-    return k_emit(k, e, "step.executing",
-                json_pack("{s:s, s:s, s:s, s:I, s:I}", "step_id", s->step_id, "kind", s->kind, "target",
-                          s->target, "run", (json_int_t)s->runs, "attempt", (json_int_t)e->attempt),
-                now, err);
+    return k_emit_text(k, e, "step.executing", step_executing_text(s, e->attempt), now, err);
 }
 
 /* A step with a record is submitted again (replay, approval resume, orphan). */
@@ -913,9 +959,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     }
     s->rule_id = xstrdup(pr.rule_id);
     s->created_at = now;
-    json_t *proposed = json_pack("{s:s, s:s, s:s, s:o, s:s, s:I, s:s}", "step_id", s->step_id, "kind", s->kind,
-                                 "target", s->target, "args", k_json(s->args), "args_hash", s->args_hash,
-                                 "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem));
+    char *proposed = step_proposed_text(s);
     switch (pr.decision) {
     case POLICY_ALLOW:
         s->status = STEP_EXECUTING;
@@ -937,20 +981,17 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     }
     int r = store_step_insert(k->st, s);
     if (r < 0) {
-        json_decref(proposed);
+        free(proposed);
         return k_store_fail(err, r, "recording the step");
     }
-    if (k_emit(k, e, "step.proposed", proposed, now, err) < 0) return -1;
+    if (k_emit_text(k, e, "step.proposed", proposed, now, err) < 0) return -1;
     const char *reason = pr.reason ? pr.reason : "";
     switch (pr.decision) {
     case POLICY_ALLOW: {
         json_t *views = NULL;
-        if (k_emit(k, e, "step.allowed", json_pack("{s:s, s:s, s:s, s:s}", "step_id", s->step_id, "target", s->target,
-                                                 "rule_id", pr.rule_id, "reason", reason), now, err) < 0 ||
+        if (k_emit_text(k, e, "step.allowed", step_allowed_text(s, pr.rule_id, reason), now, err) < 0 ||
             k_resources_touch(k, e, s, &views, err) < 0 ||
-            k_emit(k, e, "step.executing", json_pack("{s:s, s:s, s:s, s:i, s:I}", "step_id", s->step_id, "kind", s->kind,
-                                                   "target", s->target, "run", 1, "attempt", (json_int_t)e->attempt),
-                 now, err) < 0)
+            k_emit_text(k, e, "step.executing", step_executing_text(s, e->attempt), now, err) < 0)
             return -1;
         *out = k_decision("proceed", s->step_id);
         json_object_set_new(*out, "rule_id", json_string(pr.rule_id));
@@ -1136,10 +1177,15 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
         k_store_fail(err, r, "recording the step outcome");
         goto out;
     }
-    json_t *p = json_pack("{s:s, s:s, s:s, s:O}", "step_id", s.step_id, "kind", s.kind, "target", s.target,
-                          ok ? "result" : "error", value ? value : json_null());
+    /* The payload embeds the outcome's text just written (jtext, as its dump would be). */
+    struct jtext_obj p;
+    jtext_obj_init(&p);
+    jtext_obj_str(&p, "step_id", s.step_id);
+    jtext_obj_str(&p, "kind", s.kind);
+    jtext_obj_str(&p, "target", s.target);
+    jtext_obj_raw(&p, ok ? "result" : "error", text);
     json_t *capture_out = NULL;
-    if (k_emit(k, &e, ok ? "step.succeeded" : "step.failed", p, now, err) < 0 ||
+    if (k_emit_text(k, &e, ok ? "step.succeeded" : "step.failed", jtext_obj_end(&p), now, err) < 0 ||
         k_resources_settle(k, &e, &s, err) < 0 ||
         ((captures || failures) && k_record_captures(k, &e, captures, failures, &capture_out, now, err) < 0) ||
         k_save_exec_changed(k, &e, &mark, now, err) < 0)

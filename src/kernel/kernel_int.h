@@ -43,6 +43,9 @@ void k_note_agent(struct kernel *k, const char *agent);
 /* Append an event (payload stolen) and note the execution for watchers. */
 int k_emit(struct kernel *k, struct execution *e, const char *type, json_t *payload, int64_t now,
            struct err *err);
+/* The same with the payload's text (stolen; NULL stores what a failed json_pack would). */
+int k_emit_text(struct kernel *k, struct execution *e, const char *type, char *text, int64_t now,
+                struct err *err);
 int k_save_exec(struct kernel *k, struct execution *e, int64_t now, struct err *err);
 /* What a hot-path operation compares against to skip rewriting an unchanged row. */
 struct exec_mark {

@@ -302,6 +302,10 @@ static void *checkpointer(void *arg)
 
 struct exec_slot {
     bool used;
+    /* The execution has no resources rows: found by store_resources_each, cleared by
+     * store_resource_insert. Most executions declare none, and every step that runs
+     * asks (k_resources_touch); this spares that query. */
+    bool no_resources;
     struct execution e;
 };
 
@@ -334,9 +338,11 @@ static struct exec_slot *exec_cache_find(struct store *st, const char *id)
 static void exec_cache_put(struct store *st, const struct execution *e)
 {
     struct exec_slot *s = exec_slot_of(st, e->id);
+    bool same = s->used && strcmp(s->e.id, e->id) == 0;
     if (s->used) execution_fini(&s->e);
     exec_copy(&s->e, e);
     s->used = true;
+    if (!same) s->no_resources = false;
 }
 
 static void exec_cache_clear(struct store *st)
@@ -1157,6 +1163,8 @@ int store_resource_get(struct store *st, const char *exec_id, const char *key, s
 
 int store_resource_insert(struct store *st, const struct resource *r)
 {
+    struct exec_slot *c = exec_cache_find(st, r->exec_id);
+    if (c) c->no_resources = false;
     sqlite3_stmt *s = use(st, S_RESOURCE_INSERT);
     bind_resource(s, r);
     return run(s);
@@ -1171,6 +1179,8 @@ int store_resource_update(struct store *st, const struct resource *r)
 
 int store_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg)
 {
+    struct exec_slot *c = exec_cache_find(st, exec_id);
+    if (c && c->no_resources) return 0;
     /* Collected first: callers update the rows they visit. */
     sqlite3_stmt *s = use(st, S_RESOURCES);
     bind_text(s, 1, exec_id);
@@ -1183,6 +1193,7 @@ int store_resources_each(struct store *st, const char *exec_id, store_resource_f
     }
     sqlite3_reset(s);
     int r = rc == SQLITE_DONE ? 0 : rc_errno(rc);
+    if (r == 0 && n == 0 && (c = exec_cache_find(st, exec_id)) != NULL) c->no_resources = true;
     for (size_t i = 0; i < n; i++) {
         if (r == 0) r = fn(&list[i], arg);
         resource_fini(&list[i]);

@@ -130,3 +130,53 @@ Test(jtext, random_values)
         json_decref(v);
     }
 }
+
+/* jtext_obj writes what json_pack + jtext_dump write for the same flat object. */
+Test(jtext, obj_matches_json_pack)
+{
+    const char *strs[] = {"", "plain", "quote \" back \\ slash", "tab\tnl\n\x01", "h\xc3\xa9llo \xe2\x82\xac",
+                          "a/b <&>"};
+    json_int_t ints[] = {0, 1, -1, 9223372036854775807LL, -9223372036854775807LL - 1};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        json_int_t n = ints[i % (sizeof ints / sizeof ints[0])];
+        json_t *raw = json_pack("{s:[i, s, f], s:n}", "x", 1, strs[i], 2.5, "y");
+        char *raw_text = jtext_dump(raw, NULL);
+        json_t *want = json_pack("{s:s, s:I, s:O, s:s}", "step_id", strs[i], "run", n, "args", raw, "k", "v");
+        char *want_text = jtext_dump(want, NULL);
+        struct jtext_obj o;
+        jtext_obj_init(&o);
+        jtext_obj_str(&o, "step_id", strs[i]);
+        jtext_obj_int(&o, "run", n);
+        jtext_obj_raw(&o, "args", raw_text);
+        jtext_obj_str(&o, "k", "v");
+        char *got = jtext_obj_end(&o);
+        cr_assert_str_eq(got, want_text);
+        free(got);
+        free(want_text);
+        free(raw_text);
+        json_decref(want);
+        json_decref(raw);
+    }
+    struct jtext_obj o;
+    jtext_obj_init(&o);
+    char *empty = jtext_obj_end(&o);
+    cr_assert_str_eq(empty, "{}");
+    free(empty);
+}
+
+/* Where json_pack fails (NULL or invalid UTF-8 string), so does jtext_obj. */
+Test(jtext, obj_fails_where_json_pack_fails)
+{
+    cr_assert_null(json_pack("{s:s}", "a", "bad \xff"));
+    struct jtext_obj o;
+    jtext_obj_init(&o);
+    jtext_obj_str(&o, "a", "bad \xff");
+    jtext_obj_int(&o, "b", 1);
+    cr_assert_null(jtext_obj_end(&o));
+    jtext_obj_init(&o);
+    jtext_obj_str(&o, "a", NULL);
+    cr_assert_null(jtext_obj_end(&o));
+    jtext_obj_init(&o);
+    jtext_obj_raw(&o, "a", NULL);
+    cr_assert_null(jtext_obj_end(&o));
+}

@@ -232,3 +232,70 @@ Test(store, execution_cache_follows_updates_appends_and_rollbacks, .init = make_
     execution_fini(&a);
     store_close(st);
 }
+
+static int count_resource(struct resource *r, void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* The cache remembers that an execution has no resources (sparing the query each step
+ * makes); registering one, or rolling back, must never leave that stale. */
+Test(store, execution_cache_knows_when_there_are_no_resources, .init = make_dir, .fini = remove_dir)
+{
+    char why[256];
+    struct store *st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.id, sizeof e.id, "%s", EXEC_ID);
+    e.agent = strdup("hello");
+    e.input = strdup("{}");
+    e.status = EXEC_RUNNING;
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0); /* cached */
+    execution_fini(&e);
+
+    int n = 0;
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0); /* from the cache */
+    cr_assert_eq(n, 0);
+
+    struct resource r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.exec_id, sizeof r.exec_id, "%s", EXEC_ID);
+    r.key = "ws";
+    r.driver_id = "sandbox";
+    r.configuration = "{}";
+    /* Registered, then rolled back: gone again, and found gone. */
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    cr_assert_eq(store_resource_insert(st, &r), 0);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(store_op_end(st, false), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    execution_fini(&e);
+    n = 0;
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 0);
+    /* Registered for good after the empty answer was cached. */
+    cr_assert_eq(store_resource_insert(st, &r), 0);
+    cr_assert_eq(store_commit(st), 0);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 1);
+    /* An update of the row keeps what the cache knows; a new read still sees it. */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_update(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    n = 0;
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 1);
+    execution_fini(&e);
+    store_close(st);
+}
