@@ -151,8 +151,10 @@ class Relay:
         self.hold.set()
         time.sleep(0.3)  # the terminal is idle: no frame is half-way through the relay
         for conn in self.websockets():
-            conn["u"].shutdown(socket.SHUT_RDWR)  # the daemon sees the client go
+            # the close frame first: shutting the upstream down ends its pump thread,
+            # which then shuts the client's socket too
             conn["c"].sendall(b"\x88\x02" + struct.pack(">H", 1000))
+            conn["u"].shutdown(socket.SHUT_RDWR)  # the daemon sees the client go
 
     def close(self) -> None:
         self.listener.close()
