@@ -126,6 +126,10 @@ class Daemon:
         finally:
             conn.close()
 
+    def cleanup(self) -> None:
+        """What a test leaves behind: its sandboxes."""
+        self.delete_all()
+
     def delete_all(self) -> None:
         assert self.proc is not None
         self.seen |= _descendants(self.proc.pid)
@@ -170,31 +174,42 @@ class Daemon:
         return problems
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Daemon]:
-    root = Path(tempfile.mkdtemp(prefix="rebuno-sbx-client-"))
-    d = Daemon(root).start()
+def daemon_lifetime(cls: type[Daemon], prefix: str) -> Iterator[Daemon]:
+    """A module's daemon: started in a new folder; at the end everything it holds is
+    deleted, and it must stop leaving no process, cgroup, mount or sanitizer report."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    d = cls(root).start()
     try:
         yield d
     finally:
         with contextlib.suppress(Exception):
-            d.delete_all()
+            d.cleanup()
         problems = d.stop()
         if not problems:
             shutil.rmtree(root, ignore_errors=True)
         assert not problems, "\n".join(problems) + f"\n(state kept in {root})"
 
 
-@pytest.fixture(autouse=True)
-def sbx_url(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Point the module-level API at the test daemon; delete every sandbox afterwards."""
+def pointed_at(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point the module-level API at the daemon for one test; clean up after it."""
     monkeypatch.setenv("REBUNO_SANDBOX_URL", daemon.url)
     monkeypatch.delenv("VERCEL_REGION", raising=False)
     monkeypatch.delenv("REBUNO_REGION", raising=False)
     try:
         yield daemon.url
     finally:
-        daemon.delete_all()
+        daemon.cleanup()
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[Daemon]:
+    yield from daemon_lifetime(Daemon, "rebuno-sbx-client-")
+
+
+@pytest.fixture(autouse=True)
+def sbx_url(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point the module-level API at the test daemon; delete every sandbox afterwards."""
+    yield from pointed_at(daemon, monkeypatch)
 
 
 def run(coro: Any) -> Any:

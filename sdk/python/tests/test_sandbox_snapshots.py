@@ -11,12 +11,9 @@ no sanitizer report. test_sandbox_drives.py reuses these fixtures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -24,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sandbox_client import Daemon
+from test_sandbox_client import Daemon, daemon_lifetime, pointed_at
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd runs as root")
 
@@ -34,6 +31,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd runs as root
 
 class StorageDaemon(Daemon):
     """The client tests' daemon, whose clean-up also removes snapshots and drives."""
+
+    def cleanup(self) -> None:
+        self.delete_everything()
 
     def delete_everything(self) -> None:
         self.delete_all()  # sandboxes first: a mounted drive cannot be deleted
@@ -59,29 +59,13 @@ class StorageDaemon(Daemon):
 
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[StorageDaemon]:
-    root = Path(tempfile.mkdtemp(prefix="rebuno-sbx-storage-"))
-    d = StorageDaemon(root).start()
-    try:
-        yield d
-    finally:
-        with contextlib.suppress(Exception):
-            d.delete_everything()
-        problems = d.stop()
-        if not problems:
-            shutil.rmtree(root, ignore_errors=True)
-        assert not problems, "\n".join(problems) + f"\n(state kept in {root})"
+    yield from daemon_lifetime(StorageDaemon, "rebuno-sbx-storage-")  # type: ignore[misc]
 
 
 @pytest.fixture(autouse=True)
 def sbx_url(daemon: StorageDaemon, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Point the module-level API at the test daemon; delete everything afterwards."""
-    monkeypatch.setenv("REBUNO_SANDBOX_URL", daemon.url)
-    monkeypatch.delenv("VERCEL_REGION", raising=False)
-    monkeypatch.delenv("REBUNO_REGION", raising=False)
-    try:
-        yield daemon.url
-    finally:
-        daemon.delete_everything()
+    yield from pointed_at(daemon, monkeypatch)
 
 
 def run(coro: Any) -> Any:
