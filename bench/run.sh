@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh - run the kernel benchmark (what `make bench` does after building).
+# bench/run.sh - run the benchmarks (what `make bench` does after building): the kernel,
+# then the sandboxes (as root) and the egress proxy.
 #
 #   bash bench/run.sh [build/bench/kernel options]     e.g. --quick, --seconds 5, --agents 1,32
 #   BENCH_ARGS="--quick" make bench
@@ -36,4 +37,13 @@ if [[ -x build/bench/sandbox && $(id -u) -eq 0 ]] && command -v bwrap >/dev/null
     echo "bench/run.sh: report saved to build/bench/sandbox.txt"
 else
     echo "bench/run.sh: skipped the sandbox benchmark (needs root, bwrap and build/bench/sandbox)"
+fi
+
+# The egress proxy: passthrough and injection beside a direct connection (and mitmproxy
+# when mitmdump is installed). --quick here: the full run takes minutes.
+if [[ -x build/bench/proxy ]]; then
+    build/bench/proxy --bin build/rebuno --quick | tee build/bench/proxy.txt
+    echo "bench/run.sh: report saved to build/bench/proxy.txt"
+else
+    echo "bench/run.sh: skipped the proxy benchmark (build/bench/proxy is missing)"
 fi
