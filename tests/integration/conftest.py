@@ -466,3 +466,36 @@ def make_sandboxd(tmpdir_path):
 @pytest.fixture
 def sandboxd(make_sandboxd):
     return make_sandboxd().start()
+
+
+def git_http_backend(h, body, root, credential):
+    """Answer one request of a BaseHTTPRequestHandler ``h`` (``body``: its request body)
+    with ``git http-backend`` over the repositories in ``root``, as the forges the network
+    tests push to do: 401 unless ``Authorization`` is exactly ``credential``."""
+    if h.headers.get("Authorization") != credential:
+        h.send_response(401)
+        h.send_header("WWW-Authenticate", 'Basic realm="git"')
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+        return
+    path, _, query = h.path.partition("?")
+    env = {"GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
+           "QUERY_STRING": query, "REQUEST_METHOD": h.command,
+           "CONTENT_TYPE": h.headers.get("Content-Type", ""),
+           "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "x-access-token",
+           "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ["PATH"]}
+    p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=True)
+    head, _, out = p.stdout.partition(b"\r\n\r\n")
+    status, hdrs = 200, []
+    for line in head.split(b"\r\n"):
+        k, _, v = line.decode().partition(":")
+        if k.lower() == "status":
+            status = int(v.split()[0])
+        else:
+            hdrs.append((k, v.strip()))
+    h.send_response(status)
+    for k, v in hdrs:
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(out)))
+    h.end_headers()
+    h.wfile.write(out)

@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, git_http_backend
 
 TOKEN = "ghs_" + "S3cr3tT0k3n" * 3
 CREDENTIAL = "Basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
@@ -631,39 +631,7 @@ GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_ASKPASS"
 
 def _git_server(upstreams, pki, root):
     """git http-backend behind an HTTPS server that requires the token."""
-
-    def handle(h, body):
-        if h.headers.get("Authorization") != CREDENTIAL:
-            h.send_response(401)
-            h.send_header("WWW-Authenticate", 'Basic realm="git"')
-            h.send_header("Content-Length", "0")
-            h.end_headers()
-            return
-        path, _, query = h.path.partition("?")
-        env = {"GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-               "QUERY_STRING": query, "REQUEST_METHOD": h.command,
-               "CONTENT_TYPE": h.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "x-access-token",
-               "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ["PATH"]}
-        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
-                           check=True)
-        head, _, out = p.stdout.partition(b"\r\n\r\n")
-        status = 200
-        hdrs = []
-        for line in head.split(b"\r\n"):
-            k, _, v = line.decode().partition(":")
-            if k.lower() == "status":
-                status = int(v.split()[0])
-            else:
-                hdrs.append((k, v.strip()))
-        h.send_response(status)
-        for k, v in hdrs:
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(out)))
-        h.end_headers()
-        h.wfile.write(out)
-
-    return upstreams(pki, handler=handle)
+    return upstreams(pki, handler=lambda h, body: git_http_backend(h, body, root, CREDENTIAL))
 
 
 def _git(*args, cwd, check=True, env=None):

@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import Sandboxd, network_tag, processes_mentioning
+from conftest import Sandboxd, git_http_backend, network_tag, processes_mentioning
 from test_proxy import Upstream
 
 pytestmark = pytest.mark.skipif(
@@ -69,38 +69,7 @@ def _make_pki(d):
 
 def _git_server(pki, root):
     """git http-backend behind an HTTPS server that requires the token."""
-
-    def handle(h, body):
-        if h.headers.get("Authorization") != CREDENTIAL:
-            h.send_response(401)
-            h.send_header("WWW-Authenticate", 'Basic realm="git"')
-            h.send_header("Content-Length", "0")
-            h.end_headers()
-            return
-        path, _, query = h.path.partition("?")
-        env = {"GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-               "QUERY_STRING": query, "REQUEST_METHOD": h.command,
-               "CONTENT_TYPE": h.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "x-access-token",
-               "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ["PATH"]}
-        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
-                           check=True)
-        head, _, out = p.stdout.partition(b"\r\n\r\n")
-        status, hdrs = 200, []
-        for line in head.split(b"\r\n"):
-            k, _, v = line.decode().partition(":")
-            if k.lower() == "status":
-                status = int(v.split()[0])
-            else:
-                hdrs.append((k, v.strip()))
-        h.send_response(status)
-        for k, v in hdrs:
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(out)))
-        h.end_headers()
-        h.wfile.write(out)
-
-    return Upstream(pki, handler=handle)
+    return Upstream(pki, handler=lambda h, body: git_http_backend(h, body, root, CREDENTIAL))
 
 
 def _host_address():
