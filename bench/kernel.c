@@ -61,7 +61,11 @@
 #endif
 
 #define AIM_RT_PER_S 5000.0
+/* The issue's aim: ">= 5,000 round trips/s ... i.e. at least 2x that naive loop" (which did
+ * about 4,600 tx/s): a round trip is two durable writes (submit, complete), so the 2x is in
+ * writes per second, 2 * rt/s against the loop's one write per transaction. */
 #define AIM_VS_BASELINE 2.0
+#define WRITES_PER_RT 2.0
 #define MAX_LEVELS 8
 #define MAX_AGENTS 1024
 
@@ -1294,15 +1298,16 @@ int main(int argc, char **argv)
     }
 
     struct level_result res[MAX_LEVELS];
-    printf("agents  round-trips/s  vs baseline  p50 ms  p99 ms   submit p50/p99 ms  complete "
+    printf("agents  round-trips/s  writes vs baseline  p50 ms  p99 ms   submit p50/p99 ms  complete "
            "p50/p99 ms   cpu us/rt kernel client\n");
     const struct level_result *r32 = NULL;
     for (int i = 0; i < O.n_levels; i++) {
         res[i] = run_level(O.levels[i]);
         struct level_result *r = &res[i];
         char vs[48] = "-";
-        if (base.tx_per_s > 0) snprintf(vs, sizeof vs, "%.2fx", r->rt_per_s / base.tx_per_s);
-        printf("%6d  %13s  %11s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %16.0f %6.0f\n",
+        if (base.tx_per_s > 0)
+            snprintf(vs, sizeof vs, "%.2fx", WRITES_PER_RT * r->rt_per_s / base.tx_per_s);
+        printf("%6d  %13s  %18s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %16.0f %6.0f\n",
                r->agents, commas(r->rt_per_s, n1, sizeof n1), vs, r->rt_p50_ms, r->rt_p99_ms,
                r->submit_p50_ms, r->submit_p99_ms, r->complete_p50_ms, r->complete_p99_ms,
                r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt);
@@ -1313,9 +1318,10 @@ int main(int argc, char **argv)
                commas(r32->rt_per_s, n2, sizeof n2),
                r32->rt_per_s >= AIM_RT_PER_S ? "met" : "MISSED");
         if (base.tx_per_s > 0)
-            printf("; >= %.0fx baseline -> %.2fx (%s)", AIM_VS_BASELINE,
-                   r32->rt_per_s / base.tx_per_s,
-                   r32->rt_per_s >= AIM_VS_BASELINE * base.tx_per_s ? "met" : "MISSED");
+            printf("; durable writes/s >= %.0fx baseline -> %.2fx (%s)", AIM_VS_BASELINE,
+                   WRITES_PER_RT * r32->rt_per_s / base.tx_per_s,
+                   WRITES_PER_RT * r32->rt_per_s >= AIM_VS_BASELINE * base.tx_per_s ? "met"
+                                                                                    : "MISSED");
         printf("\n");
     }
     printf("durability: after each run the kernel was killed with SIGKILL; acknowledged / found in "
@@ -1364,7 +1370,8 @@ int main(int argc, char **argv)
         printf("bench.kernel.cpu_us_per_rt.agents%d=%.1f\n", a, r->kernel_cpu_us_per_rt);
         printf("bench.client.cpu_us_per_rt.agents%d=%.1f\n", a, r->client_cpu_us_per_rt);
         if (base.tx_per_s > 0)
-            printf("bench.kernel.vs_baseline.agents%d=%.3f\n", a, r->rt_per_s / base.tx_per_s);
+            printf("bench.kernel.writes_vs_baseline.agents%d=%.3f\n", a,
+                   WRITES_PER_RT * r->rt_per_s / base.tx_per_s);
     }
     if (!O.no_replay) {
         printf("bench.kernel.replay_events.small=%lld\n", small.events);
