@@ -24,6 +24,7 @@
 #include <time.h>
 
 #define SUMMARY_MAX 120
+#define FORK_POINTS_PAGE 1000 /* events per fork-points request (the kernel allows 1..10000) */
 
 struct exec_opts {
     const char *deadline, *session, *agent, *status, *limit, *cursor, *after, *reason, *at;
@@ -151,6 +152,29 @@ static void add_json(struct buf *b, const char *label, const json_t *v)
     free(s);
 }
 
+/* A fork's restoration ({key: {checkpoint_ref, checkpoint_seq, covered}}), one line per
+ * resource, each starting with indent: where the resource restarts from. Printed by
+ * `exec fork` and for the execution.forked event of `exec events` / `exec watch`. */
+static void print_restoration(json_t *restoration, const char *indent)
+{
+    const char *key;
+    json_t *r;
+    json_object_foreach(restoration, key, r) {
+        fputs(indent, stdout);
+        cli_put_clean(stdout, key, 128);
+        if (cli_str(r, "checkpoint_ref")) {
+            fputs(": from checkpoint ", stdout);
+            cli_put_clean(stdout, cli_str(r, "checkpoint_ref"), 200);
+            printf(" (seq %lld, %s)\n", (long long)json_integer_value(json_object_get(r, "checkpoint_seq")),
+                   json_is_true(json_object_get(r, "covered")) ? "covers the fork point"
+                                                               : "earlier than the fork point: copied results may "
+                                                                 "describe changes it lacks");
+        } else {
+            fputs(": fresh (no checkpoint at or before the fork point)\n", stdout);
+        }
+    }
+}
+
 /* Model calls carry whole OpenAI-style requests and responses; their summary is what a
  * reader wants: the last message of the request, and what the model answered (its tool
  * calls, else its text). false: not that shape (the generic summary is used). */
@@ -216,6 +240,7 @@ static void summarize(struct buf *b, const json_t *p)
         {"source_execution_id", "from"}, {"forked_from", "forked from"},
         {"key", "resource"},         {"checkpoint_ref", "checkpoint"},
         {"behind", "waiting behind"}, {"parent_execution_id", "parent"},
+        {"inherited_from", "inherited from"},
     };
     const json_t *attempt = json_object_get(p, "attempt");
     if (json_is_integer(attempt)) {
@@ -231,10 +256,18 @@ static void summarize(struct buf *b, const json_t *p)
         const char *v = cli_str(p, texts[i].key);
         if (v && *v) add_text(b, texts[i].label, v, SUMMARY_MAX);
     }
+    /* checkpoints a fork copied from its source, or restored */
+    const json_t *src_seq = json_object_get(p, "source_covered_seq");
+    if (json_is_integer(src_seq)) {
+        if (b->len) buf_puts(b, "  ");
+        buf_printf(b, "copied (source seq %lld)", (long long)json_integer_value(src_seq));
+    }
+    if (json_is_true(json_object_get(p, "restored"))) buf_puts(b, b->len ? "  restored" : "restored");
     const json_t *error = json_object_get(p, "error");
     if (error && !json_is_null(error)) add_json(b, "error:", error);
     if (kind && !strcmp(kind, "llm_call") && summarize_llm(b, p)) return;
-    static const char *const blobs[] = {"restoration", "result", "output", "args", "input", "binding"};
+    /* A restoration is not cut short here: print_event lists it one resource a line. */
+    static const char *const blobs[] = {"result", "output", "args", "input", "binding"};
     for (size_t i = 0; i < ARRAY_LEN(blobs); i++) {
         const json_t *v = json_object_get(p, blobs[i]);
         if (v && !json_is_null(v)) {
@@ -264,6 +297,9 @@ static void print_event(const json_t *ev)
     while (b.len && b.data[b.len - 1] == ' ')
         b.data[--b.len] = '\0';
     puts(b.data);
+    json_t *restoration = json_object_get(json_object_get(ev, "payload"), "restoration");
+    if (cli_str(ev, "type") && !strcmp(cli_str(ev, "type"), "execution.forked") && json_is_object(restoration))
+        print_restoration(restoration, "        ");
     buf_fini(&b);
     buf_fini(&sum);
 }
@@ -758,37 +794,55 @@ static int run_fork(struct exec_ctx *x)
             fputs(")", stdout);
         }
         fputc('\n', stdout);
-        const char *key;
-        json_t *r;
-        json_object_foreach(json_object_get(ex, "restoration"), key, r) {
-            fputs("  ", stdout);
-            cli_put_clean(stdout, key, 128);
-            if (cli_str(r, "checkpoint_ref")) {
-                fputs(": from checkpoint ", stdout);
-                cli_put_clean(stdout, cli_str(r, "checkpoint_ref"), 200);
-                printf(" (seq %lld, %s)\n", (long long)json_integer_value(json_object_get(r, "checkpoint_seq")),
-                       json_is_true(json_object_get(r, "covered")) ? "covers the fork point"
-                                                                   : "earlier than the fork point: copied results may "
-                                                                     "describe changes it lacks");
-            } else {
-                fputs(": fresh (no checkpoint at or before the fork point)\n", stdout);
-            }
-        }
+        print_restoration(json_object_get(ex, "restoration"), "  ");
     }
     json_decref(ex);
     return CLI_OK;
+}
+
+/* All of the fork points of id, page by page (after the last event seen until the reply
+ * reaches latest_seq): one object like the kernel's reply (caller frees), with every
+ * event, and the checkpoints, resources and latest_seq of the last page. */
+static int fetch_fork_points(struct exec_ctx *x, const char *id, json_t **out, struct err *err)
+{
+    json_t *all = NULL;
+    long long after = 0;
+    for (;;) {
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, "/fork-points?after=%lld&limit=%d", after, FORK_POINTS_PAGE);
+        char *path = exec_path(x, id, suffix);
+        json_t *page = NULL;
+        int rc = client_request(&x->c, "GET", path, NULL, NULL, &page, err);
+        free(path);
+        if (rc < 0) {
+            json_decref(all);
+            return -1;
+        }
+        json_t *events = json_object_get(page, "events");
+        size_t n = json_array_size(events);
+        if (n) after = json_integer_value(json_object_get(json_array_get(events, n - 1), "seq"));
+        if (!all) {
+            all = page;
+        } else {
+            json_array_extend(json_object_get(all, "events"), events);
+            static const char *const newest[] = {"latest_seq", "resources", "checkpoints"};
+            for (size_t i = 0; i < ARRAY_LEN(newest); i++)
+                json_object_set(all, newest[i], json_object_get(page, newest[i]));
+            json_decref(page);
+        }
+        if (n == 0 || after >= json_integer_value(json_object_get(all, "latest_seq"))) break;
+    }
+    *out = all;
+    return 0;
 }
 
 static int run_fork_points(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id) return usage_error(x->sub, "missing ID: pass the execution id");
-    char *path = exec_path(x, id, "/fork-points?limit=10000");
-    struct err err = ERR_INIT;
     json_t *fp = NULL;
-    int rc = client_request(&x->c, "GET", path, NULL, NULL, &fp, &err);
-    free(path);
-    if (rc < 0) return fail(&err);
+    struct err err = ERR_INIT;
+    if (fetch_fork_points(x, id, &fp, &err) < 0) return fail(&err);
     if (x->a.json) {
         cli_json_line(stdout, fp);
         json_decref(fp);

@@ -312,10 +312,25 @@ int k_resources_settle(struct kernel *k, struct execution *e, const struct step 
     return rc;
 }
 
+struct writers_ctx {
+    struct store *st;
+    const char *key;
+};
+
+/* A running step that declares the key and was started by the current dispatch attempt.
+ * One left executing by an earlier attempt (its worker died) is an orphan, not a writer:
+ * the current attempt re-runs it when it resubmits it, or fails it as indeterminate.
+ * Occurrence counters restart with every claim, so the current attempt has reached the
+ * step exactly when its counter has consumed the step's occurrence. */
 static int writers_of(struct step *s, void *arg)
 {
-    const char *key = arg;
-    return k_declares(s->resources, key) ? 1 : 0;
+    struct writers_ctx *x = arg;
+    if (!k_declares(s->resources, x->key)) return 0;
+    int64_t consumed;
+    char last[72];
+    int r = store_counter_get(x->st, s->exec_id, s->kind, s->target, s->args_hash, &consumed, last, sizeof last);
+    if (r == -ENOENT || (r == 0 && consumed < s->occurrence)) return 0;
+    return r < 0 ? r : 1;
 }
 
 static int refuse(struct kernel *k, struct execution *e, const char *key, int64_t gen, const char *why,
@@ -342,14 +357,17 @@ int k_record_captures(struct kernel *k, struct execution *e, const json_t *captu
         struct resource r;
         int st = store_resource_get(k->st, e->id, key, &r);
         const char *why = NULL;
+        struct writers_ctx wx = {k->st, key};
+        int w = 0;
         if (st == -ENOENT) why = "unknown_resource";
         else if (st < 0) goto fail_store;
         else if (!ref || !*ref) why = "missing_checkpoint_ref";
         else if (dup) why = "duplicate_capture";
         else if (r.generation != gen) why = "stale_generation";
-        else if (store_steps_each_status(k->st, e->id, STEP_EXECUTING, writers_of, (void *)key) == 1)
+        else if ((w = store_steps_each_status(k->st, e->id, STEP_EXECUTING, writers_of, &wx)) == 1)
             why = "writers_active";
         if (st == 0) resource_fini(&r);
+        if (w < 0) goto fail_store;
         if (why) {
             if (refuse(k, e, key, gen, why, refused, now, err) < 0) goto fail;
             continue;

@@ -5,9 +5,13 @@
  * waits (status pending, no dispatch). When the active one ends, the oldest
  * waiting one is admitted: it gets a dispatch, its parent becomes the newest
  * completed execution of the same agent in the session, and it inherits the
- * parent's resources with their bindings (so the same workspace is reopened),
- * uncovered until a new baseline checkpoint. previous() reads the parent's
- * state, or its output when no state was recorded.
+ * parent's resources with their bindings (so the same workspace is reopened).
+ * A reopened resource is what the parent left: when a checkpoint of the parent
+ * still covers the parent's end (a completion checkpoint, say), it is recorded
+ * as the turn's generation-0 checkpoint, so the turn is covered from its start
+ * (forks of it before its first capture restore it, and the agent need not take
+ * a baseline); otherwise the resource is uncovered until a new baseline.
+ * previous() reads the parent's state, or its output when no state was recorded.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -22,6 +26,46 @@ struct inherit_ctx {
     int64_t now;
     struct err *err;
 };
+
+struct newest_ctx {
+    const struct resource *r;
+    struct checkpoint best;
+    bool have;
+};
+
+/* The newest checkpoint of the resource's current generation still open. */
+static int newest_open(struct checkpoint *c, void *arg)
+{
+    struct newest_ctx *x = arg;
+    if (strcmp(c->key, x->r->key) != 0 || c->generation != x->r->generation || c->invalidated_seq != 0) return 0;
+    if (x->have && c->covered_seq < x->best.covered_seq) return 0;
+    checkpoint_fini(&x->best);
+    x->best = *c;
+    x->best.key = xstrdup(c->key);
+    x->best.ref = xstrdup(c->ref);
+    x->have = true;
+    return 0;
+}
+
+/* The turn reopens the parent's resource as the parent left it: a checkpoint covering
+ * the parent's end covers the turn's start too. */
+static int inherit_checkpoint(struct inherit_ctx *x, const struct resource *src)
+{
+    struct newest_ctx n = {.r = src};
+    int rc = store_checkpoints_each(x->k->st, src->exec_id, newest_open, &n);
+    if (rc < 0) return k_store_fail(x->err, rc, "reading the previous turn's checkpoints");
+    if (!n.have) return 0;
+    struct checkpoint cp = {.key = n.best.key, .ref = n.best.ref, .generation = 0, .covered_seq = x->e->last_seq};
+    memcpy(cp.exec_id, x->e->id, sizeof cp.exec_id);
+    if ((rc = store_checkpoint_insert(x->k->st, &cp)) < 0) rc = k_store_fail(x->err, rc, "inheriting a checkpoint");
+    else
+        rc = k_emit(x->k, x->e, "resource.checkpointed",
+                    json_pack("{s:s, s:i, s:s, s:I, s:s}", "key", cp.key, "generation", 0, "checkpoint_ref", cp.ref,
+                              "covered_seq", (json_int_t)cp.covered_seq, "inherited_from", src->exec_id),
+                    x->now, x->err);
+    checkpoint_fini(&n.best);
+    return rc;
+}
 
 static int inherit_one(struct resource *src, void *arg)
 {
@@ -41,9 +85,10 @@ static int inherit_one(struct resource *src, void *arg)
                          "every_steps", (json_int_t)r.every_steps, "on_completion", r.on_completion,
                          "inherited_from", src->exec_id), x->now, x->err) < 0)
         return -1;
-    if (r.binding && k_emit(x->k, x->e, "resource.bound",
-                            json_pack("{s:s, s:o, s:s}", "key", r.key, "binding", k_json(r.binding),
-                                      "inherited_from", src->exec_id), x->now, x->err) < 0)
+    if (r.binding && (k_emit(x->k, x->e, "resource.bound",
+                             json_pack("{s:s, s:o, s:s}", "key", r.key, "binding", k_json(r.binding),
+                                       "inherited_from", src->exec_id), x->now, x->err) < 0 ||
+                      inherit_checkpoint(x, src) < 0))
         return -1;
     return 0;
 }

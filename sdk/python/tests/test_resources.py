@@ -165,15 +165,16 @@ def test_redispatch_reopens_the_same_directory_and_replays_do_not_count(make_ker
         assert shape(tl) == [
             "claimed", "registered", "bound", "cp", w, w, "cp", w,      # attempt 1: killed in hold
             "claimed",                                                  # attempt 2 reopens (no bound)
-            "cp_failed:" + str(tl[9][1]),                               # its baseline: refused, see below
+            "cp",                                                       # and takes a new baseline
             "ok:hold", "cp",                                            # replays of a, b, c add nothing
             "end:execution.completed"]
-        # The re-dispatch's baseline is refused because the kernel still counts the killed
-        # worker's `hold` as a running writer of the workspace until it is resubmitted.
-        assert tl[9][2] == "writers_active"
+        # The killed worker's `hold` (still `executing` from attempt 1) is an orphan, not a
+        # running writer: it does not block the re-dispatch's baseline, which sees the
+        # workspace as the first attempt left it.
+        assert "resource.checkpoint_failed" not in [e.type for e in c.events(ex.id, limit=1000)]
         # hold is the 4th declaring call (the replays were not counted again): due
         cps = refs(tl)
-        assert [snapshot(work, r) for r in cps] == [[], ["a", "b"], ["a", "b", "c", "held"]]
+        assert [snapshot(work, r) for r in cps] == [[], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "held"]]
         assert [s.runs for s in c.steps(ex.id)] == [1, 1, 1, 2]
 
 
@@ -195,9 +196,11 @@ def test_session_second_turn_sees_previous_state_and_the_same_workspace(make_ker
         assert d2.output["dir"] == d1.output["dir"] and d2.output["files"] == ["a", "b"]
         assert len(list((work / "wsroot" / "workspaces").iterdir())) == 1  # never created a second one
         tl = timeline(c, two.id)
-        # inherited at admission (registered + bound before the claim), then a new baseline
-        assert shape(tl) == ["registered", "bound", "claimed", "cp", "ok:write_file", "cp",
+        # inherited at admission (registered + bound before the claim) with turn 1's completion
+        # checkpoint, which still covers the reopened workspace: no new baseline
+        assert shape(tl) == ["registered", "bound", "cp", "claimed", "ok:write_file", "cp",
                              "end:execution.completed"]
+        assert refs(tl)[0] == refs(timeline(c, one.id))[-1]
         assert snapshot(work, refs(tl)[0]) == ["a"] and snapshot(work, refs(tl)[1]) == ["a", "b"]
         inherited = [e for e in c.events(two.id) if e.type == "resource.registered"][0]
         assert inherited.payload["inherited_from"] == one.id
@@ -236,14 +239,18 @@ def test_fork_between_checkpoints_restores_the_earlier_one_and_replays(make_kern
         steps = c.steps(fork.id)
         assert [(s.args["path"], s.runs) for s in steps] == [("a", 1), ("b", 1), ("c", 1), ("d", 1)]
         ftl = timeline(c, fork.id)
-        # the copied step events, the resource the fork starts with (unbound until the agent
-        # creates it from cp_b) already covered by cp_b itself (no second snapshot of what was
-        # just restored), then the live `write d` (4th declaring call: due)
-        assert shape(ftl) == ["ok:write_file"] * 3 + ["registered", "cp", "claimed", "bound", "ok:write_file",
-                                                      "cp", "end:execution.completed"]
+        # the resource the fork starts with (unbound until the agent creates it from cp_b), the
+        # copied step events, the source's checkpoints by the fork point (cp0, cp_b), and cp_b
+        # once more covering the fork's start (no second snapshot of what was just restored);
+        # then the live `write d` (4th declaring call: due)
+        assert shape(ftl) == ["registered"] + ["ok:write_file"] * 3 + ["cp", "cp", "cp", "claimed", "bound",
+                                                                       "ok:write_file", "cp",
+                                                                       "end:execution.completed"]
         fcps = refs(ftl)
-        assert fcps[0] == cp_b  # the restored checkpoint covers the fork's start
-        assert snapshot(work, fcps[1]) == ["a", "b", "d"]
+        assert fcps[:3] == [cp0, cp_b, cp_b]
+        restored = [e.payload for e in c.events(fork.id, limit=1000) if e.payload.get("restored")]
+        assert [p["checkpoint_ref"] for p in restored] == [cp_b]
+        assert snapshot(work, fcps[3]) == ["a", "b", "d"]
 
         # At a covered point (right after cp_b was taken) the fork restores exactly cp_b.
         at_b = seq_of(c, src.id, "step.succeeded", "write_file", 1)
