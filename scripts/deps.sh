@@ -4,8 +4,11 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev libjansson-dev
       libyaml-dev libsqlite3-dev libssl-dev libseccomp-dev libcap-dev libcurl4-openssl-dev
-      libcriterion-dev python3 python3-pytest sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
+      libcriterion-dev python3 python3-pytest python3-pip python3-venv python3-httpx
+      sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
       btrfs-progs tmux curl cppcheck)
+# python3-pip/python3-venv: the SDK's offline `pip install ./sdk/python` test;
+# python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

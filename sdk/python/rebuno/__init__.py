@@ -8,8 +8,14 @@ Agent side: :class:`Agent`, :func:`tool`, :func:`wrap_tool`, :func:`step`,
 :func:`execution`, :func:`previous`, :class:`Result`, :class:`ChatClient`,
 :class:`ToolSet`, :class:`Refusal`, :func:`resource`, :class:`CheckpointPolicy`.
 Application side: :class:`Client`,
-:class:`SyncClient`. Errors: see :mod:`rebuno.errors`.
+:class:`SyncClient`. Errors: see :mod:`rebuno.errors`. MCP tools: :mod:`rebuno.mcp`.
+
+:func:`http_client` and ``RebunoTransport`` (model calls through an httpx client as
+recorded steps) need ``httpx``; it is imported only when they are used, so the package
+itself needs nothing beyond the standard library.
 """
+
+from typing import Any
 
 from rebuno import types
 from rebuno._schema import openai_tool
@@ -31,6 +37,7 @@ from rebuno.errors import (
     RateLimited,
     RebunoError,
     ResourceUnavailable,
+    StepIDMismatch,
     Terminated,
     ToolError,
     UnauthorizedError,
@@ -46,6 +53,26 @@ from rebuno.step import step
 from rebuno.tool import Refusal, ToolSet, tool, tools_schema, wrap_tool
 
 __version__ = "0.1.0"
+
+
+def http_client(**httpx_kwargs: Any) -> Any:
+    """An ``httpx.AsyncClient`` whose model calls are recorded, replayable ``llm_call``
+    steps (``AsyncOpenAI(http_client=http_client())``). Needs ``httpx``: raises
+    ``ImportError`` saying how to get it (or to use :class:`ChatClient`) when it is
+    missing. See :mod:`rebuno.httpx_transport`."""
+    from rebuno.httpx_transport import http_client as make
+
+    return make(**httpx_kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``rebuno.RebunoTransport``, imported on first use (it needs httpx)."""
+    if name == "RebunoTransport":
+        from rebuno.httpx_transport import RebunoTransport
+
+        return RebunoTransport
+    raise AttributeError(f"module 'rebuno' has no attribute {name!r}")
+
 
 __all__ = [
     "Agent",
@@ -73,6 +100,7 @@ __all__ = [
     "ResourceHandle",
     "ResourceUnavailable",
     "Result",
+    "StepIDMismatch",
     "SyncClient",
     "Terminated",
     "ToolError",
@@ -81,6 +109,7 @@ __all__ = [
     "ValidationError",
     "execution",
     "failure_reason",
+    "http_client",
     "openai_tool",
     "previous",
     "raise_for_refusal",

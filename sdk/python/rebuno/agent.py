@@ -56,6 +56,7 @@ from rebuno.errors import (
     APIError,
     Blocked,
     ConflictError,
+    ForbiddenError,
     LeaseSuperseded,
     NetworkError,
     PolicyError,
@@ -63,6 +64,7 @@ from rebuno.errors import (
     ResourceUnavailable,
     Terminated,
     ToolError,
+    UnauthorizedError,
     failure_reason,
     raise_for_refusal,
     truncate_utf8,
@@ -97,14 +99,25 @@ class Agent:
         claim_wait: Long-poll seconds per claim (0..60).
         grace_period: Seconds running handlers get to finish after SIGINT/SIGTERM.
         worker_name: A label for this worker in the event log (default host:pid).
-        timeout: Seconds one kernel request may take.
+        timeout: Seconds one kernel request may take (``kernel_timeout`` is the
+            upstream SDK's name for it).
         handle_signals: Install SIGINT/SIGTERM handlers in :meth:`run`/:meth:`serve`
             (only possible on the main thread).
+        secret, webhook_path: Accepted for compatibility with the webhook-based upstream
+            SDK and ignored (logged once when the worker starts): this agent claims work
+            from the kernel by long-poll, so nothing calls it back.
+
+    A kernel that refuses the API key when the worker registers (401/403), or later when
+    it claims, ends :meth:`run`/:meth:`serve` with
+    :class:`~rebuno.errors.UnauthorizedError`/:class:`~rebuno.errors.ForbiddenError`
+    instead of retrying: a wrong key does not fix itself.
     """
 
     def __init__(self, name: str, *, base_url: str | None = None, api_key: str | None = None,
                  concurrency: int = 4, claim_wait: int = 20, grace_period: float = 30.0,
-                 worker_name: str | None = None, timeout: float = 35.0, handle_signals: bool = True):
+                 worker_name: str | None = None, timeout: float = 35.0, handle_signals: bool = True,
+                 kernel_timeout: float | None = None, secret: str | None = None,
+                 webhook_path: str | None = None):
         if not name:
             raise ValueError("Agent needs a name")
         if concurrency < 1:
@@ -118,8 +131,10 @@ class Agent:
         self.claim_wait = claim_wait
         self.grace_period = grace_period
         self.worker_name = worker_name or f"{socket.gethostname()}:{os.getpid()}"
-        self.timeout = timeout
+        self.timeout = kernel_timeout if kernel_timeout is not None else timeout
         self.handle_signals = handle_signals
+        self._ignored = [n for n, v in (("secret", secret), ("webhook_path", webhook_path)) if v is not None]
+        self._fatal: APIError | None = None
         self.worker_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -135,6 +150,11 @@ class Agent:
     def agent_id(self) -> str:
         """Alias of ``name`` (the upstream SDK's name)."""
         return self.name
+
+    @property
+    def kernel_timeout(self) -> float:
+        """Alias of ``timeout`` (the upstream SDK's name)."""
+        return self.timeout
 
     # --- running --------------------------------------------------------------------
     def run(self, handler: Callable[..., Any], *, host: str | None = None, port: int | None = None) -> None:
@@ -200,12 +220,18 @@ class Agent:
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError):  # pragma: no cover
                     pass
+        if self._ignored:
+            logger.info("%s ignored: this agent claims work from the kernel by long-poll and serves no "
+                        "webhook", " and ".join(self._ignored))
+        self._fatal = None
         transport = Transport(self.base_url, api_key=self.api_key, timeout=self.timeout)
         kernel = KernelAPI(transport, stop=self._hard_stop, retry_for=None)
         try:
             if await self._register(kernel):
                 await self._claim_loop(kernel, handler, binder)
             await self._drain()
+            if self._fatal is not None:
+                raise self._fatal
         finally:
             for sig in installed:
                 self._loop.remove_signal_handler(sig)
@@ -235,12 +261,23 @@ class Agent:
                 if not warned:
                     logger.warning("cannot reach the kernel at %s (%s); retrying", self.base_url, e)
                     warned = True
+            except (UnauthorizedError, ForbiddenError) as e:
+                raise self._refused("registering a worker", e) from e
             except APIError as e:
                 logger.error("registering a worker for agent %s failed: %s; retrying", self.name, e)
             if await self._wait_stop(delay):
                 break
             delay = min(delay * 2, 5.0)
         return False
+
+    def _refused(self, what: str, e: APIError) -> APIError:
+        """The error that ends the worker when the kernel refuses its key (raised out of
+        :meth:`serve`, not logged: the caller renders it)."""
+        key = "no API key" if not self.api_key else "the API key"
+        hint = ("set REBUNO_API_KEY (or api_key=) to an agent key for this agent" if not self.api_key else
+                f"it must be an agent key bound to agent {self.name!r} (or an admin key)")
+        msg = f"agent {self.name}: {what} at {self.base_url} was refused with {key}: {e.message}; {hint}"
+        return type(e)(msg, code=e.code, status_code=e.status_code, field=e.field)
 
     async def _claim_loop(self, kernel: KernelAPI, handler: Callable[..., Any], binder: InputBinder) -> None:
         assert self._stop is not None and self.worker_id is not None
@@ -272,6 +309,14 @@ class Agent:
                     down, delay = False, 0.2
                 except Exception as e:  # noqa: BLE001 - the claim loop must survive anything
                     slots.release()
+                    if isinstance(e, (UnauthorizedError, ForbiddenError)):
+                        # the key was revoked or changed under us: stop claiming, let the
+                        # running executions finish, then end serve() with the error
+                        self._fatal = self._refused("claiming work", e)
+                        logger.warning("the kernel refused this worker's claim (HTTP %d); stopping after %d "
+                                       "running execution(s) finish", e.status_code, len(self._running))
+                        self._stop.set()
+                        break
                     if isinstance(e, NetworkError):
                         if not down:
                             logger.warning("cannot reach the kernel at %s (%s); retrying", self.base_url, e)

@@ -39,6 +39,8 @@ from rebuno.types import (
 
 _T = TypeVar("_T")
 
+TERMINAL_STEP_STATUSES = ("succeeded", "failed", "denied", "cancelled")
+
 
 def _q(s: str) -> str:
     return urllib.parse.quote(str(s), safe="")
@@ -85,12 +87,15 @@ class Client:
 
     # --- executions ----------------------------------------------------------------
     async def create(self, agent: str, input: Any = None, *, deadline_seconds: int | None = None,
-                     session: str | None = None) -> Execution:
+                     session: str | None = None, agent_version: str = "") -> Execution:
         """Start an execution of ``agent`` with ``input`` (any JSON; default ``{}``).
 
         ``session`` (sent only when given) chains executions into turns: a turn waits
         ``pending`` while another of its session is active, and its handler reads the
-        previous turn's ``state`` with :func:`rebuno.previous`."""
+        previous turn's ``state`` with :func:`rebuno.previous`. ``agent_version`` is
+        accepted for compatibility with the upstream SDK and not sent: this kernel has no
+        agent versions (it rejects the field)."""
+        del agent_version
         body: dict[str, Any] = {"agent": agent}
         if input is not None:
             body["input"] = input
@@ -116,8 +121,12 @@ class Client:
         body = {"reason": reason} if reason else {}
         return Execution.from_json(await self._post(f"/v0/executions/{_q(execution_id)}/cancel", body))
 
-    async def events(self, execution_id: str, *, after: int = 0, limit: int | None = None) -> builtins.list[Event]:
-        """Recorded events with ``seq > after`` (at most ``limit``, kernel default 100)."""
+    async def events(self, execution_id: str, *, after: int = 0, limit: int | None = None,
+                     after_seq: int | None = None) -> builtins.list[Event]:
+        """Recorded events with ``seq > after`` (at most ``limit``, kernel default 100).
+        ``after_seq`` is the upstream SDK's name for ``after``."""
+        if after_seq is not None:
+            after = after_seq
         data = await self._get(f"/v0/executions/{_q(execution_id)}/events" + _query(after=after, limit=limit))
         return [Event.from_json(e) for e in data.get("events", [])]
 
@@ -125,6 +134,20 @@ class Client:
         """The execution's steps in submission order."""
         data = await self._get(f"/v0/executions/{_q(execution_id)}/steps")
         return [Step.from_json(s) for s in data.get("steps", [])]
+
+    async def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
+        """The execution's steps in submission order, optionally only those whose status
+        is ``status``: one status (``succeeded``), several separated by commas, or
+        ``terminal`` (succeeded, failed, denied, cancelled). Filtered here: the kernel's
+        step listing takes no query. The upstream SDK's name; :meth:`steps` lists all."""
+        steps = await self.steps(execution_id)
+        if not status:
+            return steps
+        wanted = set()
+        for part in status.split(","):
+            part = part.strip()
+            wanted |= set(TERMINAL_STEP_STATUSES) if part == "terminal" else {part}
+        return [s for s in steps if s.status in wanted]
 
     async def get_step(self, execution_id: str, step_id: str) -> Step:
         """One step."""
@@ -220,8 +243,10 @@ class Client:
         return await asyncio.wait_for(loop_(), timeout)
 
     # --- approvals -----------------------------------------------------------------
-    async def approvals(self, *, status: str | None = "pending", execution_id: str | None = None) -> builtins.list[Approval]:
-        """Approvals (default: pending ones; ``status=None`` for all)."""
+    async def approvals(self, *, status: str | None = "pending",
+                        execution_id: str | None = None) -> builtins.list[Approval]:
+        """Approvals (default: pending ones; ``status=None`` or ``""`` for all). Also
+        called ``list_approvals`` (the upstream SDK's name)."""
         data = await self._get("/v0/approvals" + _query(status=status, execution_id=execution_id))
         return [Approval.from_json(a) for a in data.get("approvals", [])]
 
@@ -330,6 +355,10 @@ class SyncClient:
     def steps(self, execution_id: str) -> builtins.list[Step]:
         """See :meth:`Client.steps`."""
         return self._run(self._client.steps(execution_id))
+
+    def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
+        """See :meth:`Client.list_steps`."""
+        return self._run(self._client.list_steps(execution_id, status=status))
 
     def get_step(self, execution_id: str, step_id: str) -> Step:
         """See :meth:`Client.get_step`."""

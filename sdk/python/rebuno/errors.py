@@ -10,6 +10,7 @@ Hierarchy::
     │   ├── ForbiddenError           403
     │   ├── NotFoundError            404
     │   ├── ConflictError            409 conflict / execution_terminal
+    │   │   └── StepIDMismatch       409 step_id_mismatch (upstream name; our kernel never sends it)
     │   ├── PayloadTooLarge          413
     │   ├── PolicyError              a step was denied (policy, approver, indeterminate retry)
     │   └── LeaseSuperseded          409 lease_superseded: another worker owns the run now
@@ -86,6 +87,15 @@ class NotFoundError(APIError):
 
 class ConflictError(APIError):
     """409: the object is not in a state that allows this (``conflict``, ``execution_terminal``)."""
+
+
+class StepIDMismatch(ConflictError):
+    """409 ``step_id_mismatch``: a step outcome named a step the kernel does not expect.
+
+    The upstream SDK's name, kept so code that catches it runs unchanged. Our kernel
+    assigns step ids itself and answers a stale outcome with ``replay`` or
+    ``execution_terminal``, so it never sends this code; it maps here if one does.
+    """
 
 
 class PayloadTooLarge(APIError):
@@ -231,6 +241,7 @@ _ERROR_BY_CODE: dict[str, type[APIError]] = {
     "not_found": NotFoundError,
     "conflict": ConflictError,
     "execution_terminal": ConflictError,
+    "step_id_mismatch": StepIDMismatch,
     "lease_superseded": LeaseSuperseded,
     "payload_too_large": PayloadTooLarge,
 }

@@ -18,7 +18,9 @@ def step(name: str, fn: Callable[..., Any], args: dict[str, Any] | None = None,
     anything the rest of the run depends on that could differ the second time: finding
     or creating a sandbox (``step("find_sandbox", find_sandbox, {"session": s})``),
     loading a conversation, the current time, random choices, fresh ids. ``local``
-    steps are always allowed by policy.
+    steps are allowed unless a policy rule matches them (by ``name`` as the target, or
+    ``step_kind: local``); a denial raises :class:`~rebuno.errors.PolicyError` (unlike a
+    tool, ``step()`` has no refusal string to return).
 
     ``fn`` may be sync or async. In async code ``await step(...)``; in a synchronous
     handler call it directly and it returns the value. ``args`` (a dict of JSON values,

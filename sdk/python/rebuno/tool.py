@@ -4,7 +4,10 @@ Every call of a tool is a ``tool_call`` step: the kernel checks it against the
 agent's policy and records it, and a re-dispatched agent gets the recorded result
 back instead of running the body again.
 
-* ``async def`` tools give an ``async def`` wrapper (``await shell("ls")``).
+* ``async def`` tools give a wrapper that returns an awaitable in async code
+  (``await shell("ls")``); called from a synchronous handler (a worker thread with no
+  event loop) it runs the call on the agent's event loop, blocks and returns the value.
+  Outside an execution, synchronous callers get a ``TypeError``.
 * Plain ``def`` tools give a wrapper that works both ways: called from a synchronous
   handler (which runs in a worker thread) it blocks and returns the value, running the
   body in that thread; called from async code it returns an awaitable and runs the
@@ -19,6 +22,7 @@ so a model's tool loop can show it to the model and the handler can test
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -27,7 +31,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from rebuno._schema import openai_tool, split_docstring
 from rebuno.errors import PolicyError, ToolError
-from rebuno.execution import IDEMPOTENCY_MODES, in_event_loop, require_current, to_json_value
+from rebuno.execution import IDEMPOTENCY_MODES, current, in_event_loop, require_current, to_json_value
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 OnDenied = Literal["refuse", "raise"]
@@ -64,6 +68,16 @@ def _check(idempotency: str, on_denied: str) -> None:
         raise ValueError(f"on_denied must be 'refuse' or 'raise', not {on_denied!r}")
 
 
+def _mark_coroutine_function(fn: Callable[..., Any]) -> None:
+    """Let frameworks that check ``iscoroutinefunction`` treat an async tool's wrapper as
+    async (it returns a coroutine whenever an event loop runs in the calling thread)."""
+    mark = getattr(inspect, "markcoroutinefunction", None)  # Python 3.12+
+    if mark is not None:
+        mark(fn)
+    else:  # Python 3.11: asyncio.iscoroutinefunction honours this marker
+        fn._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
+
+
 def _make_call(tool_id: str, *, is_async: bool, idempotency: str, on_denied: str,
                prepare: Callable[..., tuple[Any, Callable[[], Any]]],
                resources: list[str] | None = None) -> Callable[..., Any]:
@@ -88,15 +102,26 @@ def _make_call(tool_id: str, *, is_async: bool, idempotency: str, on_denied: str
                 return await ctx.run_step("tool_call", tool_id, recorded, idempotency, body, declared)
             except PolicyError as e:
                 return refuse(e)
-        return async_call
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if in_event_loop():
+                return async_call(*args, **kwargs)
+            # Synchronous code (a sync handler or sync tool in a worker thread): run the
+            # call on the agent's loop, where the body and its connections belong, and wait.
+            ctx = current()
+            if ctx is None:
+                raise TypeError(f"async tool {tool_id!r} was called from synchronous code outside an "
+                                "active execution: await it from async code, or call it from a handler "
+                                "started by Agent.run()")
+            return asyncio.run_coroutine_threadsafe(async_call(*args, **kwargs), ctx.loop).result()
+        _mark_coroutine_function(call)
+        return call
 
     def sync_call(*args: Any, **kwargs: Any) -> Any:
         ctx = require_current(f"tool {tool_id!r}")
         recorded, body = prepare(*args, **kwargs)
         if in_event_loop():
             async def go() -> Any:
-                import asyncio
-
                 try:
                     return await ctx.run_step("tool_call", tool_id, recorded, idempotency,
                                               lambda: asyncio.to_thread(body), declared)

@@ -8,12 +8,16 @@ scripted OpenAI-compatible model server. Nothing of the kernel is mocked.
 * ``start_agent``: ``/usr/bin/python3 <script>`` as a subprocess (``PYTHONPATH`` points
   at ``sdk/python``), so killing a worker is a real SIGKILL; every process is killed at
   the end of the test, pass or fail.
+* ``inprocess_agent``: an ``Agent`` serving on a thread of the test process, for handlers
+  defined in the test itself.
 * ``llm_server``: a threaded ``http.server`` answering ``/v1/chat/completions`` from a
   script, plain or as SSE, counting calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import http.server
 import json
@@ -229,6 +233,33 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProc]]:
     yield start
     for p in procs:
         p.kill()
+
+
+@contextlib.contextmanager
+def inprocess_agent(url: str, name: str, handler: Callable[..., Any], **kw: Any) -> Iterator[Any]:
+    """Run ``Agent(name).serve(handler)`` on a thread of the test process; stop it at the end."""
+    from rebuno import Agent
+
+    kw.setdefault("grace_period", 5)
+    agent = Agent(name, base_url=url, handle_signals=False, claim_wait=1, **kw)
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(agent.serve(handler))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    wait_for(lambda: agent.worker_id or errors, 10, what="the in-process agent to register")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        t.join(15)
+        assert not t.is_alive(), "the agent did not stop"
+        assert not errors, errors
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from conftest import wait_for, wait_status
 
 CONFIG = """
@@ -34,6 +35,8 @@ agents:
   - name: syncy
     lease_timeout_seconds: 1
   - name: barrier
+    lease_timeout_seconds: 2
+  - name: longtool
     lease_timeout_seconds: 2
 """
 
@@ -97,7 +100,9 @@ def test_bad_input_tool_error_denial_and_nonjson_output_fail_with_reasons(make_k
     from rebuno import SyncClient
 
     k = make_kernel(CONFIG)
-    start_agent("basic.py", k, env=work_env(tmp_path))
+    env = work_env(tmp_path)
+    work = Path(env["WORKDIR"])
+    start_agent("basic.py", k, env=env)
     with SyncClient(k.url) as c:
         cases = {
             "missing": ({}, "input_invalid: missing required field 'task'"),
@@ -107,6 +112,8 @@ def test_bad_input_tool_error_denial_and_nonjson_output_fail_with_reasons(make_k
             "boom": ({"task": "boom"}, "tool_error: explode: cannot handle boom"),
             "deny": ({"task": "deny"}, "policy_denied: forbidden is off limits"),
             "nonjson": ({"task": "nonjson"}, "agent_error: TypeError: the handler's output is not JSON-serializable"),
+            # step() is not caught like a tool: a denied local step raises PolicyError
+            "deny_step": ({"task": "deny_step"}, "policy_denied: forbidden is off limits"),
         }
         ids = {name: c.create("basic", inp).id for name, (inp, _) in cases.items()}
         for name, (_, reason) in cases.items():
@@ -118,6 +125,9 @@ def test_bad_input_tool_error_denial_and_nonjson_output_fail_with_reasons(make_k
         assert boom_steps[0].error == {"message": "cannot handle boom", "type": "RuntimeError"}
         deny_steps = c.steps(ids["deny"])
         assert deny_steps[0].status == "denied" and deny_steps[0].rule_id == "no-forbidden"
+        (denied_step,) = c.steps(ids["deny_step"])
+        assert (denied_step.kind, denied_step.status, denied_step.rule_id) == ("local", "denied", "no-forbidden")
+        assert "forbidden-step" not in effects(work)  # its function never ran
 
 
 def test_killed_worker_resumes_and_no_completed_tool_runs_twice(make_kernel, start_agent, tmp_path):
@@ -225,18 +235,26 @@ def test_denied_approval_gives_the_agent_a_refusal(make_kernel, start_agent, tmp
         assert "deploy" not in effects(work)
 
 
-def test_sync_handler_with_sync_tools_and_step(make_kernel, start_agent, tmp_path):
+def test_sync_handler_with_sync_and_async_tools_and_step(make_kernel, start_agent, tmp_path):
     from rebuno import SyncClient
 
     k = make_kernel(CONFIG)
-    start_agent("sync_agent.py", k, env=work_env(tmp_path))
+    env = work_env(tmp_path)
+    start_agent("sync_agent.py", k, env=env)
     with SyncClient(k.url) as c:
         ex = c.create("syncy", {"n": 40})
         done = wait_status(c, ex.id)
         assert done.status == "completed", done
-        assert done.output == {"total": 42, "data": {"key": "k", "value": 42, "thread": True}, "id": ex.id}
-        assert [(s.kind, s.target, s.args) for s in c.steps(ex.id)] == [
-            ("tool_call", "add", {"a": 40, "b": 2}), ("local", "load", {"key": "k"})]
+        # the async tool called from the synchronous handler ran (on the agent's loop) and
+        # returned its value, not a coroutine
+        assert done.output == {"total": 42, "doubled": {"value": 84, "on_loop": True},
+                               "data": {"key": "k", "value": 42, "thread": True}, "id": ex.id,
+                               "handler_thread": True}
+        assert [(s.kind, s.target, s.args, s.status) for s in c.steps(ex.id)] == [
+            ("tool_call", "add", {"a": 40, "b": 2}, "succeeded"),
+            ("tool_call", "double", {"x": 42}, "succeeded"),
+            ("local", "load", {"key": "k"}, "succeeded")]
+        assert effects(Path(env["WORKDIR"])) == ["add", "double", "load"]
 
 
 def test_superseded_worker_stops_quietly(make_kernel, start_agent, tmp_path):
@@ -286,7 +304,8 @@ def test_cancel_stops_the_running_handler_without_failing(make_kernel, start_age
         assert worker.alive()
 
 
-def test_sigterm_lets_the_running_handler_finish_then_exits(make_kernel, start_agent, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_lets_the_running_handler_finish_then_exits(make_kernel, start_agent, tmp_path, sig):
     from rebuno import SyncClient
 
     k = make_kernel(CONFIG)
@@ -296,8 +315,8 @@ def test_sigterm_lets_the_running_handler_finish_then_exits(make_kernel, start_a
     with SyncClient(k.url) as c:
         ex = c.create("durable", {"mode": "crash"})
         wait_for(lambda: started(work, "slow"), 15, what="the slow tool to start")
-        worker.terminate()
-        wait_for(lambda: "stopping" in worker.log(), 5, what="the worker to start stopping")
+        worker.proc.send_signal(sig)
+        wait_for(lambda: f"{sig.name}: stopping" in worker.log(), 5, what="the worker to start stopping")
         later = c.create("durable", {"mode": "quick"})
         time.sleep(0.3)
         (work / "go").touch()
@@ -342,3 +361,85 @@ def test_concurrency_runs_executions_at_the_same_time(make_kernel, start_agent, 
         for i in ids:
             done = wait_status(c, i, timeout=15)
             assert done.status == "completed" and done.output == {"seen": 3}, done
+
+
+def test_heartbeats_keep_the_lease_through_a_tool_three_times_longer(make_kernel, start_agent, tmp_path):
+    """Tools (async on the loop, sync in a worker thread) that each run ~3x the 2 s lease:
+    the heartbeats keep the first dispatch's lease, so nothing is re-dispatched or re-run."""
+    from rebuno import SyncClient
+
+    k = make_kernel(CONFIG)
+    env = work_env(tmp_path)
+    work = Path(env["WORKDIR"])
+    start_agent("long_tool.py", k, env=env)
+    with SyncClient(k.url) as c:
+        ex = c.create("longtool", {"seconds": 6.5})
+        done = wait_status(c, ex.id, timeout=40)
+        assert done.status == "completed", done
+        assert done.output == {"attempt": 1, "async": "slept 6.5", "sync": "slept 6.5"}
+        assert effects(work) == ["long_async", "long_sync"]
+        assert [(s.target, s.runs) for s in c.steps(ex.id)] == [("long_async", 1), ("long_sync", 1)]
+        types_ = [e.type for e in c.events(ex.id, limit=1000)]
+        assert "dispatch.expired" not in types_ and types_.count("dispatch.claimed") == 1
+
+
+AUTH_CONFIG = """
+agents:
+  - name: basic
+  - name: other
+api_keys:
+  - key: client-key-0123456789abcdef
+    role: client
+  - key: other-key-0123456789abcdef
+    role: agent
+    agent: other
+"""
+
+
+def test_refused_api_key_at_registration_ends_the_worker(make_kernel, start_agent, tmp_path):
+    """401 (no key) and 403 (another agent's key) at registration end Agent.run with the
+    error instead of retrying forever."""
+    import asyncio
+
+    from rebuno import Agent, ForbiddenError, UnauthorizedError
+
+    k = make_kernel(AUTH_CONFIG)
+    worker = start_agent("basic.py", k, env=work_env(tmp_path))  # no REBUNO_API_KEY
+    assert worker.wait(20) != 0
+    log = worker.log()
+    assert "UnauthorizedError" in log and "registering a worker at" in log and "REBUNO_API_KEY" in log
+
+    other = start_agent("basic.py", k, env=work_env(tmp_path, REBUNO_API_KEY="other-key-0123456789abcdef"))
+    assert other.wait(20) != 0
+    assert "ForbiddenError" in other.log() and "agent key bound to agent 'basic'" in other.log()
+
+    agent = Agent("basic", base_url=k.url, api_key="client-key-0123456789abcdef", handle_signals=False)
+
+    async def handler(task: str) -> str:
+        return task
+
+    with pytest.raises(ForbiddenError) as ei:
+        asyncio.run(asyncio.wait_for(agent.serve(handler), 20))
+    assert ei.value.status_code == 403 and "agent basic: registering a worker" in str(ei.value)
+    with pytest.raises(UnauthorizedError):
+        asyncio.run(asyncio.wait_for(Agent("basic", base_url=k.url, api_key="wrong-key-0123456789abcdef",
+                                           handle_signals=False).serve(handler), 20))
+
+
+def test_key_revoked_while_claiming_ends_the_worker(make_kernel, start_agent, tmp_path):
+    """A key that stops working later (the kernel restarted with other keys) ends the
+    worker at its next claim instead of retrying forever."""
+    key = "basic-key-0123456789abcdef"
+    k = make_kernel(AUTH_CONFIG + f"""  - key: {key}
+    role: agent
+    agent: basic
+""")
+    worker = start_agent("basic.py", k, env=work_env(tmp_path, REBUNO_API_KEY=key))
+    wait_for(lambda: "registered" in worker.log(), 15, what="the worker to register")
+    k.stop()
+    assert k.config_path is not None
+    k.config_path.write_text(AUTH_CONFIG)  # the agent's key is gone
+    k.start()
+    assert worker.wait(30) != 0
+    log = worker.log()
+    assert "UnauthorizedError" in log and "claiming work at" in log

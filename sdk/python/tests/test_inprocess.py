@@ -4,12 +4,10 @@ kernel: tool loops, wrap_tool, refusals as strings, sync/async tool mixes."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from conftest import wait_for, wait_status
+from conftest import inprocess_agent, wait_status
 
 CONFIG = """
 agents:
@@ -25,32 +23,6 @@ agents:
               command: {regex: "^rm "}
           then: {decision: deny, reason: deleting is not allowed}
 """
-
-
-@contextlib.contextmanager
-def inprocess_agent(url: str, name: str, handler: Callable[..., Any], **kw: Any) -> Iterator[Any]:
-    from rebuno import Agent
-
-    kw.setdefault("grace_period", 5)
-    agent = Agent(name, base_url=url, handle_signals=False, claim_wait=1, **kw)
-    errors: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(agent.serve(handler))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=main, daemon=True)
-    t.start()
-    wait_for(lambda: agent.worker_id or errors, 10, what="the in-process agent to register")
-    try:
-        yield agent
-    finally:
-        agent.stop()
-        t.join(15)
-        assert not t.is_alive(), "the agent did not stop"
-        assert not errors, errors
 
 
 def test_toolset_runs_model_tool_calls_with_refusals_and_errors(make_kernel):

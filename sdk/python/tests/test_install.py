@@ -13,7 +13,7 @@ from conftest import PYTHON, SDK
 @pytest.mark.parametrize("isolation", [True, False], ids=["isolated", "no-build-isolation"])
 def test_pip_install_offline(tmp_path, isolation):
     if subprocess.run([PYTHON, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-        pytest.skip("pip is not installed for this interpreter")
+        pytest.skip("pip is not installed for this interpreter (scripts/deps.sh installs python3-pip)")
     target = tmp_path / "site"
     cmd = [PYTHON, "-m", "pip", "install", "--no-index", "--quiet", "--disable-pip-version-check",
            "--target", str(target), str(SDK)]

@@ -1,14 +1,17 @@
 """Model calls as llm_call steps: recorded once, replayed after a re-dispatch, plain and
-streamed (SSE chunks assembled into one completion)."""
+streamed (SSE chunks assembled into one completion), through ChatClient and through
+rebuno.http_client() (httpx, when it is installed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 from typing import Any
 
 import pytest
-from conftest import wait_status
+from conftest import PYTHON, SDK, wait_status
 
 CONFIG = """
 agents:
@@ -17,6 +20,9 @@ agents:
     policy: |
       default_action: deny
       rules:
+        - id: no-banned-model
+          when: {target: banned-model}
+          then: {decision: deny, reason: that model is not allowed}
         - id: allow-llm
           when: {step_kind: llm_call}
           then: {decision: allow}
@@ -137,3 +143,112 @@ def test_request_identity_drops_streaming_flags():
                              "temperature": 0}) == {"model": "m", "messages": [], "temperature": 0}
 
 
+
+
+def _have_httpx() -> bool:
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_httpx = pytest.mark.skipif(not _have_httpx(), reason="httpx is not installed (Debian: python3-httpx)")
+
+
+@needs_httpx
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_http_client_calls_are_recorded_once_and_replayed_after_redispatch(make_kernel, start_agent,
+                                                                         llm_server, tmp_path, stream):
+    from rebuno import SyncClient
+
+    server = llm_server(scripted)
+    k = make_kernel(CONFIG)
+    work = tmp_path / "work"
+    work.mkdir()
+    start_agent("httpx_agent.py", k, env={"WORKDIR": str(work), "LLM_BASE_URL": server.base_url,
+                                          "LLM_MODEL": "scripted-1"})
+    with SyncClient(k.url) as c:
+        ex = c.create("llm", {"task": "ship it", "stream": stream})
+        wait_status(c, ex.id, "blocked")
+        assert len(server.calls) == 1  # the denied model was never called
+        k.cli("exec", "approve", ex.id, "--by", "alice")
+        done = wait_status(c, ex.id, timeout=15)
+        assert done.status == "completed", done
+        out = done.output
+        assert out["answer"] == "done: deployed to prod" and out["messages"] == 4
+        assert len(server.calls) == 2  # the first request was replayed on the second dispatch
+        assert [len(b["messages"]) for b in server.calls] == [1, 3]
+        ctype = "text/event-stream" if stream else "application/json"
+        assert [m["status"] for m in out["seen"]] == [200, 200]
+        assert [m["type"] for m in out["seen"]] == [ctype, ctype]
+        if stream:
+            # the replayed stream was parsed chunk by chunk like the live one
+            assert all(m["chunks"] >= 5 for m in out["seen"])
+        refused = out["refused"]
+        assert refused["status"] == 403 and refused["error"]["type"] == "rebuno_refusal"
+        assert refused["error"]["message"] == "rebuno_refusal: denied reason=that model is not allowed"
+        steps = c.steps(ex.id)
+        assert [(s.kind, s.target, s.status) for s in steps] == [
+            ("llm_call", "banned-model", "denied"), ("llm_call", "scripted-1", "succeeded"),
+            ("tool_call", "deploy", "succeeded"), ("llm_call", "scripted-1", "succeeded")]
+        first = steps[1]
+        assert first.args["model"] == "scripted-1" and bool(first.args.get("stream")) == stream
+        assert first.args["messages"] == [{"role": "user", "content": "ship it"}]
+        assert set(first.result) == {"status", "headers", "body"}
+        assert first.result["status"] == 200 and first.result["headers"] == {"content-type": ctype}
+        if stream:
+            assert first.result["body"].rstrip().endswith("data: [DONE]")
+            assert first.result["body"].count("data: ") >= 5
+        else:
+            body = json.loads(first.result["body"])
+            assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "deploy"
+
+
+@needs_httpx
+def test_http_client_outside_an_execution_passes_through(llm_server):
+    import httpx
+
+    from rebuno import RebunoTransport, http_client
+
+    server = llm_server(lambda body: {"content": "plain"})
+
+    async def main() -> None:
+        async with http_client(base_url=server.base_url) as http:
+            assert isinstance(http, httpx.AsyncClient)
+            r = await http.post("/chat/completions", json={"model": "m", "messages": []})
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "plain"
+        inner = httpx.AsyncHTTPTransport()
+        async with httpx.AsyncClient(transport=RebunoTransport(inner, model_field="engine"),
+                                     base_url=server.base_url) as http:
+            r = await http.post("/chat/completions", json={"engine": "e", "messages": []})
+            assert r.status_code == 200
+        with pytest.raises(TypeError):
+            http_client(proxies="http://127.0.0.1:1")
+
+    asyncio.run(main())
+    assert len(server.calls) == 2
+
+
+def test_package_imports_without_httpx_and_says_what_to_do(tmp_path):
+    """`import rebuno` never needs httpx; http_client()/RebunoTransport say how to get it."""
+    code = """
+import sys
+sys.modules["httpx"] = None          # as if it were not installed
+import rebuno
+from rebuno import Agent, ChatClient, tool
+for use in (lambda: rebuno.http_client(), lambda: rebuno.RebunoTransport):
+    try:
+        use()
+    except ImportError as e:
+        print("ImportError:", e)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(SDK)
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("ImportError:") and "rebuno.ChatClient" in line
+        assert "apt-get install python3-httpx" in line

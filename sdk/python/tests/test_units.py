@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any, Literal
 
@@ -85,15 +86,22 @@ def test_tool_decorator_forms_and_calls_outside_an_execution():
     assert a.__name__ == "a" and a.__doc__ is None
     with pytest.raises(ValueError):
         tool("x", idempotency="sometimes")
+    async def await_a() -> int:
+        return await a(1)
+
     with pytest.raises(RuntimeError, match="outside an active execution"):
-        import asyncio
-        asyncio.run(a(1))
+        asyncio.run(await_a())
     with pytest.raises(RuntimeError, match="outside a running handler"):
         execution()
     with pytest.raises(AttributeError, match="must be called"):
         execution.id  # noqa: B018
     with pytest.raises(RuntimeError):
         step("s", lambda: 1)
+    # from synchronous code (no running loop) outside an execution an async tool cannot
+    # run at all: a clear TypeError, not a coroutine that is never awaited
+    with pytest.raises(TypeError, match="async tool 'a' was called from synchronous code"):
+        a(1)
+    assert asyncio.iscoroutinefunction(a)  # frameworks still see an async tool
 
 
 def test_input_binding():
@@ -189,10 +197,20 @@ def test_every_public_name_has_a_docstring_and_type_hints():
     import inspect
 
     import rebuno
+    import rebuno.mcp
 
+    public = [(rebuno, n) for n in rebuno.__all__]
+    public += [(rebuno.mcp, n) for n in ("wrap_mcp_tools", "wrap_mcp_tool", "flatten_result", "tool_id",
+                                         "MCPToolError")]
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        public.append((rebuno, "RebunoTransport"))
     missing: list[str] = []
-    for name in rebuno.__all__:
-        obj = getattr(rebuno, name)
+    for owner, name in public:
+        obj = getattr(owner, name)
         if name.startswith("__") or inspect.ismodule(obj):
             continue
         if not (getattr(obj, "__doc__", None) or "").strip():

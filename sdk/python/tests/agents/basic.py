@@ -2,7 +2,7 @@
 
 from _common import effect, run
 
-from rebuno import Result, execution, previous, tool
+from rebuno import Result, execution, previous, step, tool
 
 
 @tool
@@ -37,6 +37,8 @@ async def process(task: str, session: str | None = None) -> Result:
         await explode(task)
     if task == "deny":
         await forbidden()
+    if task == "deny_step":  # a local step the policy denies: step() raises PolicyError
+        await step("forbidden", lambda: effect("forbidden-step"))
     if task == "nonjson":
         return Result(output={"x": object()})
     loud = await shout(task)
