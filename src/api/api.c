@@ -68,6 +68,7 @@ struct route {
     enum perm perm;
     void (*fn)(struct api *a, struct http_req *r);
     struct api *api;
+    const char *const *query; /* the query parameters it takes (NULL-terminated); NULL: none */
 };
 
 struct api {
@@ -246,6 +247,8 @@ static bool perm_ok(const struct key_entry *k, enum perm p)
     }
 }
 
+static int check_query(struct http_req *r, const char *const *allowed, struct err *err);
+
 static void route_entry(struct http_req *r, void *arg)
 {
     struct route *rt = arg;
@@ -276,6 +279,11 @@ static void route_entry(struct http_req *r, void *arg)
             http_req_set_data(r, (void *)k);
         }
     }
+    struct err err = ERR_INIT;
+    if (check_query(r, rt->query, &err) < 0) {
+        http_reply_err(r, &err);
+        return;
+    }
     rt->fn(a, r);
 }
 
@@ -290,24 +298,57 @@ int api_role_parse(const char *s, enum api_role *out)
 
 /* --- input validation --- */
 
+static bool name_in(const char *name, const char *const *names)
+{
+    for (int i = 0; names && names[i]; i++)
+        if (strcmp(name, names[i]) == 0) return true;
+    return false;
+}
+
+/* "a, b, c" of a NULL-terminated list ("" for none) into list. */
+static void join_names(const char *const *names, char *list, size_t size)
+{
+    list[0] = '\0';
+    for (int i = 0; names && names[i]; i++) {
+        strncat(list, i ? ", " : "", size - strlen(list) - 1);
+        strncat(list, names[i], size - strlen(list) - 1);
+    }
+}
+
 static int check_fields(const json_t *body, const char *const *allowed, struct err *err)
 {
     if (!json_is_object(body)) return err_invalid(err, "body", "the request body must be a JSON object");
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)body, key, v) {
-        bool ok = false;
-        for (int i = 0; allowed[i]; i++)
-            if (strcmp(key, allowed[i]) == 0) ok = true;
-        if (!ok) {
-            char list[256] = "";
-            for (int i = 0; allowed[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-            }
+        if (!name_in(key, allowed)) {
+            char list[256];
+            join_names(allowed, list, sizeof list);
             return err_invalid(err, key, "unknown field \"%s\"; this request takes: %s", key,
                                *list ? list : "no fields");
         }
+    }
+    return 0;
+}
+
+/* The query keys a route takes, each at most once: like check_fields for the URL, so a
+ * misspelt filter (?stauts=failed) is an error rather than a silently unfiltered list. */
+static int check_query(struct http_req *r, const char *const *allowed, struct err *err)
+{
+    const char *key, *val;
+    for (size_t i = 0; http_req_query_at(r, i, &key, &val); i++) {
+        if (!name_in(key, allowed)) {
+            char list[256];
+            join_names(allowed, list, sizeof list);
+            if (!*list)
+                return err_invalid(err, key, "unknown query parameter \"%s\"; this request takes no query parameters",
+                                   key);
+            return err_invalid(err, key, "unknown query parameter \"%s\"; this request takes: %s", key, list);
+        }
+        const char *k2, *v2;
+        for (size_t j = 0; j < i && http_req_query_at(r, j, &k2, &v2); j++)
+            if (strcmp(k2, key) == 0)
+                return err_invalid(err, key, "query parameter \"%s\" is given more than once; pass it once", key);
     }
     return 0;
 }
@@ -1256,36 +1297,42 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- setup --- */
 
+/* Query parameters of the routes that take any. */
+static const char *const q_list[] = {"agent", "status", "session", "cursor", "limit", NULL};
+static const char *const q_page[] = {"after", "limit", NULL};
+static const char *const q_stream[] = {"after", NULL};
+static const char *const q_approvals[] = {"status", "execution_id", NULL};
+
 static const struct route route_table[] = {
-    {"GET", "/v0/health", P_PUBLIC, h_health, NULL},
-    {"POST", "/v0/executions", P_CLIENT, h_create, NULL},
-    {"GET", "/v0/executions", P_READ, h_list, NULL},
-    {"GET", "/v0/executions/:id", P_READ, h_get, NULL},
-    {"POST", "/v0/executions/:id/cancel", P_CLIENT, h_cancel, NULL},
-    {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL},
-    {"GET", "/v0/executions/:id/events/stream", P_READ, h_stream, NULL},
-    {"GET", "/v0/executions/:id/steps", P_READ, h_steps, NULL},
-    {"POST", "/v0/executions/:id/steps", P_AGENT, h_submit, NULL},
-    {"GET", "/v0/executions/:id/steps/:step", P_READ, h_step_get, NULL},
-    {"POST", "/v0/executions/:id/steps/:step/complete", P_AGENT, h_step_complete, NULL},
-    {"POST", "/v0/executions/:id/steps/:step/fail", P_AGENT, h_step_fail, NULL},
-    {"POST", "/v0/executions/:id/heartbeat", P_AGENT, h_heartbeat, NULL},
-    {"POST", "/v0/executions/:id/complete", P_AGENT, h_complete, NULL},
-    {"POST", "/v0/executions/:id/fail", P_AGENT, h_fail, NULL},
-    {"GET", "/v0/executions/:id/previous", P_READ, h_previous, NULL},
-    {"POST", "/v0/executions/:id/fork", P_CLIENT, h_fork, NULL},
-    {"GET", "/v0/executions/:id/fork-points", P_READ, h_fork_points, NULL},
-    {"GET", "/v0/executions/:id/resources", P_READ, h_resources, NULL},
-    {"POST", "/v0/executions/:id/resources", P_AGENT, h_register, NULL},
-    {"POST", "/v0/executions/:id/resources/:key/binding", P_AGENT, h_bind, NULL},
-    {"POST", "/v0/executions/:id/checkpoints", P_AGENT, h_checkpoints, NULL},
-    {"GET", "/v0/agents", P_READ, h_agents, NULL},
-    {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL},
-    {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL},
-    {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL},
-    {"GET", "/v0/approvals/:id", P_CLIENT, h_approval_get, NULL},
-    {"POST", "/v0/approvals/:id/approve", P_APPROVE, h_approve, NULL},
-    {"POST", "/v0/approvals/:id/deny", P_APPROVE, h_deny, NULL},
+    {"GET", "/v0/health", P_PUBLIC, h_health, NULL, NULL},
+    {"POST", "/v0/executions", P_CLIENT, h_create, NULL, NULL},
+    {"GET", "/v0/executions", P_READ, h_list, NULL, q_list},
+    {"GET", "/v0/executions/:id", P_READ, h_get, NULL, NULL},
+    {"POST", "/v0/executions/:id/cancel", P_CLIENT, h_cancel, NULL, NULL},
+    {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL, q_page},
+    {"GET", "/v0/executions/:id/events/stream", P_READ, h_stream, NULL, q_stream},
+    {"GET", "/v0/executions/:id/steps", P_READ, h_steps, NULL, NULL},
+    {"POST", "/v0/executions/:id/steps", P_AGENT, h_submit, NULL, NULL},
+    {"GET", "/v0/executions/:id/steps/:step", P_READ, h_step_get, NULL, NULL},
+    {"POST", "/v0/executions/:id/steps/:step/complete", P_AGENT, h_step_complete, NULL, NULL},
+    {"POST", "/v0/executions/:id/steps/:step/fail", P_AGENT, h_step_fail, NULL, NULL},
+    {"POST", "/v0/executions/:id/heartbeat", P_AGENT, h_heartbeat, NULL, NULL},
+    {"POST", "/v0/executions/:id/complete", P_AGENT, h_complete, NULL, NULL},
+    {"POST", "/v0/executions/:id/fail", P_AGENT, h_fail, NULL, NULL},
+    {"GET", "/v0/executions/:id/previous", P_READ, h_previous, NULL, NULL},
+    {"POST", "/v0/executions/:id/fork", P_CLIENT, h_fork, NULL, NULL},
+    {"GET", "/v0/executions/:id/fork-points", P_READ, h_fork_points, NULL, q_page},
+    {"GET", "/v0/executions/:id/resources", P_READ, h_resources, NULL, NULL},
+    {"POST", "/v0/executions/:id/resources", P_AGENT, h_register, NULL, NULL},
+    {"POST", "/v0/executions/:id/resources/:key/binding", P_AGENT, h_bind, NULL, NULL},
+    {"POST", "/v0/executions/:id/checkpoints", P_AGENT, h_checkpoints, NULL, NULL},
+    {"GET", "/v0/agents", P_READ, h_agents, NULL, NULL},
+    {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL, NULL},
+    {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL, NULL},
+    {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL, q_approvals},
+    {"GET", "/v0/approvals/:id", P_CLIENT, h_approval_get, NULL, NULL},
+    {"POST", "/v0/approvals/:id/approve", P_APPROVE, h_approve, NULL, NULL},
+    {"POST", "/v0/approvals/:id/deny", P_APPROVE, h_deny, NULL, NULL},
 };
 
 struct api *api_new(struct event_base *base, struct http_server *http, struct kernel *k,

@@ -169,9 +169,32 @@ static void msg_append(struct err *e, const char *text)
     strncat(e->msg, text, sizeof e->msg - 1 - strnlen(e->msg, sizeof e->msg - 1));
 }
 
-/* Error for a non-2xx reply: the kernel's {"error":{...}} when present. */
-static int http_err(const struct client *c, long status, const char *body, size_t len,
-                    struct err *err)
+/* What to do about an id the kernel does not know, by the kind of object the path names.
+ * The kernel says which id ("field": "id" for the one in the path); the CLI knows which
+ * command lists that kind, so every command that reads an object gets the same hint. */
+static const struct {
+    const char *prefix; /* path prefix, followed by the id */
+    const char *hint;
+} not_found_hints[] = {
+    {"/v0/executions/", "list executions with 'rebuno exec list'"},
+    {"/v0/approvals/", "list approvals with 'rebuno approval ls --status all'"},
+};
+
+static void add_hint(const char *path, struct err *err)
+{
+    if (!path || strcmp(err->code, "not_found") != 0 || strcmp(err->field, "id") != 0) return;
+    for (size_t i = 0; i < sizeof not_found_hints / sizeof not_found_hints[0]; i++)
+        if (strncmp(path, not_found_hints[i].prefix, strlen(not_found_hints[i].prefix)) == 0) {
+            msg_append(err, "; ");
+            msg_append(err, not_found_hints[i].hint);
+            return;
+        }
+}
+
+/* Error for a non-2xx reply to a request for path: the kernel's {"error":{...}} when
+ * present, with what to do added where the CLI knows better than the kernel. */
+static int http_err(const struct client *c, const char *path, long status, const char *body,
+                    size_t len, struct err *err)
 {
     json_t *j = len ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *e = json_object_get(j, "error");
@@ -180,6 +203,7 @@ static int http_err(const struct client *c, long status, const char *body, size_
         const char *field = cli_str(e, "field");
         err_set(err, (int)status, code ? code : "http_error", field ? field : "", "%s",
                 msg && *msg ? msg : "the kernel gave no message");
+        add_hint(path, err);
     } else {
         struct buf snip;
         buf_init(&snip, 0);
@@ -270,7 +294,7 @@ int client_request(struct client *c, const char *method, const char *path, json_
     } else if (rc != CURLE_OK) {
         transport_err(c, rc, errbuf, err);
     } else if (status < 200 || status > 299) {
-        http_err(c, status, sink.b.data, sink.b.len, err);
+        http_err(c, path, status, sink.b.data, sink.b.len, err);
     } else if (sink.b.len == 0) {
         ret = (int)status;
     } else {
@@ -508,7 +532,7 @@ int client_stream(struct client *c, const char *path, const char *last_event_id,
                     "the kernel at %s kept ending the event stream before the execution finished",
                     c->url);
         } else if (rc == CURLE_OK) {
-            http_err(c, status, s.errbody.data, s.errbody.len, &attempt);
+            http_err(c, path, status, s.errbody.data, s.errbody.len, &attempt);
             if (status < 500) {
                 *err = attempt;
                 ret = -1;

@@ -7,7 +7,8 @@
  * and reconnects with Last-Event-ID when it drops. Both turn every failure into
  * a struct err whose message says what went wrong and what to do: transport
  * failures name the URL and how to start or point at a kernel, HTTP errors carry
- * the kernel's {"error":{"code","message","field"}} verbatim.
+ * the kernel's {"error":{"code","message","field"}} verbatim, and a not_found for
+ * the id in the path adds the command that lists that kind of object.
  *
  * The bottom half is the plumbing the `rebuno exec` / `rebuno approval` commands
  * share: argument parsing with the global options, error rendering and safe

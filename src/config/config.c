@@ -54,8 +54,10 @@ static int64_t *int_field(struct config *c, const struct setting *s)
     return (int64_t *)((char *)c + s->off);
 }
 
+/* where names the source for errors ("rebuno.yaml:3:8", "environment variable REBUNO_X",
+ * "--flag"); fix is what to do about a bad value there. */
 static int set_value(struct config *c, const struct setting *s, const char *v, const char *where,
-                     struct err *err)
+                     const char *fix, struct err *err)
 {
     if (s->type == C_STR) {
         free(*str_field(c, s));
@@ -66,8 +68,8 @@ static int set_value(struct config *c, const struct setting *s, const char *v, c
     errno = 0;
     long long n = strtoll(v, &end, 10);
     if (errno || end == v || *end || n < s->min || n > s->max)
-        return err_invalid(err, s->name, "%s: %s must be an integer between %lld and %lld (got \"%s\")", where,
-                           s->name, (long long)s->min, (long long)s->max, v);
+        return err_invalid(err, s->name, "%s: %s must be an integer between %lld and %lld (got \"%s\"); %s",
+                           where, s->name, (long long)s->min, (long long)s->max, v, fix);
     *int_field(c, s) = n;
     return 0;
 }
@@ -282,7 +284,7 @@ static int load_file(struct config *c, const char *path, struct err *err)
         if (want_scalar(&y, v, key, &val) < 0) goto out;
         char where[300];
         snprintf(where, sizeof where, "%s:%zu:%zu", path, v->start_mark.line + 1, v->start_mark.column + 1);
-        int r = set_value(c, s, val, where, err);
+        int r = set_value(c, s, val, where, "fix it in the config file", err);
         free(val);
         if (r < 0) goto out;
     }
@@ -317,7 +319,11 @@ int config_load(struct config *c, int argc, char **argv, struct err *err)
     }
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         const char *v = getenv(settings[i].env);
-        if (v && set_value(c, &settings[i], v, settings[i].env, err) < 0) return -1;
+        if (!v) continue;
+        char where[96], fix[96];
+        snprintf(where, sizeof where, "environment variable %s", settings[i].env);
+        snprintf(fix, sizeof fix, "fix it or unset %s", settings[i].env);
+        if (set_value(c, &settings[i], v, where, fix, err) < 0) return -1;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -340,7 +346,7 @@ int config_load(struct config *c, int argc, char **argv, struct err *err)
         if (!s) return err_invalid(err, a, "unknown flag %s; run with --help for the settings", a);
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) return err_invalid(err, a, "%s needs a value", a);
-        if (set_value(c, s, v, a, err) < 0) return -1;
+        if (set_value(c, s, v, a, "pass a whole number in that range", err) < 0) return -1;
     }
     return 0;
 }

@@ -1218,6 +1218,14 @@ const char *http_req_query(const struct http_req *r, const char *name)
     return kvs_get(&r->query, name, false);
 }
 
+bool http_req_query_at(const struct http_req *r, size_t i, const char **key, const char **value)
+{
+    if (i >= r->query.n) return false;
+    *key = r->query.v[i].key;
+    *value = r->query.v[i].val;
+    return true;
+}
+
 const char *http_req_header(const struct http_req *r, const char *name)
 {
     return kvs_get(&r->hdrs, name, true);

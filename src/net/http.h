@@ -71,6 +71,9 @@ const char *http_req_path(const struct http_req *r);      /* decoded path withou
 const char *http_req_param(const struct http_req *r, const char *name); /* ":name" capture */
 /* Decoded query parameter, NULL if absent. Repeated keys: the first one. */
 const char *http_req_query(const struct http_req *r, const char *name);
+/* The i-th decoded query parameter in request order (i from 0), for checking the keys a
+ * route accepts. Returns false when there is no i-th parameter. */
+bool http_req_query_at(const struct http_req *r, size_t i, const char **key, const char **value);
 /* Case-insensitive header lookup, NULL if absent. */
 const char *http_req_header(const struct http_req *r, const char *name);
 const char *http_req_body(const struct http_req *r, size_t *len);

@@ -1,4 +1,5 @@
 """The rebuno CLI against a real kernel: exec, approval and policy commands."""
+import datetime
 import json
 import os
 import subprocess
@@ -125,3 +126,151 @@ def test_policy_check(tmp_path):
     assert p.returncode == 1 and f"{bad}:4:" in p.stderr and "targett" in p.stderr
     p = subprocess.run([BIN, "policy", "eval", str(good), "--target", "shell"], capture_output=True, text=True)
     assert p.returncode == 0 and "decision=allow rule=a" in p.stdout
+
+
+UNKNOWN = "0192f1a0-0000-7000-8000-000000000000"
+
+
+def finished_execution(k, steps=2):
+    """A completed execution with a few steps; returns (id, last_seq)."""
+    ex = k.create("hello", {"n": steps})
+    d = Dispatch(k, k.claim("hello", k.worker("hello")))
+    for i in range(steps):
+        d.finish(d.submit("tool", {"i": i})["step_id"], result=i)
+    assert d.complete({"done": True})[0] == 200
+    return ex["id"], k.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"]
+
+
+def seqs(text):
+    """The seq column of `exec events` / `exec watch` text lines."""
+    return [int(line.split()[0]) for line in text.splitlines() if line.strip()[:1].isdigit()]
+
+
+def test_create_with_deadline(kernel):
+    ex = json.loads(cli(kernel, "exec", "create", "hello", "{}", "--deadline", "90", "--json").stdout)
+    created = datetime.datetime.strptime(ex["created_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    deadline = datetime.datetime.strptime(ex["deadline_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    assert deadline - created == datetime.timedelta(seconds=90)
+    assert kernel.ok("GET", f"/v0/executions/{ex['id']}")["deadline_at"] == ex["deadline_at"]
+    assert ex["deadline_at"] in cli(kernel, "exec", "get", ex["id"]).stdout
+    # Without --deadline there is none.
+    assert json.loads(cli(kernel, "exec", "create", "hello", "--json").stdout)["deadline_at"] is None
+    before = kernel.ok("GET", "/v0/executions?limit=200")["executions"]
+    for bad in ("0", "soon", "31536001"):
+        p = cli(kernel, "exec", "create", "hello", "--deadline", bad, check=False)
+        assert p.returncode == 2 and "--deadline must be" in p.stderr, p.stderr
+    assert kernel.ok("GET", "/v0/executions?limit=200")["executions"] == before
+
+
+def test_list_status_and_cursor(kernel):
+    ids = [kernel.create("pager", {"i": i})["id"] for i in range(3)]
+    kernel.create("other", {})
+    kernel.ok("POST", f"/v0/executions/{ids[1]}/cancel", {})
+    out = cli(kernel, "exec", "list", "--agent", "pager", "--status", "cancelled").stdout
+    assert ids[1] in out and ids[0] not in out and ids[2] not in out, out
+    page = json.loads(cli(kernel, "exec", "list", "--status", "pending", "--agent", "pager", "--json").stdout)
+    assert [e["id"] for e in page["executions"]] == [ids[2], ids[0]]
+    assert "no executions" in cli(kernel, "exec", "list", "--agent", "pager", "--status", "failed").stdout
+    # Pages: newest first, the last line says how to get the next one, --cursor gets it.
+    first = cli(kernel, "exec", "list", "--agent", "pager", "--limit", "2").stdout.splitlines()
+    assert ids[2] in first[1] and ids[1] in first[2], first
+    assert first[-1].startswith("next: --cursor "), first
+    cursor = first[-1].split()[-1]
+    second = cli(kernel, "exec", "list", "--agent", "pager", "--limit", "2", "--cursor", cursor).stdout
+    assert ids[0] in second and ids[1] not in second and ids[2] not in second, second
+    assert "next:" not in second
+    p = cli(kernel, "exec", "list", "--status", "done", check=False)
+    assert p.returncode == 2 and "--status must be one of" in p.stderr
+    p = cli(kernel, "exec", "list", "--cursor", "xyz", check=False)
+    assert p.returncode == 1 and "cursor" in p.stderr
+
+
+def test_events_after_and_limit(kernel):
+    ex_id, last = finished_execution(kernel)
+    out = cli(kernel, "exec", "events", ex_id, "--after", "2", "--limit", "3").stdout
+    assert seqs(out) == [3, 4, 5], out
+    assert out.splitlines()[-1] == "next: --after 5", out
+    rest = cli(kernel, "exec", "events", ex_id, "--after", "5").stdout
+    assert seqs(rest) == list(range(6, last + 1)) and "next:" not in rest, rest
+    lines = cli(kernel, "exec", "events", ex_id, "--json", "--after", "1", "--limit", "2").stdout.splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == [2, 3]
+    assert "no events" in cli(kernel, "exec", "events", ex_id, "--after", str(last)).stdout
+    for opt, bad in (("--after", "-1"), ("--limit", "0"), ("--limit", "1001")):
+        p = cli(kernel, "exec", "events", ex_id, opt, bad, check=False)
+        assert p.returncode == 2 and f"{opt} must be" in p.stderr, p.stderr
+
+
+def test_watch_json_and_after_on_a_finished_execution(kernel):
+    ex_id, last = finished_execution(kernel)
+    # --json: the events after --after as NDJSON, nothing else; exit 0 for completed.
+    p = cli(kernel, "exec", "watch", ex_id, "--json", "--after", "3", timeout=60)
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(4, last + 1))
+    assert events[-1]["type"] == "execution.completed" and events[-1]["execution_id"] == ex_id
+    # Text with --after: only later events, then the outcome.
+    p = cli(kernel, "exec", "watch", ex_id, "--after", str(last - 1), timeout=60)
+    assert seqs(p.stdout) == [last] and "execution.completed" in p.stdout
+    assert f"execution {ex_id} completed" in p.stdout
+    # Nothing after --after: just the outcome (and with --json, nothing at all).
+    p = cli(kernel, "exec", "watch", ex_id, "--after", str(last), timeout=60)
+    assert seqs(p.stdout) == [] and f"execution {ex_id} completed" in p.stdout, p.stdout
+    p = cli(kernel, "exec", "watch", ex_id, "--after", str(last), "--json", timeout=60)
+    assert p.stdout == ""
+    # A failed execution: exit 1 with --json too.
+    ex = kernel.create("hello", {})
+    d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
+    assert d.call("POST", "/fail", {"error": "agent_error: boom"})[0] == 200
+    p = cli(kernel, "exec", "watch", ex["id"], "--json", check=False, timeout=60)
+    assert p.returncode == 1
+    assert json.loads(p.stdout.splitlines()[-1])["type"] == "execution.failed"
+
+
+def test_approval_get_approve_deny(make_kernel):
+    k = make_kernel(POLICY, mode="server").start()
+    blocked = []
+    for _ in range(2):
+        ex = k.create("coder", {})
+        d = Dispatch(k, k.claim("coder", k.worker("coder")))
+        dec = d.submit("open_pr", {"title": "x"}, idempotency="at_most_once")
+        assert dec["decision"] == "blocked"
+        blocked.append((ex["id"], dec["approval_id"]))
+    (ex1, a1), (ex2, a2) = blocked
+    text = cli(k, "approval", "get", a1).stdout
+    for want in (f"id:          {a1}", f"execution:   {ex1}", "call:        tool_call open_pr",
+                 "status:      pending", "rule:        open-pr", f"approve with: rebuno approval approve {a1}",
+                 f"deny with: rebuno approval deny {a1}"):
+        assert want in text, (want, text)
+    got = json.loads(cli(k, "approval", "get", a1, "--json").stdout)
+    assert got["id"] == a1 and got["status"] == "pending" and got["args"] == {"title": "x"}
+    out = cli(k, "approval", "approve", a1, "--by", "alice", "--reason", "looks fine").stdout
+    assert out.startswith(f"granted {a1} (execution {ex1}, tool_call open_pr) by alice"), out
+    decided = cli(k, "approval", "get", a1).stdout
+    assert "status:      granted" in decided and "decided by:  alice" in decided
+    assert "rationale:   looks fine" in decided and "approve with" not in decided
+    done = json.loads(cli(k, "approval", "deny", a2, "--by", "bob", "--json").stdout)
+    assert done["id"] == a2 and done["status"] == "denied" and done["decided_by"] == "bob"
+    assert k.ok("GET", f"/v0/approvals/{a2}")["status"] == "denied"
+    # A decided approval is not decided again.
+    for verb in ("approve", "deny"):
+        p = cli(k, "approval", verb, a1, "--by", "carol", check=False)
+        assert p.returncode == 1 and f"approval {a1} is already granted by alice" in p.stderr, p.stderr
+    assert k.ok("GET", f"/v0/approvals/{a1}")["decided_by"] == "alice"
+    p = cli(k, "approval", "get", check=False)
+    assert p.returncode == 2 and "missing ID" in p.stderr
+
+
+def test_not_found_errors_say_what_to_do(make_kernel):
+    k = make_kernel(POLICY, mode="server").start()
+    exec_hint = f'error: no execution with id "{UNKNOWN}"; list executions with \'rebuno exec list\''
+    for args in (("exec", "get", UNKNOWN), ("exec", "events", UNKNOWN), ("exec", "watch", UNKNOWN),
+                 ("exec", "cancel", UNKNOWN), ("exec", "get", "not-an-id")):
+        p = cli(k, *args, check=False, timeout=60)
+        want = exec_hint.replace(UNKNOWN, args[2])
+        assert p.returncode == 1 and want in p.stderr, (args, p.stderr)
+    p = cli(k, "approval", "get", UNKNOWN, check=False)
+    assert p.returncode == 1, p.stderr
+    assert (f'error: no approval with id "{UNKNOWN}"; list approvals with '
+            "'rebuno approval ls --status all'") in p.stderr, p.stderr
+    # Other errors are left as the kernel wrote them.
+    p = cli(k, "exec", "create", "nobody", check=False)
+    assert p.returncode == 1 and "add it under agents:" in p.stderr and "rebuno exec list" not in p.stderr

@@ -1,4 +1,5 @@
 """Steps, replay and leases against the real kernel."""
+import datetime
 import time
 
 from conftest import Dispatch
@@ -9,6 +10,18 @@ agents:
     lease_timeout_seconds: 1
     max_attempts: 3
 """
+
+# Long enough that a loaded test machine does not stall a 0.3 s loop past it.
+TWO_SECOND_LEASE = """
+agents:
+  - name: steady
+    lease_timeout_seconds: 2
+    max_attempts: 3
+"""
+
+
+def parse_time(s):
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def run_agent(k, d, calls, side_effects):
@@ -77,17 +90,29 @@ def test_redispatch_replays_every_recorded_step(make_kernel):
 
 def test_superseded_worker_is_refused(make_kernel):
     k = make_kernel(SHORT_LEASE).start()
-    k.create("fast", {})
+    ex = k.create("fast", {})
     d1 = Dispatch(k, k.claim("fast", k.worker("fast")))
     dec = d1.submit("slow_tool", {})
     d2 = Dispatch(k, k.claim("fast", k.worker("fast"), wait=5))
     assert d2.attempt == d1.attempt + 1
-    st, out = d1.call("POST", f"/steps/{dec['step_id']}/complete", {"result": 1})
-    assert st == 409 and out["error"]["code"] == "lease_superseded", out
-    st, out = d1.call("POST", "/heartbeat")
-    assert st == 409 and out["error"]["code"] == "lease_superseded"
-    st, out = d1.complete("late")
-    assert st == 409 and out["error"]["code"] == "lease_superseded"
+    before = (k.events(ex["id"]), k.ok("GET", f"/v0/executions/{ex['id']}/steps"))
+    # Every agent call of the old attempt is refused, and none of them changes anything.
+    refused = [
+        ("POST", f"/steps/{dec['step_id']}/complete", {"result": 1}),
+        ("POST", f"/steps/{dec['step_id']}/fail", {"error": "boom"}),
+        ("POST", "/steps", {"kind": "tool_call", "target": "another_tool", "args": {}}),
+        ("POST", "/steps", {"kind": "tool_call", "target": "slow_tool", "args": {}}),
+        ("POST", "/heartbeat", None),
+        ("POST", "/fail", {"error": "agent_error: too late"}),
+        ("POST", "/complete", {"output": "late"}),
+    ]
+    for method, path, body in refused:
+        st, out = d1.call(method, path, body)
+        assert st == 409 and out["error"]["code"] == "lease_superseded", (path, st, out)
+        assert out["error"]["field"] == "Rebuno-Dispatch-Attempt", out
+    assert (k.events(ex["id"]), k.ok("GET", f"/v0/executions/{ex['id']}/steps")) == before
+    got = k.ok("GET", f"/v0/executions/{ex['id']}")
+    assert got["status"] == "running" and got["dispatch"]["attempt"] == d2.attempt
     # The new holder's heartbeat renews its lease.
     st, out = d2.call("POST", "/heartbeat")
     assert st == 200 and out["lease_deadline"]
@@ -102,6 +127,59 @@ def test_heartbeat_keeps_the_lease(make_kernel):
         assert d.call("POST", "/heartbeat")[0] == 200
     assert k.claim("fast", k.worker("fast"), wait=0) is None
     assert d.complete("ok")[0] == 200
+
+
+def test_step_submissions_renew_the_lease(make_kernel):
+    """Step submissions alone (no heartbeat, no step completion) keep the lease: the same
+    attempt works on for more than two lease periods and nobody else can claim it."""
+    k = make_kernel(TWO_SECOND_LEASE).start()
+    ex = k.create("steady", {})
+    d = Dispatch(k, k.claim("steady", k.worker("steady")))
+    other = k.worker("steady")
+    first = deadline = parse_time(d.claim["dispatch"]["lease_deadline"])
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < 5:
+        time.sleep(0.3)
+        assert d.submit("tick", {"i": i})["decision"] == "proceed"
+        i += 1
+        view = k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"]
+        assert view["attempt"] == d.attempt == 1 and view["state"] == "leased", view
+        # The kernel stores a renewal once it moves the deadline by a quarter of the lease
+        # (at most 1 s), so the stored deadline moves in steps, never back.
+        renewed = parse_time(view["lease_deadline"])
+        assert renewed >= deadline, (i, renewed, deadline)
+        deadline = renewed
+    assert time.monotonic() - start > 2 * 2, "the loop must outlast two lease periods"
+    # ~5 s of submissions moved the deadline by about as much (less one renewal step).
+    assert deadline - first >= datetime.timedelta(seconds=3), (first, deadline)
+    assert k.claim("steady", other, wait=0) is None
+    types = [e["type"] for e in k.events(ex["id"])]
+    assert "dispatch.expired" not in types and types.count("dispatch.claimed") == 1
+    st, out = d.complete("done")
+    assert st == 200 and out["status"] == "completed"
+
+
+def test_default_lease_is_120_seconds(kernel):
+    """Without lease_timeout_seconds anywhere in the config, a lease is 2 minutes."""
+    w = kernel.worker("hello")
+    reg = kernel.ok("POST", "/v0/agents/hello/workers", {}, status=201)
+    assert reg["lease_timeout_seconds"] == 120
+    agents = {a["name"]: a for a in kernel.ok("GET", "/v0/agents")["agents"]}
+    assert agents["hello"]["lease_timeout_seconds"] == 120
+    ex = kernel.create("hello", {})
+    claim = kernel.claim("hello", w)
+    assert claim["dispatch"]["lease_timeout_seconds"] == 120
+    claimed = [e for e in kernel.events(ex["id"]) if e["type"] == "dispatch.claimed"][0]
+    lease = parse_time(claim["dispatch"]["lease_deadline"]) - parse_time(claimed["at"])
+    assert lease == datetime.timedelta(seconds=120), lease
+    # A heartbeat renews it by the same 2 minutes.
+    d = Dispatch(kernel, claim)
+    st, out = d.call("POST", "/heartbeat")
+    assert st == 200
+    view = kernel.ok("GET", f"/v0/executions/{ex['id']}")
+    renewed = parse_time(out["lease_deadline"]) - parse_time(view["updated_at"])
+    assert renewed == datetime.timedelta(seconds=120), renewed
 
 
 def test_at_most_once_orphan_becomes_indeterminate(make_kernel):
@@ -228,3 +306,63 @@ def test_resent_submission_is_the_same_step(kernel):
     assert other["step_id"] != first["step_id"]
     step = kernel.ok("GET", f"/v0/executions/{ex['id']}/steps/{first['step_id']}")
     assert step["runs"] == 1 and step["status"] == "succeeded"
+
+
+def test_claim_registers_an_unknown_worker(kernel):
+    """Workers live in memory: a claim with a well-formed worker id the kernel has not seen
+    registers it for the claimed agent, as if POST /workers had been called."""
+    wid = "0192f1a0-0000-7000-8000-00000000beef"
+    ex = kernel.create("hello", {})
+    claim = kernel.claim("hello", wid)
+    assert claim is not None and claim["execution"]["id"] == ex["id"]
+    assert claim["execution"]["dispatch"]["worker_id"] == wid
+    claimed = [e for e in kernel.events(ex["id"]) if e["type"] == "dispatch.claimed"]
+    assert [e["payload"]["worker_id"] for e in claimed] == [wid]
+    agents = {a["name"]: a for a in kernel.ok("GET", "/v0/agents")["agents"]}
+    assert agents["hello"]["workers"] == 1
+    # It is now hello's worker: claiming for another agent with it is refused.
+    st, out = kernel.request("POST", "/v0/agents/other/claim", {"worker_id": wid, "wait_seconds": 0})
+    assert st == 409 and out["error"]["code"] == "conflict" and out["error"]["field"] == "worker_id", out
+    assert Dispatch(kernel, claim).complete("ok")[0] == 200
+
+
+def test_worker_survives_a_kernel_restart(make_kernel):
+    """The kernel forgets its workers when it restarts; their next claim re-registers them,
+    so a running agent keeps working across the restart without registering again."""
+    k = make_kernel().start()
+    w = k.worker("hello")
+    ex = k.create("hello", {})
+    assert k.stop() == 0
+    k.start()
+    assert k.ok("GET", "/v0/agents")["agents"][0]["workers"] == 0
+    claim = k.claim("hello", w)
+    assert claim is not None and claim["execution"]["id"] == ex["id"] and claim["dispatch"]["attempt"] == 1
+    d = Dispatch(k, claim)
+    d.finish(d.submit("greet", {})["step_id"], result="hi")
+    assert d.complete("ok")[0] == 200
+
+
+def test_view_attempt_is_the_last_claimed_one(make_kernel):
+    """dispatch.attempt in the execution view counts claims made (0 before the first);
+    a dispatch.queued event carries the attempt the next claim will get."""
+    k = make_kernel(SHORT_LEASE).start()
+    ex = k.create("fast", {})
+    assert k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"] | {"id": None} == \
+        {"id": None, "attempt": 0, "state": "queued", "worker_id": None, "lease_deadline": None}
+    queued = [e["payload"]["attempt"] for e in k.events(ex["id"]) if e["type"] == "dispatch.queued"]
+    assert queued == [1]
+    c1 = k.claim("fast", k.worker("fast"))
+    assert c1["dispatch"]["attempt"] == 1
+    assert k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"]["attempt"] == 1
+    # The lease expires: queued again for attempt 2 while the view still says 1.
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        view = k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"]
+        if view["state"] == "queued":
+            break
+        time.sleep(0.1)
+    assert view["state"] == "queued" and view["attempt"] == 1, view
+    queued = [e["payload"]["attempt"] for e in k.events(ex["id"]) if e["type"] == "dispatch.queued"]
+    assert queued == [1, 2]
+    c2 = k.claim("fast", k.worker("fast"))
+    assert c2["dispatch"]["attempt"] == 2 == k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"]["attempt"]

@@ -1,14 +1,24 @@
 """Every malformed input gets a 4xx with a clear JSON error and changes nothing."""
 import json
+import re
 
 import pytest
 
 from conftest import Dispatch
+from test_approvals import POLICY
 
 
 def snapshot(k):
     execs = k.ok("GET", "/v0/executions?limit=200")["executions"]
     return json.dumps([(e["id"], e["status"], e["last_seq"]) for e in execs])
+
+
+def full_snapshot(k):
+    """Every execution with its events, and every approval: what a refused request must not touch."""
+    execs = k.ok("GET", "/v0/executions?limit=200")["executions"]
+    events = {e["id"]: k.events(e["id"]) for e in execs}
+    approvals = k.ok("GET", "/v0/approvals?status=all")["approvals"]
+    return json.dumps([execs, events, approvals], sort_keys=True)
 
 
 def assert_error(st, out, status, code, field=None):
@@ -63,10 +73,45 @@ def test_unknown_ids_and_routes(kernel):
 
 
 def test_bad_queries(kernel):
+    ex = kernel.create("hello", {})
+    before = full_snapshot(kernel)
     for q, field in (("limit=0", "limit"), ("limit=abc", "limit"), ("status=done", "status"),
                      ("cursor=xyz", "cursor")):
         st, out = kernel.request("GET", f"/v0/executions?{q}")
         assert_error(st, out, 400, "validation_error", field)
+    # Unknown query parameters are refused like unknown body fields, naming the parameter
+    # and what the route takes; so is a repeated one (every parameter is single-valued).
+    e = f"/v0/executions/{ex['id']}"
+    cases = [
+        ("GET", "/v0/executions?bogus=1", None, "bogus", "agent, status, session, cursor, limit"),
+        ("GET", "/v0/executions?agent=hello&stauts=failed", None, "stauts", "status"),
+        ("GET", "/v0/executions?status=running&status=failed", None, "status", "more than once"),
+        ("GET", "/v0/executions?limit=1&limit=2", None, "limit", "more than once"),
+        ("GET", f"{e}/events?after=0&before=9", None, "before", "after, limit"),
+        ("GET", f"{e}/events?after=1&after=2", None, "after", "more than once"),
+        ("GET", f"{e}/events/stream?limit=5", None, "limit", "after"),
+        ("GET", f"{e}/fork-points?from=1", None, "from", "after, limit"),
+        ("GET", "/v0/approvals?state=pending", None, "state", "status, execution_id"),
+        ("GET", "/v0/approvals?status=pending&status=granted", None, "status", "more than once"),
+        ("GET", f"{e}?verbose", None, "verbose", "no query parameters"),
+        ("GET", "/v0/agents?x=1", None, "x", "no query parameters"),
+        ("GET", "/v0/health?probe=1", None, "probe", "no query parameters"),
+        ("POST", "/v0/executions?agent=hello", {"agent": "hello"}, "agent", "no query parameters"),
+        ("POST", f"{e}/cancel?force=1", {}, "force", "no query parameters"),
+        ("POST", "/v0/agents/hello/claim?wait_seconds=0",
+         {"worker_id": "0192f1a0-0000-7000-8000-000000000000"}, "wait_seconds", "no query parameters"),
+    ]
+    for method, path, body, field, text in cases:
+        st, out = kernel.request(method, path, body)
+        assert_error(st, out, 400, "validation_error", field)
+        assert f'"{field}"' in out["error"]["message"] and text in out["error"]["message"], (path, out)
+    assert full_snapshot(kernel) == before
+    # Every parameter a route documents is still accepted.
+    assert kernel.ok("GET", "/v0/executions?agent=hello&status=pending&session=s&limit=5")["executions"] == []
+    kernel.ok("GET", f"/v0/executions?cursor={ex['id']}&limit=1")
+    kernel.ok("GET", f"{e}/events?after=0&limit=5")
+    kernel.ok("GET", f"{e}/fork-points?after=0&limit=5")
+    kernel.ok("GET", f"/v0/approvals?status=all&execution_id={ex['id']}")
 
 
 def test_bad_step_submissions(kernel):
@@ -97,16 +142,37 @@ def test_bad_step_submissions(kernel):
     assert kernel.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"] == before
 
 
-def test_bad_claims_and_decisions(kernel):
-    st, out = kernel.request("POST", "/v0/agents/hello/claim", {"worker_id": "w1"})
+def test_bad_claims_and_decisions(make_kernel):
+    k = make_kernel(POLICY, mode="server").start()
+    # A pending approval a bad decision could settle, and a queued execution a bad claim could take.
+    k.create("coder", {"task": "blocked"})
+    d = Dispatch(k, k.claim("coder", k.worker("coder")))
+    dec = d.submit("open_pr", {"title": "x"}, idempotency="at_most_once")
+    assert dec["decision"] == "blocked", dec
+    k.create("coder", {"task": "queued"})
+    approval = f"/v0/approvals/{dec['approval_id']}"
+    w = k.worker("coder")
+    before = full_snapshot(k)
+    st, out = k.request("POST", "/v0/agents/coder/claim", {"worker_id": "w1"})
     assert_error(st, out, 400, "validation_error", "worker_id")
-    st, out = kernel.request("POST", "/v0/agents/hello/claim",
-                             {"worker_id": "0192f1a0-0000-7000-8000-000000000000", "wait_seconds": 600})
+    st, out = k.request("POST", "/v0/agents/coder/claim", {"worker_id": w, "wait_seconds": 600})
     assert_error(st, out, 400, "validation_error", "wait_seconds")
-    st, out = kernel.request("POST", "/v0/approvals/0192f1a0-0000-7000-8000-000000000000/approve", {})
-    assert_error(st, out, 400, "validation_error", "by")
-    st, out = kernel.request("POST", "/v0/approvals/0192f1a0-0000-7000-8000-000000000000/approve", {"by": "me"})
+    st, out = k.request("POST", "/v0/agents/coder/claim", {"worker_id": w, "wait_seconds": 0, "greedy": True})
+    assert_error(st, out, 400, "validation_error", "greedy")
+    st, out = k.request("POST", "/v0/agents/coder/claim", {"worker_id": w, "wait_seconds": "0"})
+    assert_error(st, out, 400, "validation_error", "wait_seconds")
+    for verb in ("approve", "deny"):
+        st, out = k.request("POST", f"{approval}/{verb}", {})
+        assert_error(st, out, 400, "validation_error", "by")
+        st, out = k.request("POST", f"{approval}/{verb}", {"by": 5})
+        assert_error(st, out, 400, "validation_error", "by")
+        st, out = k.request("POST", f"{approval}/{verb}", {"by": "me", "why": "x"})
+        assert_error(st, out, 400, "validation_error", "why")
+        st, out = k.request("POST", f"{approval}/{verb}", raw=b'{"by": "me"')
+        assert_error(st, out, 400, "validation_error", "body")
+    st, out = k.request("POST", "/v0/approvals/0192f1a0-0000-7000-8000-000000000000/approve", {"by": "me"})
     assert_error(st, out, 404, "not_found")
+    assert full_snapshot(k) == before
 
 
 def test_bad_policy_fails_boot_with_location(make_kernel):
@@ -125,7 +191,9 @@ agents:
     k.start(wait=False)
     assert k.proc.wait(10) != 0
     log = k.read_log()
-    assert "rebuno.yaml:" in log and "targett" in log, log
+    assert re.search(r"rebuno\.yaml:\d+:\d+: ", log) and "targett" in log, log
+    # The error says what to write instead.
+    assert re.search(r'unknown key "targett".*expected one of: [^\n]*\btarget\b', log), log
 
 
 def test_bad_config_key(make_kernel):
