@@ -2,7 +2,7 @@
  * bench/sandbox.c - sandboxd against bubblewrap on this machine.
  *
  *   make build/rebuno build/bench/sandbox && sudo build/bench/sandbox [--bin build/rebuno]
- *        [--state-dir DIR] [--iterations N] [--idle N]
+ *        [--state-dir DIR] [--iterations N] [--idle N] [--snapshots-only] [--help]
  *
  * Starts `rebuno sandboxd` on a free loopback port with a fresh state folder and
  * measures, over HTTP with one keep-alive connection (what a local client sees):
@@ -17,19 +17,37 @@
  * Beside each, bwrap running the same command on the same machine (a new bwrap per
  * command: it has no running sandbox to talk to, no pause and no resume).
  * Prints median / p90 / min in milliseconds. Needs root (sandboxd does).
+ *
+ * Leaves nothing behind, on every way out (return, exit(1) on a failed request,
+ * Ctrl-C, SIGTERM, even SIGKILL): a janitor process, forked first, waits for this one
+ * to end (EOF on a pipe), stops sandboxd (SIGTERM through a pidfd, SIGKILL after
+ * JANITOR_WAIT_S), unmounts what sandboxd left under the state folder, detaches loop
+ * devices backed by files in it (the btrfs store image), removes the daemon's cgroups
+ * and, when the folder is the default /tmp/rebuno-bench-sandbox-PID rather than a
+ * --state-dir, removes it and its log. Normal exits wait for the janitor, so the folder
+ * is gone when the benchmark returns.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <linux/loop.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,15 +65,17 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void report(const char *what, double *v, int n, const char *note)
+/* Prints one figure's median, p90 and min; returns the median (0 without samples). */
+static double report(const char *what, double *v, int n, const char *note)
 {
     if (n <= 0) {
         printf("  %-44s %s\n", what, note ? note : "n/a");
-        return;
+        return 0;
     }
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     printf("  %-44s median %7.2f  p90 %7.2f  min %7.2f ms%s%s\n", what, v[n / 2],
            v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1], v[0], note ? "  " : "", note ? note : "");
+    return v[n / 2];
 }
 
 /* ---- a tiny keep-alive HTTP/1.1 client ---- */
@@ -317,6 +337,199 @@ static void bench_snapshots(int files, int iters)
     must("DELETE", path, NULL);
 }
 
+/* ---- leaving nothing behind ---- */
+
+#define JANITOR_WAIT_S 120 /* for sandboxd to stop its sessions and unmount its store */
+
+static pid_t janitor = -1, daemon_pid = -1;
+static int janitor_fd = -1; /* write end: "PID\n" when sandboxd starts, "0\n" once reaped */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* The file system side of the clean-up (the daemon is gone): mounts under state (the
+ * btrfs store), loop devices backed by files in it, the daemon's cgroups, then, with
+ * remove, the folder and its log. */
+static void clean_state(const char *state, bool remove)
+{
+    char real[PATH_MAX];
+    if (!realpath(state, real)) snprintf(real, sizeof real, "%s", state);
+    size_t rl = strlen(real);
+    /* mounts, innermost (latest) first */
+    char *mnts[64];
+    int nm = 0;
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f) && nm < 64) {
+        char mp[PATH_MAX];
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1) continue;
+        if (!strncmp(mp, real, rl) && (mp[rl] == '\0' || mp[rl] == '/')) mnts[nm++] = strdup(mp);
+    }
+    if (f) fclose(f);
+    for (int i = nm - 1; i >= 0; i--) {
+        if (mnts[i] && umount2(mnts[i], MNT_DETACH) < 0)
+            fprintf(stderr, "bench: cannot unmount %s: %s\n", mnts[i], strerror(errno));
+        free(mnts[i]);
+    }
+    /* loop devices (with autoclear the lazy unmount frees them once the file system is) */
+    for (int i = 0; i < 256; i++) {
+        char p[96], b[PATH_MAX];
+        snprintf(p, sizeof p, "/sys/block/loop%d/loop/backing_file", i);
+        FILE *bf = fopen(p, "re");
+        if (!bf) continue;
+        bool mine = fgets(b, sizeof b, bf) && !strncmp(b, real, rl) && b[rl] == '/';
+        fclose(bf);
+        if (!mine) continue;
+        snprintf(p, sizeof p, "/dev/loop%d", i);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && ioctl(fd, LOOP_CLR_FD, 0) < 0 && errno != ENXIO)
+            fprintf(stderr, "bench: cannot detach %s: %s\n", p, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    /* cgroups: sandboxd's parent group is rebuno-<fnv1a(state) & 48 bits> (sandbox.c) */
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = real; *c; c++) {
+        h ^= (unsigned char)*c;
+        h *= 1099511628211ull;
+    }
+    static const char *const hier[] = {"memory", "pids", "cpu", "cpuacct", "freezer", "unified",
+                                       ""};
+    for (size_t i = 0; i < sizeof hier / sizeof hier[0]; i++) {
+        char g[256];
+        snprintf(g, sizeof g, "/sys/fs/cgroup/%s%srebuno-%012llx", hier[i], *hier[i] ? "/" : "",
+                 (unsigned long long)(h & 0xffffffffffffull));
+        DIR *d = opendir(g);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d)))
+            if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+                char sub[600];
+                snprintf(sub, sizeof sub, "%s/%s", g, de->d_name);
+                rmdir(sub);
+            }
+        closedir(d);
+        rmdir(g);
+    }
+    if (!remove) return;
+    nftw(real, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    char log[PATH_MAX + 8];
+    snprintf(log, sizeof log, "%s.log", state);
+    unlink(log);
+    if (access(real, F_OK) == 0)
+        fprintf(stderr, "bench: could not remove all of %s\n", real);
+}
+
+static void janitor_main(int rfd, const char *state, bool remove)
+{
+    signal(SIGINT, SIG_IGN); /* Ctrl-C reaches the whole process group */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    int pidfd = -1;
+    char b[64];
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(rfd, b + got, sizeof b - 1 - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* the benchmark is gone, however it went */
+        got += (size_t)n;
+        b[got] = '\0';
+        char *nl;
+        while ((nl = strchr(b, '\n'))) {
+            *nl = '\0';
+            long pid = strtol(b, NULL, 10);
+            if (pidfd >= 0) close(pidfd);
+            pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+            memmove(b, nl + 1, strlen(nl + 1) + 1);
+            got = strlen(b);
+        }
+        if (got >= sizeof b - 1) got = 0;
+    }
+    if (pidfd >= 0) {
+        struct pollfd pf = {pidfd, POLLIN, 0};
+        if (poll(&pf, 1, 0) == 0) {
+            syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, NULL, 0);
+            if (poll(&pf, 1, JANITOR_WAIT_S * 1000) == 0) {
+                fprintf(stderr, "bench: sandboxd did not stop in %d s: killing it\n",
+                        JANITOR_WAIT_S);
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                poll(&pf, 1, 10000);
+            }
+        }
+        close(pidfd);
+    }
+    clean_state(state, remove);
+    _exit(0);
+}
+
+static void start_janitor(const char *state, bool remove)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        perror("bench: pipe");
+        exit(1);
+    }
+    fflush(NULL);
+    janitor = fork();
+    if (janitor < 0) {
+        perror("bench: fork");
+        exit(1);
+    }
+    if (janitor == 0) {
+        close(p[1]);
+        janitor_main(p[0], state, remove);
+    }
+    close(p[0]);
+    janitor_fd = p[1];
+}
+
+static void tell_janitor(long pid)
+{
+    char b[32];
+    int n = snprintf(b, sizeof b, "%ld\n", pid);
+    if (janitor_fd >= 0 && write(janitor_fd, b, (size_t)n) != n)
+        fprintf(stderr, "bench: cannot reach the janitor\n");
+}
+
+/* atexit: stop sandboxd, then hand over to the janitor and wait for it. */
+static void finish(void)
+{
+    fflush(NULL);
+    if (daemon_pid > 0) {
+        kill(daemon_pid, SIGTERM);
+        waitpid(daemon_pid, NULL, 0);
+        daemon_pid = -1;
+        tell_janitor(0);
+    }
+    if (janitor_fd >= 0) {
+        close(janitor_fd);
+        janitor_fd = -1;
+    }
+    if (janitor > 0) {
+        while (waitpid(janitor, NULL, 0) < 0 && errno == EINTR) {
+        }
+        janitor = -1;
+    }
+}
+
+/* The last lines of sandboxd's log on stderr (the log is removed with the folder). */
+static void show_log(const char *log)
+{
+    int fd = open(log, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    char b[4096];
+    ssize_t n = pread(fd, b, sizeof b, end > (off_t)sizeof b ? end - (off_t)sizeof b : 0);
+    if (n > 0) fwrite(b, 1, (size_t)n, stderr);
+    close(fd);
+}
+
 static pid_t start_sandboxd(const char *bin, const char *state)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -339,6 +552,8 @@ static pid_t start_sandboxd(const char *bin, const char *state)
               "warn", (char *)NULL);
         _exit(127);
     }
+    daemon_pid = pid;
+    tell_janitor(pid);
     for (int i = 0; i < 500; i++) {
         usleep(10000);
         conn_fd = -1;
@@ -346,9 +561,35 @@ static pid_t start_sandboxd(const char *bin, const char *state)
         if (conn_fd >= 0) close(conn_fd);
         conn_fd = -1;
     }
-    fprintf(stderr, "bench: sandboxd did not start (see %s)\n", log);
-    kill(pid, SIGKILL);
-    exit(1);
+    fprintf(stderr, "bench: sandboxd did not start; the end of its log (%s):\n", log);
+    show_log(log);
+    exit(1); /* finish(): stops it, the janitor cleans up */
+}
+
+static void usage(FILE *f, const char *argv0)
+{
+    fprintf(f,
+            "usage: %s [--bin B] [--state-dir D] [--iterations 3-1000] [--idle 1-500]\n"
+            "       [--snapshots-only] [--help]\n\n"
+            "sandboxd against bwrap on this machine (as root): create -> first output, command\n"
+            "round trip, pause/resume, idle memory per sandbox, snapshots and forks.\n\n"
+            "  --bin B           the rebuno binary (default build/rebuno)\n"
+            "  --state-dir D     sandboxd's state folder, kept afterwards (default: a fresh\n"
+            "                    /tmp/rebuno-bench-sandbox-PID, removed on every exit)\n"
+            "  --iterations N    samples per figure (default 30)\n"
+            "  --idle N          idle sandboxes for the memory figure (default 20)\n"
+            "  --snapshots-only  only the snapshot, fork and restore figures\n",
+            argv0);
+}
+
+static int int_arg(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || !*s || v < INT_MIN || v > INT_MAX) return -1;
+    *out = (int)v;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -356,21 +597,31 @@ int main(int argc, char **argv)
     const char *bin = "build/rebuno", *state = NULL;
     int iters = 30, idle = 20;
     bool snapshots_only = false;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--snapshots-only")) {
-            snapshots_only = true;
-            memmove(argv + i, argv + i + 1, (size_t)(argc - i) * sizeof *argv);
-            argc--;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout, argv[0]);
+            return 0;
         }
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--bin")) bin = argv[i + 1];
-        else if (!strcmp(argv[i], "--state-dir")) state = argv[i + 1];
-        else if (!strcmp(argv[i], "--iterations")) iters = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--idle")) idle = atoi(argv[i + 1]);
+        if (!strcmp(a, "--snapshots-only")) {
+            snapshots_only = true;
+            continue;
+        }
+        bool ok = v != NULL;
+        if (ok && !strcmp(a, "--bin")) bin = v;
+        else if (ok && !strcmp(a, "--state-dir")) state = v;
+        else if (ok && !strcmp(a, "--iterations")) ok = int_arg(v, &iters) == 0;
+        else if (ok && !strcmp(a, "--idle")) ok = int_arg(v, &idle) == 0;
+        else ok = false;
+        if (!ok) {
+            fprintf(stderr, "bench: bad or incomplete option %s\n", a);
+            usage(stderr, argv[0]);
+            return 2;
+        }
+        i++;
     }
     if (iters < 3 || iters > 1000 || idle < 1 || idle > 500) {
-        fprintf(stderr, "usage: %s [--bin B] [--state-dir D] [--iterations 3-1000] [--idle 1-500]\n",
-                argv[0]);
+        usage(stderr, argv[0]);
         return 2;
     }
     if (geteuid() != 0) {
@@ -378,12 +629,15 @@ int main(int argc, char **argv)
         return 2;
     }
     char tmp[128];
+    bool own_state = !state;
     if (!state) {
         snprintf(tmp, sizeof tmp, "/tmp/rebuno-bench-sandbox-%d", (int)getpid());
         state = tmp;
     }
     signal(SIGPIPE, SIG_IGN);
-    pid_t d = start_sandboxd(bin, state);
+    start_janitor(state, own_state);
+    atexit(finish);
+    start_sandboxd(bin, state);
     double *v = calloc((size_t)(iters * 10 + 1000), sizeof *v);
     char path[256], body[512];
     printf("sandboxd vs bwrap on this machine (%d iterations; state in %s)\n\n", iters, state);
@@ -400,11 +654,14 @@ int main(int argc, char **argv)
         v[n++] = now_ms() - t0;
         if (!strstr(resp, "ready")) fprintf(stderr, "bench: unexpected output: %s\n", resp);
     }
-    report("create -> first output (sandboxd, HTTP)", v, n, NULL);
+    double create_ms = report("create -> first output (sandboxd, HTTP)", v, n, NULL);
     const char *echo[] = {"echo", "ready", NULL};
     n = 0;
     for (int i = 0; i < iters; i++) v[n++] = bwrap_first_output(echo);
-    report("first output (bwrap --unshare-all, echo)", v, n, NULL);
+    double bwrap_ms = report("first output (bwrap --unshare-all, echo)", v, n, NULL);
+    if (bwrap_ms > 0)
+        printf("  %-44s %7.2fx of bwrap (medians)  target <= 1.5x: %s\n", "create -> first output",
+               create_ms / bwrap_ms, create_ms <= 1.5 * bwrap_ms ? "met" : "MISSED");
 
     /* command round trip */
     n = 0;
@@ -506,8 +763,6 @@ snapshots:
            "otherwise)\n");
     bench_snapshots(100, iters);
     bench_snapshots(10000, iters);
-    kill(d, SIGTERM);
-    waitpid(d, NULL, 0);
     free(v);
-    return 0;
+    return 0; /* finish() stops sandboxd and waits for the janitor */
 }

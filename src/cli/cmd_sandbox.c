@@ -7,7 +7,8 @@
  *
  * Talks to sandboxd over HTTP (libcurl, through cli/client.h): --url, else
  * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090. Readable output by default,
- * --json for the API's objects. `exec` streams the command's output live (SSE)
+ * --json for the API's objects (and for a failure, the error object, on one line of
+ * stderr: print_error is the one place an error is rendered). `exec` streams the command's output live (SSE)
  * and exits with the command's exit code; `cp` moves files in 8 MiB chunks by
  * offset, so neither side ever holds a whole large file. `sh` attaches this
  * terminal to a terminal in the sandbox (cmd_sandbox_sh.c).
@@ -36,6 +37,7 @@ struct opts {
     const char *pos[4];
     int npos;
     const char *user, *cwd, *timeout, *vcpus, *memory, *pids, *on_timeout, *state, *image;
+    const char *region;
     json_t *meta, *env;
     char **cmd;
     int ncmd;
@@ -50,6 +52,7 @@ static void usage(FILE *f)
             "      --meta K=V (repeat) --env K=V (repeat) --vcpus N --memory MIB --pids N\n"
             "      --timeout SECONDS (0: none) --on-timeout stop|pause --no-start\n"
             "      --image sha256:... (an imported image: rebuno sandbox image import PATH)\n"
+            "      --region R (recorded: one host is one region; default \"local\")\n"
             "  ls                       list sandboxes [--state running,paused,stopped] [--meta K=V]\n"
             "  get NAME                 show one sandbox\n"
             "  exec NAME [opts] -- CMD [ARGS...]\n"
@@ -59,13 +62,16 @@ static void usage(FILE *f)
             "                           an interactive terminal (default /bin/bash); exits with\n"
             "                           its exit code   --user U --sudo --cwd DIR --env K=V\n"
             "  cp SRC DST               copy a file in or out: NAME:/path on one side,\n"
-            "                           a local path (or - for stdin/stdout) on the other\n"
+            "                           a local path (or - for stdin/stdout) on the other;\n"
+            "                           --json: {source, destination, bytes} (on stderr when\n"
+            "                           DST is -)\n"
             "  stop|pause|resume|rm NAME\n"
             "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
             "                           snapshots and forks (rebuno sandbox snapshot -h)\n"
             "  image import PATH | images | image-rm DIGEST\n"
             "                           images from a host folder or tarball (rebuno sandbox image -h)\n\n"
-            "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
+            "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n"
+            "with --json a failure prints {\"error\":{...}} on one line of stderr\n",
             DEFAULT_URL);
 }
 
@@ -91,7 +97,7 @@ static int parse(int argc, char **argv, struct opts *o, struct err *err)
     } vals[] = {{"url", &o->url},         {"user", &o->user},     {"cwd", &o->cwd},
                 {"timeout", &o->timeout}, {"vcpus", &o->vcpus},   {"memory", &o->memory},
                 {"pids", &o->pids},       {"on-timeout", &o->on_timeout},
-                {"state", &o->state},     {"image", &o->image}};
+                {"state", &o->state},     {"image", &o->image},   {"region", &o->region}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
@@ -147,6 +153,50 @@ static int num(const char *s, const char *what, long long min, long long max, lo
                            max);
     *out = v;
     return 0;
+}
+
+/* A JSON string of s even when s is not UTF-8 (bytes >= 0x80 become '?'). */
+static json_t *json_str_any(const char *s)
+{
+    json_t *j = json_string(s ? s : "");
+    if (j) return j;
+    char *c = xstrdup(s);
+    for (char *p = c; *p; p++)
+        if ((unsigned char)*p >= 0x80) *p = '?';
+    j = json_string(c);
+    free(c);
+    return j;
+}
+
+/* The one place an error is printed. Text: "error: ..." (cli_print_err). --json: the
+ * API's error object {"error":{"code","message","field"?,"status"?}} on one line of
+ * stderr, all ASCII (status: the HTTP status sandboxd answered with, when it did). */
+static void print_error(const struct err *e, bool json, bool local)
+{
+    if (!json) {
+        cli_print_err(e);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "code", json_str_any(e->code[0] ? e->code : "error"));
+    json_object_set_new(o, "message", json_str_any(e->msg));
+    if (e->field[0]) json_object_set_new(o, "field", json_str_any(e->field));
+    if (!local && e->status > 0) json_object_set_new(o, "status", json_integer(e->status));
+    json_t *root = json_object();
+    json_object_set_new(root, "error", o);
+    char *t = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fprintf(stderr, "%s\n", t ? t : "{\"error\":{\"code\":\"error\",\"message\":\"?\"}}");
+    free(t);
+    json_decref(root);
+}
+
+/* Whether --json is among the options (before any "--"), so that even a failure to
+ * parse the rest is reported as JSON. */
+static bool wants_json(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strcmp(argv[i], "--json")) return true;
+    return false;
 }
 
 /* Transport errors from the shared client talk about "the kernel": say sandboxd. */
@@ -260,7 +310,7 @@ static int raw(struct client *c, const char *method, const char *path, const voi
 
 static void print_sandbox(const json_t *s)
 {
-    const char *keys[] = {"name", "id", "state", "image", "created_at", "expires_at"};
+    const char *keys[] = {"name", "id", "state", "image", "region", "created_at", "expires_at"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         printf("%-12s ", keys[i]);
         cli_put_clean(stdout, cli_str(s, keys[i]), 0);
@@ -326,6 +376,7 @@ static int do_create(struct client *c, struct opts *o, struct err *err)
         json_object_set_new(body, "timeout_ms", json_integer(v * 1000));
     if (o->on_timeout) json_object_set_new(body, "on_timeout", json_string(o->on_timeout));
     if (o->image) json_object_set_new(body, "image", json_string(o->image));
+    if (o->region) json_object_set_new(body, "region", json_string(o->region));
     if (o->no_start) json_object_set_new(body, "start", json_false());
     if (json_object_size(res)) json_object_set(body, "resources", res);
     json_decref(res);
@@ -597,9 +648,17 @@ static int do_cp(struct client *c, struct opts *o, struct err *err)
         }
         free(chunk);
     }
-    if (!o->json && f != stdout)
+    if (o->json) { /* stdout, unless the file itself went there */
+        json_t *sum = json_object();
+        json_object_set_new(sum, "source", json_str_any(o->pos[1]));
+        json_object_set_new(sum, "destination", json_str_any(o->pos[2]));
+        json_object_set_new(sum, "bytes", json_integer((json_int_t)off));
+        cli_json_pretty(f == stdout ? stderr : stdout, sum, "");
+        json_decref(sum);
+    } else if (f != stdout) {
         fprintf(stderr, "copied %llu bytes %s %s:%s\n", (unsigned long long)off,
                 down ? "from" : "to", name, rpath);
+    }
     ret = CLI_OK;
 out:
     if (f && f != stdin && f != stdout) fclose(f);
@@ -622,14 +681,19 @@ int cmd_sandbox(int argc, char **argv)
     struct opts o;
     struct err err = ERR_INIT;
     if (parse(argc, argv, &o, &err) < 0) {
-        cli_print_err(&err);
-        fprintf(stderr, "run 'rebuno sandbox --help' for usage\n");
+        print_error(&err, wants_json(argc, argv), true);
+        if (!wants_json(argc, argv)) fprintf(stderr, "run 'rebuno sandbox --help' for usage\n");
         json_decref(o.meta);
         json_decref(o.env);
         return CLI_USAGE;
     }
     if (o.help || o.npos == 0) {
-        usage(o.help ? stdout : stderr);
+        if (!o.help && o.json) {
+            err_invalid(&err, "", "which action? run 'rebuno sandbox --help' for the list");
+            print_error(&err, true, true);
+        } else {
+            usage(o.help ? stdout : stderr);
+        }
         json_decref(o.meta);
         json_decref(o.env);
         return o.help ? CLI_OK : CLI_USAGE;
@@ -655,7 +719,8 @@ int cmd_sandbox(int argc, char **argv)
         err_invalid(&err, "", "unknown action \"%s\"", a);
         rc = CLI_USAGE;
     }
-    if (err.msg[0] && (rc == CLI_FAILED || rc == CLI_USAGE)) cli_print_err(&err);
+    if (err.msg[0] && (rc == CLI_FAILED || rc == CLI_USAGE))
+        print_error(&err, o.json, rc == CLI_USAGE);
     client_fini(&c);
     json_decref(o.meta);
     json_decref(o.env);

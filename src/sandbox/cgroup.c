@@ -11,9 +11,17 @@
  * subtree_control. Freeze writes cgroup.freeze and polls cgroup.events for
  * "frozen"; kill uses cgroup.kill (Linux 5.14+) and falls back to the v1 dance.
  *
+ * Limits fail closed: a daemon does not start on a v2 hierarchy where it cannot get
+ * the memory, pids and cpu controllers for its groups (a hybrid host's unified
+ * hierarchy has them bound to v1), and a limit whose file is missing fails the
+ * group's creation or update instead of being skipped. Only an "unlimited" value may
+ * meet a missing file (nothing is lost), which is what lets the unit tests freeze and
+ * kill on such a hierarchy (cgroup_int.h).
+ *
  * Polling sleeps 100 us between reads and is bounded by the caller's timeout.
  */
 #include "sandbox/cgroup.h"
+#include "sandbox/cgroup_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -153,9 +161,9 @@ static bool opt_has(const char *opts, const char *word)
     return false;
 }
 
-static void find_mounts(struct sbx_cg_root *r)
+static void find_mounts(struct sbx_cg_root *r, const char *table)
 {
-    FILE *f = fopen("/proc/self/mounts", "re");
+    FILE *f = fopen(table ? table : "/proc/self/mounts", "re");
     if (!f) return;
     char line[4096];
     while (fgets(line, sizeof line, f)) {
@@ -182,45 +190,103 @@ static bool v1_complete(const struct sbx_cg_root *r)
     return true;
 }
 
-static bool v2_has_controllers(const char *mnt)
+/* The controllers a v2 group needs for limits, as bits (1 << i). */
+static const char *const v2_ctls[] = {"memory", "pids", "cpu"};
+#define V2_ALL 7
+
+/* Which of v2_ctls the space-separated list in dir/file lacks (all of them when the
+ * file cannot be read). */
+static int v2_missing(const char *dir, const char *file)
 {
     char b[512];
-    if (!mnt || read_str(mnt, "cgroup.controllers", b, sizeof b) < 0) return false;
+    if (read_str(dir, file, b, sizeof b) < 0) return V2_ALL;
+    int missing = V2_ALL;
     char *save = NULL;
-    int found = 0;
     for (char *t = strtok_r(b, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
-        found += !strcmp(t, "memory") || !strcmp(t, "pids") || !strcmp(t, "cpu");
-    return found == 3;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(t, v2_ctls[i])) missing &= ~(1 << i);
+    return missing;
 }
 
-static int v2_enable(const char *dir)
+static void v2_names(int mask, char *out, size_t n)
 {
-    /* Each controller separately: one that is missing must not block the others. */
-    int e = 0;
-    const char *c[] = {"+memory", "+pids", "+cpu"};
-    for (size_t i = 0; i < 3; i++) {
-        int r = write_str(dir, "cgroup.subtree_control", c[i]);
+    out[0] = '\0';
+    for (int i = 0; i < 3; i++)
+        if (mask & (1 << i))
+            snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "", v2_ctls[i]);
+}
+
+/* Enable in dir's cgroup.subtree_control the controllers of want it does not list yet,
+ * one write each (one that fails must not block the others). 0 or the first -errno. */
+static int v2_enable(const char *dir, int want)
+{
+    int e = 0, need = want & v2_missing(dir, "cgroup.subtree_control");
+    for (int i = 0; i < 3; i++) {
+        if (!(need & (1 << i))) continue;
+        char w[16];
+        snprintf(w, sizeof w, "+%s", v2_ctls[i]);
+        int r = write_str(dir, "cgroup.subtree_control", w);
         if (r < 0 && !e) e = r;
     }
     return e;
 }
 
-int sbx_cg_root_open(const char *mode, const char *parent, struct sbx_cg_root **out,
-                     struct err *err)
+/* The v2 root: <mnt2>/<parent>, whose children get memory, pids and cpu. */
+static int v2_open(struct sbx_cg_root *r, bool no_limits, struct err *err)
+{
+    const char *mnt = r->mnt2;
+    char names[64], have[256] = "";
+    int absent = v2_missing(mnt, "cgroup.controllers");
+    if (absent && !no_limits) {
+        v2_names(absent, names, sizeof names);
+        if (read_str(mnt, "cgroup.controllers", have, sizeof have) == 0)
+            have[strcspn(have, "\n")] = '\0';
+        return err_set(err, 500, "cgroup_unavailable", "",
+                       "cgroup v2 at %s lacks the %s controller%s (it has: \"%s\"), so sandboxes "
+                       "would run without their limits. On a hybrid host they are bound to the "
+                       "v1 hierarchies: use --cgroup v1 (or auto); on a pure v2 host enable them "
+                       "in the kernel and in %s/cgroup.subtree_control",
+                       mnt, names, strchr(names, ',') ? "s" : "", have, mnt);
+    }
+    int want = V2_ALL & ~absent;
+    int e = v2_enable(mnt, want);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", mnt, r->parent);
+    bool made = mkdir(p, 0755) == 0;
+    if (!made && errno != EEXIST)
+        return err_set(err, 500, "cgroup_unavailable", "", "cannot create cgroup %s: %s", p,
+                       strerror(errno));
+    int e2 = v2_enable(p, want);
+    if (!e) e = e2;
+    int missing = v2_missing(p, "cgroup.subtree_control") & want;
+    if (missing && !no_limits) {
+        if (made) rmdir(p);
+        v2_names(missing, names, sizeof names);
+        return err_set(err, 500, "cgroup_unavailable", "",
+                       "cannot enable the %s controller%s for the sandboxes' groups under %s "
+                       "(%s): they must be listed in %s/cgroup.subtree_control and in every "
+                       "cgroup.subtree_control above it (echo +memory +pids +cpu > "
+                       "%s/cgroup.subtree_control), and no process may sit in %s itself",
+                       names, strchr(names, ',') ? "s" : "", p,
+                       e ? strerror(-e) : "not listed after enabling", p, mnt, p);
+    }
+    return 0;
+}
+
+int sbx_cg_root_open_ex(const struct sbx_cg_open_opts *o, struct sbx_cg_root **out,
+                        struct err *err)
 {
     *out = NULL;
+    const char *parent = o->parent, *mode = o->mode;
     if (!parent || !*parent || strchr(parent, '/') || !strcmp(parent, ".") ||
         !strcmp(parent, ".."))
         return err_invalid(err, "cgroup_parent", "cgroup parent must be one path component");
-    struct sbx_cg_root *r = xcalloc(1, sizeof *r);
-    r->parent = xstrdup(parent);
-    find_mounts(r);
     bool want1 = !mode || !strcmp(mode, "auto") || !strcmp(mode, "v1");
     bool want2 = !mode || !strcmp(mode, "auto") || !strcmp(mode, "v2");
-    if (!want1 && !want2) {
-        sbx_cg_root_free(r);
-        return err_invalid(err, "cgroup", "cgroup mode must be auto, v1 or v2");
-    }
+    if (!want1 && !want2) return err_invalid(err, "cgroup", "cgroup mode must be auto, v1 or v2");
+    struct sbx_cg_root *r = xcalloc(1, sizeof *r);
+    r->parent = xstrdup(parent);
+    find_mounts(r, o->mounts);
     if (want1 && v1_complete(r)) {
         r->kind = SBX_CG_V1;
         for (int c = 0; c < C_N; c++) {
@@ -233,26 +299,28 @@ int sbx_cg_root_open(const char *mode, const char *parent, struct sbx_cg_root **
                                strerror(-e));
             }
         }
-    } else if (want2 && r->mnt2 && (v2_has_controllers(r->mnt2) || (mode && !strcmp(mode, "v2")))) {
+    } else if (want2 && r->mnt2) {
         r->kind = SBX_CG_V2;
-        v2_enable(r->mnt2);
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", r->mnt2, parent);
-        int e = mkdir_ok(p);
-        if (e < 0) {
+        if (v2_open(r, o->no_limits, err) < 0) {
             sbx_cg_root_free(r);
-            return err_set(err, 500, "cgroup_unavailable", "", "cannot create cgroup %s: %s", p,
-                           strerror(-e));
+            return -1;
         }
-        v2_enable(p);
     } else {
         sbx_cg_root_free(r);
         return err_set(err, 500, "cgroup_unavailable", "",
                        "no usable cgroups: need the v1 memory, pids, cpu and freezer hierarchies "
-                       "or cgroup v2 with the memory, pids and cpu controllers");
+                       "or cgroup v2 with the memory, pids and cpu controllers%s",
+                       want2 && !want1 ? " (no cgroup2 file system is mounted)" : "");
     }
     *out = r;
     return 0;
+}
+
+int sbx_cg_root_open(const char *mode, const char *parent, struct sbx_cg_root **out,
+                     struct err *err)
+{
+    struct sbx_cg_open_opts o = {.mode = mode, .parent = parent};
+    return sbx_cg_root_open_ex(&o, out, err);
 }
 
 void sbx_cg_root_free(struct sbx_cg_root *r)
@@ -284,6 +352,11 @@ static struct sbx_cgroup *cg_handle(struct sbx_cg_root *r, const char *name)
         snprintf(cg->desc, sizeof cg->desc, "v2:/%s/%s", r->parent, name);
     }
     return cg;
+}
+
+struct sbx_cgroup *sbx_cg_open(struct sbx_cg_root *r, const char *name)
+{
+    return cg_handle(r, name);
 }
 
 static void cg_free(struct sbx_cgroup *cg)
@@ -377,30 +450,50 @@ void sbx_cg_cpu_max(const struct sbx_cg_limits *l, char *out, size_t n)
         snprintf(out, n, "max %lld", (long long)period);
 }
 
-int sbx_cg_set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l)
+/* Write one limit. A missing file is an error unless the value is "unlimited"
+ * (unlimited: there is nothing to enforce, so nothing is skipped). */
+static int put_limit(const char *dir, const char *file, const char *val, bool unlimited,
+                     const char **failed)
+{
+    int e = write_str(dir, file, val);
+    if (e == -ENOENT && unlimited) return 0;
+    if (e < 0) *failed = file;
+    return e;
+}
+
+/* 0 or -errno with *failed naming the file that could not be written. */
+static int set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l, const char **failed)
 {
     char v[64];
     int e;
     if (cg->root->kind == SBX_CG_V1) {
         snprintf(v, sizeof v, "%lld", l->memory_bytes > 0 ? (long long)l->memory_bytes : -1LL);
         /* memsw (memory + swap, only with swap accounting) must stay >= the memory
-         * limit: raise it first when raising, lower it after when lowering. */
+         * limit: raise it first when raising, lower it after when lowering. Without
+         * swap accounting the file does not exist and swap is not charged at all. */
         e = write_str(cg->dir[C_MEMORY], "memory.limit_in_bytes", v);
         if (e == -EINVAL) {
             write_str(cg->dir[C_MEMORY], "memory.memsw.limit_in_bytes", v);
             e = write_str(cg->dir[C_MEMORY], "memory.limit_in_bytes", v);
         }
-        if (e < 0) return e;
-        write_str(cg->dir[C_MEMORY], "memory.memsw.limit_in_bytes", v);
+        if (e < 0) {
+            *failed = "memory.limit_in_bytes";
+            return e;
+        }
+        if ((e = write_str(cg->dir[C_MEMORY], "memory.memsw.limit_in_bytes", v)) < 0 &&
+            e != -ENOENT) {
+            *failed = "memory.memsw.limit_in_bytes";
+            return e;
+        }
         if (l->pids_max > 0)
             snprintf(v, sizeof v, "%lld", (long long)l->pids_max);
         else
             snprintf(v, sizeof v, "max");
-        if ((e = write_str(cg->dir[C_PIDS], "pids.max", v)) < 0) return e;
+        if ((e = put_limit(cg->dir[C_PIDS], "pids.max", v, false, failed)) < 0) return e;
         snprintf(v, sizeof v, "%lld", (long long)(l->cpu_period_us > 0 ? l->cpu_period_us : 100000));
-        if ((e = write_str(cg->dir[C_CPU], "cpu.cfs_period_us", v)) < 0) return e;
+        if ((e = put_limit(cg->dir[C_CPU], "cpu.cfs_period_us", v, false, failed)) < 0) return e;
         snprintf(v, sizeof v, "%lld", l->cpu_quota_us > 0 ? (long long)l->cpu_quota_us : -1LL);
-        if ((e = write_str(cg->dir[C_CPU], "cpu.cfs_quota_us", v)) < 0) return e;
+        if ((e = put_limit(cg->dir[C_CPU], "cpu.cfs_quota_us", v, false, failed)) < 0) return e;
         return 0;
     }
     const char *d = cg->dir[0];
@@ -408,16 +501,41 @@ int sbx_cg_set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l)
         snprintf(v, sizeof v, "%lld", (long long)l->memory_bytes);
     else
         snprintf(v, sizeof v, "max");
-    if ((e = write_str(d, "memory.max", v)) < 0 && e != -ENOENT) return e;
-    write_str(d, "memory.swap.max", "0");
+    if ((e = put_limit(d, "memory.max", v, l->memory_bytes <= 0, failed)) < 0) return e;
+    /* no swap beyond the memory limit; absent without swap accounting (nothing to charge) */
+    if ((e = write_str(d, "memory.swap.max", "0")) < 0 && e != -ENOENT) {
+        *failed = "memory.swap.max";
+        return e;
+    }
     if (l->pids_max > 0)
         snprintf(v, sizeof v, "%lld", (long long)l->pids_max);
     else
         snprintf(v, sizeof v, "max");
-    if ((e = write_str(d, "pids.max", v)) < 0 && e != -ENOENT) return e;
+    if ((e = put_limit(d, "pids.max", v, l->pids_max <= 0, failed)) < 0) return e;
     sbx_cg_cpu_max(l, v, sizeof v);
-    if ((e = write_str(d, "cpu.max", v)) < 0 && e != -ENOENT) return e;
+    if ((e = put_limit(d, "cpu.max", v, l->cpu_quota_us <= 0, failed)) < 0) return e;
     return 0;
+}
+
+int sbx_cg_set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l, struct err *err)
+{
+    const char *failed = "?";
+    int e = set_limits(cg, l, &failed);
+    if (e == 0) return 0;
+    char ctl[16];
+    snprintf(ctl, sizeof ctl, "%.*s", (int)strcspn(failed, "."), failed);
+    if (e == -ENOENT)
+        return err_set(err, 500, "cgroup_failed", "",
+                       "cannot set the %s limit of cgroup %s: it has no %s file (the %s controller "
+                       "is not enabled for it); the sandbox would run without that limit",
+                       ctl, cg->desc, failed, ctl);
+    if (e == -EBUSY) /* v1: a memory limit below what the group uses */
+        return err_set(err, 409, "busy", "resources",
+                       "cannot set the %s limit of cgroup %s: %s: %s (is it below what the "
+                       "sandbox uses now?)",
+                       ctl, cg->desc, failed, strerror(-e));
+    return err_set(err, 500, "cgroup_failed", "", "cannot set the %s limit of cgroup %s: %s: %s",
+                   ctl, cg->desc, failed, strerror(-e));
 }
 
 struct sbx_cgroup *sbx_cg_create(struct sbx_cg_root *r, const char *name,
@@ -442,10 +560,7 @@ struct sbx_cgroup *sbx_cg_create(struct sbx_cg_root *r, const char *name,
         sbx_cg_destroy(cg);
         return NULL;
     }
-    int e = sbx_cg_set_limits(cg, l);
-    if (e < 0) {
-        err_set(err, 500, "cgroup_failed", "", "cannot set limits on cgroup %s: %s", cg->desc,
-                strerror(-e));
+    if (sbx_cg_set_limits(cg, l, err) < 0) {
         sbx_cg_destroy(cg);
         return NULL;
     }

@@ -40,8 +40,11 @@ struct sbx_cgroup;
 
 /*
  * mode: "auto" (v1 when the memory, pids, cpu and freezer hierarchies are mounted,
- * else v2 with those controllers), "v1" or "v2". parent: the daemon's group name,
- * one path component. Creates the parent group(s). Returns 0 or -1 with err.
+ * else v2), "v1" or "v2". parent: the daemon's group name, one path component.
+ * Creates the parent group(s). v2 fails closed: -1 (with a message naming the
+ * missing controllers and how to enable them) unless the memory, pids and cpu
+ * controllers are available and enabled in the parent's cgroup.subtree_control.
+ * Returns 0 or -1 with err.
  */
 int sbx_cg_root_open(const char *mode, const char *parent, struct sbx_cg_root **out,
                      struct err *err);
@@ -53,10 +56,13 @@ int sbx_cg_root_sweep(struct sbx_cg_root *r);
 void sbx_cg_root_remove(struct sbx_cg_root *r);
 
 /* Create the session group `name` (one path component) with limits. An existing
- * group of that name is swept first. NULL with err on failure. */
+ * group of that name is swept first. NULL with err on failure (a limit that cannot
+ * be written included: the group is removed again). */
 struct sbx_cgroup *sbx_cg_create(struct sbx_cg_root *r, const char *name,
                                  const struct sbx_cg_limits *l, struct err *err);
-int sbx_cg_set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l);
+/* Write every limit; a limit whose file is missing is an error, never skipped.
+ * 0 or -1 with err (limits written before the failing one stay). */
+int sbx_cg_set_limits(struct sbx_cgroup *cg, const struct sbx_cg_limits *l, struct err *err);
 int sbx_cg_attach(struct sbx_cgroup *cg, pid_t pid);
 /* Freeze / thaw every process and wait (at most timeout_ms) until the kernel says so. */
 int sbx_cg_freeze(struct sbx_cgroup *cg, int timeout_ms);

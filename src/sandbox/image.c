@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/xalloc.h"
@@ -226,6 +227,75 @@ static int build(const char *dir, bool keep, struct err *err)
     pf(p, sizeof p, "%s/etc/mtab", dir);
     if (symlink("../proc/self/mounts", p) < 0 && errno != EEXIST)
         return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ /usr masks */
+
+const char *const sbx_image_usr_masked[] = {"local/etc", NULL};
+
+#define OVL_OPAQUE "trusted.overlay.opaque"
+
+static bool opaque(int fd)
+{
+    char v[4];
+    return fgetxattr(fd, OVL_OPAQUE, v, sizeof v) == 1 && v[0] == 'y';
+}
+
+/* Walk rel (a/b/c) below the directory top, making what is missing as overlayfs's
+ * copy-up would (the host's mode, owned by root inside), and make the last component
+ * opaque. Stops early, with nothing to do, where the sandbox's own tree already hides
+ * the host's: a component that is not a directory (a file, a symlink, or the whiteout
+ * of a removal) or an opaque directory. 0 or -errno. */
+static int mask_one(int top, const char *rel, uid_t owner)
+{
+    char buf[256], host[300] = "/usr";
+    if (pf(buf, sizeof buf, "%s", rel) < 0) return -ENAMETOOLONG;
+    int dfd = fcntl(top, F_DUPFD_CLOEXEC, 0);
+    if (dfd < 0) return -errno;
+    int e = 0;
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c;) {
+        char *next = strtok_r(NULL, "/", &save);
+        snprintf(host + strlen(host), sizeof host - strlen(host), "/%s", c);
+        int fd = openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) {
+            struct stat st;
+            mode_t mode = stat(host, &st) == 0 && S_ISDIR(st.st_mode) ? st.st_mode & 07777 : 0755;
+            if ((mkdirat(dfd, c, mode) < 0 && errno != EEXIST) ||
+                fchownat(dfd, c, owner, owner, AT_SYMLINK_NOFOLLOW) < 0 ||
+                fchmodat(dfd, c, mode, 0) < 0) {
+                e = -errno;
+                break;
+            }
+            fd = openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (fd < 0) {
+            if (errno != ENOTDIR && errno != ELOOP) e = -errno;
+            break; /* not a directory: the sandbox's own entry hides the host's */
+        }
+        close(dfd);
+        dfd = fd;
+        if (opaque(fd)) break;
+        if (!next && fsetxattr(fd, OVL_OPAQUE, "y", 1, 0) < 0) e = -errno;
+        c = next;
+    }
+    close(dfd);
+    return e;
+}
+
+int sbx_image_mask_usr(const char *upper_usr, uid_t owner, struct err *err)
+{
+    int top = open(upper_usr, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (top < 0) return err_internal(err, "cannot open %s: %s", upper_usr, strerror(errno));
+    int e = 0;
+    const char *const *m;
+    for (m = sbx_image_usr_masked; *m && !e; m++)
+        e = mask_one(top, *m, owner);
+    close(top);
+    if (e < 0)
+        return err_internal(err, "cannot hide the host's /usr/%s from the sandbox (%s/%s): %s",
+                            m[-1], upper_usr, m[-1], strerror(-e));
     return 0;
 }
 

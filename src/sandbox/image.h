@@ -10,11 +10,16 @@
  * copying only world-readable files and never anything with host data (no
  * passwd/shadow/group of the host, no ssh keys, no sudoers, no machine-id).
  * Everything is owned by host root; the idmapped mount makes it root's inside.
+ * /usr is the host's own, less a few paths that hold host configuration rather than
+ * programs (sbx_image_usr_masked: /usr/local/etc), which every session hides with an
+ * opaque directory in the sandbox's own upper layer (sbx_image_mask_usr).
  * A layer is built once per version into a temporary directory and renamed into
  * place, so a crash never leaves a half-built image in use.
  */
 #ifndef REBUNO_SANDBOX_IMAGE_H
 #define REBUNO_SANDBOX_IMAGE_H
+
+#include <sys/types.h>
 
 #include "base/err.h"
 
@@ -32,5 +37,15 @@ void sbx_image_remove_tree(const char *path);
 
 /* The host /etc entries copied into the image (NULL-terminated; for docs and tests). */
 extern const char *const sbx_image_etc_allow[];
+
+/* Paths under the host's /usr a sandbox never sees, though /usr is the host's
+ * (NULL-terminated): "local/etc" (host configuration such as npm's credentials). */
+extern const char *const sbx_image_usr_masked[];
+/* Before a session mounts its overlays: make each sbx_image_usr_masked path an opaque
+ * directory in the sandbox's upper /usr (upper_usr: <upper tree>/upper/usr; owner: the
+ * on-disk uid of root inside), so the host's copy is hidden while the sandbox can still
+ * keep files of its own there. A path the sandbox already replaced or removed is left
+ * as it is; symlinks are never followed. 0 or -1 with err. */
+int sbx_image_mask_usr(const char *upper_usr, uid_t owner, struct err *err);
 
 #endif

@@ -74,7 +74,7 @@ int sbx_save(struct sbx *s, struct err *err)
         .memory_mb = s->memory_mb, .pids_max = s->pids_max, .timeout_ms = s->timeout_ms,
         .created_at = s->created_at, .updated_at = s->updated_at, .started_at = s->started_at,
         .stopped_at = s->stopped_at, .expires_at = s->expires_at, .session_seq = s->session_seq,
-        .ext = ext,
+        .ext = ext, .region = s->region,
     };
     int rc = sbx_store_save(s->d->store, &r, err);
     if (rc == 0) rc = sbx_net_save(s, err);
@@ -373,6 +373,13 @@ static struct sbx_cg_limits limits_of(const struct sbx *s)
 static int session_start(struct sbx *s, struct err *err)
 {
     struct sbxd *d = s->d;
+    /* host configuration under /usr (/usr/local/etc) stays hidden, whatever the
+     * sandbox's layer holds from before */
+    char *upper_usr = s->fs_dir ? xasprintf("%s/upper/usr", s->fs_dir)
+                                : xasprintf("%s/fs/upper/usr", s->dir);
+    int me = sbx_image_mask_usr(upper_usr, s->data_base ? s->data_base : s->uid_base, err);
+    free(upper_usr);
+    if (me < 0) return -1;
     struct sbx_cg_limits l = limits_of(s);
     struct sbx_cgroup *cg = sbx_cg_create(d->cg, s->id, &l, err);
     if (!cg) return -1;
@@ -612,6 +619,27 @@ static int parse_resources(const json_t *res, struct sbx *s, struct err *err)
     return 0;
 }
 
+/* "region": where the client wants the sandbox. One host is one region, so it is only
+ * recorded (the create's, else a fork's source's, else SBX_REGION_DEFAULT). */
+static int parse_region(const json_t *body, const struct sbx *fork_from, char *out, size_t n,
+                        struct err *err)
+{
+    const char *v;
+    if (sbx_json_str(body, "region", SBX_REGION_MAX, &v, err) < 0) return -1;
+    if (!v) {
+        snprintf(out, n, "%s", fork_from ? fork_from->region : SBX_REGION_DEFAULT);
+        return 0;
+    }
+    bool ok = *v != '\0';
+    for (const char *p = v; *p && ok; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-';
+    if (!ok)
+        return err_invalid(err, "region", "region must be 1-%d characters of a-z 0-9 -",
+                           SBX_REGION_MAX);
+    snprintf(out, n, "%s", v);
+    return 0;
+}
+
 static int parse_on_timeout(const json_t *body, bool *pause, struct err *err)
 {
     const char *v;
@@ -633,7 +661,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "image", "start", "source", "mounts",
                                         "snapshot_expiration_ms", "network_policy",
-                                        "network_id", "ports", NULL};
+                                        "network_id", "ports", "region", NULL};
     if (!json_is_object(body)) {
         err_invalid(err, "body", "the body must be a JSON object");
         return NULL;
@@ -688,8 +716,9 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     s->snap_expiration_ms = -1;
     if (parse_resources(json_object_get(body, "resources"), s, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
-        parse_on_timeout(body, &s->on_timeout_pause, err) < 0 || sbx_ext_parse(s, body, err) < 0 ||
-        sbx_net_parse(s, body, fork_from, err) < 0)
+        parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
+        parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
+        sbx_ext_parse(s, body, err) < 0 || sbx_net_parse(s, body, fork_from, err) < 0)
         goto fail;
     if (name)
         snprintf(s->name, sizeof s->name, "%s", name);
@@ -757,11 +786,27 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     struct sbx tmp = *s;
     if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
-        parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0 || sbx_ext_parse(s, body, err) < 0 ||
-        sbx_net_update(s, body, err) < 0) /* applied live to a running session */
+        parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
         return -1;
     bool limits = tmp.vcpus != s->vcpus || tmp.memory_mb != s->memory_mb ||
                   tmp.pids_max != s->pids_max;
+    /* New limits reach a running session first: when the kernel refuses one (say, a
+     * memory limit below what is in use), nothing changes and the caller is told. */
+    struct sbx_cg_limits old_limits = limits_of(s);
+    if (limits && s->sess) {
+        struct sbx_cg_limits l = limits_of(&tmp);
+        if (sbx_cg_set_limits(s->sess->cg, &l, err) < 0) {
+            struct err ignored = ERR_INIT;
+            sbx_cg_set_limits(s->sess->cg, &old_limits, &ignored);
+            return err_wrap(err, "resources not changed");
+        }
+    }
+    if (sbx_ext_parse(s, body, err) < 0 ||
+        sbx_net_update(s, body, err) < 0) { /* applied live to a running session */
+        struct err ignored = ERR_INIT;
+        if (limits && s->sess) sbx_cg_set_limits(s->sess->cg, &old_limits, &ignored);
+        return -1;
+    }
     s->vcpus = tmp.vcpus;
     s->memory_mb = tmp.memory_mb;
     s->pids_max = tmp.pids_max;
@@ -773,13 +818,6 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     if (env) {
         json_decref(s->env);
         s->env = json_deep_copy(env);
-    }
-    if (limits && s->sess) {
-        struct sbx_cg_limits l = limits_of(s);
-        int e = sbx_cg_set_limits(s->sess->cg, &l);
-        if (e < 0)
-            log_warn("new limits not applied to the running session", "sandbox=%s error=\"%s\"",
-                     s->id, strerror(-e));
     }
     if (json_object_get(body, "timeout_ms") && tmp.timeout_ms != s->timeout_ms) {
         s->timeout_ms = tmp.timeout_ms;
@@ -821,6 +859,7 @@ json_t *sbx_json(struct sbx *s, bool full)
     char iname[80];
     sbx_image_name(s->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
+    json_object_set_new(o, "region", json_string(s->region));
     json_object_set_new(o, "created_at", iso(s->created_at));
     json_object_set_new(o, "updated_at", iso(s->updated_at));
     json_object_set_new(o, "expires_at", iso(s->expires_at));
@@ -865,6 +904,7 @@ static void load_row(const struct sbx_row *r, void *arg)
         return;
     }
     snprintf(s->image, sizeof s->image, "%s", r->image);
+    snprintf(s->region, sizeof s->region, "%s", *r->region ? r->region : SBX_REGION_DEFAULT);
     s->metadata = json_loads(r->metadata, 0, NULL);
     s->env = json_loads(r->env, 0, NULL);
     if (!json_is_object(s->metadata)) s->metadata = json_object();

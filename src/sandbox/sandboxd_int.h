@@ -86,6 +86,7 @@ struct sbx {
     enum sbx_state state;
     uint32_t slot, uid_base;
     char image[72]; /* SBX_IMAGE_DEFAULT or an imported image's sha256 hex */
+    char region[SBX_REGION_MAX + 1]; /* as created ([a-z0-9-]); SBX_REGION_DEFAULT */
     json_t *metadata, *env;
     int64_t vcpus, memory_mb, pids_max, timeout_ms;
     bool on_timeout_pause;

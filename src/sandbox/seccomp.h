@@ -1,14 +1,16 @@
 /*
  * seccomp.h - the system call filter every sandbox process runs under.
  *
- * Default allow, with a deny list of what a sandbox never needs and what has been
- * the door out of containers: mounting, new namespaces, kernel modules, kexec,
- * keyrings, BPF, perf, userfaultfd, handle-based opens, io_uring, terminal input
- * injection, and socket families other than unix, inet, inet6 and netlink (vsock
- * in particular, which would reach the VM host). Denied calls fail with EPERM (or
- * ENOSYS / EAFNOSUPPORT where callers expect that to fall back), never kill, so
- * ordinary programs see a clean error. The x86-64, x32 and i386 ABIs are all
- * filtered; any other architecture kills the process.
+ * Deny by default: an allow list of what ordinary programs use (shells, coreutils,
+ * git, python, node, gcc/make, ssh and curl clients), and ENOSYS for everything else,
+ * so libc falls back as on an older kernel (clone3 → clone) and a call a newer kernel
+ * adds is never allowed by accident. What has been the door out of containers fails
+ * with EPERM: mounting, new namespaces, kernel modules, kexec, keyrings, BPF, perf,
+ * userfaultfd, handle-based opens, io_uring, the clock, terminal input injection, and
+ * socket families other than unix, inet, inet6 and netlink (EAFNOSUPPORT; vsock in
+ * particular, which would reach the VM host) or raw inet sockets. Nothing kills, so
+ * ordinary programs see a clean error. The x86-64, x32 and i386 ABIs are all filtered
+ * by the same names; any other architecture kills the process.
  */
 #ifndef REBUNO_SANDBOX_SECCOMP_H
 #define REBUNO_SANDBOX_SECCOMP_H
@@ -17,7 +19,15 @@
  * no_new_privs or CAP_SYS_ADMIN. Returns 0 or -errno. */
 int sbx_seccomp_load(void);
 
-/* The names of the denied system calls, NULL-terminated (for docs and tests). */
-extern const char *const sbx_seccomp_denied[];
+/* Write the filter, as libseccomp's readable pseudo code, to fd (tests, debugging).
+ * Returns 0 or -errno. */
+int sbx_seccomp_export_pfc(int fd);
+
+/* NULL-terminated lists of names (for docs and tests). Names the running libseccomp
+ * does not know are skipped, i.e. left on the default (ENOSYS). */
+extern const char *const sbx_seccomp_allowed[];  /* allowed whatever the arguments */
+extern const char *const sbx_seccomp_denied[];   /* EPERM whatever the arguments */
+extern const char *const sbx_seccomp_filtered[]; /* decided on their arguments */
+extern const char *const sbx_seccomp_enosys[];   /* left on the default, on purpose */
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,24 +23,44 @@ static const char *schema_sql =
     " stop_reason TEXT NOT NULL) STRICT;"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1');";
 
-/* schema 2: sandboxes.ext, for what later features store per sandbox */
-static int migrate(sqlite3 *db)
+/*
+ * Later columns, added in place so a state folder made by an older daemon still opens:
+ *   schema 2: sandboxes.ext, for what later features store per sandbox;
+ *   schema 3: sandboxes.region, the region the client asked for ("local" by default).
+ * Each step runs in its own transaction and only when its column is missing, so a
+ * crash between steps is finished by the next open.
+ */
+static const struct {
+    const char *column, *sql;
+} steps[] = {
+    {"ext", "ALTER TABLE sandboxes ADD COLUMN ext TEXT NOT NULL DEFAULT '{}'"},
+    {"region", "ALTER TABLE sandboxes ADD COLUMN region TEXT NOT NULL DEFAULT '" SBX_REGION_DEFAULT
+               "'"},
+};
+
+static int migrate(sqlite3 *db, char **msg)
 {
     sqlite3_stmt *q;
-    bool has_ext = false;
+    bool have[sizeof steps / sizeof steps[0]] = {false};
     if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('sandboxes')", -1, &q, NULL) !=
         SQLITE_OK)
         return -1;
     while (sqlite3_step(q) == SQLITE_ROW)
-        has_ext |= !strcmp((const char *)sqlite3_column_text(q, 0), "ext");
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+            have[i] |= !strcmp((const char *)sqlite3_column_text(q, 0), steps[i].column);
     sqlite3_finalize(q);
-    if (has_ext) return 0;
-    return sqlite3_exec(db,
-                        "BEGIN; ALTER TABLE sandboxes ADD COLUMN ext TEXT NOT NULL DEFAULT '{}';"
-                        " UPDATE meta SET value = '2' WHERE key = 'schema_version'; COMMIT;",
-                        NULL, NULL, NULL) == SQLITE_OK
-               ? 0
-               : -1;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        if (have[i]) continue;
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "BEGIN; %s; UPDATE meta SET value = '%zu' WHERE key = 'schema_version'; COMMIT;",
+                 steps[i].sql, i + 2);
+        if (sqlite3_exec(db, sql, NULL, NULL, msg) != SQLITE_OK) {
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 struct sbx_store {
@@ -68,7 +89,7 @@ struct sbx_store *sbx_store_open(const char *path, struct err *err)
                      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
                      NULL, NULL, &msg) != SQLITE_OK ||
         sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK ||
-        migrate(st->db) < 0) {
+        migrate(st->db, &msg) < 0) {
         err_set(err, 500, "storage_error", "", "cannot initialise %s: %s", path,
                 msg ? msg : "?");
         sqlite3_free(msg);
@@ -78,19 +99,19 @@ struct sbx_store *sbx_store_open(const char *path, struct err *err)
     static const char *save_sql =
         "INSERT INTO sandboxes(id, name, state, slot, image, metadata, env, vcpus, memory_mb,"
         " pids_max, timeout_ms, on_timeout, created_at, updated_at, started_at, stopped_at,"
-        " expires_at, session_seq, stop_reason, ext)"
-        " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"
+        " expires_at, session_seq, stop_reason, ext, region)"
+        " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)"
         " ON CONFLICT(id) DO UPDATE SET name=?2, state=?3, slot=?4, image=?5, metadata=?6,"
         " env=?7, vcpus=?8, memory_mb=?9, pids_max=?10, timeout_ms=?11, on_timeout=?12,"
         " created_at=?13, updated_at=?14, started_at=?15, stopped_at=?16, expires_at=?17,"
-        " session_seq=?18, stop_reason=?19, ext=?20";
+        " session_seq=?18, stop_reason=?19, ext=?20, region=?21";
     if (sqlite3_prepare_v2(st->db, save_sql, -1, &st->save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(st->db, "DELETE FROM sandboxes WHERE id = ?1", -1, &st->del, NULL) !=
             SQLITE_OK ||
         sqlite3_prepare_v2(st->db,
                            "SELECT id, name, state, slot, image, metadata, env, vcpus, memory_mb,"
                            " pids_max, timeout_ms, on_timeout, created_at, updated_at, started_at,"
-                           " stopped_at, expires_at, session_seq, stop_reason, ext FROM sandboxes"
+                           " stopped_at, expires_at, session_seq, stop_reason, ext, region FROM sandboxes"
                            " ORDER BY created_at, id",
                            -1, &st->load, NULL) != SQLITE_OK) {
         db_err(st, err, "prepare");
@@ -139,6 +160,7 @@ int sbx_store_save(struct sbx_store *st, const struct sbx_row *r, struct err *er
     sqlite3_bind_int64(s, 18, r->session_seq);
     sqlite3_bind_text(s, 19, r->stop_reason ? r->stop_reason : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 20, r->ext ? r->ext : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 21, r->region ? r->region : SBX_REGION_DEFAULT, -1, SQLITE_STATIC);
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
@@ -180,7 +202,7 @@ int sbx_store_load(struct sbx_store *st, void (*fn)(const struct sbx_row *r, voi
             .created_at = sqlite3_column_int64(s, 12), .updated_at = sqlite3_column_int64(s, 13),
             .started_at = sqlite3_column_int64(s, 14), .stopped_at = sqlite3_column_int64(s, 15),
             .expires_at = sqlite3_column_int64(s, 16), .session_seq = sqlite3_column_int64(s, 17),
-            .stop_reason = col(s, 18), .ext = col(s, 19),
+            .stop_reason = col(s, 18), .ext = col(s, 19), .region = col(s, 20),
         };
         fn(&r, arg);
     }

@@ -16,10 +16,15 @@
 
 struct sbx_store;
 
+/* The region a sandbox records when its create names none (one host is one region). */
+#define SBX_REGION_DEFAULT "local"
+#define SBX_REGION_MAX 32
+
 /* The persisted part of a sandbox. JSON members are compact JSON text. */
 struct sbx_row {
     const char *id, *name, *state, *image, *metadata, *env, *on_timeout, *stop_reason;
     const char *ext; /* JSON of the later additions (snapshot.c); NULL: "{}" */
+    const char *region; /* [a-z0-9-], at most SBX_REGION_MAX; NULL: SBX_REGION_DEFAULT */
     int64_t slot, vcpus, memory_mb, pids_max, timeout_ms;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
 };

@@ -1,7 +1,9 @@
 """`rebuno sandbox ...` against a real sandboxd: create, ls, get, exec (streamed, exit
-code passed through, stdin with -i), cp both ways, stop/pause/resume/rm, --json."""
+code passed through, stdin with -i), cp both ways, stop/pause/resume/rm, --json (results,
+cp's summary, and errors as the API's error object), --region."""
 import json
 import os
+import re
 import subprocess
 
 from conftest import BIN
@@ -92,3 +94,77 @@ def test_cli_images(sandboxd, tmp_path):
     assert p.returncode == 1 and b"cannot use" in p.stderr and b"No such file" in p.stderr
     p = cli(sandboxd, "image", "import", check=False)
     assert p.returncode == 2 and b"give a host folder or tarball" in p.stderr
+
+
+def json_error(p, rc):
+    """The --json error of a failed run: one line of stderr, nothing on stdout."""
+    assert p.returncode == rc, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout == b"", p.stdout
+    lines = p.stderr.decode().splitlines()
+    assert len(lines) == 1, p.stderr
+    return json.loads(lines[0])["error"]
+
+
+def test_cli_json_errors(sandboxd, tmp_path):
+    # an error from sandboxd: its error object, with the HTTP status
+    e = json_error(cli(sandboxd, "get", "nope", "--json", check=False), 1)
+    assert e["code"] == "sandbox_not_found" and e["status"] == 404 and "nope" in e["message"]
+    e = json_error(cli(sandboxd, "create", "bad name", "--json", check=False), 1)
+    assert (e["code"], e["field"], e["status"]) == ("validation_error", "name", 400)
+    e = json_error(cli(sandboxd, "--json", "rm", "nope", check=False), 1)
+    assert e["code"] == "sandbox_not_found"
+    e = json_error(cli(sandboxd, "exec", "nope", "--json", "--", "true", check=False), 1)
+    assert e["code"] == "sandbox_not_found"
+    # not from sandboxd: no status
+    e = json_error(cli(None, "ls", "--json", check=False), 1)
+    assert e["code"] == "unreachable" and "cannot reach sandboxd" in e["message"]
+    assert "status" not in e
+    # usage errors (exit 2), also when --json comes after what could not be parsed
+    e = json_error(cli(sandboxd, "create", "--meta", "novalue", "--json", check=False), 2)
+    assert "KEY=VALUE" in e["message"]
+    e = json_error(cli(sandboxd, "ls", "--bogus", "--json", check=False), 2)
+    assert "--bogus" in e["message"] and "status" not in e
+    for args in (("frobnicate",), (), ("exec", "x"), ("get",)):
+        e = json_error(cli(sandboxd, *args, "--json", check=False), 2)
+        assert e["code"] == "validation_error" and e["message"], args
+    # a copy that fails, both ways
+    cli(sandboxd, "create", "je")
+    e = json_error(cli(sandboxd, "cp", "je:/nope", str(tmp_path / "x"), "--json", check=False), 1)
+    assert e["status"] == 404 and "no such file" in e["message"]
+    e = json_error(cli(sandboxd, "cp", str(tmp_path / "missing"), "je:/root/x", "--json",
+                       check=False), 1)
+    assert e["code"] == "local_file" and "status" not in e
+    # without --json: text, as before
+    p = cli(sandboxd, "get", "nope", check=False)
+    assert p.returncode == 1 and p.stderr.startswith(b"error: ") and p.stdout == b""
+
+
+def test_cli_cp_json_summary_and_region(sandboxd, tmp_path):
+    j = json.loads(cli(sandboxd, "create", "rg", "--region", "eu-west-1", "--json").stdout)
+    assert j["region"] == "eu-west-1"
+    assert re.search(r"^region\s+eu-west-1$", cli(sandboxd, "get", "rg").stdout.decode(), re.M)
+    cli(sandboxd, "create", "rg2", "--no-start")
+    assert re.search(r"^region\s+local$", cli(sandboxd, "get", "rg2").stdout.decode(), re.M)
+    assert json.loads(cli(sandboxd, "get", "rg2", "--json").stdout)["region"] == "local"
+    e = json_error(cli(sandboxd, "create", "rg3", "--region", "EU_1", "--json", check=False), 1)
+    assert e["field"] == "region"
+
+    src = tmp_path / "in.bin"
+    data = os.urandom(100_000)
+    src.write_bytes(data)
+    p = cli(sandboxd, "cp", str(src), "rg:/root/in.bin", "--json")
+    assert json.loads(p.stdout) == {"source": str(src), "destination": "rg:/root/in.bin",
+                                    "bytes": 100_000}
+    assert p.stderr == b""
+    p = cli(sandboxd, "--json", "cp", "rg:/root/in.bin", str(tmp_path / "out.bin"))
+    assert json.loads(p.stdout) == {"source": "rg:/root/in.bin",
+                                    "destination": str(tmp_path / "out.bin"), "bytes": 100_000}
+    assert (tmp_path / "out.bin").read_bytes() == data
+    # to stdout: the file is stdout, the summary goes to stderr
+    p = cli(sandboxd, "cp", "rg:/root/in.bin", "-", "--json")
+    assert p.stdout == data
+    assert json.loads(p.stderr) == {"source": "rg:/root/in.bin", "destination": "-",
+                                    "bytes": 100_000}
+    p = cli(sandboxd, "cp", "-", "rg:/root/empty", "--json", input=b"")
+    assert json.loads(p.stdout) == {"source": "-", "destination": "rg:/root/empty", "bytes": 0}
+    assert sandboxd.read("rg", "/root/empty") == (200, b"")

@@ -168,3 +168,103 @@ def test_restart_graceful_and_kill9_keep_files(make_sandboxd):
     # no process of the old sessions survived: only the new init and this command
     r = d.sh("keep", "ps -e --no-headers | wc -l")
     assert int(r["stdout"]) <= 4, r
+
+
+def test_region_is_recorded(make_sandboxd):
+    d = make_sandboxd().start()
+    assert d.create("r1", region="eu-west-1")["region"] == "eu-west-1"
+    assert d.create("r2", start=False)["region"] == "local"      # none given: "local"
+    assert d.get("r1")["region"] == "eu-west-1"
+    listed = {s["name"]: s["region"] for s in d.ok("GET", "/v1/sandboxes")["sandboxes"]}
+    assert listed == {"r1": "eu-west-1", "r2": "local"}
+    for bad in ("EU", "eu_west", "eu west", "", "x" * 33, "é", 5, ["a"]):
+        st, err = d.request("POST", "/v1/sandboxes", {"name": "bad", "region": bad})
+        assert st == 400 and err["error"]["field"] == "region", (bad, st, err)
+    assert d.create("r3", region="x" * 32, start=False)["region"] == "x" * 32
+    # it cannot be changed, and a fork keeps its source's
+    st, err = d.request("PATCH", "/v1/sandboxes/r1", {"region": "us-east-1"})
+    assert st == 400 and err["error"]["field"] == "region"
+    assert d.ok("POST", "/v1/sandboxes/r1/fork", {"name": "r1-fork"})["region"] == "eu-west-1"
+    d.stop()
+    d.start()
+    assert d.get("r1")["region"] == "eu-west-1" and d.get("r2")["region"] == "local"
+
+
+def test_state_folder_from_before_regions_opens(make_sandboxd):
+    """A sandboxd.db made before sandboxes had `ext` (schema 1) or `region` (schema 2)
+    is upgraded in place when the daemon starts, its sandboxes kept."""
+    import sqlite3
+    d = make_sandboxd().start()
+    d.create("old", start=False, metadata={"k": "v"})
+    d.sh("old", "echo kept > /root/f")
+    d.stop()
+    db_path = os.path.join(d.state, "sandboxd.db")
+    for version, columns in (("2", ("region",)), ("1", ("region", "ext"))):
+        db = sqlite3.connect(db_path)
+        for c in columns:
+            db.execute(f"ALTER TABLE sandboxes DROP COLUMN {c}")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+        db.commit()
+        db.close()
+        d.start()
+        s = d.get("old")
+        assert s["region"] == "local" and s["metadata"] == {"k": "v"}, s
+        if version == "2":  # (dropping `ext` loses where its files are: schema 1 had none)
+            assert d.sh("old", "cat /root/f")["stdout"] == "kept\n"
+        d.stop()
+        db = sqlite3.connect(db_path)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        cols = [r[1] for r in db.execute("PRAGMA table_info(sandboxes)")]
+        db.close()
+        assert "ext" in cols and "region" in cols
+
+
+def test_cgroup_v2_without_controllers_refuses_to_start(make_sandboxd):
+    """--cgroup v2 on a hierarchy without the memory, pids and cpu controllers (this
+    machine's hybrid one) would run sandboxes without limits: the daemon refuses."""
+    try:
+        with open("/sys/fs/cgroup/unified/cgroup.controllers") as f:
+            have = f.read().split()
+    except OSError:
+        import pytest
+        pytest.skip("no hybrid unified hierarchy here")
+    if {"memory", "pids", "cpu"} <= set(have):
+        import pytest
+        pytest.skip("this v2 hierarchy has the controllers")
+    d = make_sandboxd(args=["--cgroup", "v2"])
+    d.start(wait=False)
+    try:
+        rc = d.proc.wait(60)
+    finally:
+        d.stop()
+    log = d.read_log()
+    assert rc != 0, log
+    assert "lacks the memory, pids, cpu controllers" in log and "--cgroup v1" in log, log
+    assert not os.path.exists(f"/sys/fs/cgroup/unified/{d.cgroup_name}")
+
+
+def test_refused_limit_changes_nothing(sandboxd):
+    """A new limit the kernel refuses for the running session (v1: a memory limit below
+    what it uses) fails the update and leaves the sandbox as it was."""
+    sandboxd.create("shrink", resources={"memory": 512})
+    cg = sandboxd.get("shrink")["usage"]["cgroup"]
+    if not cg.startswith("v1:"):
+        import pytest
+        pytest.skip("v2 enforces a lower memory.max by reclaiming or OOM-killing")
+    limit_file = f"/sys/fs/cgroup/memory{cg[3:]}/memory.limit_in_bytes"
+    sandboxd.ok("POST", "/v1/sandboxes/shrink/commands", {
+        "cmd": "python3", "args": ["-c", "import time\nx = bytearray(200 << 20)\n"
+                                   "x[::4096] = b'1' * (len(x) // 4096)\n"
+                                   "open('/tmp/ready', 'w').close()\ntime.sleep(3600)"]})
+    r = sandboxd.sh("shrink", "for i in $(seq 600); do test -e /tmp/ready && exit 0; sleep 0.1; done;"
+                    " exit 1")
+    assert r["exit_code"] == 0
+    st, err = sandboxd.request("PATCH", "/v1/sandboxes/shrink", {"resources": {"memory": 64},
+                                                                 "metadata": {"m": "x"}})
+    assert st == 409 and err["error"]["code"] == "busy", (st, err)
+    assert "memory" in err["error"]["message"]
+    s = sandboxd.get("shrink")
+    assert s["resources"]["memory"] == 512 and s["metadata"] == {}
+    assert int(open(limit_file).read()) == 512 << 20
+    sandboxd.ok("PATCH", "/v1/sandboxes/shrink", {"resources": {"memory": 1024}})
+    assert int(open(limit_file).read()) == 1024 << 20

@@ -5,8 +5,17 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sandbox/caps.h"
 #include "sandbox/cgroup.h"
@@ -417,6 +426,165 @@ Test(sandbox_policy, kept_capabilities_and_denied_syscalls)
             found = strcmp(*p, must[i]) == 0;
         cr_assert(found, "%s must be denied", must[i]);
     }
+}
+
+/* Names added to Linux after 5.15: an older libseccomp may not know them (they are then
+ * left on the default, ENOSYS). Any other unknown name is a typo. */
+static const char *const newer_than_5_15[] = {
+    "futex_waitv", "set_mempolicy_home_node", "cachestat", "fchmodat2", "map_shadow_stack",
+    "futex_wake", "futex_wait", "futex_requeue", "mseal", "getxattrat", "setxattrat",
+    "listxattrat", "removexattrat", "file_getattr", "file_setattr", "open_tree_attr", NULL};
+
+static bool in_list(const char *const *list, const char *name)
+{
+    for (const char *const *p = list; *p; p++)
+        if (strcmp(*p, name) == 0) return true;
+    return false;
+}
+
+Test(sandbox_policy, seccomp_lists_are_disjoint_and_known)
+{
+    const char *const *lists[] = {sbx_seccomp_allowed, sbx_seccomp_denied,
+                                  sbx_seccomp_filtered, sbx_seccomp_enosys};
+    for (size_t i = 0; i < 4; i++)
+        for (const char *const *p = lists[i]; *p; p++) {
+            /* once per list, and in one list only: an unconditional rule would swallow
+             * the argument rules, and allow + deny would be a contradiction */
+            for (const char *const *q = p + 1; *q; q++)
+                cr_assert(strcmp(*p, *q) != 0, "%s listed twice", *p);
+            for (size_t j = i + 1; j < 4; j++)
+                cr_assert(!in_list(lists[j], *p), "%s is in two lists", *p);
+            cr_assert(seccomp_syscall_resolve_name(*p) != __NR_SCMP_ERROR ||
+                          in_list(newer_than_5_15, *p),
+                      "%s: unknown system call name", *p);
+        }
+    const char *must[] = {"read", "write", "openat", "close", "mmap", "execve", "wait4",
+                          "futex", "rt_sigaction", "newfstatat", "statx", "getdents64",
+                          "pipe2", "epoll_pwait", "connect", "ptrace", "chroot", "setresuid"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        cr_assert(in_list(sbx_seccomp_allowed, must[i]), "%s must be allowed", must[i]);
+    cr_assert(in_list(sbx_seccomp_enosys, "clone3"));
+    cr_assert(!in_list(sbx_seccomp_allowed, "clone3"));
+}
+
+#if defined(__x86_64__)
+/* The i386 ABI from a 64-bit process: int 0x80 (r8-r11 come back zeroed). */
+static long i386_syscall(long nr, long a, long b, long c)
+{
+    long r;
+    __asm__ volatile("int $0x80"
+                     : "=a"(r)
+                     : "a"(nr), "b"(a), "c"(b), "d"(c)
+                     : "memory", "r8", "r9", "r10", "r11");
+    return (long)(int)r;
+}
+
+/* Whether this kernel runs i386 system calls (IA32 emulation can be off). */
+static bool have_i386_abi(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(i386_syscall(20 /* getpid */, 0, 0, 0) == getpid() ? 0 : 1);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+#endif
+
+/* -errno, or the result */
+static long sys_r(long r)
+{
+    return r < 0 ? -errno : r;
+}
+
+Test(sandbox_policy, seccomp_filter_denies_by_default)
+{
+    bool i386 = false;
+#if defined(__x86_64__)
+    i386 = have_i386_abi();
+#endif
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* the child exits with the number of the first failed check; raw syscalls only,
+         * so no sanitizer interceptor runs under the filter */
+        int n = 0;
+#define EXPECT(cond)                                                                        \
+    do {                                                                                    \
+        n++;                                                                                \
+        if (!(cond)) _exit(n);                                                              \
+    } while (0)
+        EXPECT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+        EXPECT(sbx_seccomp_load() == 0);
+        int p[2];
+        EXPECT(syscall(SYS_pipe2, p, 0) == 0);
+        EXPECT(syscall(SYS_getppid) > 0);
+        /* not on the list: ENOSYS, like an older kernel */
+        EXPECT(sys_r(syscall(1000)) == -ENOSYS);
+        EXPECT(sys_r(syscall(SYS_clone3, NULL, 0)) == -ENOSYS);
+        /* known and dangerous: EPERM */
+        EXPECT(sys_r(syscall(SYS_kexec_load, 0, 0, 0, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_add_key, 0, 0, 0, 0, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_keyctl, 0, 0, 0, 0, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_mount, 0, 0, 0, 0, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_unshare, CLONE_NEWUSER)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_bpf, 0, 0, 0)) == -EPERM);
+        /* clone: a plain fork works, namespace flags do not (high bits ignored) */
+        long c = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (c == 0) syscall(SYS_exit_group, 0);
+        EXPECT(c > 0 && syscall(SYS_wait4, c, NULL, 0, NULL) == c);
+        EXPECT(sys_r(syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_clone, (1UL << 32) | CLONE_NEWNET | SIGCHLD, 0, 0, 0, 0)) ==
+               -EPERM);
+        /* socket families and types */
+        long s = syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        s = syscall(SYS_socket, AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        s = syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        s = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0 /* NETLINK_ROUTE */);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        EXPECT(sys_r(syscall(SYS_socket, AF_PACKET, SOCK_RAW, 0)) == -EAFNOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, 40 /* AF_VSOCK */, SOCK_STREAM, 0)) == -EAFNOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, (1UL << 32) | AF_UNIX, SOCK_STREAM, 0)) ==
+               -EAFNOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_RAW, 1)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET6, SOCK_PACKET, 0)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_SEQPACKET, 132)) == -ESOCKTNOSUPPORT);
+        /* ioctl: everything reaches the kernel but terminal input injection */
+        int avail = -1;
+        EXPECT(syscall(SYS_ioctl, p[0], FIONREAD, &avail) == 0 && avail == 0);
+        EXPECT(sys_r(syscall(SYS_ioctl, p[0], TCGETS, NULL)) == -ENOTTY);
+        EXPECT(sys_r(syscall(SYS_ioctl, p[0], TIOCSTI, "x")) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_ioctl, p[0], TIOCLINUX, "x")) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_ioctl, p[0], (1UL << 32) | TIOCSTI, "x")) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_ioctl, p[0], TIOCSTI ^ 0x6, NULL)) == -ENOTTY);
+        /* personality */
+        EXPECT(syscall(SYS_personality, 0xffffffffUL) >= 0);
+        EXPECT(syscall(SYS_personality, ADDR_NO_RANDOMIZE) >= 0);
+        EXPECT(syscall(SYS_personality, PER_LINUX) >= 0);
+        EXPECT(sys_r(syscall(SYS_personality, READ_IMPLIES_EXEC)) == -EPERM);
+        EXPECT(sys_r(syscall(SYS_personality, MMAP_PAGE_ZERO)) == -EPERM);
+#if defined(__x86_64__)
+        /* the i386 ABI is held to the same list */
+        if (i386) {
+            EXPECT(i386_syscall(20 /* getpid */, 0, 0, 0) == syscall(SYS_getpid));
+            EXPECT(i386_syscall(1000, 0, 0, 0) == -ENOSYS);
+            EXPECT(i386_syscall(283 /* kexec_load */, 0, 0, 0) == -EPERM);
+            EXPECT(i386_syscall(102 /* socketcall */, 1, 0, 0) == -EPERM);
+            EXPECT(i386_syscall(359 /* socket */, AF_PACKET, SOCK_RAW, 0) == -EAFNOSUPPORT);
+            EXPECT(i386_syscall(310 /* unshare */, CLONE_NEWUSER, 0, 0) == -EPERM);
+            EXPECT(i386_syscall(120 /* clone */, CLONE_NEWUSER | SIGCHLD, 0, 0) == -EPERM);
+            EXPECT(i386_syscall(54 /* ioctl */, p[0], TIOCSTI, 0) == -EPERM);
+        }
+#endif
+#undef EXPECT
+        syscall(SYS_exit_group, 0);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st), "child died: status %#x", st);
+    cr_assert_eq(WEXITSTATUS(st), 0, "check number %d failed", WEXITSTATUS(st));
 }
 
 Test(sandbox_cgroup, v2_cpu_max)
