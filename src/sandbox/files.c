@@ -387,9 +387,11 @@ static int mkdir_one(const struct sbx_fs *fs, int dfd, const char *name, mode_t 
 int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mode,
                  const struct sbx_owner *owner, struct err *err)
 {
-    mode_t m = (mode_t)(mode >= 0 ? mode & 07777 : 0755);
-    struct sbx_owner root = {0, 0};
-    const struct sbx_owner *o = owner ? owner : &root;
+    /* another account's directories: it and the sandbox default group, 0770 (files.h) */
+    struct sbx_owner dir = owner ? *owner : (struct sbx_owner){0, 0};
+    if (dir.uid != 0) dir.gid = SBX_DEFAULT_GID;
+    const struct sbx_owner *o = &dir;
+    mode_t m = (mode_t)(mode >= 0 ? mode & 07777 : dir.uid != 0 ? 0770 : 0755);
     if (!parents) {
         const char *leaf;
         int dfd = open_parent(fs, path, &leaf, err);

@@ -16,7 +16,8 @@
  *   - only overlay and tmpfs file systems are accepted (never the sandbox's /proc or
  *     /dev/pts, where host root could change kernel settings).
  * New files and directories belong to the acting user inside (root by default).
- * Paths given here are already normalised (paths.h).
+ * Directories made for another account belong to it and to the sandbox default group
+ * (see sbx_fs_mkdir). Paths given here are already normalised (paths.h).
  */
 #ifndef REBUNO_SANDBOX_FILES_H
 #define REBUNO_SANDBOX_FILES_H
@@ -36,6 +37,13 @@ struct sbx_fs {
     uint32_t uid_base; /* host uid of root inside */
 };
 
+/*
+ * The sandbox default group: the primary group of the default account, the one the files
+ * API and commands act as when no user is named. That account is root inside, so it is
+ * gid 0 (no other account is a member of it unless a sandbox adds one).
+ */
+#define SBX_DEFAULT_GID 0
+
 /* Owner of new files and directories: ids inside the sandbox. */
 struct sbx_owner {
     uint32_t uid, gid;
@@ -52,7 +60,11 @@ int sbx_fs_read(const struct sbx_fs *fs, const char *path, uint64_t off, size_t 
 int sbx_fs_write(const struct sbx_fs *fs, const char *path, uint64_t off, const void *data,
                  size_t len, bool truncate, int mode, const struct sbx_owner *owner,
                  uint64_t *size, struct err *err);
-/* Create a directory (and missing parents when parents is set). */
+/*
+ * Create a directory (and missing parents when parents is set). Every directory made
+ * for an owner other than root belongs to owner->uid and SBX_DEFAULT_GID, mode 0770 unless
+ * mode >= 0 (004: so the default account can still reach them); root's are 0755 by default.
+ */
 int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mode,
                  const struct sbx_owner *owner, struct err *err);
 /* {"path", "entries":[stat objects without "path"], "truncated": bool} */

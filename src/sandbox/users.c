@@ -252,9 +252,11 @@ int sbx_user_create(const struct sbx_fs *fs, const char *name, struct sbx_user *
     u->uid = u->gid = (uint32_t)id;
     snprintf(u->home, sizeof u->home, "/home/%s", name);
     snprintf(u->shell, sizeof u->shell, "/bin/bash");
-    struct sbx_owner root = {0, 0}, own = {u->uid, u->gid};
+    /* the home belongs to the user and the sandbox default group (004); files in it, like
+     * uploads, to the user and its own primary group */
+    struct sbx_owner root = {0, 0}, own = {u->uid, u->gid}, home_owner = {u->uid, SBX_DEFAULT_GID};
     if (sbx_fs_mkdir(fs, "/home", true, 0755, &root, err) < 0) goto out;
-    if (sbx_fs_mkdir(fs, home, false, 0770, &own, err) < 0) goto out;
+    if (sbx_fs_mkdir(fs, home, false, 0770, &home_owner, err) < 0) goto out;
     copy_skel(fs, home, &own);
     /* group, then passwd: the account exists once its passwd line does */
     if (gr.len && gr.data[gr.len - 1] != '\n') buf_append(&gr, "\n", 1);

@@ -283,6 +283,35 @@ def test_create_get_list_query_update_delete(sbx_url: str) -> None:
     run(main())
 
 
+def test_region_is_recorded_by_sandboxd(sbx_url: str) -> None:
+    """region= is sent on create and read back from sandboxd, so a fresh client (which has
+    no region option of its own) sees the sandbox's region; a sandbox created without one
+    is in sandboxd's only region, "local"."""
+    from rebuno.sandbox import SandboxApiError, SandboxClient, SandboxServiceOptions
+    from rebuno.sandbox.sync import SyncSandboxClient
+
+    async def main() -> None:
+        async with SandboxClient.create(options=SandboxServiceOptions(region="sfo1")) as maker:
+            iad = await maker.create_sandbox(name="in-iad1", region="iad1")  # the call's region wins
+            dflt = await maker.create_sandbox(name="in-sfo1")  # else the client's option
+            assert (iad.region, dflt.region) == ("iad1", "sfo1")
+            with pytest.raises(SandboxApiError) as e:
+                await maker.create_sandbox(name="bad-region", region="Not A Region")
+            assert (e.value.status_code, e.value.field) == (400, "region")
+        async with SandboxClient.create() as fresh:
+            assert fresh.region is None
+            got = await fresh.get_sandbox(name="in-iad1")
+            assert got.region == "iad1" and got.model_dump(mode="json")["region"] == "iad1"
+            assert {b.name: b.region for b in await fresh.list_sandboxes()} == {"in-iad1": "iad1", "in-sfo1": "sfo1"}
+            plain = await fresh.create_sandbox(name="no-region", start=False)
+            assert plain.region == "local" and (await plain.refresh()).region == "local"
+            await got.stop()
+            assert (await got.refresh()).region == "iad1"  # kept across stop and refresh
+    run(main())
+    with SyncSandboxClient() as client:
+        assert client.get_sandbox(name="in-iad1").region == "iad1"
+
+
 def test_run_command_args_cwd_env_input_check_kill_after(sbx_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     from rebuno import sandbox
     from rebuno.sandbox import SandboxCommandNotFoundError, SandboxPathNotFoundError
@@ -565,6 +594,219 @@ def test_users_create_as_user_sudo_and_permissions(sbx_url: str) -> None:
             assert [e.name for e in await alice.fs.listdir("work")] == ["deep", "moved.txt"]
             await alice.fs.remove("work", recursive=True)
             assert not await alice.fs.exists("work")
+
+    run(main())
+
+
+# The flipper: as the user, keep swapping two symlinks between what the user may read and
+# what only root may, each swap an atomic rename, as fast as it can.
+_FLIP = """\
+while :; do
+  ln -sfn /root/secret f.tmp && mv -T f.tmp f
+  ln -sfn /root/private d.tmp && mv -T d.tmp d
+  ln -sfn mine.txt f.tmp && mv -T f.tmp f
+  ln -sfn mydir d.tmp && mv -T d.tmp d
+done
+"""
+
+
+def test_user_reads_race_a_symlink_flip_and_never_see_roots_files(sbx_url: str) -> None:
+    """Reads, stat and listings through a user handle are done as the user, so a symlink
+    the user swaps to /root while the call runs is refused by the kernel (they used to be
+    checked as the user and then done as root: 32 leaks in 200 reads)."""
+    from rebuno import sandbox
+    from rebuno.sandbox import CommandStatus, SandboxPermissionError
+
+    secret = "ROOT-ONLY " * 7
+    own = "alice's own file\n"
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            await box.fs.write_text("/root/secret", secret, mode=0o600)
+            await box.fs.write_text("/root/private/root-entry", "r")
+            alice = await box.create_user("alice")
+            await alice.fs.write_text("mine.txt", own)
+            await alice.fs.write_text("mydir/alice-entry", "a")
+            await alice.run_command("bash", ["-c", "ln -s mine.txt f && ln -s mydir d"], check=True)
+            flipper = await alice.create_command("bash", ["-c", _FLIP])
+            outcomes: dict[str, int] = {}
+
+            def seen(kind: str) -> None:
+                outcomes[kind] = outcomes.get(kind, 0) + 1
+
+            for _ in range(150):
+                try:
+                    text = await alice.fs.read_text("f")
+                    assert text == own, text
+                    seen("read")
+                except SandboxPermissionError:
+                    seen("read denied")
+                try:
+                    async with alice.fs.open("f", "r") as fh:
+                        assert await fh.read() == own
+                    seen("open")
+                except SandboxPermissionError:
+                    seen("open denied")
+                try:
+                    entry = await alice.fs.stat("f")
+                    assert (entry.uid, entry.size) == (alice.info.uid, len(own)), entry
+                    seen("stat")
+                except SandboxPermissionError:
+                    seen("stat denied")
+                try:
+                    names = [e.name for e in await alice.fs.listdir("d")]
+                    assert names == ["alice-entry"], names
+                    seen("list")
+                except SandboxPermissionError:
+                    seen("list denied")
+            assert (await flipper.refresh()).status == CommandStatus.RUNNING  # it flipped all along
+            await flipper.kill()
+            await flipper.wait()
+            print(outcomes)
+
+            # settled either way, each call gives exactly the one answer
+            await alice.run_command("ln", ["-sfn", "mine.txt", "f"], check=True)
+            assert await alice.fs.read_text("f") == own
+            await alice.run_command("ln", ["-sfn", "/root/secret", "f"], check=True)
+            for call in (alice.fs.read_text("f"), alice.fs.read_bytes("/root/secret"), alice.fs.stat("f")):
+                with pytest.raises(SandboxPermissionError):
+                    await call
+            assert await box.fs.read_text("/root/secret") == secret  # root's handle still reads it
+
+    run(main())
+
+
+def test_user_stat_list_and_probes_honour_permissions(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import (
+        SandboxFileExistsError, SandboxFilesystemError, SandboxIsADirectoryError, SandboxPathNotFoundError,
+        SandboxPermissionError,
+    )
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            await box.fs.write_text("/root/secret", "s", mode=0o600)
+            alice = await box.create_user("alice")
+            bob = await box.create_user("bob")
+            await bob.fs.write_text("bob.txt", "b", mode=0o644)
+
+            # stat and listdir are done as the user: root's and bob's homes are closed to alice
+            for call in (alice.fs.stat("/root/secret"), alice.fs.stat("/home/bob/bob.txt"),
+                         alice.fs.stat("/root/secret", follow_symlinks=False), alice.fs.listdir("/root"),
+                         alice.fs.listdir("/home/bob"), alice.fs.read_bytes("/home/bob/bob.txt"),
+                         alice.fs.rename("/home/bob/bob.txt", "stolen.txt"), alice.fs.remove("/root/secret"),
+                         alice.fs.remove("/home/bob", recursive=True)):
+                with pytest.raises(SandboxPermissionError) as e:
+                    await call
+                assert (e.value.status_code, e.value.code) == (403, "permission_denied")
+            for probe in (alice.fs.exists, alice.fs.is_file, alice.fs.is_dir):
+                assert not await probe("/root/secret") and not await probe("/home/bob/bob.txt")
+            assert await box.fs.exists("/home/bob/bob.txt")  # root's handle sees it
+            assert (await box.fs.stat("/root/secret")).size == 1
+
+            # what the user can reach works as before, with the errors of the files API
+            entry = await alice.fs.stat("/home/bob")  # the home itself is visible: 0770 user:root
+            assert (entry.type, entry.uid, entry.gid, entry.mode) == ("directory", bob.info.uid, 0, 0o770)
+            await alice.fs.write_bytes("bin/data", bytes(range(256)) * 9000)  # > 2 read commands
+            assert await alice.fs.read_bytes("bin/data") == bytes(range(256)) * 9000
+            async with alice.fs.open("bin/data", "rb") as fh:
+                assert await fh.read(3) == b"\x00\x01\x02"
+                assert len(await fh.read()) == 256 * 9000 - 3
+            await alice.run_command("ln", ["-s", "bin/data", "link"], check=True)
+            await alice.run_command("ln", ["-s", "nowhere", "dangling"], check=True)
+            assert (await alice.fs.stat("link")).type == "file"
+            link = await alice.fs.stat("link", follow_symlinks=False)
+            assert (link.type, link.target, link.path) == ("symlink", "bin/data", "/home/alice/link")
+            with pytest.raises(SandboxPathNotFoundError):
+                await alice.fs.stat("dangling")
+            assert [e.name for e in await alice.fs.listdir("bin")] == ["data"]
+            with pytest.raises(SandboxPathNotFoundError):
+                await alice.fs.listdir("bin/data")
+            with pytest.raises(SandboxPathNotFoundError):
+                await alice.fs.read_text("missing")
+            with pytest.raises(SandboxIsADirectoryError):
+                await alice.fs.read_text("bin")
+            await alice.run_command("mkfifo", ["fifo"], check=True)
+            with pytest.raises(SandboxFilesystemError) as nf:
+                await alice.fs.read_bytes("fifo")
+            assert nf.value.code == "not_a_file"
+            await alice.fs.write_text("one", "1")
+            with pytest.raises(SandboxFileExistsError):
+                await alice.fs.rename("one", "bin/data", overwrite=False)
+            await alice.fs.rename("one", "bin/data")
+            assert await alice.fs.read_text("bin/data") == "1"
+            with pytest.raises(SandboxFilesystemError) as ne:
+                await alice.fs.remove("bin")
+            assert ne.value.code == "directory_not_empty"
+            await alice.fs.remove("missing", missing_ok=True)
+            await alice.fs.remove("bin", recursive=True)
+            assert not await alice.fs.exists("bin")
+
+    run(main())
+
+
+def test_user_mkdir_and_uploads_ownership(sbx_url: str) -> None:
+    """mkdir and uploads are trusted orchestration on the files API (root's rights inside):
+    directories belong to the user and the sandbox default group (gid 0), mode 0770;
+    uploaded files to the user and its own group."""
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxPermissionError
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            alice = await box.create_user("alice")
+            home = await box.fs.stat("/home/alice")
+            assert (home.uid, home.gid, home.mode) == (alice.info.uid, 0, 0o770)
+            await alice.fs.mkdir("a/b/c")
+            for d in ("a", "a/b", "a/b/c"):
+                st = await box.fs.stat(f"/home/alice/{d}")
+                assert (st.uid, st.gid, st.mode) == (alice.info.uid, 0, 0o770), (d, st)
+            await alice.fs.mkdir("p", mode=0o750)
+            assert (await box.fs.stat("/home/alice/p")).mode == 0o750
+            await alice.fs.write_text("x/y/z.txt", "z", mode=0o640)  # missing parents made too
+            st, parent = await box.fs.stat("/home/alice/x/y/z.txt"), await box.fs.stat("/home/alice/x/y")
+            assert (st.uid, st.gid, st.mode) == (alice.info.uid, alice.info.gid, 0o640)
+            assert (parent.uid, parent.gid, parent.mode) == (alice.info.uid, 0, 0o770)
+            # uploads are not a permission boundary: they write where alice's commands cannot
+            await alice.fs.write_text("/root/from-alice.txt", "w")
+            assert (await box.fs.stat("/root/from-alice.txt")).uid == alice.info.uid
+            with pytest.raises(SandboxPermissionError):
+                await alice.fs.read_text("/root/from-alice.txt")
+
+    run(main())
+
+
+def test_user_handles_resume_lazily_and_session_users_never_do(sbx_url: str) -> None:
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxSessionEndedError, SandboxStatus
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            alice = await box.create_user("alice")
+            await alice.fs.write_text("kept.txt", "kept")
+            first = box.current_session_id
+            await box.stop()
+            r = await alice.run_command("whoami", capture_output=True)  # resumes the stopped sandbox
+            assert r.stdout == "alice\n" and box.status == SandboxStatus.RUNNING
+            assert box.current_session_id not in (None, first) and r.session_id == box.current_session_id
+            await box.stop()
+            assert await alice.fs.read_text("kept.txt") == "kept"  # a file read resumes too
+            assert box.status == SandboxStatus.RUNNING
+            await box.pause()
+            assert [e.name for e in await alice.fs.listdir(".") if not e.name.startswith(".")] == ["kept.txt"]
+            assert box.status == SandboxStatus.RUNNING
+
+            # a user of an explicit session stays pinned to it and never resumes the sandbox
+            active = await box.session()
+            pinned, made = active.as_user("alice"), await active.create_user("bob")
+            assert (await pinned.run_command("whoami", capture_output=True)).stdout == "alice\n"
+            await box.stop()
+            for call in (pinned.run_command("true"), pinned.fs.read_text("kept.txt"), pinned.fs.stat("kept.txt"),
+                         pinned.fs.listdir("."), pinned.fs.exists("kept.txt"), pinned.fs.write_text("n.txt", "n"),
+                         made.run_command("true"), made.fs.mkdir("d"), active.as_user("alice").fs.read_text("kept.txt")):
+                with pytest.raises(SandboxSessionEndedError):
+                    await call
+            assert (await box.refresh()).status == SandboxStatus.STOPPED  # nothing resumed it
 
     run(main())
 

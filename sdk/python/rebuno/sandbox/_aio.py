@@ -8,7 +8,8 @@ Objects and what they pin:
   call carries ``session=<id>``, so it never resumes: a stopped session fails with
   :class:`SandboxSessionEndedError`.
 * :class:`SandboxUser`: a Linux account inside a sandbox or a session (``create_user`` /
-  ``as_user``); commands run as that account, uploads belong to it.
+  ``as_user``); commands, reads, listings, renames and removals run as that account;
+  uploads and ``mkdir`` use the files API (root's rights inside) and belong to it.
 * :class:`Command`: a started command (``create_command``, ``get_command``) with
   ``stdin``/``stdout``/``stderr`` streams, ``wait()``, ``communicate()`` and signals.
 """
@@ -29,13 +30,14 @@ import subprocess
 import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import IO, Any, Literal, TextIO
 
 from rebuno._http import iter_sse
 from rebuno.sandbox._api import LONG_TIMEOUT, Api, quote
 from rebuno.sandbox._interactive import InteractiveSession, pty_body
+from rebuno.sandbox._errors import _BY_CODE as _ERROR_CLASSES
 from rebuno.sandbox._errors import (
     SandboxApiError,
     SandboxCleanupError,
@@ -44,7 +46,6 @@ from rebuno.sandbox._errors import (
     SandboxFilesystemError,
     SandboxNotFoundError,
     SandboxPathNotFoundError,
-    SandboxPermissionError,
     SandboxResponseError,
     SandboxStateError,
     SandboxStdinClosedError,
@@ -839,14 +840,26 @@ class _Executor:
         body = self._command_body(cmd, args, cwd=cwd, env=env, sudo=sudo, kill_after=None)
         return InteractiveSession(self._scope, pty_body(body, cols=cols, rows=rows, term=term), before=self._before)
 
-    async def _exec(self, argv: Sequence[str], *, as_root: bool = False) -> dict[str, Any]:
-        """Run an internal helper command (as this account, or root) and return its result."""
-        body = self._command_body(argv[0], list(argv[1:]), cwd=None, env=None, sudo=as_root, kill_after=60)
+    async def _exec(self, argv: Sequence[str], *, as_root: bool = False, binary: bool = False) -> dict[str, Any]:
+        """Run an internal helper command (as this account, or root) to completion and
+        return its result. It runs in ``/`` (a helper never depends on the account's home)
+        with ``LC_ALL=C`` (stable error messages); ``binary`` asks for base64 output, which
+        is decoded here: ``stdout``/``stderr`` are then bytes. The call may have resumed the
+        sandbox: the scope adopts the command's session."""
+        body = self._command_body(argv[0], list(argv[1:]), cwd="/", env={"LC_ALL": "C"}, sudo=as_root,
+                                  kill_after=60)
         if as_root:
             body.pop("user", None)
             body.pop("sudo", None)
         body["wait"] = True
-        return await self._scope.api.json("POST", self._scope.base + "/commands", json=body, timeout=90)
+        if binary:
+            body["output_encoding"] = "base64"
+        r = await self._scope.api.json("POST", self._scope.base + "/commands", json=body, timeout=90)
+        if binary and r.get("output_encoding") == "base64":
+            r["stdout"] = base64.b64decode(r.get("stdout") or "")
+            r["stderr"] = base64.b64decode(r.get("stderr") or "")
+        await self._scope.adopt(r.get("session_id"))
+        return r
 
 
 def _completed(data: Mapping[str, Any], out: str | None, err: str | None, out_trunc: bool,
@@ -904,6 +917,8 @@ class SandboxFilesystem:
     Paths are absolute, or relative to the account's home (``cwd=`` gives another base).
     Content moves in chunks of at most 8 MiB, so large files are never one request.
     A missing path raises :class:`SandboxPathNotFoundError` (a ``FileNotFoundError``).
+    Through a user handle, everything but uploads and ``mkdir`` runs as the account (reads
+    then come in 1 MiB ranges, one command each).
     """
 
     def __init__(self, owner: _Executor, *, user: str | None = None):
@@ -925,28 +940,83 @@ class SandboxFilesystem:
     async def _done(self) -> None:
         await self._scope.adopt(None)
 
-    async def _user_test(self, path: str, *flags: str) -> bool:
-        """Whether ``test <flags> path`` succeeds as the account (Linux permissions)."""
-        argv = ["test"]
-        for i, f in enumerate(flags):
-            if i:
-                argv.append("-a")
-            argv += [f, path]
-        return (await self._owner._exec(argv)).get("exit_code") == 0
+    # --- as the account (user handles)
+    #
+    # The files API acts as root inside, so a user handle's reads, listings, stats, renames
+    # and removals are commands run as the account instead: the kernel checks its
+    # permissions on the very open, stat, rename or unlink that does the work, and no
+    # check-then-act window lets a symlink swapped in between reach what the account cannot
+    # (004: "User file reads use base64 command output"). The helpers are argv only: their
+    # scripts are constants and every path is an argument (after "--" where the tool
+    # takes options). Uploads and mkdir stay on the files API (trusted orchestration).
 
-    async def _check(self, path: str, *flags: str, what: str) -> None:
-        if not self._user:
-            return
-        if await self._user_test(path, *flags):
-            return
-        await self._missing_or_denied(path, what)
+    def _abs(self, p: str) -> str:
+        """``p`` normalised as sandboxd does: lexically, ``..`` never above ``/``, and
+        relative to the account's home (known once ``_before()`` resolved the account)."""
+        home = getattr(self._owner, "home_dir", None) or "/"
+        full = posixpath.normpath(p if p.startswith("/") else posixpath.join(home, p))
+        return "/" + full.lstrip("/")
 
-    async def _missing_or_denied(self, path: str, what: str) -> None:
-        """The account could not reach ``path``: raise not-found if it is really missing,
-        else permission denied (the files API itself acts as root)."""
-        await self._scope.api.json("GET", self._scope.base + "/files/stat", query=self._q(path))
-        raise SandboxPermissionError(f"{what} {path!r}: permission denied for user {self._user}",
-                                     status_code=403, code="permission_denied", field="path")
+    async def _user_run(self, argv: Sequence[str], path: str, what: str, *,
+                        binary: bool = False) -> dict[str, Any]:
+        """Run a helper as the account; a failure raises the error its message names."""
+        r = await self._owner._exec(argv, binary=binary)
+        if r.get("exit_code") != 0:
+            raise _user_error(r, path, what, self._user)
+        return r
+
+    async def _user_chunks(self, p: str, offset: int = 0) -> AsyncIterator[bytes]:
+        """The file's bytes read as the account, a bounded range per command: one open as
+        the account per range (so its permissions decide every read), and a range always
+        fits the command's kept output (halved if sandboxd keeps less)."""
+        p = self._abs(p)
+        size = USER_READ_CHUNK
+        while True:
+            r = await self._user_run(["bash", "-c", _USER_READ_SH, "rebuno-read", p, str(offset), str(size)],
+                                     p, "read", binary=True)
+            if r.get("stdout_truncated"):
+                if size <= 4096:
+                    raise SandboxFilesystemError(f"read {p!r}: the command output limit is too small",
+                                                 status_code=500, code="output_truncated")
+                size //= 2
+                continue
+            data = r.get("stdout") or b""
+            offset += len(data)
+            if data:
+                yield data
+            if len(data) < size:
+                return
+
+    async def _user_entries(self, p: str, *, depth: int, follow: str) -> list[DirectoryEntry]:
+        """``find`` records of ``p`` (depth 0) and, with ``depth=1``, its entries, found and
+        stat'ed as the account."""
+        r = await self._user_run(["find", follow, "--", p, "-maxdepth", str(depth), "-printf", _FIND_FORMAT],
+                                 p, "list" if depth else "stat", binary=True)
+        if r.get("stdout_truncated"):
+            raise SandboxFilesystemError(f"list {p!r}: too many entries for one listing", status_code=413,
+                                         code="listing_too_large", field="path")
+        fields = r["stdout"].split(b"\0")
+        out = []
+        for i in range(0, len(fields) - 8, 9):
+            d, y, size, mode, uid, gid, mtime, target, name = fields[i:i + 9]
+            text = name.decode("utf-8", "replace")
+            if d == b"0":
+                path = p
+            else:
+                path = p.rstrip("/") + "/" + text
+            out.append(DirectoryEntry(
+                name=text, path=path, type=_FIND_TYPES.get(y, "unknown"), size=int(size or 0),
+                mode=int(mode or b"0", 8), uid=int(uid) if uid.isdigit() else None,
+                gid=int(gid) if gid.isdigit() else None, mtime=_epoch(mtime),
+                target=target.decode("utf-8", "replace") if y == b"l" else None))
+        if not out:
+            raise SandboxResponseError(f"find printed nothing for {p!r}", data=dict(r))
+        return out
+
+    async def _user_test(self, path: str, flag: str) -> bool:
+        """Whether ``test <flag> path`` holds for the account (``test`` takes no ``--``;
+        its two-argument form always reads the second as the operand)."""
+        return (await self._owner._exec(["test", flag, self._abs(path)])).get("exit_code") == 0
 
     # --- reading
     async def read_bytes(self, path: RemotePath, *, cwd: RemotePath | None = None) -> bytes:
@@ -962,7 +1032,10 @@ class SandboxFilesystem:
     async def _iter_content(self, p: str, offset: int = 0, chunk: int | None = None) -> AsyncIterator[bytes]:
         chunk = chunk or IO_CHUNK
         await self._owner._before()
-        await self._check(p, "-r", what="read")
+        if self._user:
+            async for data in self._user_chunks(p, offset):
+                yield data
+            return
         first = True
         while True:
             resp = await self._scope.api.request("GET", self._scope.base + "/files/content",
@@ -1020,7 +1093,9 @@ class SandboxFilesystem:
                                           timeout=timeout)
 
     async def _ensure_mode(self, p: str, mode: int) -> None:
-        entry = await self.stat(p, follow_symlinks=False)
+        # part of the upload, so on the files API like the upload itself (not as the account)
+        d = await self._scope.api.json("GET", self._scope.base + "/files/stat", query=self._q(p))
+        entry = DirectoryEntry.from_api(d)
         if entry.mode & 0o7777 != mode:
             # an existing file keeps its mode on upload; the files API has no chmod
             r = await self._owner._exec(["chmod", f"{mode:o}", "--", entry.path], as_root=True)
@@ -1032,7 +1107,11 @@ class SandboxFilesystem:
                     mode: int | None = None) -> None:
         """Create a directory (with its parents when ``recursive``, the default; an existing
         directory is then fine). Without ``recursive`` an existing path raises
-        :class:`SandboxFileExistsError` and a missing parent :class:`SandboxPathNotFoundError`."""
+        :class:`SandboxFileExistsError` and a missing parent :class:`SandboxPathNotFoundError`.
+
+        Through a user handle the files API creates them (trusted orchestration, as for
+        uploads) and every directory it creates belongs to the account and the sandbox
+        default group (root's group, gid 0), mode ``0770`` unless ``mode`` is given."""
         _check_mode(mode)
         await self._owner._before()
         body: dict[str, Any] = {"path": _join(path, cwd), "parents": bool(recursive)}
@@ -1052,9 +1131,17 @@ class SandboxFilesystem:
     async def stat(self, path: RemotePath, *, cwd: RemotePath | None = None,
                    follow_symlinks: bool = True) -> DirectoryEntry:
         """The entry at ``path`` (following symlinks inside the sandbox unless
-        ``follow_symlinks=False``)."""
+        ``follow_symlinks=False``; a dangling one is then not found). Through a user handle
+        it is looked up as the account, so a path it cannot reach raises
+        :class:`SandboxPermissionError`."""
         p = _join(path, cwd)
         await self._owner._before()
+        if self._user:
+            entry = (await self._user_entries(self._abs(p), depth=0, follow="-L" if follow_symlinks else "-P"))[0]
+            if follow_symlinks and entry.type == "symlink":  # find -L keeps a dangling link
+                raise SandboxPathNotFoundError(f"stat {entry.path!r}: the symlink's target does not exist",
+                                               status_code=404, code="path_not_found", field="path")
+            return entry
         for _ in range(40):
             d = await self._scope.api.json("GET", self._scope.base + "/files/stat", query=self._q(p))
             entry = DirectoryEntry.from_api(d)
@@ -1078,7 +1165,8 @@ class SandboxFilesystem:
         return kind is None or entry.type == kind
 
     async def exists(self, path: RemotePath, *, cwd: RemotePath | None = None) -> bool:
-        """Whether ``path`` exists (a dangling symlink does not)."""
+        """Whether ``path`` exists (a dangling symlink does not; as a user: whether the
+        account can see it)."""
         return await self._probe(path, cwd, "-e", None)
 
     async def is_file(self, path: RemotePath, *, cwd: RemotePath | None = None) -> bool:
@@ -1090,10 +1178,17 @@ class SandboxFilesystem:
         return await self._probe(path, cwd, "-d", "directory")
 
     async def listdir(self, path: RemotePath = ".", *, cwd: RemotePath | None = None) -> list[DirectoryEntry]:
-        """The entries of a directory (not ``.`` and ``..``), sorted by name."""
+        """The entries of a directory (not ``.`` and ``..``), sorted by name. Through a user
+        handle the directory is read as the account (:class:`SandboxPermissionError` if it
+        may not)."""
         p = _join(path, cwd)
         await self._owner._before()
-        await self._check(p, "-r", "-x", what="list")
+        if self._user:
+            found = await self._user_entries(self._abs(p), depth=1, follow="-H")
+            if found[0].type != "directory":
+                raise SandboxPathNotFoundError(f"list {found[0].path!r}: not a directory", status_code=404,
+                                               code="path_not_found", field="path")
+            return sorted(found[1:], key=lambda e: e.name)
         d = await self._scope.api.json("GET", self._scope.base + "/files/list", query=self._q(p))
         await self._done()
         parent = d.get("path") or p
@@ -1103,17 +1198,15 @@ class SandboxFilesystem:
     async def remove(self, path: RemotePath, *, cwd: RemotePath | None = None, recursive: bool = False,
                      missing_ok: bool = False) -> None:
         """Remove a file, a symlink (never what it points to) or an empty directory; a whole
-        tree with ``recursive=True``. A missing path raises unless ``missing_ok``."""
+        tree with ``recursive=True`` (never crossing into another mount). A missing path
+        raises unless ``missing_ok``. Through a user handle ``rm`` runs as the account."""
         p = _join(path, cwd)
         await self._owner._before()
         try:
             if self._user:
-                script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; '
-                          'if [ "$2" = 1 ]; then exec rm -rf -- "$1"; else exec rm -d -- "$1"; fi')
-                r = await self._owner._exec(["sh", "-c", script, "sh", p, "1" if recursive else "0"])
-                if r.get("exit_code") == 3:
-                    await self._missing_or_denied(p, "remove")
-                _user_fs_result(r, p, "remove")
+                a = self._abs(p)
+                argv = ["rm", "-r", "--one-file-system", "--", a] if recursive else ["rm", "-d", "--", a]
+                await self._user_run(argv, a, "remove")
             else:
                 await self._scope.api.request("DELETE", self._scope.base + "/files",
                                               query=self._q(p, recursive=bool(recursive)))
@@ -1125,17 +1218,21 @@ class SandboxFilesystem:
     async def rename(self, source: RemotePath, destination: RemotePath, *, cwd: RemotePath | None = None,
                      overwrite: bool = True) -> None:
         """Rename or move an entry inside the sandbox. An existing destination is replaced,
-        like ``os.rename``, unless ``overwrite=False`` (then :class:`SandboxFileExistsError`)."""
+        like ``os.rename``, unless ``overwrite=False`` (then :class:`SandboxFileExistsError`).
+        Through a user handle ``mv`` runs as the account."""
         src, dst = _join(source, cwd), _join(destination, cwd)
         await self._owner._before()
         if self._user:
-            script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; '
-                      'if [ "$3" = 0 ] && { [ -e "$2" ] || [ -L "$2" ]; }; then exit 4; fi; '
-                      'exec mv -T -- "$1" "$2"')
-            r = await self._owner._exec(["sh", "-c", script, "sh", src, dst, "1" if overwrite else "0"])
-            if r.get("exit_code") == 3:
-                await self._missing_or_denied(src, "rename")
-            _user_fs_result(r, src, "rename")
+            a, b = self._abs(src), self._abs(dst)
+            if overwrite:
+                await self._user_run(["mv", "-T", "--", a, b], a, "rename")
+            else:
+                # mv -n skips an existing destination (renameat2 RENAME_NOREPLACE, so no
+                # window) and succeeds silently; -v says whether it moved anything
+                r = await self._user_run(["mv", "-T", "-n", "-v", "--", a, b], a, "rename")
+                if not (r.get("stdout") or "").strip():
+                    raise SandboxFileExistsError(f"rename {a!r}: {b!r} exists", status_code=409,
+                                                 code="already_exists", field="to")
         else:
             body = {"from": src, "to": dst, "overwrite": bool(overwrite), **self._scope.pin()}
             await self._scope.api.request("POST", self._scope.base + "/files/rename", json=body)
@@ -1175,22 +1272,75 @@ def _check_mode(mode: int | None) -> None:
         raise ValueError("mode must be between 0 and 0o7777")
 
 
-def _user_fs_result(r: Mapping[str, Any], path: str, what: str) -> None:
-    rc = r.get("exit_code")
-    if rc == 0:
-        return
-    msg = (r.get("stderr") or "").strip() or f"exit status {rc}"
-    if rc == 3:
-        raise SandboxPathNotFoundError(f"{what} {path!r}: no such file or directory", status_code=404,
-                                       code="path_not_found", field="path")
-    if rc == 4:
-        raise SandboxFileExistsError(f"{what} {path!r}: the destination exists", status_code=409,
-                                     code="already_exists", field="to")
-    if "Permission denied" in msg or "Operation not permitted" in msg:
-        raise SandboxPermissionError(f"{what} {path!r}: {msg}", status_code=403, code="permission_denied")
-    if "not empty" in msg:
-        raise SandboxFilesystemError(f"{what} {path!r}: {msg}", status_code=409, code="directory_not_empty")
-    raise SandboxFilesystemError(f"{what} {path!r}: {msg}", status_code=400, code="invalid_operation")
+# How a user handle reads: one range per command, as the account. The file is opened once
+# (as the account), must be regular (a FIFO or device is refused, as the files API refuses
+# them), and dd copies the range from that descriptor. $1 path, $2 offset, $3 length.
+_USER_READ_SH = """\
+[ -p "$1" ] && { echo "rebuno: not a regular file" >&2; exit 22; }
+exec 3<"$1" || exit 1
+[ -d /dev/fd/3 ] && { echo "rebuno: Is a directory" >&2; exit 21; }
+[ -f /dev/fd/3 ] || { echo "rebuno: not a regular file" >&2; exit 22; }
+exec dd bs=1048576 skip="$2" count="$3" iflag=skip_bytes,count_bytes status=none <&3 3<&-
+"""
+USER_READ_CHUNK = 1 << 20   # bytes per read command (sandboxd keeps 1 MiB of output by default)
+
+# One entry per find record: depth, type, size, mode, uid, gid, mtime, symlink target, name,
+# each ended by a NUL (names cannot contain one).
+_FIND_FORMAT = "%d\\0%y\\0%s\\0%m\\0%U\\0%G\\0%T@\\0%l\\0%f\\0"
+_FIND_TYPES = {b"f": "file", b"d": "directory", b"l": "symlink", b"p": "fifo", b"s": "socket",
+               b"c": "char_device", b"b": "block_device"}
+
+# A helper's error message ends with strerror() (LC_ALL=C): the API's code for it.
+_ERRNO_CODES = (
+    ("No such file or directory", 404, "path_not_found"),
+    ("Not a directory", 404, "path_not_found"),
+    ("Permission denied", 403, "permission_denied"),
+    ("Operation not permitted", 403, "permission_denied"),
+    ("Read-only file system", 403, "read_only"),
+    ("Is a directory", 400, "is_a_directory"),
+    ("not a regular file", 400, "not_a_file"),
+    ("File exists", 409, "already_exists"),
+    ("Directory not empty", 409, "directory_not_empty"),
+    ("Too many levels of symbolic links", 400, "symlink_loop"),
+    ("Invalid cross-device link", 400, "cross_device"),
+    ("Device or resource busy", 409, "busy"),
+    ("No space left on device", 507, "no_space"),
+    ("Disk quota exceeded", 507, "no_space"),
+    ("File name too long", 400, "validation_error"),
+)
+
+
+def _epoch(value: bytes) -> datetime | None:
+    """find's ``%T@`` (seconds.fraction) as an aware datetime, to the millisecond like the API."""
+    sec, _, frac = value.decode("ascii", "replace").partition(".")
+    try:
+        ms = int((frac + "000")[:3]) if frac else 0
+        return datetime.fromtimestamp(int(sec), timezone.utc) + timedelta(milliseconds=ms)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _user_error(r: Mapping[str, Any], path: str, what: str, user: str | None) -> SandboxApiError:
+    """The error for a failed helper command run as an account, from its message."""
+    err = r.get("stderr") or ""
+    if isinstance(err, bytes):
+        err = err.decode("utf-8", "replace")
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    if r.get("timed_out"):
+        return SandboxFilesystemError(f"{what} {path!r} as {user}: timed out", status_code=504, code="timed_out",
+                                      field="path")
+    for line in lines:
+        for text, status, code in _ERRNO_CODES:
+            if line.endswith(text):
+                cls = _ERROR_CLASSES.get(code, SandboxFilesystemError)
+                return cls(f"{what} {path!r} as {user}: {text.lower()}", status_code=status, code=code,
+                           field="path")
+        if "cannot overwrite directory" in line:
+            return _ERROR_CLASSES["is_a_directory"](f"{what} {path!r} as {user}: {line}", status_code=400,
+                                                    code="is_a_directory", field="path")
+    msg = lines[-1] if lines else f"exit status {r.get('exit_code')}"
+    return SandboxFilesystemError(f"{what} {path!r} as {user}: {msg}", status_code=400, code="invalid_operation",
+                                  field="path")
 
 
 class SandboxBinaryReader:
@@ -1444,9 +1594,13 @@ class SandboxUser(_Executor):
     ``run_command``/``create_command`` run as the account (its uid, primary and
     supplementary groups; ``HOME``, ``USER``, ``LOGNAME``; cwd its home); ``sudo=True`` runs
     one command as root with root's environment but the same default cwd. ``fs`` reads,
-    lists, renames and removes as the account (its permissions apply) and uploads files
-    that belong to it. ``home_dir`` is ``None`` until the account was looked up (on first
-    use of an ``as_user()`` handle), except for root.
+    lists, stats, renames and removes as the account: those are commands run as it, so its
+    permissions apply to the operation itself. Uploads and ``mkdir`` are trusted
+    orchestration through the files API, with root's rights inside (they can write where the
+    account cannot: not a permission boundary); files then belong to the account and its
+    group, directories to the account and group root (gid 0), mode 0770. ``home_dir`` is
+    ``None`` until the account was looked up (on first use of an ``as_user()`` handle),
+    except for root.
     """
 
     def __init__(self, scope: _Scope, username: str, info: SandboxUserInfo | None = None):
@@ -1637,7 +1791,8 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
 
     def __init__(self, api: Api, payload: Mapping[str, Any], *, region: str | None = None):
         self._api = api
-        self._region = region
+        self._region = region  # stands in when sandboxd's reply has no region (older daemons)
+        self._region_override: str | None = None  # update(region=): this handle only
         self._info = SandboxInfo.from_api(payload, region=region)
         self._scope = _Scope(api, self._info.id, None, self)
         self.fs = SandboxFilesystem(self)
@@ -1741,8 +1896,9 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
 
     @property
     def region(self) -> str | None:
-        """The region recorded by this client (a rebuno host is one region)."""
-        return self._region
+        """The region sandboxd recorded at creation (``"local"`` when none was asked for; a
+        rebuno host is one region), or the one given to ``update(region=)`` on this handle."""
+        return self._info.region
 
     @property
     def network_id(self) -> str | None:
@@ -1795,6 +1951,8 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
 
     def _apply(self, payload: Mapping[str, Any]) -> Sandbox:
         self._info = SandboxInfo.from_api(payload, region=self._region)
+        if self._region_override is not None:
+            self._info = dataclasses.replace(self._info, region=self._region_override)
         return self
 
     async def _adopt(self, session_id: str | None) -> None:
@@ -1858,7 +2016,7 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         ``metadata`` (alias ``tags``) and ``env`` replace the old values entirely;
         ``resources`` apply to the running session at once; ``timeout`` (alias
         ``execution_time_limit``; ``0`` = none) restarts the clock; ``region`` is recorded on
-        this handle. ``network_policy`` applies live (connections it no longer allows are
+        this handle only (sandboxd keeps the region the sandbox was created with). ``network_policy`` applies live (connections it no longer allows are
         closed, and re-applying a policy is how a re-opened sandbox gets the credentials the
         caller holds now); ``network_id`` attaches to a private network (``None``
         disconnects); ``ports`` replaces the published ports (``[]``: none).
@@ -1881,11 +2039,13 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         if persistent is False:
             raise not_implemented("persistent=False", "stop always keeps a sandbox's files")
         if region is not OMITTED:
-            self._region = resolve_region(region)
+            # sandboxd keeps the region given at creation (one host is one region): an
+            # explicit region here is recorded on this handle only
+            self._region_override = resolve_region(region)
         if body:
             self._apply(await self._api.json("PATCH", self._scope.base, json=body))
-        else:
-            self._info = dataclasses.replace(self._info, region=self._region)
+        elif self._region_override is not None:
+            self._info = dataclasses.replace(self._info, region=self._region_override)
         return self
 
     def session(self) -> _SessionAcquisition:
@@ -2387,8 +2547,9 @@ class SandboxClient:
         MiB), ``timeout``/``execution_time_limit`` (seconds or timedelta, ``0`` = none;
         default 5 minutes), ``on_timeout`` (``"stop"`` or ``"pause"``), ``image`` (sent as
         is; only ``"default"`` exists), ``start=False`` (created stopped; the first call
-        starts it), ``region`` (recorded; ``CURRENT_REGION`` reads ``$REBUNO_REGION`` /
-        ``$VERCEL_REGION``), ``network_policy`` (a :class:`NetworkPolicy`; default deny-all:
+        starts it), ``region`` (sent and recorded by sandboxd, which has one region, so it
+        places nothing; without one sandboxd says ``"local"``; ``CURRENT_REGION`` reads
+        ``$REBUNO_REGION`` / ``$VERCEL_REGION``), ``network_policy`` (a :class:`NetworkPolicy`; default deny-all:
         no egress), ``network_id`` (a private network to join) and ``ports`` (published on
         host loopback; see :meth:`Sandbox.domain`).
 
@@ -2408,6 +2569,8 @@ class SandboxClient:
                            ports=ports, runtime=runtime, mounts=mounts, persistent=persistent,
                            snapshot_expiration=snapshot_expiration, snapshot_retention=snapshot_retention)
         rgn = self._region_for(region)
+        if rgn is not None:
+            body["region"] = rgn  # sandboxd records it (and validates it: [a-z0-9-], 1-32)
 
         async def make() -> Sandbox:
             data = await self._api.json("POST", "/sandboxes", json=body, timeout=60)
@@ -2534,7 +2697,7 @@ class SandboxClient:
         read-write drive the source still mounts raises ``SandboxApiError`` 409
         ``drive_attached``). ``network_policy``, ``network_id`` and ``ports`` are part of
         the fork call, so a fork never runs with the source's network settings when it is
-        given its own.
+        given its own. A fork keeps the source's region (``region`` is accepted, not sent).
         """
         _reject_later(runtime=runtime, snapshot_retention=snapshot_retention)
         if persistent is False:

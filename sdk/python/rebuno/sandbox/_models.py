@@ -301,7 +301,7 @@ class SandboxInfo(_Model):
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any], *, region: str | None = None) -> SandboxInfo:
-        """Build from the API's sandbox object."""
+        """Build from the API's sandbox object (``region`` stands in if it has none)."""
         sess = d.get("session")
         usage = d.get("usage")
         try:
@@ -322,7 +322,7 @@ class SandboxInfo(_Model):
             usage=SandboxUsage(**{k: usage.get(k) for k in ("memory_bytes", "memory_peak_bytes", "pids",
                                                             "oom_kills", "cgroup")})
             if isinstance(usage, Mapping) else None,
-            region=region,
+            region=d.get("region") or region,
             network_policy=NetworkPolicy.from_api(d.get("network_policy")),
             network_id=d.get("network_id"),
             ports=tuple(p["port"] for p in d.get("ports") or () if isinstance(p, Mapping)),
