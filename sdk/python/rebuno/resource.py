@@ -81,8 +81,10 @@ class CheckpointPolicy:
         on_completion: Capture when the handler returns (unless a checkpoint already
             covers the resource's current state).
 
-    A baseline is always captured when the resource is not covered yet (newly created,
-    reopened in a new session turn, restored in a fork, or re-dispatched after changes).
+    A baseline is always captured when the resource is not covered yet: newly created,
+    re-dispatched after changes, or reopened in a session turn whose parent's last
+    checkpoint does not cover its end (a turn, like a fork, usually starts covered by the
+    checkpoint it inherits or restores).
     """
 
     every_steps: int = 1
