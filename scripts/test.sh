@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--no-install" ]; then bash scripts/deps.sh || exit 1; fi
-make -j"$(nproc)" all asan build/asan/unit_tests >/tmp/rebuno-build.log 2>&1 || { cat /tmp/rebuno-build.log; echo "tests: 0 passed, 1 failed"; exit 1; }
+make -j"$(nproc)" all asan build/asan/unit_tests build/bench/sandbox >/tmp/rebuno-build.log 2>&1 || { cat /tmp/rebuno-build.log; echo "tests: 0 passed, 1 failed"; exit 1; }
 
 passed=0; failed=0
 # --- C unit tests (Criterion) ---
