@@ -18,6 +18,8 @@
 #include "sandbox/seccomp.h"
 
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -25,7 +27,11 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -314,8 +320,48 @@ static int build(scmp_filter_ctx *out)
     return 0;
 }
 
+/* The program sbx_seccomp_prepare compiled (NULL until then); forked children inherit it. */
+static struct sock_filter *prepared;
+static unsigned short prepared_len;
+
+int sbx_seccomp_prepare(void)
+{
+    if (prepared) return 0;
+    scmp_filter_ctx ctx;
+    int r = build(&ctx);
+    if (r < 0) return r;
+    /* libseccomp 2.5 exports BPF to a descriptor only: a memfd, read back */
+    int fd = memfd_create("rebuno-seccomp", MFD_CLOEXEC);
+    if (fd < 0) r = -errno;
+    else r = seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    off_t size = r == 0 ? lseek(fd, 0, SEEK_END) : -1;
+    if (r == 0 && (size <= 0 || size % (off_t)sizeof(struct sock_filter) != 0 ||
+                   size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+        r = -EINVAL;
+    struct sock_filter *prog = NULL;
+    if (r == 0) {
+        prog = malloc((size_t)size);
+        if (!prog) r = -ENOMEM;
+        else if (pread(fd, prog, (size_t)size, 0) != size) r = errno ? -errno : -EIO;
+    }
+    if (fd >= 0) close(fd);
+    if (r < 0) {
+        free(prog);
+        return r;
+    }
+    prepared = prog;
+    prepared_len = (unsigned short)(size / (off_t)sizeof(struct sock_filter));
+    return 0;
+}
+
 int sbx_seccomp_load(void)
 {
+    if (prepared) {
+        /* what seccomp_load does with our attributes: no flags (no TSYNC, no log) */
+        struct sock_fprog p = {.len = prepared_len, .filter = prepared};
+        return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p) < 0 ? -errno : 0;
+    }
     scmp_filter_ctx ctx;
     int r = build(&ctx);
     if (r < 0) return r;

@@ -5,15 +5,17 @@
  * sandboxd forks once at start-up, before it has read a single request, so an init's
  * memory (a copy-on-write image of its parent) holds nothing of other tenants.
  * sbx_session_spawn() asks the zygote over a socket; the zygote makes the session's
- * user namespace, clones a child into new mount, pid, uts, ipc and network
- * namespaces and hands back a pidfd and the control socket; sandboxd then waits
+ * user namespace, clones a child into new mount, pid, uts and ipc namespaces and a
+ * network namespace of its own (a ready one from the zygote's pool, see spawn.c, or
+ * a new one) and hands back a pidfd and the control socket; sandboxd then waits
  * until the child reports READY (or why it could not). If the zygote is gone,
  * sandboxd does the same itself. The child, in order (bubblewrap style, each step
  * checked):
  *   1. resets signal handlers, wipes the daemon's argv/environ, closes every
  *      inherited descriptor but its two, and moves itself into the session's cgroup;
  *   2. runs the mount plan (plan.h) and pivots into the sandbox root;
- *   3. sets the hostname and brings up loopback (the only interface);
+ *   3. sets the hostname and brings up loopback (the only interface; a pooled
+ *      namespace has it up already);
  *   4. unshares a cgroup namespace;
  *   5. enters the user namespace and becomes its root (host uid = base): from here
  *      on every other namespace belongs to the host's user namespace, so root

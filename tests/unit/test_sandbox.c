@@ -496,7 +496,9 @@ static long sys_r(long r)
     return r < 0 ? -errno : r;
 }
 
-Test(sandbox_policy, seccomp_filter_denies_by_default)
+/* The filter's checks in a forked child; prepared: load the program compiled beforehand
+ * (what session inits do), else build it in the child. */
+static void seccomp_checks(bool prepared)
 {
     bool i386 = false;
 #if defined(__x86_64__)
@@ -514,6 +516,7 @@ Test(sandbox_policy, seccomp_filter_denies_by_default)
         if (!(cond)) _exit(n);                                                              \
     } while (0)
         EXPECT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+        if (prepared) EXPECT(sbx_seccomp_prepare() == 0 && sbx_seccomp_prepare() == 0);
         EXPECT(sbx_seccomp_load() == 0);
         int p[2];
         EXPECT(syscall(SYS_pipe2, p, 0) == 0);
@@ -585,6 +588,16 @@ Test(sandbox_policy, seccomp_filter_denies_by_default)
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFEXITED(st), "child died: status %#x", st);
     cr_assert_eq(WEXITSTATUS(st), 0, "check number %d failed", WEXITSTATUS(st));
+}
+
+Test(sandbox_policy, seccomp_filter_denies_by_default)
+{
+    seccomp_checks(false);
+}
+
+Test(sandbox_policy, seccomp_prepared_filter_denies_the_same)
+{
+    seccomp_checks(true);
 }
 
 Test(sandbox_cgroup, v2_cpu_max)
