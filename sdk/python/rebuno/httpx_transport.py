@@ -93,6 +93,11 @@ def _is_event_stream(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
 
 
+def _error_of(e: BaseException) -> dict[str, str]:
+    """The recorded error of a transport failure: its message and exception type."""
+    return {"message": str(e) or type(e).__name__, "type": type(e).__name__}
+
+
 def _record(status: int, content_type: str, data: bytes) -> dict[str, Any]:
     rec: dict[str, Any] = {"status": status, "headers": {"content-type": content_type}}
     try:
@@ -237,8 +242,7 @@ class RebunoTransport(httpx.AsyncBaseTransport):
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            await ctx.record_error(step_id, target, {"message": str(e) or type(e).__name__,
-                                                     "type": type(e).__name__})
+            await ctx.record_error(step_id, target, _error_of(e))
             raise
         resp.request = request
         content_type = resp.headers.get("content-type", "application/json")
@@ -251,8 +255,7 @@ class RebunoTransport(httpx.AsyncBaseTransport):
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            await ctx.record_error(step_id, target, {"message": str(e) or type(e).__name__,
-                                                     "type": type(e).__name__})
+            await ctx.record_error(step_id, target, _error_of(e))
             raise
         finally:
             await resp.aclose()
