@@ -166,7 +166,7 @@ static int find_settled(int64_t seq, const char *type, const char *payload, int6
 static int copy_step(struct copy_ctx *x, const char *src_step_id)
 {
     struct step s;
-    int st = store_step_get(x->k->st, src_step_id, &s);
+    int st = store_step_get(x->k->st, x->fork->forked_from, src_step_id, &s);
     if (st < 0) return k_store_fail(x->err, st, "reading a source step");
     int rc = -1;
     if (!step_status_terminal(s.status) || s.status == STEP_CANCELLED) {

@@ -349,7 +349,7 @@ json_t *k_step_json(const struct step *s)
 static json_t *approval_json(struct kernel *k, const struct approval *a)
 {
     struct step s;
-    bool have = store_step_get(k->st, a->step_id, &s) == 0;
+    bool have = store_step_get(k->st, a->exec_id, a->step_id, &s) == 0;
     json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                           "id", a->id, "execution_id", a->exec_id, "step_id", a->step_id,
                           "kind", have ? json_string(s.kind) : json_null(),
@@ -574,11 +574,7 @@ int kernel_steps(struct kernel *k, const struct caller *c, const char *id, json_
 int k_load_step(struct kernel *k, const struct execution *e, const char *step_id,
                      struct step *s, struct err *err)
 {
-    int r = store_step_get(k->st, step_id, s);
-    if (r == 0 && strcmp(s->exec_id, e->id) != 0) {
-        step_fini(s);
-        r = -ENOENT;
-    }
+    int r = store_step_get(k->st, e->id, step_id, s);
     if (r == -ENOENT)
         return err_set(err, 404, "not_found", "step_id", "execution %s has no step %s", e->id, step_id);
     return r < 0 ? k_store_fail(err, r, "reading the step") : 0;
@@ -1088,7 +1084,7 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     char step_id[STEP_ID_LEN];
     identity_step_id(e.id, kind, target, args_hash, occurrence, step_id);
 
-    r = store_step_get(k->st, step_id, &s);
+    r = store_step_get(k->st, e.id, step_id, &s);
     if (r == 0 && resend && s.status == STEP_EXECUTING) {
         /* Still running from the lost reply's submission: the same go-ahead, no new run. */
         json_t *views;

@@ -68,7 +68,7 @@ int store_events_each(struct store *st, const char *exec_id, int64_t after, int 
                       store_event_fn fn, void *arg);
 
 /* steps */
-int store_step_get(struct store *st, const char *step_id, struct step *out);
+int store_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out);
 int store_step_insert(struct store *st, const struct step *s);
 int store_step_update(struct store *st, const struct step *s);
 typedef int (*store_step_fn)(struct step *s, void *arg);

@@ -12,7 +12,8 @@
  * Tables are STRICT. Executions carry their current dispatch (queue state, lease)
  * inline, so claiming, renewing and expiring a lease is one row update. Events are
  * rows appended in commit order with a unique index on (execution_id, seq) (schema
- * 4; see the migration for why).
+ * 4), steps rows with one unique index on (execution_id, step_id) (schema 5); see
+ * the migrations for why.
  */
 #include "store/store.h"
 
@@ -98,6 +99,29 @@ static const char *migrations[] = {
     "DROP TABLE events;"
     "ALTER TABLE events4 RENAME TO events;"
     "CREATE UNIQUE INDEX events_execution ON events(execution_id, seq);",
+    /* 5: steps with one unique index on (execution_id, step_id) instead of a
+     * step_id key (a random hash: every insert dirtied a random leaf) plus an
+     * (execution_id, created_at) index. Step ids include their execution's id, and
+     * every lookup names the execution; listing an execution's steps sorts its rows.
+     * Rows keep their rowids, so the listing order (created_at, rowid) is unchanged.
+     * The index reuses the name steps_execution so that schema_sql's CREATE INDEX IF
+     * NOT EXISTS of the old index, run at every open, leaves it alone. */
+    "CREATE TABLE steps5(step_id TEXT NOT NULL, execution_id TEXT NOT NULL, kind TEXT NOT NULL,"
+    " target TEXT NOT NULL, args_hash TEXT NOT NULL, occurrence INTEGER NOT NULL, idempotency TEXT NOT NULL,"
+    " status TEXT NOT NULL, args TEXT NOT NULL, result TEXT, error TEXT, rule_id TEXT,"
+    " approval_id TEXT NOT NULL, runs INTEGER NOT NULL, indeterminate INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, completed_at INTEGER NOT NULL, resources TEXT) STRICT;"
+    "INSERT INTO steps5(rowid, step_id, execution_id, kind, target, args_hash, occurrence, idempotency,"
+    " status, args, result, error, rule_id, approval_id, runs, indeterminate, created_at, completed_at,"
+    " resources)"
+    " SELECT rowid, step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status, args,"
+    " result, error, rule_id, approval_id, runs, indeterminate, created_at, completed_at, resources"
+    " FROM steps ORDER BY rowid;"
+    "DROP TABLE steps;"
+    "ALTER TABLE steps5 RENAME TO steps;"
+    "CREATE UNIQUE INDEX steps_execution ON steps(execution_id, step_id);"
+    "CREATE INDEX steps_indeterminate ON steps(execution_id, kind, target, args_hash)"
+    " WHERE indeterminate = 1;",
 };
 
 #define EXEC_COLS                                                                          \
@@ -170,12 +194,12 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES(?1,?2,?3,?4,?5)",
     [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=?1 AND seq > ?2"
                  " ORDER BY seq LIMIT ?3",
-    [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE step_id = ?1",
+    [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE execution_id = ?1 AND step_id = ?2",
     [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
                       "?12,?13,?14,?15,?16,?17,?18)",
     [S_STEP_UPDATE] = "UPDATE steps SET status=?8, result=?10, error=?11, rule_id=?12,"
                       " approval_id=?13, runs=?14, indeterminate=?15, completed_at=?17,"
-                      " idempotency=?7 WHERE step_id=?1 AND execution_id=?2 AND kind=?3"
+                      " idempotency=?7 WHERE execution_id=?2 AND step_id=?1 AND kind=?3"
                       " AND target=?4 AND args_hash=?5 AND occurrence=?6 AND args=?9"
                       " AND created_at=?16",
     [S_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=?1 ORDER BY created_at, rowid",
@@ -867,10 +891,11 @@ static void read_step(sqlite3_stmt *s, struct step *p)
     p->resources = col_dup(s, 17);
 }
 
-int store_step_get(struct store *st, const char *step_id, struct step *out)
+int store_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
 {
     sqlite3_stmt *s = use(st, S_STEP_GET);
-    bind_text(s, 1, step_id);
+    bind_text(s, 1, exec_id);
+    bind_text(s, 2, step_id);
     int rc = sqlite3_step(s);
     int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : rc_errno(rc);
     if (r == 0) read_step(s, out);

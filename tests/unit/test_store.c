@@ -156,7 +156,7 @@ Test(store, schema3_database_upgrades_in_place_and_keeps_its_data, .init = make_
     store_close(st);
 
     char *v = query_text("SELECT value FROM meta WHERE key='schema_version'");
-    cr_assert_str_eq(v, "4");
+    cr_assert_str_eq(v, "5");
     free(v);
     v = query_text("SELECT group_concat(seq || ':' || type, ',') FROM (SELECT seq, type FROM events ORDER BY rowid)");
     cr_assert_str_eq(v, "1:execution.created,2:dispatch.queued,3:dispatch.claimed,4:step.proposed");
@@ -172,6 +172,121 @@ Test(store, schema3_database_upgrades_in_place_and_keeps_its_data, .init = make_
     cr_assert_eq(e.last_seq, 4);
     execution_fini(&e);
     store_close(st);
+}
+
+/* What migration 4 did to a schema 3 database, and steps to carry through migration 5:
+ * three of EXEC_ID (two created at the same time, so only their rowids order them; ids
+ * not in rowid order), one of another execution, one indeterminate. */
+#define STEP_ROW(id, exec, target, status, indet, created)                                   \
+    "INSERT INTO steps VALUES('" id "', '" exec "', 'tool_call', '" target "', 'h', 0,"          \
+    " 'at_most_once', '" status "', '{}', NULL, NULL, NULL, '', 1, " #indet ", " #created ", 0, NULL);"
+#define OTHER_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c"
+static const char *schema4_delta =
+    "DROP TABLE events;"
+    "CREATE TABLE events(execution_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,"
+    " payload TEXT NOT NULL, at INTEGER NOT NULL) STRICT;"
+    "CREATE UNIQUE INDEX events_execution ON events(execution_id, seq);"
+    "UPDATE meta SET value='4' WHERE key='schema_version';"
+    STEP_ROW("c3", EXEC_ID, "greet", "succeeded", 0, 5000)
+    STEP_ROW("a1", EXEC_ID, "wave", "executing", 0, 5000)
+    STEP_ROW("b2", OTHER_ID, "greet", "succeeded", 0, 4000)
+    STEP_ROW("d4", EXEC_ID, "bow", "failed", 1, 4500);
+
+struct listed {
+    int n;
+    char ids[8][STEP_ID_LEN];
+};
+
+static int list_step(struct step *p, void *arg)
+{
+    struct listed *l = arg;
+    if (l->n < 8) snprintf(l->ids[l->n++], sizeof l->ids[0], "%s", p->step_id);
+    return 0;
+}
+
+static char *listing(struct store *st, const char *exec_id)
+{
+    struct listed l = {0};
+    cr_assert_eq(store_steps_each(st, exec_id, list_step, &l), 0);
+    char *out = calloc(1, 64);
+    for (int i = 0; i < l.n; i++) snprintf(out + strlen(out), 64 - strlen(out), "%s%s", i ? "," : "", l.ids[i]);
+    return out;
+}
+
+Test(store, schema4_steps_move_to_one_index_and_keep_their_order, .init = make_dir, .fini = remove_dir)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, schema3, NULL, NULL, &msg), SQLITE_OK, "%s", msg ? msg : "");
+    cr_assert_eq(sqlite3_exec(db, schema4_delta, NULL, NULL, &msg), SQLITE_OK, "%s", msg ? msg : "");
+    sqlite3_close(db);
+    char *before = query_text("SELECT group_concat(step_id, ',') FROM"
+                              " (SELECT step_id FROM steps WHERE execution_id='" EXEC_ID "'"
+                              " ORDER BY created_at, rowid)");
+    cr_assert_str_eq(before, "d4,c3,a1");
+
+    char why[256];
+    struct store *st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    char *after = listing(st, EXEC_ID);
+    cr_assert_str_eq(after, before);
+    free(after);
+    after = listing(st, OTHER_ID);
+    cr_assert_str_eq(after, "b2");
+    free(after);
+
+    struct step p;
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &p), 0);
+    cr_assert_str_eq(p.target, "wave");
+    cr_assert_eq(p.status, STEP_EXECUTING);
+    cr_assert_eq(p.created_at, 5000);
+    cr_assert_eq(store_step_get(st, OTHER_ID, "a1", &(struct step){0}), -ENOENT); /* another execution's */
+    bool indet = false;
+    cr_assert_eq(store_step_has_indeterminate(st, EXEC_ID, "tool_call", "bow", "h", &indet), 0);
+    cr_assert(indet);
+    cr_assert_eq(store_step_has_indeterminate(st, EXEC_ID, "tool_call", "greet", "h", &indet), 0);
+    cr_assert(!indet);
+
+    /* Updates find the row; (execution_id, step_id) stays unique; a new step lists last. */
+    cr_assert_eq(store_begin(st), 0);
+    p.status = STEP_SUCCEEDED;
+    p.completed_at = 6000;
+    cr_assert_eq(store_step_update(st, &p), 0);
+    cr_assert_eq(store_step_insert(st, &p), -EEXIST);
+    snprintf(p.step_id, sizeof p.step_id, "%s", "e5");
+    cr_assert_eq(store_step_insert(st, &p), 0);
+    cr_assert_eq(store_commit(st), 0);
+    step_fini(&p);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &p), 0);
+    cr_assert_eq(p.status, STEP_SUCCEEDED);
+    cr_assert_eq(p.completed_at, 6000);
+    step_fini(&p);
+    after = listing(st, EXEC_ID);
+    cr_assert_str_eq(after, "d4,c3,a1,e5");
+    free(after);
+    store_close(st);
+    free(before);
+
+    char *v = query_text("SELECT value FROM meta WHERE key='schema_version'");
+    cr_assert_str_eq(v, "5");
+    free(v);
+    v = query_text("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master"
+                   " WHERE type='index' AND tbl_name='steps' ORDER BY name)");
+    cr_assert_str_eq(v, "steps_execution,steps_indeterminate");
+    free(v);
+    v = query_text("SELECT sql FROM sqlite_master WHERE name='steps_execution'");
+    cr_assert_str_eq(v, "CREATE UNIQUE INDEX steps_execution ON steps(execution_id, step_id)");
+    free(v);
+
+    /* Opening again (which runs the schema-1 script) adds no index back. */
+    st = store_open(path, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    store_close(st);
+    v = query_text("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master"
+                   " WHERE type='index' AND tbl_name='steps' ORDER BY name)");
+    cr_assert_str_eq(v, "steps_execution,steps_indeterminate");
+    free(v);
 }
 
 Test(store, execution_cache_follows_updates_appends_and_rollbacks, .init = make_dir, .fini = remove_dir)
