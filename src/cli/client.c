@@ -702,6 +702,44 @@ void cli_print_err(const struct err *e)
     }
 }
 
+json_t *cli_json_text(const char *s)
+{
+    json_t *j = json_string(s ? s : "");
+    if (j) return j;
+    char *c = xstrdup(s);
+    for (char *p = c; *p; p++)
+        if ((unsigned char)*p >= 0x80) *p = '?';
+    j = json_string(c);
+    free(c);
+    return j;
+}
+
+void cli_report_err(const struct err *e, bool json, bool local)
+{
+    if (!json) {
+        cli_print_err(e);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "code", cli_json_text(e->code[0] ? e->code : "error"));
+    json_object_set_new(o, "message", cli_json_text(e->msg));
+    if (e->field[0]) json_object_set_new(o, "field", cli_json_text(e->field));
+    if (!local && e->status > 0) json_object_set_new(o, "status", json_integer(e->status));
+    json_t *root = json_object();
+    json_object_set_new(root, "error", o);
+    char *t = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fprintf(stderr, "%s\n", t ? t : "{\"error\":{\"code\":\"error\",\"message\":\"?\"}}");
+    free(t);
+    json_decref(root);
+}
+
+bool cli_wants_json(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strcmp(argv[i], "--json")) return true;
+    return false;
+}
+
 void cli_buf_clean(struct buf *b, const char *s, size_t max)
 {
     if (!s) {

@@ -128,6 +128,18 @@ int cli_parse_action(int argc, char **argv, int act, const struct cli_opt *opts,
 /* Print "error: <msg>" (and "field: <field>" when set) to stderr. */
 void cli_print_err(const struct err *e);
 
+/* The sandbox commands' one place an error is printed. Text: cli_print_err. json: the
+ * API's error object {"error":{"code","message","field"?,"status"?}} on one line of
+ * stderr, all ASCII; status (the HTTP status the service answered with) unless local. */
+void cli_report_err(const struct err *e, bool json, bool local);
+
+/* Whether --json is among argv's options (before any "--"), so that even a failure to
+ * parse the rest can be reported as JSON. */
+bool cli_wants_json(int argc, char **argv);
+
+/* A JSON string of s even when s is not UTF-8 (bytes >= 0x80 become '?'). */
+json_t *cli_json_text(const char *s);
+
 /* Write s to f replacing control characters (terminal escapes, newlines) with a
  * space; when max > 0 cut it to at most max bytes (on a UTF-8 boundary) ending
  * in "...". NULL prints "-". */

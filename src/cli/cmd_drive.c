@@ -9,10 +9,12 @@
  *
  * Talks to sandboxd (docs/sandbox-api.md "Snapshots and forks", "Drives", "Images") like
  * cmd_sandbox.c: --url, else $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090;
- * readable output, or --json for the API's objects.
+ * readable output, or --json for the API's objects (and for a failure, the error object
+ * on one line of stderr: cli_report_err).
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +106,29 @@ static int finish(const struct cli_args *a, json_t *out, void (*print)(const jso
     return CLI_OK;
 }
 
+/* A bad use of the command line, reported like any error (JSON with --json); returns
+ * CLI_USAGE. */
+__attribute__((format(printf, 2, 3))) static int bad_usage(const struct cli_args *a,
+                                                           const char *fmt, ...)
+{
+    struct err err = ERR_INIT;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    err_invalid(&err, "", "%s", msg);
+    cli_report_err(&err, a->json, true);
+    return CLI_USAGE;
+}
+
 /* Parse the options; -1 to go on, else the exit code (usage printed, or the error). */
 static int parse_args(int argc, char **argv, const struct cli_opt *opts, void (*usage)(FILE *),
                       struct cli_args *a)
 {
     struct err err = ERR_INIT;
     if (cli_parse(argc, argv, opts, 3, a, &err) < 0) {
-        cli_print_err(&err);
+        cli_report_err(&err, cli_wants_json(argc, argv), true);
         return CLI_USAGE;
     }
     if (a->help || a->npos == 0) {
@@ -130,10 +148,7 @@ int cmd_drive(int argc, char **argv)
     struct err err = ERR_INIT;
     const char *act = a.pos[0];
     bool needs_name = strcmp(act, "ls") != 0 && strcmp(act, "list") != 0;
-    if (needs_name && a.npos < 2) {
-        fprintf(stderr, "error: which drive? give its name\n");
-        return CLI_USAGE;
-    }
+    if (needs_name && a.npos < 2) return bad_usage(&a, "which drive? give its name");
     struct client c;
     open_client(&c, &a);
     json_t *out = NULL;
@@ -160,9 +175,8 @@ int cmd_drive(int argc, char **argv)
         if (!rc) rc = finish(&a, out, print_drive, NULL);
     } else if (!strcmp(act, "fork")) {
         if (a.npos < 3) {
-            fprintf(stderr, "error: give the new drive's name: rebuno drive fork NAME NEW\n");
             client_fini(&c);
-            return CLI_USAGE;
+            return bad_usage(&a, "give the new drive's name: rebuno drive fork NAME NEW");
         }
         path = pathf(&c, "/v1/drives/", a.pos[1], "/fork");
         json_t *body = json_pack("{s:s}", "name", a.pos[2]);
@@ -177,11 +191,9 @@ int cmd_drive(int argc, char **argv)
             printf(" deleted\n");
         }
     } else {
-        fprintf(stderr, "error: unknown action \"%s\"\n\n", act);
-        usage_drive(stderr);
-        rc = CLI_USAGE;
+        rc = bad_usage(&a, "unknown action \"%s\"; run 'rebuno drive --help' for usage", act);
     }
-    if (rc == CLI_FAILED) cli_print_err(&err);
+    if (rc == CLI_FAILED) cli_report_err(&err, a.json, false);
     free(path);
     client_fini(&c);
     return rc;
@@ -196,10 +208,8 @@ int cmd_sandbox_snap(int argc, char **argv)
     if (done >= 0) return done;
     struct err err = ERR_INIT;
     const char *act = a.pos[0];
-    if (strcmp(act, "snapshots") != 0 && a.npos < 2) {
-        fprintf(stderr, "error: which sandbox (or snapshot)? give its name or id\n");
-        return CLI_USAGE;
-    }
+    if (strcmp(act, "snapshots") != 0 && a.npos < 2)
+        return bad_usage(&a, "which sandbox (or snapshot)? give its name or id");
     struct client c;
     open_client(&c, &a);
     json_t *out = NULL;
@@ -240,7 +250,7 @@ int cmd_sandbox_snap(int argc, char **argv)
             json_decref(out);
         }
     }
-    if (rc == CLI_FAILED) cli_print_err(&err);
+    if (rc == CLI_FAILED) cli_report_err(&err, a.json, false);
     free(path);
     client_fini(&c);
     return rc;
@@ -273,21 +283,18 @@ int cmd_sandbox_image(int argc, char **argv)
     struct err err = ERR_INIT;
     const char *act = a.pos[0];
     bool import = !strcmp(act, "image");
-    if (import && (a.npos < 3 || strcmp(a.pos[1], "import") != 0)) {
-        fprintf(stderr, "error: rebuno sandbox image import PATH: give a host folder or tarball\n");
-        return CLI_USAGE;
-    }
-    if (!strcmp(act, "image-rm") && a.npos < 2) {
-        fprintf(stderr, "error: which image? give its digest (rebuno sandbox images lists them)\n");
-        return CLI_USAGE;
-    }
+    if (import && (a.npos < 3 || strcmp(a.pos[1], "import") != 0))
+        return bad_usage(&a, "rebuno sandbox image import PATH: give a host folder or tarball");
+    if (!strcmp(act, "image-rm") && a.npos < 2)
+        return bad_usage(&a, "which image? give its digest (rebuno sandbox images lists them)");
     /* the daemon reads the path itself: make it absolute, and say what it is */
     char abs[PATH_MAX];
     const char *type = NULL;
     if (import) {
         struct stat st;
         if (!realpath(a.pos[2], abs) || stat(abs, &st) < 0) {
-            fprintf(stderr, "error: cannot use %s: %s\n", a.pos[2], strerror(errno));
+            err_set(&err, 0, "local_file", "", "cannot use %s: %s", a.pos[2], strerror(errno));
+            cli_report_err(&err, a.json, true);
             return CLI_FAILED;
         }
         type = S_ISDIR(st.st_mode) ? "dir" : "tarball";
@@ -313,7 +320,7 @@ int cmd_sandbox_image(int argc, char **argv)
             printf(" deleted\n");
         }
     }
-    if (rc == CLI_FAILED) cli_print_err(&err);
+    if (rc == CLI_FAILED) cli_report_err(&err, a.json, false);
     free(path);
     client_fini(&c);
     return rc;

@@ -8,7 +8,7 @@
  * Talks to sandboxd over HTTP (libcurl, through cli/client.h): --url, else
  * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090. Readable output by default,
  * --json for the API's objects (and for a failure, the error object, on one line of
- * stderr: print_error is the one place an error is rendered). `exec` streams the command's output live (SSE)
+ * stderr: cli_report_err is the one place an error is rendered). `exec` streams the command's output live (SSE)
  * and exits with the command's exit code; `cp` moves files in 8 MiB chunks by
  * offset, so neither side ever holds a whole large file. `sh` attaches this
  * terminal to a terminal in the sandbox (cmd_sandbox_sh.c).
@@ -153,50 +153,6 @@ static int num(const char *s, const char *what, long long min, long long max, lo
                            max);
     *out = v;
     return 0;
-}
-
-/* A JSON string of s even when s is not UTF-8 (bytes >= 0x80 become '?'). */
-static json_t *json_str_any(const char *s)
-{
-    json_t *j = json_string(s ? s : "");
-    if (j) return j;
-    char *c = xstrdup(s);
-    for (char *p = c; *p; p++)
-        if ((unsigned char)*p >= 0x80) *p = '?';
-    j = json_string(c);
-    free(c);
-    return j;
-}
-
-/* The one place an error is printed. Text: "error: ..." (cli_print_err). --json: the
- * API's error object {"error":{"code","message","field"?,"status"?}} on one line of
- * stderr, all ASCII (status: the HTTP status sandboxd answered with, when it did). */
-static void print_error(const struct err *e, bool json, bool local)
-{
-    if (!json) {
-        cli_print_err(e);
-        return;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "code", json_str_any(e->code[0] ? e->code : "error"));
-    json_object_set_new(o, "message", json_str_any(e->msg));
-    if (e->field[0]) json_object_set_new(o, "field", json_str_any(e->field));
-    if (!local && e->status > 0) json_object_set_new(o, "status", json_integer(e->status));
-    json_t *root = json_object();
-    json_object_set_new(root, "error", o);
-    char *t = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    fprintf(stderr, "%s\n", t ? t : "{\"error\":{\"code\":\"error\",\"message\":\"?\"}}");
-    free(t);
-    json_decref(root);
-}
-
-/* Whether --json is among the options (before any "--"), so that even a failure to
- * parse the rest is reported as JSON. */
-static bool wants_json(int argc, char **argv)
-{
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (!strcmp(argv[i], "--json")) return true;
-    return false;
 }
 
 /* Transport errors from the shared client talk about "the kernel": say sandboxd. */
@@ -650,8 +606,8 @@ static int do_cp(struct client *c, struct opts *o, struct err *err)
     }
     if (o->json) { /* stdout, unless the file itself went there */
         json_t *sum = json_object();
-        json_object_set_new(sum, "source", json_str_any(o->pos[1]));
-        json_object_set_new(sum, "destination", json_str_any(o->pos[2]));
+        json_object_set_new(sum, "source", cli_json_text(o->pos[1]));
+        json_object_set_new(sum, "destination", cli_json_text(o->pos[2]));
         json_object_set_new(sum, "bytes", json_integer((json_int_t)off));
         cli_json_pretty(f == stdout ? stderr : stdout, sum, "");
         json_decref(sum);
@@ -681,8 +637,8 @@ int cmd_sandbox(int argc, char **argv)
     struct opts o;
     struct err err = ERR_INIT;
     if (parse(argc, argv, &o, &err) < 0) {
-        print_error(&err, wants_json(argc, argv), true);
-        if (!wants_json(argc, argv)) fprintf(stderr, "run 'rebuno sandbox --help' for usage\n");
+        cli_report_err(&err, cli_wants_json(argc, argv), true);
+        if (!cli_wants_json(argc, argv)) fprintf(stderr, "run 'rebuno sandbox --help' for usage\n");
         json_decref(o.meta);
         json_decref(o.env);
         return CLI_USAGE;
@@ -690,7 +646,7 @@ int cmd_sandbox(int argc, char **argv)
     if (o.help || o.npos == 0) {
         if (!o.help && o.json) {
             err_invalid(&err, "", "which action? run 'rebuno sandbox --help' for the list");
-            print_error(&err, true, true);
+            cli_report_err(&err, true, true);
         } else {
             usage(o.help ? stdout : stderr);
         }
@@ -720,7 +676,7 @@ int cmd_sandbox(int argc, char **argv)
         rc = CLI_USAGE;
     }
     if (err.msg[0] && (rc == CLI_FAILED || rc == CLI_USAGE))
-        print_error(&err, o.json, rc == CLI_USAGE);
+        cli_report_err(&err, o.json, rc == CLI_USAGE);
     client_fini(&c);
     json_decref(o.meta);
     json_decref(o.env);

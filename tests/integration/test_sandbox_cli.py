@@ -139,6 +139,35 @@ def test_cli_json_errors(sandboxd, tmp_path):
     assert p.returncode == 1 and p.stderr.startswith(b"error: ") and p.stdout == b""
 
 
+def test_cli_json_errors_of_snapshots_drives_and_images(sandboxd, tmp_path):
+    """The snapshot, drive and image commands report failures like the others."""
+    env = dict(os.environ, REBUNO_SANDBOX_URL=sandboxd.url)
+
+    def drive(*args):
+        return subprocess.run([BIN, "drive", *args], capture_output=True, env=env, timeout=60)
+
+    e = json_error(drive("get", "nope", "--json"), 1)
+    assert e["status"] == 404 and "nope" in e["message"]
+    e = json_error(drive("get", "--json"), 2)
+    assert e["code"] == "validation_error" and "which drive" in e["message"] and "status" not in e
+    e = json_error(drive("frobnicate", "x", "--json"), 2)
+    assert "unknown action" in e["message"]
+    e = json_error(drive("ls", "--bogus", "--json"), 2)
+    assert "--bogus" in e["message"]
+    e = json_error(cli(sandboxd, "snapshot", "nope", "--json", check=False), 1)
+    assert e["code"] == "sandbox_not_found" and e["status"] == 404
+    e = json_error(cli(sandboxd, "snapshot-rm", "--json", check=False), 2)
+    assert "which sandbox" in e["message"]
+    e = json_error(cli(sandboxd, "image", "import", str(tmp_path / "missing"), "--json",
+                       check=False), 1)
+    assert e["code"] == "local_file" and "status" not in e
+    e = json_error(cli(sandboxd, "image-rm", "sha256:" + "0" * 64, "--json", check=False), 1)
+    assert e["status"] == 404
+    # without --json: text
+    p = drive("get", "nope")
+    assert p.returncode == 1 and p.stderr.startswith(b"error: ") and p.stdout == b""
+
+
 def test_cli_cp_json_summary_and_region(sandboxd, tmp_path):
     j = json.loads(cli(sandboxd, "create", "rg", "--region", "eu-west-1", "--json").stdout)
     assert j["region"] == "eu-west-1"
