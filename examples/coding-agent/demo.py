@@ -32,13 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import secrets
 import selectors
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -54,6 +52,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "sdk" / "python"))
 
 from rebuno import SyncClient  # noqa: E402
+from rebuno.testing import free_port  # noqa: E402
 
 PYTHON = sys.executable
 AGENT = "coding-agent"
@@ -61,30 +60,6 @@ REPO = "acme/calc"
 FORGE_HOST = "github.local"
 TASK_FIX = "The tests are failing. Fix the bug and open a pull request."
 TASK_EDGE = "Also add a test for the edge case."
-
-
-def free_port() -> int:
-    """A loopback port to hand a server we start. Picked below the kernel's ephemeral
-    range (net.ipv4.ip_local_port_range), because a port the kernel handed out for a
-    bind to port 0 can be handed out again to the server's own helpers (sandboxd's egress
-    proxy and DNS bind port 0), which then hold it when the server binds it."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(10000, max(low, 10001))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # a crowded range: any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rebuno_bin() -> str:

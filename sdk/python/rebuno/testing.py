@@ -1,4 +1,5 @@
-"""A resource driver that needs no sandbox: :class:`DirectoryWorkspace`.
+"""Helpers for tests and local development: :class:`DirectoryWorkspace`, a resource driver
+that needs no sandbox, and :func:`free_port`.
 
 Each workspace is a directory under ``root/workspaces``; a checkpoint is a full copy
 of it under ``root/snapshots`` (copy on checkpoint, never changed afterwards)::
@@ -24,14 +25,40 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from rebuno.errors import CheckpointUnavailable, ResourceUnavailable
+
+def free_port() -> int:
+    """A loopback port to hand a server we start. Picked below the kernel's ephemeral
+    range (net.ipv4.ip_local_port_range), because a port the kernel handed out for a
+    bind to port 0 can be handed out again to the server's own helpers (sandboxd's egress
+    proxy and DNS bind port 0), which then hold it when the server binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded range: any free port
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 

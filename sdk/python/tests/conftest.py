@@ -22,9 +22,7 @@ import http.client
 import http.server
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +42,8 @@ REPO = SDK.parent.parent
 AGENTS = TESTS / "agents"
 sys.path.insert(0, str(SDK))
 
+from rebuno.testing import free_port  # noqa: E402  (the SDK from this checkout)
+
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
@@ -59,30 +59,6 @@ def _find_bin() -> str:
 
 
 BIN = _find_bin()
-
-
-def free_port() -> int:
-    """A loopback port to hand a server we start. Picked below the kernel's ephemeral
-    range (net.ipv4.ip_local_port_range), because a port the kernel handed out for a
-    bind to port 0 can be handed out again to the server's own helpers (sandboxd's egress
-    proxy and DNS bind port 0), which then hold it when the server binds it."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(10000, max(low, 10001))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # a crowded range: any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
