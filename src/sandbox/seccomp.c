@@ -22,6 +22,7 @@
 #include <linux/seccomp.h>
 #include <linux/sched.h>
 #include <sched.h>
+#include <netinet/in.h>
 #include <seccomp.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -198,6 +199,30 @@ static int clone_rules(scmp_filter_ctx ctx)
  * datagrams (raw and packet: EPERM, as without CAP_NET_RAW; SCTP's seqpacket, DCCP and
  * the rest: ESOCKTNOSUPPORT); every other family EAFNOSUPPORT (packet, vsock, which
  * would reach the VM host, alg, bluetooth...). The rules cover every value. */
+/* An inet stream or datagram socket: protocol 0 or TCP / UDP only. Any other protocol
+ * (SCTP's one-to-one streams, UDP-Lite, ICMP datagrams, ...) gets EPROTONOSUPPORT, so an
+ * unprivileged socket() cannot make the host load a protocol module. Disjoint rules: the
+ * allowed values, each value below the highest one, and everything above it (high bits
+ * included). */
+static int inet_protocol_rules(scmp_filter_ctx ctx, int af, int type)
+{
+    int proto = type == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP;
+    struct scmp_arg_cmp c[3] = {SCMP_A0_64(SCMP_CMP_EQ, (scmp_datum_t)af),
+                                SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)type),
+                                SCMP_A2_64(SCMP_CMP_EQ, 0)};
+    int r = 0;
+    for (int p = 0; r == 0 && p <= proto; p++) {
+        c[2] = SCMP_A2_64(SCMP_CMP_EQ, (scmp_datum_t)p);
+        r = add(ctx, p == 0 || p == proto ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO(EPROTONOSUPPORT),
+                "socket", 3, c);
+    }
+    if (r == 0) {
+        c[2] = SCMP_A2_64(SCMP_CMP_GT, (scmp_datum_t)proto);
+        r = add(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), "socket", 3, c);
+    }
+    return r;
+}
+
 static int socket_rules(scmp_filter_ctx ctx)
 {
     static const int any_type[] = {AF_UNIX, AF_NETLINK};
@@ -210,9 +235,12 @@ static int socket_rules(scmp_filter_ctx ctx)
     }
     for (size_t i = 0; r == 0 && i < N(inet); i++)
         for (int t = 0; r == 0 && t <= 0xf; t++) { /* the type's low nibble (SOCK_TYPE_MASK) */
-            uint32_t act = t == SOCK_STREAM || t == SOCK_DGRAM ? SCMP_ACT_ALLOW
-                           : t == SOCK_RAW || t == SOCK_PACKET ? SCMP_ACT_ERRNO(EPERM)
-                                                               : SCMP_ACT_ERRNO(ESOCKTNOSUPPORT);
+            if (t == SOCK_STREAM || t == SOCK_DGRAM) {
+                r = inet_protocol_rules(ctx, inet[i], t);
+                continue;
+            }
+            uint32_t act = t == SOCK_RAW || t == SOCK_PACKET ? SCMP_ACT_ERRNO(EPERM)
+                                                             : SCMP_ACT_ERRNO(ESOCKTNOSUPPORT);
             struct scmp_arg_cmp c[2] = {SCMP_A0_64(SCMP_CMP_EQ, (scmp_datum_t)inet[i]),
                                         SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)t)};
             r = add(ctx, act, "socket", 2, c);

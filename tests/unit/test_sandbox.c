@@ -11,6 +11,7 @@
 #include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -554,6 +555,18 @@ static void seccomp_checks(bool prepared)
         EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_RAW, 1)) == -EPERM);
         EXPECT(sys_r(syscall(SYS_socket, AF_INET6, SOCK_PACKET, 0)) == -EPERM);
         EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_SEQPACKET, 132)) == -ESOCKTNOSUPPORT);
+        /* inet protocols: 0, TCP and UDP only (no SCTP, UDP-Lite, ICMP datagrams) */
+        s = syscall(SYS_socket, AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        s = syscall(SYS_socket, AF_INET, SOCK_DGRAM, IPPROTO_UDP);
+        EXPECT(s >= 0 && syscall(SYS_close, s) == 0);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_STREAM, IPPROTO_SCTP)) == -EPROTONOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET6, SOCK_STREAM, IPPROTO_UDP)) == -EPROTONOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE)) == -EPROTONOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_DGRAM, IPPROTO_ICMP)) == -EPROTONOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_STREAM, -1)) == -EPROTONOSUPPORT);
+        EXPECT(sys_r(syscall(SYS_socket, AF_INET, SOCK_STREAM, (1UL << 32) | IPPROTO_TCP)) ==
+               -EPROTONOSUPPORT);
         /* ioctl: everything reaches the kernel but terminal input injection */
         int avail = -1;
         EXPECT(syscall(SYS_ioctl, p[0], FIONREAD, &avail) == 0 && avail == 0);
