@@ -85,6 +85,16 @@ static void remove_dir(void)
     rmdir(dir);
 }
 
+/* A running execution EXEC_ID of agent "hello" (fields owned: execution_fini). */
+static void running_exec(struct execution *e)
+{
+    memset(e, 0, sizeof *e);
+    snprintf(e->id, sizeof e->id, "%s", EXEC_ID);
+    e->agent = strdup("hello");
+    e->input = strdup("{}");
+    e->status = EXEC_RUNNING;
+}
+
 static char *query_text(const char *sql)
 {
     sqlite3 *db;
@@ -295,11 +305,7 @@ Test(store, execution_cache_follows_updates_appends_and_rollbacks, .init = make_
     struct store *st = store_open(path, why, sizeof why);
     cr_assert_not_null(st, "%s", why);
     struct execution e;
-    memset(&e, 0, sizeof e);
-    snprintf(e.id, sizeof e.id, "%s", EXEC_ID);
-    e.agent = strdup("hello");
-    e.input = strdup("{}");
-    e.status = EXEC_RUNNING;
+    running_exec(&e);
     e.dstate = DISPATCH_LEASED;
     e.lease_deadline = 5000;
     cr_assert_eq(store_begin(st), 0);
@@ -362,11 +368,7 @@ Test(store, execution_cache_knows_when_there_are_no_resources, .init = make_dir,
     struct store *st = store_open(path, why, sizeof why);
     cr_assert_not_null(st, "%s", why);
     struct execution e;
-    memset(&e, 0, sizeof e);
-    snprintf(e.id, sizeof e.id, "%s", EXEC_ID);
-    e.agent = strdup("hello");
-    e.input = strdup("{}");
-    e.status = EXEC_RUNNING;
+    running_exec(&e);
     cr_assert_eq(store_begin(st), 0);
     cr_assert_eq(store_exec_insert(st, &e), 0);
     cr_assert_eq(store_commit(st), 0);
