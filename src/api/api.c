@@ -21,6 +21,7 @@
 #include "base/clock.h"
 #include "base/jtext.h"
 #include "base/log.h"
+#include "base/names.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
 
@@ -445,11 +446,8 @@ struct create_ctx {
 /* Session names: 1..128 of [A-Za-z0-9_.:/-] (they show up in branch names and CLIs). */
 static int check_session(const char *session, struct err *err)
 {
-    if (!session) return 0;
-    for (const char *p = session; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_.:/-", *p)))
-            return err_invalid(err, "session", "session: use letters, digits and _ . : / - (got \"%s\")", session);
-    return 0;
+    if (!session || name_valid(session, 128, "_.:/-")) return 0;
+    return err_invalid(err, "session", "session: use letters, digits and _ . : / - (got \"%s\")", session);
 }
 
 /* An optional array of at most max objects; each checked by fn. */

@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "base/buf.h"
+#include "base/names.h"
 #include "base/xalloc.h"
 
 enum ctype { C_STR, C_INT };
@@ -199,6 +200,8 @@ static int load_agent(struct yctx *y, struct config *c, yaml_node_t *n)
         }
     }
     if (!a->name || !*a->name) return yerr(y, n, "agent needs a name:");
+    if (!name_agent_valid(a->name))
+        return yerr(y, n, "agent name \"%s\": use 1..%d letters, digits and _ . : -", a->name, NAME_AGENT_MAX);
     if (a->policy_file && a->policy_inline) return yerr(y, n, "agent %s has both policy and policy_file; keep one", a->name);
     for (int i = 0; i < c->n_agents - 1; i++)
         if (strcmp(c->agents[i].name, a->name) == 0) return yerr(y, n, "agent %s is listed twice", a->name);
@@ -224,6 +227,8 @@ static int load_key(struct yctx *y, struct config *c, yaml_node_t *n)
         return yerr(y, n, "api key needs role: admin, client or agent");
     if (!strcmp(kk->role, "agent") != !!kk->agent)
         return yerr(y, n, "agent: is required for role agent and only allowed there");
+    if (kk->agent && !name_agent_valid(kk->agent))
+        return yerr(y, n, "agent name \"%s\": use 1..%d letters, digits and _ . : -", kk->agent, NAME_AGENT_MAX);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/jtext.h"
+#include "base/names.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
 #include "kernel/rules.h"
@@ -269,6 +270,10 @@ bool kernel_agent_known(struct kernel *k, const char *name)
 
 static int require_agent(struct kernel *k, const char *agent, int64_t now, struct err *err)
 {
+    /* checked before anything else: a name with a newline or an escape would reach
+     * the store, the logs and every operator's terminal */
+    if (!name_agent_valid(agent))
+        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (k_find_agent(k, agent)) return 0;
     if (!k->cfg.open_agents)
         return err_set(err, 404, "not_found", "agent",
@@ -464,6 +469,8 @@ static int list_one(struct execution *e, void *arg)
 int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
                 const char *session, const char *cursor, int limit, json_t **out, struct err *err)
 {
+    if (agent && !name_agent_valid(agent))
+        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (c && c->agent) {
         if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
         agent = c->agent;

@@ -19,20 +19,13 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/names.h"
 #include "base/xalloc.h"
 #include "kernel/kernel_int.h"
 
 bool kernel_resource_key_valid(const char *key)
 {
-    size_t n = strlen(key);
-    if (n == 0 || n > 128) return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = key[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-              ch == '.' || ch == '-'))
-            return false;
-    }
-    return true;
+    return name_valid(key, 128, "_.-");
 }
 
 static json_t *view(struct kernel *k, const struct resource *r)

@@ -202,3 +202,37 @@ def test_bad_config_key(make_kernel):
     assert k.proc.wait(10) != 0
     log = k.read_log()
     assert "rebuno.yaml:2:1" in log and "lease_timout_seconds" in log, log
+
+
+@pytest.mark.parametrize("name", ["evil\nagent", "bell\x07", "esc\x1b[2J", "tab\tname", "sp ace",
+                                  "quo\"te", "x" * 129, "a/b"])
+def test_agent_names_are_plain(kernel, name):
+    """An agent name ends up in the store, the logs and operators' terminals: control
+    characters, spaces, quotes and '/' are refused everywhere a name comes in, and nothing
+    is registered."""
+    from urllib.parse import quote
+    before = full_snapshot(kernel)
+    agents_before = kernel.ok("GET", "/v0/agents")
+    st, out = kernel.request("POST", "/v0/executions", {"agent": name, "input": {}})
+    assert_error(st, out, 400, "validation_error", "agent")
+    st, out = kernel.request("GET", "/v0/executions?agent=" + quote(name, safe=""))
+    assert_error(st, out, 400, "validation_error", "agent")
+    if "/" not in name:  # a '/' makes another route; it can never be one segment
+        seg = quote(name, safe="")
+        st, out = kernel.request("POST", f"/v0/agents/{seg}/workers", {})
+        assert_error(st, out, 400, "validation_error", "agent")
+        st, out = kernel.request("POST", f"/v0/agents/{seg}/claim",
+                                 {"worker_id": "0192f1a0-0000-7000-8000-000000000000"})
+        assert_error(st, out, 400, "validation_error", "agent")
+    assert full_snapshot(kernel) == before
+    assert kernel.ok("GET", "/v0/agents") == agents_before
+    # the names that are allowed still are
+    kernel.create("team.coder:v2_a-1", {})
+
+
+def test_bad_agent_name_in_config(make_kernel):
+    k = make_kernel("agents:\n  - name: \"two words\"\n")
+    k.start(wait=False)
+    assert k.proc.wait(10) != 0
+    log = k.read_log()
+    assert "rebuno.yaml:2" in log and "two words" in log and "letters, digits" in log, log
