@@ -12,7 +12,9 @@
  *     (the kernel is killed with SIGKILL and every acknowledged step completion must
  *     be in its database);
  *   - replay lookup latency: re-dispatched executions re-submit recorded steps and
- *     get `replay`, with ~10 and ~100,000 events in the execution.
+ *     get `replay`, with ~10 and ~100,000 events in the execution;
+ *   - health under slowloris: GET /v0/health latency, each on a fresh connection, while
+ *     4,200 connections drip a byte of a request head every 5 s each (issue 13's load).
  *
  * The simulated agents are one epoll loop over N non-blocking sockets (one
  * connection, one execution and one dispatch per agent) so the client spends as
@@ -45,6 +47,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -80,7 +83,8 @@ struct opts {
     int replays;     /* replay samples per point (small, big start, big end) */
     const char *bin; /* rebuno binary */
     const char *tmp; /* parent of the temporary folders */
-    bool quick, no_replay, no_baseline, verbose;
+    double slow_seconds; /* slowloris load */
+    bool quick, no_replay, no_baseline, no_slowloris, verbose;
 };
 
 static struct opts O;
@@ -1148,6 +1152,149 @@ static void run_replay(struct replay_result *small, struct replay_result *big_al
     kernel_remove(&k);
 }
 
+/* ------------------------------------------------------------------ slowloris */
+
+#define SLOW_CONNS 4200 /* issue 13's load: more than the 4,096 connections a server holds */
+#define SLOW_EVERY_S 5.0
+#define PROBE_EVERY_MS 100
+#define AIM_HEALTH_MS 100.0
+
+struct slow_result {
+    int conns;                      /* slow connections held at the start; 0 = skipped */
+    size_t probes, answered;
+    double p50_ms, p99_ms, max_ms;  /* of the answered probes */
+};
+
+static const char slow_head[] = "GET /v0/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+
+/* A connection that has sent the first byte of a head; -1 when connect fails. */
+static int slow_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        send(fd, slow_head, 1, MSG_NOSIGNAL) != 1) {
+        close(fd);
+        return -1;
+    }
+    set_nonblock(fd, true);
+    return fd;
+}
+
+/* GET /v0/health on a fresh connection: ns to the whole reply, -1 when not answered 200
+ * within 2 s (refused, reset, closed, silent). */
+static int64_t health_probe(int port)
+{
+    int64_t t0 = now_ns(), deadline = t0 + 2 * (int64_t)1000000000;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    static const char req[] = "GET /v0/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    char buf[2048];
+    size_t len = 0;
+    int64_t took = -1;
+    if (fd < 0) return -1;
+    set_rcvtimeo(fd);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1))
+        goto out;
+    while (now_ns() < deadline && len < sizeof buf - 1) {
+        ssize_t r = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (r <= 0) break; /* the whole reply is there when the server closes */
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    if (strncmp(buf, "HTTP/1.1 200 ", 13) == 0 && strstr(buf, "\r\n\r\n")) took = now_ns() - t0;
+out:
+    close(fd);
+    return took;
+}
+
+/* Health probes every PROBE_EVERY_MS for O.slow_seconds on a fresh kernel while
+ * SLOW_CONNS connections each send a byte of an endless request head every
+ * SLOW_EVERY_S; those the kernel closes are opened again once a second, as an
+ * attacker's tool does. */
+static struct slow_result run_slowloris(void)
+{
+    struct slow_result res = {0};
+    struct rlimit rl;
+    rlim_t want = 2 * SLOW_CONNS + 1024; /* ours, and the kernel's (it inherits the limit) */
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want))
+        return res;
+    if (rl.rlim_cur < want) rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0) return res;
+    struct kproc k;
+    kernel_start(&k, NULL);
+    int *fd = xmalloc(SLOW_CONNS * sizeof *fd);
+    size_t *sent = xcalloc(SLOW_CONNS, sizeof *sent);
+    int64_t *due = xmalloc(SLOW_CONNS * sizeof *due);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) die("epoll_create1: %s", strerror(errno));
+    int64_t every = (int64_t)(SLOW_EVERY_S * 1e9), t0 = now_ns();
+    for (int i = 0; i < SLOW_CONNS; i++) {
+        fd[i] = -1;
+        due[i] = t0 + every * (i % 97 + 1) / 97; /* spread the drips over the interval */
+    }
+    struct samples lat = {0};
+    int64_t end = 0, next_fill = 0, next_probe = 0;
+    for (;;) {
+        check_interrupted();
+        int64_t now = now_ns();
+        if (end && now >= end) break;
+        if (now >= next_fill) { /* (re)open the closed ones */
+            int open = 0;
+            for (int i = 0; i < SLOW_CONNS; i++) {
+                if (fd[i] < 0 && (fd[i] = slow_open(k.port)) >= 0) {
+                    sent[i] = 1;
+                    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)i};
+                    epoll_ctl(ep, EPOLL_CTL_ADD, fd[i], &ev);
+                }
+                open += fd[i] >= 0;
+            }
+            if (!end) { /* the load is up: measure from now */
+                res.conns = open;
+                end = now_ns() + (int64_t)(O.slow_seconds * 1e9);
+            }
+            next_fill = now_ns() + 1000000000;
+        }
+        for (int i = 0; i < SLOW_CONNS; i++) {
+            if (fd[i] < 0 || due[i] > now) continue;
+            due[i] = now + every;
+            char b = sent[i] < sizeof slow_head - 1 ? slow_head[sent[i]] : 'a';
+            if (send(fd[i], &b, 1, MSG_NOSIGNAL) == 1) sent[i]++;
+        }
+        if (now >= next_probe) {
+            int64_t took = health_probe(k.port);
+            res.probes++;
+            if (took >= 0) samples_add(&lat, took);
+            next_probe = now_ns() + PROBE_EVERY_MS * 1000000LL;
+        }
+        struct epoll_event evs[256];
+        int n = epoll_wait(ep, evs, 256, 10);
+        for (int j = 0; j < n; j++) { /* the kernel cut or shed it: gone until the next fill */
+            int i = (int)evs[j].data.u32;
+            close(fd[i]); /* also drops it from the epoll set */
+            fd[i] = -1;
+        }
+    }
+    res.answered = lat.n;
+    res.p50_ms = (double)pct(&lat, 0.50) / 1e6;
+    res.p99_ms = (double)pct(&lat, 0.99) / 1e6;
+    res.max_ms = (double)pct(&lat, 1.0) / 1e6;
+    samples_free(&lat);
+    for (int i = 0; i < SLOW_CONNS; i++)
+        if (fd[i] >= 0) close(fd[i]);
+    close(ep);
+    free(fd);
+    free(sent);
+    free(due);
+    kernel_remove(&k);
+    return res;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static void usage(FILE *f)
@@ -1158,19 +1305,22 @@ static void usage(FILE *f)
         "1,8,32]\n"
         "                          [--events N] [--replays N] [--quick] [--no-replay] "
         "[--no-baseline]\n"
-        "                          [--bin PATH] [--tmpdir DIR] [--verbose]\n\n"
+        "                          [--slowloris-seconds S] [--no-slowloris] [--bin PATH]\n"
+        "                          [--tmpdir DIR] [--verbose]\n\n"
         "  --seconds S           measured time per concurrency level (default 3)\n"
         "  --warmup S            unmeasured time before it (default 0.5)\n"
         "  --baseline-seconds S  raw SQLite loop duration (default 2)\n"
         "  --agents LIST         concurrency levels (default 1,8,32; at most %d each)\n"
         "  --events N            events in the big replay execution, 4 per step (default 100000)\n"
         "  --replays N           replay lookups timed per point (default 2000)\n"
-        "  --quick               ~20 s run: --seconds 1 --warmup 0.25 --baseline-seconds 1 "
+        "  --quick               ~30 s run: --seconds 1 --warmup 0.25 --baseline-seconds 1 "
         "--replays 500\n"
         "  --bin PATH            kernel binary (default $REBUNO_BIN or build/rebuno)\n"
         "  --tmpdir DIR          where state folders go (default $TMPDIR or /tmp); the baseline\n"
         "                        database goes there too, so both fsync on the same file system\n"
-        "  --no-baseline, --no-replay  skip those parts\n"
+        "  --slowloris-seconds S health probes under slowloris this long (default 15: past the\n"
+        "                        10 s head deadline; --quick: 5)\n"
+        "  --no-baseline, --no-replay, --no-slowloris  skip those parts\n"
         "  --verbose             print each kernel's pid, port and state folder (to attach a "
         "profiler)\n",
         MAX_AGENTS);
@@ -1195,9 +1345,11 @@ static void parse_args(int argc, char **argv)
     O.levels[0] = 1, O.levels[1] = 8, O.levels[2] = 32, O.n_levels = 3;
     O.big_steps = 25000;
     O.replays = 2000;
+    O.slow_seconds = 15;
     O.bin = getenv("REBUNO_BIN") ? getenv("REBUNO_BIN") : "build/rebuno";
     O.tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
     bool set_seconds = false, set_warmup = false, set_base = false, set_replays = false;
+    bool set_slow = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -1211,6 +1363,10 @@ static void parse_args(int argc, char **argv)
             O.verbose = true;
         } else if (!strcmp(a, "--no-baseline")) {
             O.no_baseline = true;
+        } else if (!strcmp(a, "--no-slowloris")) {
+            O.no_slowloris = true;
+        } else if (!strcmp(a, "--slowloris-seconds")) {
+            O.slow_seconds = arg_num(a, v, 1, 600), i++, set_slow = true;
         } else if (!strcmp(a, "--seconds")) {
             O.seconds = arg_num(a, v, 0.1, 600), i++, set_seconds = true;
         } else if (!strcmp(a, "--warmup")) {
@@ -1249,6 +1405,7 @@ static void parse_args(int argc, char **argv)
         if (!set_warmup) O.warmup = 0.25;
         if (!set_base) O.baseline_seconds = 1;
         if (!set_replays) O.replays = 500;
+        if (!set_slow) O.slow_seconds = 5;
     }
     if (access(O.bin, X_OK) != 0) {
         fprintf(stderr,
@@ -1355,6 +1512,24 @@ int main(int argc, char **argv)
             build_s, commas(build_rate, n2, sizeof n2));
     }
 
+    struct slow_result slow = {0};
+    if (!O.no_slowloris) {
+        slow = run_slowloris();
+        if (!slow.conns)
+            printf("health under slowloris: skipped (RLIMIT_NOFILE hard limit below %d)\n\n",
+                   2 * SLOW_CONNS + 1024);
+        else
+            printf("health under slowloris (%s connections dripping a byte of a request head every "
+                   "%.0f s each,\n  reopened each second when closed; a probe at most every %d ms for "
+                   "%.3g s, each on a fresh connection):\n  answered %zu/%zu, p50 %.2f ms, p99 %.2f ms, max "
+                   "%.2f ms (aim: all answered, p99 <= %.0f ms -> %s)\n\n",
+                   commas(slow.conns, n1, sizeof n1), SLOW_EVERY_S, PROBE_EVERY_MS,
+                   O.slow_seconds, slow.answered, slow.probes, slow.p50_ms, slow.p99_ms,
+                   slow.max_ms, AIM_HEALTH_MS,
+                   slow.answered == slow.probes && slow.p99_ms <= AIM_HEALTH_MS ? "met"
+                                                                                : "MISSED");
+    }
+
     /* machine-readable */
     if (!O.no_baseline) printf("bench.sqlite.tx_per_s=%.0f\n", base.tx_per_s);
     for (int i = 0; i < O.n_levels; i++) {
@@ -1384,6 +1559,13 @@ int main(int argc, char **argv)
                small.p50_us > 0 ? big.p50_us / small.p50_us : 0);
         printf("bench.kernel.replay_p99_ratio=%.3f\n",
                small.p99_us > 0 ? big.p99_us / small.p99_us : 0);
+    }
+    if (slow.conns) {
+        printf("bench.kernel.slowloris_conns=%d\n", slow.conns);
+        printf("bench.kernel.slowloris_answered=%zu\n", slow.answered);
+        printf("bench.kernel.slowloris_probes=%zu\n", slow.probes);
+        printf("bench.kernel.slowloris_health_p50_ms=%.3f\n", slow.p50_ms);
+        printf("bench.kernel.slowloris_health_p99_ms=%.3f\n", slow.p99_ms);
     }
     return 0;
 }

@@ -61,6 +61,15 @@ static void usage(FILE *out)
             "  --upstream-override HOST[:80|:443]=ADDR:PORT  send the proxy's connections for\n"
             "                       HOST there (repeatable; tests and demos)\n"
             "  --upstream-ca FILE   extra PEM CA the proxy trusts for upstream servers\n"
+            "  --max-connections N  API connections at most; when full, a new one sheds the\n"
+            "                       one waiting longest for a request (default 4096)\n"
+            "  --max-connections-per-peer N  per client address (default: all of them;\n"
+            "                       every client of this loopback service is 127.0.0.1)\n"
+            "  --header-timeout S   a request head must be complete S s after it began\n"
+            "                       (the accept, or its first byte; default 10)\n"
+            "  --body-timeout S     a request body's grace, after which it must average\n"
+            "  --body-min-rate B    B bytes/s (defaults 10 and 1024)\n"
+            "  --idle-timeout S     keep-alive connections with no request (default 60)\n"
             "  --log-level LEVEL    debug, info, warn, error (default info)\n");
 }
 
@@ -87,6 +96,8 @@ int cmd_sandboxd(int argc, char **argv)
     sbx_spawn_set_title_area();
     long long uid_base = 100000, max_sbx = 1000, out_limit = 1 << 20;
     long long storage_size = 0, snap_exp = 30LL * 24 * 3600 * 1000;
+    long long max_conns = 4096, per_peer = 0, head_s = 10, body_s = 10, body_rate = 1024;
+    long long idle_s = 60;
     const char *storage = "auto";
     const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL;
     const char *overrides[64];
@@ -132,6 +143,13 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--max-sandboxes")) bad = parse_num(v, 1, 60000, &max_sbx);
         else if (!strcmp(name, "--output-limit"))
             bad = parse_num(v, 4096, 256LL << 20, &out_limit);
+        else if (!strcmp(name, "--max-connections")) bad = parse_num(v, 1, 1000000, &max_conns);
+        else if (!strcmp(name, "--max-connections-per-peer"))
+            bad = parse_num(v, 1, 1000000, &per_peer);
+        else if (!strcmp(name, "--header-timeout")) bad = parse_num(v, 1, 3600, &head_s);
+        else if (!strcmp(name, "--body-timeout")) bad = parse_num(v, 1, 3600, &body_s);
+        else if (!strcmp(name, "--body-min-rate")) bad = parse_num(v, 1, 1LL << 30, &body_rate);
+        else if (!strcmp(name, "--idle-timeout")) bad = parse_num(v, 1, 86400, &idle_s);
         else {
             fprintf(stderr, "error: unknown option %s\n\n", name);
             usage(stderr);
@@ -159,7 +177,13 @@ int cmd_sandboxd(int argc, char **argv)
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
     s.base = event_base_new();
-    struct http_config hc = {.max_body = SBX_FS_IO_MAX + 4096};
+    struct http_config hc = {.max_body = SBX_FS_IO_MAX + 4096,
+                             .max_connections = (int)max_conns,
+                             .max_per_peer = (int)(per_peer ? per_peer : max_conns),
+                             .header_timeout_sec = (int)head_s,
+                             .body_timeout_sec = (int)body_s,
+                             .body_min_rate = (int)body_rate,
+                             .idle_timeout_sec = (int)idle_s};
     s.http = http_server_new(s.base, &hc);
     struct sbxd_config cfg = {.state_dir = state, .cgroup_mode = cg,
                               .uid_first = (uint32_t)uid_base, .max_sandboxes = (int)max_sbx,

@@ -229,7 +229,13 @@ int cmd_serve(int argc, char **argv)
     s.base = event_base_new_with_config(ec);
     event_config_free(ec);
     event_base_priority_init(s.base, 3); /* 0 unused, 1 I/O and timers, 2 group commit */
-    s.http = http_server_new(s.base, NULL);
+    struct http_config hc = {.max_connections = (int)c.http_max_connections,
+                             .max_per_peer = (int)c.http_max_connections_per_peer,
+                             .header_timeout_sec = (int)c.http_header_timeout_seconds,
+                             .body_timeout_sec = (int)c.http_body_timeout_seconds,
+                             .body_min_rate = (int)c.http_body_min_rate,
+                             .idle_timeout_sec = (int)c.http_idle_timeout_seconds};
+    s.http = http_server_new(s.base, &hc);
     struct api_key_config *keys = xcalloc((size_t)c.n_keys + 1, sizeof *keys);
     for (int i = 0; i < c.n_keys; i++) {
         keys[i].key = c.keys[i].key;

@@ -43,6 +43,12 @@ static const struct setting settings[] = {
     I(lease_timeout_seconds, "REBUNO_LEASE_TIMEOUT_SECONDS", 120, 1, 86400, "default lease of a claimed dispatch"),
     I(max_attempts, "REBUNO_MAX_ATTEMPTS", 5, 1, 1000, "expired leases before an execution fails (dispatch_exhausted)"),
     I(approval_timeout_seconds, "REBUNO_APPROVAL_TIMEOUT_SECONDS", 900, 1, 2592000, "default approval timeout"),
+    I(http_max_connections, "REBUNO_HTTP_MAX_CONNECTIONS", 4096, 1, 1000000, "API connections at most; when full, a new one sheds the one waiting longest for a request"),
+    I(http_max_connections_per_peer, "REBUNO_HTTP_MAX_CONNECTIONS_PER_PEER", 1024, 1, 1000000, "API connections per client address (IPv6: per /64; every local client is 127.0.0.1)"),
+    I(http_header_timeout_seconds, "REBUNO_HTTP_HEADER_TIMEOUT_SECONDS", 10, 1, 3600, "a request head must be complete this long after it began (accept, or its first byte)"),
+    I(http_body_timeout_seconds, "REBUNO_HTTP_BODY_TIMEOUT_SECONDS", 10, 1, 3600, "a request body's grace, after which it must average http_body_min_rate"),
+    I(http_body_min_rate, "REBUNO_HTTP_BODY_MIN_RATE", 1024, 1, 1073741824, "bytes/s a request body must average after its grace"),
+    I(http_idle_timeout_seconds, "REBUNO_HTTP_IDLE_TIMEOUT_SECONDS", 60, 1, 86400, "a keep-alive connection with no request, or a reply making no progress, is closed after this"),
 };
 
 static char **str_field(struct config *c, const struct setting *s)

@@ -32,6 +32,9 @@ struct config {
     char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
     char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
+    int64_t http_max_connections, http_max_connections_per_peer; /* the API server's limits */
+    int64_t http_header_timeout_seconds, http_body_timeout_seconds, http_body_min_rate;
+    int64_t http_idle_timeout_seconds;
     struct config_agent *agents;
     int n_agents;
     struct config_key *keys;

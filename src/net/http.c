@@ -22,6 +22,28 @@
  * connection. They may free the request they were given and then poke the
  * connection's resume event; connections are freed only from libevent callbacks,
  * shutdown and free, so nothing up the stack ever finds its connection gone.
+ *
+ * Deadlines and shedding (the slowloris defence). A connection that waits for a
+ * request is on one of four lists by what it waits in: HEAD (a request head is due:
+ * since the accept, or since the first byte of a keep-alive connection's next
+ * request), IDLE (keep-alive, reply flushed, no byte of a next request), BODY (head
+ * parsed, body arriving) and LINGER (lingering close). A connection is put at a list's
+ * tail with the time it entered it, so each list is in order of entry, and since a
+ * list's deadline is a fixed offset from that time (IDLE, HEAD) the expired ones are
+ * at its head: one timer per server, armed at the earliest deadline, cuts them. A
+ * BODY deadline also grows by a second per body_min_rate bytes received, so the timer
+ * walks the BODY list only as far as the connections whose grace is over. Reading
+ * never restarts a deadline (libevent's read timeouts would, so they are off; the
+ * write timeout stays: a reply must keep making progress). A connection serving a
+ * request (from the end of its head to the flush of its reply; kept requests, SSE)
+ * is on no list, so it is never timed or shed here.
+ *
+ * Every connection also counts against its peer (IPv4 address, IPv6 /64), which keeps
+ * its own list of the same connections in order of entry. A new connection that finds
+ * the table full, or its peer's share full, sheds the connection that has waited
+ * longest (bodies only when nothing else is left), from anyone or from that peer; so a
+ * fresh request always gets in while stuck connections are around, and a peer at its
+ * cap only ever sheds its own. Running out of descriptors (EMFILE) sheds the same way.
  */
 #include "net/http.h"
 
@@ -41,6 +63,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,12 +79,18 @@ enum {
     HTTP_LINGER_MS = 2000,           /* keep draining input this long after an error */
     HTTP_LINGER_BYTES = 1024 * 1024, /* ... or until this much was discarded */
     HTTP_ACCEPT_BACKOFF_MS = 100,    /* pause accepting after EMFILE and friends */
+    HTTP_SWEEP_SLACK_MS = 50,        /* deadlines may be this late, so sweeps batch */
+    HTTP_SHED_LOG_MS = 10000,        /* one log line per this while shedding */
 };
 
 #define HTTP_DEF_MAX_BODY ((size_t)1024 * 1024)
 #define HTTP_DEF_MAX_HEADER ((size_t)64 * 1024)
 #define HTTP_DEF_IDLE_SEC 60
+#define HTTP_DEF_HEADER_SEC 10
+#define HTTP_DEF_BODY_SEC 10
+#define HTTP_DEF_BODY_RATE 1024
 #define HTTP_DEF_MAX_CONN 4096
+#define HTTP_DEF_MAX_PER_PEER 1024
 
 struct http_kv {
     char *key;
@@ -107,6 +136,28 @@ struct http_req {
     struct http_req *orphan_prev, *orphan_next;
 };
 
+/* What a connection waits for; see the top of the file. WAIT_NONE: it is serving a
+ * request or closing, and is neither timed nor shed by the server. */
+enum conn_wait { WAIT_NONE, WAIT_HEAD, WAIT_IDLE, WAIT_LINGER, WAIT_BODY, WAIT_N };
+
+enum { LINK_WAIT, LINK_PEER }; /* the two lists a waiting connection is on */
+
+struct conn_link {
+    struct http_conn *prev, *next;
+};
+
+struct conn_list {
+    struct http_conn *first, *last;
+};
+
+/* The connections of one source address (an IPv6 peer: its /64). */
+struct http_peer {
+    uint8_t addr[16];
+    int nconns;
+    struct conn_list waiting; /* its connections not WAIT_NONE, oldest first */
+    struct http_peer *next;   /* hash chain */
+};
+
 struct http_conn {
     struct http_server *s;
     struct bufferevent *bev;
@@ -124,6 +175,11 @@ struct http_conn {
     struct err rej; /* why the parser was stopped by a limit */
     int64_t linger_until;
     size_t linger_bytes;
+    enum conn_wait wait;
+    int64_t wait_since;  /* clock_mono_ms() when it entered wait */
+    uint64_t body_bytes; /* of the request in WAIT_BODY */
+    struct http_peer *src;
+    struct conn_link link[2]; /* LINK_WAIT: s->wait[wait]; LINK_PEER: src->waiting */
     struct http_conn *prev, *next;
 };
 
@@ -146,13 +202,21 @@ struct http_listener {
 struct http_server {
     struct event_base *base;
     struct http_config cfg;
-    struct timeval idle_tv;
+    struct timeval write_tv;
     struct http_listener *listeners;
     struct http_route *routes, **routes_tail;
     http_filter_fn filter;
     void *filter_arg;
     struct http_conn *conns;
     int nconns;
+    struct conn_list wait[WAIT_N];
+    struct event *sweep_ev; /* cuts expired waits */
+    int64_t sweep_at;       /* when sweep_ev fires, 0 when not armed */
+    struct http_peer **peers;
+    size_t npeer_slots; /* a power of two */
+    uint64_t peer_seed;
+    uint64_t shed, refused; /* since the last log line about them */
+    int64_t shed_logged;
     int port;
     struct http_req *orphans;
     bool shutting_down;
@@ -335,12 +399,125 @@ static void req_abort(struct http_req *r)
 
 /* ------------------------------------------------------------------ connections */
 
-static void conn_idle_timeout(struct http_conn *c, bool on)
+static void list_push(struct conn_list *l, struct http_conn *c, int k)
 {
-    /* Reading times out only while we wait for a request; a kept request (long-poll,
-     * SSE) is the application's to time. Writes always time out: a client that stops
-     * reading must not pin the connection forever. */
-    bufferevent_set_timeouts(c->bev, on ? &c->s->idle_tv : NULL, &c->s->idle_tv);
+    c->link[k].prev = l->last;
+    c->link[k].next = NULL;
+    if (l->last)
+        l->last->link[k].next = c;
+    else
+        l->first = c;
+    l->last = c;
+}
+
+static void list_del(struct conn_list *l, struct http_conn *c, int k)
+{
+    struct conn_link *ln = &c->link[k];
+    if (ln->prev)
+        ln->prev->link[k].next = ln->next;
+    else
+        l->first = ln->next;
+    if (ln->next)
+        ln->next->link[k].prev = ln->prev;
+    else
+        l->last = ln->prev;
+}
+
+/* The peer key: an IPv4 address as v4-mapped IPv6, an IPv6 address's /64 (one host
+ * usually holds a whole /64), anything else (a unix socket) one key of its own. */
+static void peer_key(const struct sockaddr *sa, uint8_t key[16])
+{
+    memset(key, 0, 16);
+    if (sa && sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        memcpy(key, a->s6_addr, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+    } else {
+        memset(key, 0xff, 16); /* multicast: never a real source */
+    }
+}
+
+/* Seeded, so nobody can pick addresses that share a hash chain. */
+static struct http_peer **peer_slot(struct http_server *s, const uint8_t key[16])
+{
+    uint64_t a, b;
+    memcpy(&a, key, 8);
+    memcpy(&b, key + 8, 8);
+    uint64_t h = (a ^ s->peer_seed) * 0x9e3779b97f4a7c15ULL;
+    h = (h ^ (h >> 31) ^ b) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    struct http_peer **pp = &s->peers[h & (s->npeer_slots - 1)];
+    while (*pp && memcmp((*pp)->addr, key, 16) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static struct http_peer *peer_get(struct http_server *s, const uint8_t key[16])
+{
+    return *peer_slot(s, key);
+}
+
+static struct http_peer *peer_ref(struct http_server *s, const uint8_t key[16])
+{
+    struct http_peer **pp = peer_slot(s, key);
+    if (!*pp) {
+        *pp = xcalloc(1, sizeof **pp);
+        memcpy((*pp)->addr, key, 16);
+    }
+    (*pp)->nconns++;
+    return *pp;
+}
+
+static void peer_unref(struct http_server *s, struct http_peer *p)
+{
+    if (--p->nconns > 0) return;
+    struct http_peer **pp = peer_slot(s, p->addr);
+    *pp = p->next;
+    free(p);
+}
+
+/* When c's wait ends (INT64_MAX: never by itself). */
+static int64_t conn_deadline(const struct http_server *s, const struct http_conn *c)
+{
+    switch (c->wait) {
+    case WAIT_HEAD:
+        return c->wait_since + s->cfg.header_timeout_sec * 1000LL;
+    case WAIT_IDLE:
+        return c->wait_since + s->cfg.idle_timeout_sec * 1000LL;
+    case WAIT_BODY:
+        return c->wait_since + s->cfg.body_timeout_sec * 1000LL +
+               (int64_t)(c->body_bytes * 1000 / (uint64_t)s->cfg.body_min_rate);
+    default:
+        return INT64_MAX;
+    }
+}
+
+static void sweep_arm(struct http_server *s, int64_t at, int64_t now)
+{
+    if (at == INT64_MAX || (s->sweep_at && s->sweep_at <= at + HTTP_SWEEP_SLACK_MS)) return;
+    s->sweep_at = at + HTTP_SWEEP_SLACK_MS;
+    int64_t d = s->sweep_at > now ? s->sweep_at - now : 0;
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)(d % 1000) * 1000};
+    evtimer_add(s->sweep_ev, &tv);
+}
+
+/* Move c to the tail of the list for w (WAIT_NONE: off the lists). */
+static void wait_set(struct http_conn *c, enum conn_wait w)
+{
+    struct http_server *s = c->s;
+    if (c->wait != WAIT_NONE) {
+        list_del(&s->wait[c->wait], c, LINK_WAIT);
+        list_del(&c->src->waiting, c, LINK_PEER);
+    }
+    c->wait = w;
+    if (w == WAIT_NONE) return;
+    int64_t now = clock_mono_ms();
+    c->wait_since = now;
+    list_push(&s->wait[w], c, LINK_WAIT);
+    list_push(&c->src->waiting, c, LINK_PEER);
+    sweep_arm(s, conn_deadline(s, c), now);
 }
 
 static void conn_free(struct http_conn *c)
@@ -348,6 +525,8 @@ static void conn_free(struct http_conn *c)
     struct http_server *s = c->s;
     struct http_req *r = c->req;
     ASSERT(!r || r->state != REQ_HANDLER);
+    wait_set(c, WAIT_NONE);
+    peer_unref(s, c->src);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -419,6 +598,7 @@ static bool conn_close_flushed(struct http_conn *c)
         return false;
     }
     c->lingering = true;
+    wait_set(c, WAIT_LINGER); /* first to go when room is needed */
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
     c->linger_until = clock_mono_ms() + HTTP_LINGER_MS;
     struct timeval tv = {HTTP_LINGER_MS / 1000, (HTTP_LINGER_MS % 1000) * 1000};
@@ -432,6 +612,7 @@ static bool conn_close_flushed(struct http_conn *c)
 static bool conn_finish(struct http_conn *c)
 {
     c->close_after = true;
+    wait_set(c, WAIT_NONE);
     bufferevent_disable(c->bev, EV_READ);
     if (c->req || evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) return true;
     return conn_close_flushed(c);
@@ -500,6 +681,88 @@ static bool conn_reject(struct http_conn *c, enum http_errno e)
     free(body);
     c->linger = true;
     return conn_finish(c);
+}
+
+/* ------------------------------------------------------------------ deadlines and shedding */
+
+/* c's wait is over: a connection that sent nothing of a request closes quietly (an idle
+ * keep-alive client must not read a 408 as the reply to its next request), one
+ * caught in the middle gets 408. */
+static void conn_expire(struct http_conn *c)
+{
+    const struct http_config *cfg = &c->s->cfg;
+    if (c->wait == WAIT_IDLE || !c->req) {
+        conn_free(c);
+        return;
+    }
+    if (c->wait == WAIT_BODY)
+        err_set(&c->rej, 408, "request_timeout", "body",
+                "request body arrived slower than %d bytes/s (after the first %d s)",
+                cfg->body_min_rate, cfg->body_timeout_sec);
+    else
+        err_set(&c->rej, 408, "request_timeout", "headers",
+                "request head was not complete within %d s", cfg->header_timeout_sec);
+    conn_reject(c, HPE_OK);
+}
+
+static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *s = arg;
+    struct conn_list *body = &s->wait[WAIT_BODY];
+    int64_t now = clock_mono_ms(), grace = s->cfg.body_timeout_sec * 1000LL, at = INT64_MAX;
+    struct http_conn *c, *next;
+    s->sweep_at = 0;
+    for (int w = WAIT_HEAD; w <= WAIT_IDLE; w++)
+        while ((c = s->wait[w].first) && conn_deadline(s, c) <= now)
+            conn_expire(c);
+    /* In order of their start, so only those past their grace can be due. */
+    for (c = body->first; c && c->wait_since + grace <= now; c = next) {
+        next = c->link[LINK_WAIT].next;
+        if (conn_deadline(s, c) <= now) conn_expire(c);
+    }
+    for (int w = WAIT_HEAD; w <= WAIT_IDLE; w++)
+        if ((c = s->wait[w].first) && conn_deadline(s, c) < at) at = conn_deadline(s, c);
+    for (c = body->first; c && c->wait_since + grace < at; c = c->link[LINK_WAIT].next)
+        if (conn_deadline(s, c) < at) at = conn_deadline(s, c);
+    sweep_arm(s, at, now);
+}
+
+/* Count a shed or refused connection; log now and then, not per connection. */
+static void overload_note(struct http_server *s, bool shed, const char *why)
+{
+    if (shed)
+        s->shed++;
+    else
+        s->refused++;
+    int64_t now = clock_mono_ms();
+    if (s->shed_logged && now - s->shed_logged < HTTP_SHED_LOG_MS) return;
+    log_warn("http connections over the limit", "shed=%llu refused=%llu last=%s conns=%d",
+             (unsigned long long)s->shed, (unsigned long long)s->refused, why, s->nconns);
+    s->shed = s->refused = 0;
+    s->shed_logged = now;
+}
+
+/* Make room by closing the connection that has waited longest for a request: of peer p,
+ * or of anyone when p is NULL. Connections in a body go last, as they were sending
+ * something. Returns false when every connection is being served. */
+static bool conn_shed(struct http_server *s, struct http_peer *p, const char *why)
+{
+    struct http_conn *victim = NULL;
+    if (p) {
+        for (struct http_conn *c = p->waiting.first; c && !victim; c = c->link[LINK_PEER].next)
+            if (c->wait != WAIT_BODY) victim = c;
+        if (!victim) victim = p->waiting.first;
+    } else {
+        for (int w = WAIT_HEAD; w <= WAIT_LINGER; w++) {
+            struct http_conn *c = s->wait[w].first;
+            if (c && (!victim || c->wait_since < victim->wait_since)) victim = c;
+        }
+        if (!victim) victim = s->wait[WAIT_BODY].first;
+    }
+    if (!victim) return false;
+    overload_note(s, true, why);
+    conn_free(victim);
+    return true;
 }
 
 /* ------------------------------------------------------------------ parser callbacks */
@@ -576,12 +839,17 @@ static int on_headers_complete(http_parser *p)
                        "request body of %llu bytes exceeds the limit of %zu bytes",
                        (unsigned long long)p->content_length, c->s->cfg.max_body);
     maybe_continue(c, p);
+    if ((p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length)) {
+        c->body_bytes = 0;
+        wait_set(c, WAIT_BODY);
+    }
     return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *c = p->data;
+    c->body_bytes += n;
     if (buf_append(&c->req->body, at, n) == 0) return 0;
     return err_set(&c->rej, 413, "payload_too_large", "body",
                    "request body exceeds the limit of %zu bytes", c->s->cfg.max_body);
@@ -764,6 +1032,7 @@ static bool conn_dispatch(struct http_conn *c)
     struct http_server *s = c->s;
     struct http_req *r = c->req;
     if (c->parser.upgrade) r->keep_alive = false; /* no protocol switching here */
+    wait_set(c, WAIT_NONE); /* the request is complete: its time is the handler's */
     r->state = REQ_HANDLER;
     r->in_handler = true;
     s->cb_depth++;
@@ -777,7 +1046,6 @@ static bool conn_dispatch(struct http_conn *c)
         return true;
     }
     r->state = REQ_KEPT;
-    conn_idle_timeout(c, false);
     if (!c->peer_eof && !s->shutting_down) return true;
     /* The client already left, or we are shutting down: the kept request is dead. The
      * connection is settled first: the close callback must be the last thing here. */
@@ -796,7 +1064,12 @@ static bool conn_process(struct http_conn *c)
     while (!c->close_after && !c->s->shutting_down) {
         if (c->req && c->req->state != REQ_PARSING) return true; /* wait for the handler */
         if (evbuffer_get_length(in) == 0) break;
-        if (!c->req) c->req = req_new(c);
+        if (!c->req) {
+            c->req = req_new(c);
+            /* A new connection's head is due from the accept, a next request's from
+             * its first byte. */
+            if (c->wait != WAIT_HEAD) wait_set(c, WAIT_HEAD);
+        }
         struct evbuffer_iovec v;
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
         size_t n = http_parser_execute(&c->parser, &parser_settings, v.iov_base, v.iov_len);
@@ -833,8 +1106,13 @@ static void conn_writecb(struct bufferevent *bev, void *arg)
 {
     struct http_conn *c = arg;
     size_t len = evbuffer_get_length(bufferevent_get_output(bev));
-    if (len == 0 && c->close_after && !c->req && !c->lingering) {
-        conn_close_flushed(c);
+    if (len == 0 && !c->req && !c->lingering) {
+        if (c->close_after) {
+            conn_close_flushed(c);
+            return;
+        }
+        /* The reply is out: keep-alive idle until the next request. */
+        if (c->wait == WAIT_NONE && !c->upgrade_fn) wait_set(c, WAIT_IDLE);
         return;
     }
     struct http_req *r = c->req;
@@ -891,7 +1169,8 @@ static void peer_text(const struct sockaddr *sa, char *out, size_t n, bool *loop
     }
 }
 
-static void conn_new(struct http_server *s, evutil_socket_t fd, const struct sockaddr *sa)
+static void conn_new(struct http_server *s, evutil_socket_t fd, const struct sockaddr *sa,
+                     const uint8_t key[16])
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* replies go out whole */
@@ -909,13 +1188,17 @@ static void conn_new(struct http_server *s, evutil_socket_t fd, const struct soc
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     peer_text(sa, c->peer, sizeof c->peer, &c->loopback);
+    c->src = peer_ref(s, key);
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     s->nconns++;
     bufferevent_setcb(bev, conn_readcb, conn_writecb, conn_eventcb, c);
     bufferevent_setwatermark(bev, EV_READ, 0, s->cfg.max_header_bytes + HTTP_READ_SLACK);
-    conn_idle_timeout(c, true);
+    /* Reads are timed by the wait lists (libevent's read timeout would restart on every
+     * byte); a write must keep making progress. */
+    bufferevent_set_timeouts(bev, NULL, &s->write_tv);
+    wait_set(c, WAIT_HEAD);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
@@ -926,17 +1209,34 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 {
     struct http_listener *li = arg;
     struct http_server *s = li->s;
-    if (s->shutting_down || s->nconns >= s->cfg.max_connections) {
+    if (s->shutting_down) {
         evutil_closesocket(fd);
         return;
     }
-    conn_new(s, fd, sa);
+    uint8_t key[16];
+    peer_key(sa, key);
+    struct http_peer *p = peer_get(s, key);
+    if ((p && p->nconns >= s->cfg.max_per_peer && !conn_shed(s, p, "peer_full")) ||
+        (s->nconns >= s->cfg.max_connections && !conn_shed(s, NULL, "table_full"))) {
+        overload_note(s, false, "all_busy");
+        evutil_closesocket(fd);
+        return;
+    }
+    conn_new(s, fd, sa, key); /* p may be gone: shedding its last connection frees it */
 }
 
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
     struct http_listener *li = arg;
     int e = EVUTIL_SOCKET_ERROR();
+    if (e == EMFILE || e == ENFILE) {
+        /* accept() fails so even with nothing queued (the descriptor comes first): that
+         * is the end of the accept loop, not a client turned away. */
+        struct pollfd pfd = {.fd = evconnlistener_get_fd(lev), .events = POLLIN};
+        if (poll(&pfd, 1, 0) == 0) return;
+        /* One is queued: free a descriptor stuck connections hold, accept next turn. */
+        if (conn_shed(li->s, NULL, "fd_limit")) return;
+    }
     log_error("http accept failed", "err=\"%s\" backoff_ms=%d", evutil_socket_error_to_string(e),
               HTTP_ACCEPT_BACKOFF_MS);
     /* Out of descriptors etc.: the pending connection stays queued, so retrying at once
@@ -1079,6 +1379,8 @@ static void server_destroy(struct http_server *s)
         free(rt);
     }
     if (s->done_ev) event_free(s->done_ev);
+    event_free(s->sweep_ev);
+    free(s->peers);
     free(s);
 }
 
@@ -1091,8 +1393,22 @@ struct http_server *http_server_new(struct event_base *base, const struct http_c
     if (!s->cfg.max_body) s->cfg.max_body = HTTP_DEF_MAX_BODY;
     if (!s->cfg.max_header_bytes) s->cfg.max_header_bytes = HTTP_DEF_MAX_HEADER;
     if (s->cfg.idle_timeout_sec <= 0) s->cfg.idle_timeout_sec = HTTP_DEF_IDLE_SEC;
+    if (s->cfg.header_timeout_sec <= 0) s->cfg.header_timeout_sec = HTTP_DEF_HEADER_SEC;
+    if (s->cfg.body_timeout_sec <= 0) s->cfg.body_timeout_sec = HTTP_DEF_BODY_SEC;
+    if (s->cfg.body_min_rate <= 0) s->cfg.body_min_rate = HTTP_DEF_BODY_RATE;
     if (s->cfg.max_connections <= 0) s->cfg.max_connections = HTTP_DEF_MAX_CONN;
-    s->idle_tv.tv_sec = s->cfg.idle_timeout_sec;
+    if (s->cfg.max_per_peer <= 0) s->cfg.max_per_peer = HTTP_DEF_MAX_PER_PEER;
+    if (s->cfg.max_per_peer > s->cfg.max_connections)
+        s->cfg.max_per_peer = s->cfg.max_connections;
+    s->write_tv.tv_sec = s->cfg.idle_timeout_sec;
+    s->sweep_ev = evtimer_new(base, sweep_cb, s);
+    ASSERT(s->sweep_ev);
+    /* Chains stay short: at most one peer per connection, about one slot each. */
+    s->npeer_slots = 16;
+    while (s->npeer_slots < (size_t)s->cfg.max_connections && s->npeer_slots < 65536)
+        s->npeer_slots *= 2;
+    s->peers = xcalloc(s->npeer_slots, sizeof *s->peers);
+    evutil_secure_rng_get_bytes(&s->peer_seed, sizeof s->peer_seed);
     s->routes_tail = &s->routes;
     /* http-parser has its own process-wide header cap; it must not undercut ours. It is
      * only ever raised, so servers with different caps coexist. */
@@ -1304,7 +1620,6 @@ static void req_finished(struct http_req *r)
     }
     c->req = NULL;
     req_free(r);
-    conn_idle_timeout(c, true);
     event_active(c->resume_ev, EV_TIMEOUT, 0);
 }
 

@@ -5,7 +5,8 @@
  * request parsing). It does routing with path parameters, JSON bodies with hard
  * size caps, one JSON error shape, keep-alive (one request at a time per
  * connection; pipelined requests wait their turn), deferred replies (long-poll),
- * Server-Sent Events, protocol upgrades (101, for WebSocket) and graceful shutdown.
+ * Server-Sent Events, protocol upgrades (101, for WebSocket), graceful shutdown, and the
+ * connection limits a slowloris client meets (struct http_config).
  *
  * Ownership: the server owns every struct http_req. A handler either replies
  * before returning, or keeps the pointer and replies later (long-poll, SSE). A
@@ -30,11 +31,28 @@
 struct http_server;
 struct http_req;
 
+/*
+ * Limits of one server; a zero field takes its default. Deadlines never restart per
+ * byte: a request head is due header_timeout_sec after it began (its first byte, or
+ * the accept for a new connection), a body body_timeout_sec after the head plus one
+ * second per body_min_rate bytes received, so a body averaging at least that rate is
+ * never cut. A late head or body gets 408 and the connection closes. Once a request
+ * is complete its handler owns the time (long-polls, SSE, upgrades are not cut). When
+ * the table or a peer's share is full, a new connection sheds the one that has waited
+ * longest for a request (idle keep-alive or stuck head, bodies last; never one being
+ * served); with nothing to shed it is closed.
+ */
 struct http_config {
-    size_t max_body;           /* request body cap (413 above it); default 1 MiB */
-    size_t max_header_bytes;   /* all header bytes of one request; default 64 KiB */
-    int idle_timeout_sec;      /* keep-alive idle connection timeout; default 60 */
-    int max_connections;       /* accept no more (close new ones); default 4096 */
+    size_t max_body;          /* request body cap (413 above it); default 1 MiB */
+    size_t max_header_bytes;  /* all header bytes of one request; default 64 KiB */
+    int idle_timeout_sec;     /* keep-alive between requests, and a reply that makes no
+                                 progress; default 60 */
+    int header_timeout_sec;   /* a whole request head; default 10 */
+    int body_timeout_sec;     /* a request body's grace; default 10 */
+    int body_min_rate;        /* bytes/s a body must average after its grace; default 1024 */
+    int max_connections;      /* open connections; default 4096 */
+    int max_per_peer;         /* open connections per client address (IPv6: per /64);
+                                 default min(1024, max_connections) */
 };
 
 typedef void (*http_handler_fn)(struct http_req *req, void *arg);

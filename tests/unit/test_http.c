@@ -9,6 +9,7 @@
  */
 #include "net/http.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <event2/buffer.h>
@@ -17,11 +18,13 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -461,7 +464,8 @@ struct resp {
     size_t body_len;
 };
 
-static struct cl *cl_open(void)
+/* A client socket, not yet connected. */
+static struct cl *cl_new(void)
 {
     struct cl *c = calloc(1, sizeof *c);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -470,9 +474,32 @@ static struct cl *cl_open(void)
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return c;
+}
+
+static void cl_connect(struct cl *c)
+{
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(c->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+}
+
+static struct cl *cl_open(void)
+{
+    struct cl *c = cl_new();
+    cl_connect(c);
+    return c;
+}
+
+/* A connection from another loopback address: another peer to the server. */
+static struct cl *cl_open_from(const char *src)
+{
+    struct cl *c = cl_new();
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, src, &sa.sin_addr), 1);
+    cr_assert_eq(bind(c->fd, (struct sockaddr *)&sa, sizeof sa), 0, "bind %s: %s", src,
+                 strerror(errno));
+    cl_connect(c);
     return c;
 }
 
@@ -525,6 +552,34 @@ static void cl_consume(struct cl *c, size_t n)
 static bool cl_eof(struct cl *c)
 {
     return c->len == 0 && cl_fill(c) == 0;
+}
+
+/* Like cl_eof, but waits up to 6 s for the server to close (a deadline is due). */
+static bool cl_eof_within_6s(struct cl *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (c->len) return false;
+        ssize_t n = cl_fill(c);
+        if (n >= 0) return n == 0 && c->len == 0;
+    }
+    return false;
+}
+
+/* Send s one byte every interval_ms until the server answers or closes, at most
+ * 6 s. Returns how many bytes went out before that. */
+static size_t cl_drip(struct cl *c, const char *s, int interval_ms)
+{
+    size_t n = strlen(s), sent = 0;
+    for (int waited = 0; waited < 6000; waited += interval_ms) {
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pfd, 1, interval_ms) > 0) break;
+        if (sent < n) {
+            ssize_t w = send(c->fd, s + sent, 1, MSG_NOSIGNAL);
+            if (w <= 0) break;
+            sent++;
+        }
+    }
+    return sent;
 }
 
 static bool hdr_get(const char *head, const char *name, char *out, size_t n)
@@ -1194,25 +1249,6 @@ Test(http, peer_id_and_headers)
     srv_stop();
 }
 
-Test(http, max_connections)
-{
-    struct http_config cfg = {.max_connections = 1};
-    start(&cfg);
-    struct cl *a = cl_open();
-    cl_send(a, GET("/fast"));
-    struct resp r;
-    cr_assert(cl_resp(a, &r, false));
-    resp_free(&r);
-    struct cl *b = cl_open(); /* accepted by the kernel, then closed by the server */
-    cr_assert(cl_eof(b));
-    cl_close(b);
-    cl_send(a, GET("/fast"));
-    cr_assert(cl_resp(a, &r, false));
-    resp_free(&r);
-    cl_close(a);
-    srv_stop();
-}
-
 Test(http, listen_address_forms)
 {
     srv_start(NULL);
@@ -1304,5 +1340,236 @@ Test(http, upgrade_hands_the_connection_over)
     resp_free(&r);
     cr_assert(cl_eof(c));
     cl_close(c);
+    srv_stop();
+}
+
+/* ------------------------------------------------------------------ limits and deadlines */
+
+/* One request and its 200 on c. */
+static void cl_fast(struct cl *c)
+{
+    struct resp r;
+    cl_send(c, GET("/fast"));
+    cr_assert(cl_resp(c, &r, false), "no reply");
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    resp_free(&r);
+}
+
+/* A full table sheds an idle connection for a new one; one whose every connection is
+ * being served turns the new one away. */
+Test(http, max_connections)
+{
+    struct http_config cfg = {.max_connections = 1};
+    start(&cfg);
+    struct cl *a = cl_open();
+    cl_fast(a);
+    sleep_ms(20); /* the reply is flushed: a is idle */
+    struct cl *b = cl_open();
+    cl_fast(b);
+    cr_assert(cl_eof(a), "the idle connection must make room");
+    cl_close(a);
+    cl_send(b, GET("/hang"));
+    cr_assert(wait_for(&g.handled, 3));
+    struct cl *c = cl_open(); /* accepted by the kernel, then closed by the server */
+    cr_assert(cl_eof(c));
+    cl_close(c);
+    cr_assert_eq(ld(&g.closes), 0, "a request being served must not be shed");
+    cr_assert_eq(srv_conns(), 1);
+    cl_close(b);
+    srv_stop();
+}
+
+/* The connection shed is the one that has waited longest for a request (idle or in a
+ * head), never one being served. */
+Test(http, shedding_takes_the_longest_waiting)
+{
+    struct http_config cfg = {.max_connections = 3};
+    start(&cfg);
+    struct cl *busy = cl_open();
+    cl_send(busy, GET("/hang"));
+    cr_assert(wait_for(&g.handled, 1));
+    struct cl *idle = cl_open();
+    cl_fast(idle);
+    sleep_ms(20);
+    struct cl *head = cl_open();
+    cl_send(head, "GET /fast HTTP/1.1\r\n"); /* a head begun, not finished */
+    sleep_ms(20);
+    struct cl *n1 = cl_open(); /* sheds idle: it has waited since before head began */
+    cl_fast(n1);
+    cr_assert(cl_eof(idle));
+    sleep_ms(20);
+    struct cl *n2 = cl_open(); /* sheds head, which waits longer than the idle n1 */
+    cl_fast(n2);
+    cr_assert(cl_eof(head), "the stuck head must be shed quietly");
+    cl_fast(n1);
+    cr_assert_eq(ld(&g.closes), 0, "the request being served must not be shed");
+    cl_close(idle);
+    cl_close(head);
+    cl_close(n1);
+    cl_close(n2);
+    cl_close(busy);
+    srv_stop();
+}
+
+/* A peer at its cap sheds its own connections, never another peer's. */
+Test(http, per_peer_cap_sheds_that_peers_own)
+{
+    struct http_config cfg = {.max_connections = 10, .max_per_peer = 2};
+    start(&cfg);
+    struct cl *a1 = cl_open_from("127.0.0.2");
+    cl_fast(a1);
+    sleep_ms(20);
+    struct cl *b = cl_open(); /* 127.0.0.1: older than a2, another peer */
+    cl_fast(b);
+    sleep_ms(20);
+    struct cl *a2 = cl_open_from("127.0.0.2");
+    cl_fast(a2);
+    sleep_ms(20);
+    struct cl *a3 = cl_open_from("127.0.0.2");
+    cl_fast(a3);
+    cr_assert(cl_eof(a1), "127.0.0.2's oldest connection must go");
+    cl_fast(a2);
+    cl_fast(b);
+    cr_assert_eq(srv_conns(), 3);
+    cl_close(a1);
+    cl_close(a2);
+    cl_close(a3);
+    cl_close(b);
+    srv_stop();
+}
+
+/* Out of descriptors (EMFILE at accept) with an idle connection open: it is shed and the
+ * pending connection gets in. */
+Test(http, out_of_descriptors_sheds_an_idle_connection)
+{
+    start(NULL);
+    enum { K = 4 };
+    struct cl *c[K];
+    for (int i = 0; i < K; i++)
+        c[i] = cl_new(); /* the client's descriptors exist before the limit drops */
+    int lowest = dup(0);
+    cr_assert_geq(lowest, 0);
+    close(lowest);
+    struct rlimit old, low;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)lowest + K - 1; /* room for K - 1 accepted connections */
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    for (int i = 0; i < K - 1; i++) {
+        cl_connect(c[i]);
+        cl_fast(c[i]);
+        sleep_ms(20);
+    }
+    cl_connect(c[K - 1]);
+    cl_fast(c[K - 1]);
+    cr_assert(cl_eof(c[0]), "the longest idle connection must make room");
+    cl_fast(c[1]);
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    for (int i = 0; i < K; i++)
+        cl_close(c[i]);
+    srv_stop();
+}
+
+/* The head's deadline runs from its first byte (here: the accept) and a byte now and
+ * then does not move it: a head dripping faster than the deadline is still cut, 408. */
+Test(http, header_deadline_does_not_restart_per_byte)
+{
+    struct http_config cfg = {.header_timeout_sec = 1};
+    start(&cfg);
+    struct cl *c = cl_open();
+    const char *head = "GET /fast HTTP/1.1\r\nHost: t\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    size_t sent = cl_drip(c, head, 100);
+    cr_assert_lt(sent, strlen(head), "the whole head went out: it was never cut");
+    struct resp r;
+    cr_assert(cl_resp(c, &r, false), "no 408");
+    assert_error(&r, 408, "request_timeout", "headers");
+    char v[16];
+    cr_assert(hdr_get(r.head, "Connection", v, sizeof v) && strcmp(v, "close") == 0);
+    resp_free(&r);
+    cr_assert(cl_eof_within_6s(c));
+    cl_close(c);
+    /* a connection that never sends a byte is closed quietly */
+    c = cl_open();
+    cr_assert(cl_eof_within_6s(c), "a silent connection must be closed, without a reply");
+    cl_close(c);
+    cr_assert_eq(ld(&g.handled), 0);
+    cr_assert_eq(srv_conns(), 0);
+    srv_stop();
+}
+
+/* Between requests a keep-alive connection has the idle timeout, not the head's; the
+ * next head's deadline starts at its first byte; an idle one is closed quietly. */
+Test(http, keep_alive_idle_deadline)
+{
+    struct http_config cfg = {.header_timeout_sec = 1, .idle_timeout_sec = 3};
+    start(&cfg);
+    struct cl *c = cl_open();
+    cl_fast(c);
+    sleep_ms(1500); /* past the head deadline, within the idle one */
+    cl_fast(c);
+    cr_assert(cl_eof_within_6s(c), "an idle keep-alive connection must be closed, quietly");
+    cl_close(c);
+    srv_stop();
+}
+
+/* A body must average body_min_rate after its grace: a trickle is cut with 408, a body
+ * that takes longer than the grace at a good rate is not. */
+Test(http, body_deadline_is_a_minimum_rate)
+{
+    struct http_config cfg = {.body_timeout_sec = 1, .body_min_rate = 1000};
+    start(&cfg);
+    struct cl *c = cl_open();
+    cl_send(c, "POST /fast HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n");
+    char body[101];
+    memset(body, 'x', 100);
+    body[100] = '\0';
+    size_t sent = cl_drip(c, body, 100);
+    cr_assert_lt(sent, 100u, "the whole body went out: it was never cut");
+    struct resp r;
+    cr_assert(cl_resp(c, &r, false), "no 408");
+    assert_error(&r, 408, "request_timeout", "body");
+    resp_free(&r);
+    cl_close(c);
+    cr_assert_eq(ld(&g.handled), 0);
+    /* 4000 bytes at about 2000 bytes/s: longer than the grace, faster than the rate */
+    c = cl_open();
+    cl_send(c, "POST /fast HTTP/1.1\r\nHost: t\r\nContent-Length: 4000\r\n\r\n");
+    char chunk[200];
+    memset(chunk, 'y', sizeof chunk);
+    for (int i = 0; i < 20; i++) {
+        cl_sendn(c, chunk, sizeof chunk);
+        sleep_ms(100);
+    }
+    cr_assert(cl_resp(c, &r, false), "no reply");
+    cr_assert_eq(r.status, 200, "%s%s", r.head, r.body);
+    resp_free(&r);
+    cl_close(c);
+    srv_stop();
+}
+
+/* Once a request is complete its handler owns the time: a long-poll, an SSE stream and
+ * an upgraded connection all outlive every deadline. */
+Test(http, served_requests_outlive_the_deadlines)
+{
+    struct http_config cfg = {.header_timeout_sec = 1, .idle_timeout_sec = 1,
+                              .body_timeout_sec = 1};
+    start(&cfg);
+    struct cl *poll_c = cl_open();
+    cl_send(poll_c, GET("/hang"));
+    struct cl *sse = cl_open();
+    cl_send(sse, GET("/sse-keep"));
+    cr_assert(wait_for(&g.handled, 2));
+    struct cl *up = cl_open();
+    cl_send(up, "GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n");
+    cl_switch(up);
+    sleep_ms(2500);
+    cr_assert_eq(ld(&g.closes), 0, "a kept request was cut");
+    cr_assert_eq(srv_conns(), 2);
+    cl_send(up, "still here");
+    cl_expect(up, "still here");
+    cl_close(poll_c);
+    cl_close(sse);
+    cl_close(up);
+    cr_assert(wait_for(&g.closes, 2));
     srv_stop();
 }
