@@ -50,9 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rebuno._http import Transport
-from rebuno._localauth import KERNEL_STATE_FILE, LocalToken
 from rebuno._inputs import InputBinder, InputError
 from rebuno._kernel import DispatchLease, KernelAPI
+from rebuno._localauth import KERNEL_STATE_FILE, LocalToken
 from rebuno.errors import (
     APIError,
     Blocked,
