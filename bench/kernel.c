@@ -58,6 +58,7 @@
 #include <arpa/inet.h>
 
 #include "base/xalloc.h"
+#include "net/local_auth.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
@@ -267,6 +268,7 @@ struct conn {
     int fd;
     char *buf; /* received bytes not yet consumed */
     size_t len, cap;
+    char auth[96]; /* "Authorization: Bearer <the kernel's local token>\r\n", or "" */
 };
 
 struct resp {
@@ -297,6 +299,12 @@ static void conn_open(struct conn *c, int port)
     set_rcvtimeo(c->fd);
     c->cap = 16384;
     c->buf = xmalloc(c->cap);
+    /* found as any client of this user finds it (none from a kernel without local auth) */
+    char url[64];
+    struct local_auth_found f;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    if (local_auth_find(url, NULL, &f) == 0)
+        snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s\r\n", f.token);
 }
 
 static void conn_close(struct conn *c)
@@ -404,13 +412,14 @@ static void conn_wait_resp(struct conn *c, struct resp *r)
 }
 
 /* Format a request into out (returns its length). hdrs: extra header lines, each ending \r\n. */
-static size_t format_req(char *out, size_t n, const char *method, const char *path,
-                         const char *hdrs, const char *body)
+static size_t format_req(char *out, size_t n, const struct conn *c, const char *method,
+                         const char *path, const char *hdrs, const char *body)
 {
     int len = snprintf(out, n,
                        "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                       "Content-Length: %zu\r\n%s\r\n%s",
-                       method, path, body ? strlen(body) : 0, hdrs ? hdrs : "", body ? body : "");
+                       "Content-Length: %zu\r\n%s%s\r\n%s",
+                       method, path, body ? strlen(body) : 0, c->auth, hdrs ? hdrs : "",
+                       body ? body : "");
     if (len < 0 || (size_t)len >= n) die("request too long: %s %s", method, path);
     return (size_t)len;
 }
@@ -420,7 +429,7 @@ static int http_call(struct conn *c, const char *method, const char *path, const
                      const char *body, json_t **out, char *raw, size_t rawn)
 {
     char req[4096];
-    size_t n = format_req(req, sizeof req, method, path, hdrs, body);
+    size_t n = format_req(req, sizeof req, c, method, path, hdrs, body);
     conn_send(c, req, n);
     struct resp r;
     conn_wait_resp(c, &r);
@@ -687,7 +696,7 @@ static void send_submit(struct agent *a)
     snprintf(path, sizeof path, "/v0/executions/%s/steps", a->exec_id);
     snprintf(body, sizeof body,
              "{\"kind\":\"tool_call\",\"target\":\"tool\",\"args\":{\"i\":%lld}}", a->cur);
-    size_t n = format_req(req, sizeof req, "POST", path, a->hdrs, body);
+    size_t n = format_req(req, sizeof req, &a->c, "POST", path, a->hdrs, body);
     a->phase = PH_SUBMIT;
     a->req_t0 = a->rt_t0 = now_ns();
     conn_send(&a->c, req, n);
@@ -698,7 +707,7 @@ static void send_complete(struct agent *a)
     char path[256], body[128], req[1024];
     snprintf(path, sizeof path, "/v0/executions/%s/steps/%s/complete", a->exec_id, a->step_id);
     snprintf(body, sizeof body, "{\"result\":{\"i\":%lld}}", a->cur);
-    size_t n = format_req(req, sizeof req, "POST", path, a->hdrs, body);
+    size_t n = format_req(req, sizeof req, &a->c, "POST", path, a->hdrs, body);
     a->phase = PH_COMPLETE;
     a->req_t0 = now_ns();
     conn_send(&a->c, req, n);
@@ -1003,7 +1012,7 @@ static int64_t replay_one(struct agent *a, long long i)
     snprintf(path, sizeof path, "/v0/executions/%s/steps", a->exec_id);
     snprintf(body, sizeof body,
              "{\"kind\":\"tool_call\",\"target\":\"tool\",\"args\":{\"i\":%lld}}", i);
-    size_t n = format_req(req, sizeof req, "POST", path, a->hdrs, body);
+    size_t n = format_req(req, sizeof req, &a->c, "POST", path, a->hdrs, body);
     int64_t t0 = now_ns();
     conn_send(&a->c, req, n);
     struct resp r;

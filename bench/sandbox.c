@@ -52,6 +52,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net/local_auth.h"
+
 static double now_ms(void)
 {
     struct timespec t;
@@ -81,6 +83,7 @@ static double report(const char *what, double *v, int n, const char *note)
 /* ---- a tiny keep-alive HTTP/1.1 client ---- */
 
 static int conn_fd = -1, port;
+static char auth[96]; /* "Authorization: Bearer <sandboxd's local token>\r\n" once it is up */
 static char resp[1 << 20];
 static char resp_hdrs[8192]; /* the last reply's headers */
 
@@ -106,8 +109,8 @@ static int http(const char *method, const char *path, const char *body)
     char req[4096];
     int n = snprintf(req, sizeof req,
                      "%s %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     method, path, body ? strlen(body) : 0, body ? body : "");
+                     "%sContent-Length: %zu\r\n\r\n%s",
+                     method, path, auth, body ? strlen(body) : 0, body ? body : "");
     if (write(conn_fd, req, (size_t)n) != n) return -1;
     size_t got = 0;
     long clen = -1;
@@ -557,7 +560,16 @@ static pid_t start_sandboxd(const char *bin, const char *state)
     for (int i = 0; i < 500; i++) {
         usleep(10000);
         conn_fd = -1;
-        if (http("GET", "/v1/health", NULL) == 200) return pid;
+        if (http("GET", "/v1/health", NULL) == 200) {
+            /* found as any client of this user finds it (none from an older sandboxd) */
+            char url[80], file[PATH_MAX];
+            struct local_auth_found f;
+            snprintf(url, sizeof url, "http://%s", listen);
+            snprintf(file, sizeof file, "%s/%s", state, LOCAL_AUTH_FILE);
+            if (local_auth_find(url, file, &f) == 0)
+                snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", f.token);
+            return pid;
+        }
         if (conn_fd >= 0) close(conn_fd);
         conn_fd = -1;
     }

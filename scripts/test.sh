@@ -20,6 +20,9 @@ if [ -z "$t" ]; then failed=$((failed+1)); else passed=$((passed+p)); failed=$((
 if out=$(make lint 2>&1); then passed=$((passed+1)); else echo "$out" | tail -n 40; failed=$((failed+1)); fi
 
 # --- pytest suites against the real binaries over loopback ---
+# the daemons they start register their local tokens here, not in ~/.config
+XDG_CONFIG_HOME=$(mktemp -d /tmp/rebuno-test-config.XXXXXX); export XDG_CONFIG_HOME
+trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
 export REBUNO_BIN="$PWD/build/asan/rebuno"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 run_pytest() {  # $1: test folder; adds its counts to the totals

@@ -84,6 +84,7 @@ struct api {
     struct watcher *watchers;
     struct key_entry *keys;
     int n_keys;
+    const struct local_auth *local; /* with no keys: the token every caller must send */
     struct route *routes;
     int n_routes;
     bool shutting_down;
@@ -258,6 +259,12 @@ static void route_entry(struct http_req *r, void *arg)
         if (a->n_keys == 0) {
             if (!http_req_peer_is_loopback(r)) {
                 http_reply_error(r, 403, "forbidden", "", "this kernel has no API keys configured and only serves loopback clients");
+                return;
+            }
+            /* loopback is every local user: the local token tells the one who started it */
+            if (!a->local || !local_auth_check(a->local, http_req_header(r, "Authorization"))) {
+                if (a->local) local_auth_refuse(a->local, r);
+                else http_reply_error(r, 401, "unauthorized", "Authorization", "this kernel has no local token yet");
                 return;
             }
         } else {
@@ -1363,6 +1370,11 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
         http_route(http, a->routes[i].method, a->routes[i].pattern, route_entry, &a->routes[i]);
     }
     return a;
+}
+
+void api_set_local_auth(struct api *a, const struct local_auth *la)
+{
+    a->local = la;
 }
 
 bool api_has_keys(const struct api *a)

@@ -1,10 +1,11 @@
 /*
  * api.h - the kernel's HTTP API (/v0) on the shared HTTP layer.
  *
- * Owns the glue between HTTP and the kernel: request validation, API-key auth,
- * group commit (requests that arrive together share one transaction and one
- * fsync; their replies are held until it commits), long-poll claims, SSE
- * watchers, and the timer that expires leases, deadlines and approvals.
+ * Owns the glue between HTTP and the kernel: request validation, auth (API keys,
+ * or the local token of net/local_auth.h when there are none), group commit
+ * (requests that arrive together share one transaction and one fsync; their
+ * replies are held until it commits), long-poll claims, SSE watchers, and the
+ * timer that expires leases, deadlines and approvals.
  */
 #ifndef REBUNO_API_API_H
 #define REBUNO_API_API_H
@@ -15,6 +16,7 @@
 #include "base/err.h"
 #include "kernel/kernel.h"
 #include "net/http.h"
+#include "net/local_auth.h"
 
 enum api_role { ROLE_ADMIN, ROLE_CLIENT, ROLE_AGENT };
 
@@ -32,6 +34,9 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
 void api_shutdown(struct api *a);
 void api_free(struct api *a);
 bool api_has_keys(const struct api *a);
+/* With no keys, every route but health then needs la's token (la outlives a). Until
+ * this is called such routes answer 401. */
+void api_set_local_auth(struct api *a, const struct local_auth *la);
 int api_role_parse(const char *s, enum api_role *out);
 
 #endif

@@ -2,6 +2,7 @@
 #include "cli/client.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
+#include "net/local_auth.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,20 +23,37 @@
 
 static int curl_users; /* clients alive; curl_global_* is called around them */
 
-void client_init(struct client *c, const char *url, const char *api_key)
+/* key, else the local token of the daemon at c->url (state_file: where its state folder
+ * keeps it, relative to the working folder). */
+static void set_key(struct client *c, const char *key, const char *state_file)
 {
+    if (key && *key) {
+        c->api_key = xstrdup(key);
+        return;
+    }
+    const char *dir = getenv("REBUNO_STATE_DIR");
+    char *path = xasprintf("%s/%s", dir && *dir ? dir : ".rebuno", state_file);
+    struct local_auth_found f;
+    if (local_auth_find(c->url, path, &f) == 0) {
+        c->api_key = xstrdup(f.token);
+        c->key_from = xstrdup(f.from);
+    } else {
+        c->looked = xstrdup(f.looked);
+    }
+    free(path);
+}
+
+static void setup(struct client *c, const char *url)
+{
+    memset(c, 0, sizeof *c);
     if (curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
         fprintf(stderr, "fatal: cannot initialise libcurl\n");
         abort();
     }
-    if (!url || !*url) url = getenv("REBUNO_URL");
-    if (!url || !*url) url = CLIENT_DEFAULT_URL;
     c->url = xstrdup(url);
     size_t n = strlen(c->url);
     while (n > 0 && c->url[n - 1] == '/')
         c->url[--n] = '\0';
-    if (!api_key) api_key = getenv("REBUNO_API_KEY");
-    c->api_key = api_key && *api_key ? xstrdup(api_key) : NULL;
     c->timeout_ms = REQUEST_TIMEOUT_MS;
     c->curl = curl_easy_init();
     if (!c->curl) {
@@ -44,13 +62,30 @@ void client_init(struct client *c, const char *url, const char *api_key)
     }
 }
 
+void client_init(struct client *c, const char *url, const char *api_key)
+{
+    if (!url || !*url) url = getenv("REBUNO_URL");
+    setup(c, url && *url ? url : CLIENT_DEFAULT_URL);
+    c->key_var = "--api-key / REBUNO_API_KEY";
+    set_key(c, api_key ? api_key : getenv("REBUNO_API_KEY"), LOCAL_AUTH_FILE);
+}
+
+void client_init_sandbox(struct client *c, const char *url)
+{
+    setup(c, url);
+    c->key_var = "REBUNO_SANDBOX_TOKEN";
+    set_key(c, getenv("REBUNO_SANDBOX_TOKEN"), "sandboxes/" LOCAL_AUTH_FILE);
+}
+
 void client_fini(struct client *c)
 {
     if (c->curl) curl_easy_cleanup(c->curl);
     free(c->url);
     free(c->api_key);
+    free(c->key_from);
+    free(c->looked);
     c->curl = NULL;
-    c->url = c->api_key = NULL;
+    c->url = c->api_key = c->key_from = c->looked = NULL;
     if (--curl_users == 0) curl_global_cleanup();
 }
 
@@ -123,9 +158,15 @@ static void common_opts(struct client *c, const char *url, char *errbuf, struct 
 static int check_key(const struct client *c, struct err *err)
 {
     if (c->api_key && !header_safe(c->api_key))
-        return err_set(err, 0, "bad_key", "",
-                       "the API key contains control characters: check --api-key / "
-                       "REBUNO_API_KEY");
+        return err_set(err, 0, "bad_key", "", "the API key contains control characters: check %s",
+                       c->key_var);
+    return 0;
+}
+
+int client_auth_headers(const struct client *c, struct curl_slist **l, struct err *err)
+{
+    if (check_key(c, err) < 0) return -1;
+    *l = auth_headers(c, *l);
     return 0;
 }
 
@@ -218,9 +259,19 @@ static int http_err(const struct client *c, const char *path, long status, const
         buf_fini(&snip);
     }
     json_decref(j);
-    if (status == 401)
-        msg_append(err, c->api_key ? " (check --api-key / REBUNO_API_KEY)"
-                                   : " (pass --api-key KEY or set REBUNO_API_KEY)");
+    if (status == 401) {
+        char hint[1400];
+        if (c->key_from)
+            snprintf(hint, sizeof hint, " (sent the local token of %s; or set %s)", c->key_from,
+                     c->key_var);
+        else if (c->api_key)
+            snprintf(hint, sizeof hint, " (check %s)", c->key_var);
+        else
+            snprintf(hint, sizeof hint,
+                     " (no local token for %s in %s: run this as the user who started it, or set %s)",
+                     c->url, c->looked && *c->looked ? c->looked : "the usual places", c->key_var);
+        msg_append(err, hint);
+    }
     return -1;
 }
 

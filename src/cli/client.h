@@ -1,9 +1,10 @@
 /*
  * client.h - the CLI's side of the kernel HTTP API (docs/api.md), on libcurl.
  *
- * A struct client holds the kernel's base URL and API key and one curl handle
- * (so consecutive requests reuse the connection). client_request() does one
- * JSON request/response; client_stream() follows a Server-Sent Events stream
+ * A struct client holds the base URL and API key of a kernel (or of sandboxd) and
+ * one curl handle (so consecutive requests reuse the connection); given no key, it
+ * sends the daemon's local token, found as net/local_auth.h says. client_request()
+ * does one JSON request/response; client_stream() follows a Server-Sent Events stream
  * and reconnects with Last-Event-ID when it drops. Both turn every failure into
  * a struct err whose message says what went wrong and what to do: transport
  * failures name the URL and how to start or point at a kernel, HTTP errors carry
@@ -34,14 +35,24 @@
 struct client {
     char *url;       /* base URL without trailing '/' */
     char *api_key;   /* NULL: send no Authorization header */
+    char *key_from;  /* the local token file api_key came from, NULL when given */
+    char *looked;    /* no key given or found: where the local token was looked for */
+    const char *key_var; /* how a key is given, for hints */
     long timeout_ms; /* whole-request cap for client_request (default 60 s) */
     CURL *curl;
 };
 
 /* url / api_key: the --url / --api-key values or NULL, which falls back to
- * $REBUNO_URL / $REBUNO_API_KEY, then to CLIENT_DEFAULT_URL / no key. */
+ * $REBUNO_URL / $REBUNO_API_KEY, then to CLIENT_DEFAULT_URL / the kernel's local token
+ * (registered for the URL's address, else in ${REBUNO_STATE_DIR:-.rebuno}/local-token). */
 void client_init(struct client *c, const char *url, const char *api_key);
+/* The same for sandboxd at url: $REBUNO_SANDBOX_TOKEN, else its local token (else in
+ * ${REBUNO_STATE_DIR:-.rebuno}/sandboxes/local-token). */
+void client_init_sandbox(struct client *c, const char *url);
 void client_fini(struct client *c);
+/* Append the Authorization header (when there is a key) and "Expect:" to *l, for a
+ * request made with c->curl directly. -1 with err filled when the key is not usable. */
+int client_auth_headers(const struct client *c, struct curl_slist **l, struct err *err);
 
 /* Percent-encode s for use as a path segment or query value (caller frees). */
 char *client_escape(struct client *c, const char *s);

@@ -52,7 +52,7 @@ static void open_client(struct client *c, const struct cli_args *a)
     const char *url = a->url;
     if (!url || !*url) url = getenv("REBUNO_SANDBOX_URL");
     if (!url || !*url) url = DEFAULT_URL;
-    client_init(c, url, NULL);
+    client_init_sandbox(c, url);
 }
 
 static char *pathf(struct client *c, const char *prefix, const char *ref, const char *suffix)

@@ -49,7 +49,8 @@ struct exec_sub {
 static const char global_help[] =
     "global options (anywhere after the subcommand):\n"
     "  --url URL       kernel address (default: $REBUNO_URL, else " CLIENT_DEFAULT_URL ")\n"
-    "  --api-key KEY   API key, sent as a bearer token (default: $REBUNO_API_KEY)\n"
+    "  --api-key KEY   API key, sent as a bearer token (default: $REBUNO_API_KEY, else\n"
+    "                  the local token of a kernel without api_keys, for its user)\n"
     "  --json          print the kernel's JSON instead of text (NDJSON for events/watch)\n"
     "  -h, --help      show this help\n";
 

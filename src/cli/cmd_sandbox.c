@@ -6,7 +6,8 @@
  *   (snapshots, forks and images: cmd_drive.c)
  *
  * Talks to sandboxd over HTTP (libcurl, through cli/client.h): --url, else
- * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090. Readable output by default,
+ * $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090, with $REBUNO_SANDBOX_TOKEN or the
+ * daemon's local token (net/local_auth.h). Readable output by default,
  * --json for the API's objects (and for a failure, the error object, on one line of
  * stderr: cli_report_err is the one place an error is rendered). `exec` streams the command's output live (SSE)
  * and exits with the command's exit code; `cp` moves files in 8 MiB chunks by
@@ -71,6 +72,7 @@ static void usage(FILE *f)
             "  image import PATH | images | image-rm DIGEST\n"
             "                           images from a host folder or tarball (rebuno sandbox image -h)\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n"
+            "token: $REBUNO_SANDBOX_TOKEN, else sandboxd's local token (found for its user)\n"
             "with --json a failure prints {\"error\":{...}} on one line of stderr\n",
             DEFAULT_URL);
 }
@@ -212,6 +214,11 @@ static size_t hdr_cb(char *p, size_t size, size_t n, void *arg)
 static int raw(struct client *c, const char *method, const char *path, const void *body,
                size_t len, struct buf *out, struct hdrs *h, struct err *err)
 {
+    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    if (client_auth_headers(c, &hl, err) < 0) {
+        curl_slist_free_all(hl);
+        return -1;
+    }
     CURL *cu = c->curl;
     curl_easy_reset(cu);
     char *url = xasprintf("%s%s", c->url, path);
@@ -219,8 +226,6 @@ static int raw(struct client *c, const char *method, const char *path, const voi
     struct sink s;
     buf_init(&s.b, CHUNK + (1u << 20));
     s.overflow = false;
-    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/octet-stream");
-    hl = curl_slist_append(hl, "Expect:");
     curl_easy_setopt(cu, CURLOPT_URL, url);
     curl_easy_setopt(cu, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
@@ -658,7 +663,7 @@ int cmd_sandbox(int argc, char **argv)
     if (!url || !*url) url = getenv("REBUNO_SANDBOX_URL");
     if (!url || !*url) url = DEFAULT_URL;
     struct client c;
-    client_init(&c, url, NULL);
+    client_init_sandbox(&c, url);
     const char *a = o.pos[0];
     int rc;
     if (!strcmp(a, "create")) rc = do_create(&c, &o, &err);

@@ -485,11 +485,14 @@ int sbx_cli_sh(struct client *c, const struct sbx_sh_opts *o, struct err *err)
     char key[WS_KEY_LEN + 1];
     ws_client_key(key);
     if (fd >= 0) {
+        /* the key passed the client's checks in the request above */
+        char *auth = c->api_key ? xasprintf("Authorization: Bearer %s\r\n", c->api_key) : xstrdup("");
         char *req = xasprintf("GET %s/v1/sandboxes/%s/ptys/%s/ws HTTP/1.1\r\nHost: %s:%s\r\n"
                               "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                               "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
-                              "User-Agent: rebuno-cli\r\n\r\n",
-                              prefix, ename, eid, host, port, key);
+                              "%sUser-Agent: rebuno-cli\r\n\r\n",
+                              prefix, ename, eid, host, port, key, auth);
+        free(auth);
         size_t n = strlen(req), off = 0;
         while (off < n) {
             ssize_t w = send(fd, req + off, n - off, MSG_NOSIGNAL);

@@ -3,7 +3,8 @@
  *
  * Parses its few options, serves the API on one libevent loop until SIGINT or
  * SIGTERM, then stops every session (files stay) and exits. Needs root. It only
- * listens on loopback: the API has no authentication yet.
+ * listens on loopback, and every call but health must send the local token it makes
+ * at start (net/local_auth.h): any local user can reach loopback.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -15,6 +16,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "net/http.h"
+#include "net/local_auth.h"
 #include "sandbox/files.h"
 #include "sandbox/sandboxd.h"
 #include "sandbox/spawn.h"
@@ -23,6 +25,7 @@ struct daemon {
     struct event_base *base;
     struct http_server *http;
     struct sbxd *d;
+    struct local_auth *local;
     struct event *sigint, *sigterm;
 };
 
@@ -42,7 +45,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: rebuno sandboxd [--listen 127.0.0.1:8090] [--state-dir DIR] [options]\n\n"
             "Runs the sandbox service: isolated Linux environments with commands, files and\n"
-            "users (docs/sandbox.md, docs/sandbox-api.md). Needs root.\n\n"
+            "users (docs/sandbox.md, docs/sandbox-api.md). Needs root. Every call but health\n"
+            "needs the token it makes at start, in DIR/local-token (mode 0600) and in this\n"
+            "user's ${XDG_CONFIG_HOME:-~/.config}/rebuno/local/: this user's clients find it.\n\n"
             "options:\n"
             "  --listen ADDR        loopback address to serve /v1 on (default 127.0.0.1:8090)\n"
             "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
@@ -167,8 +172,8 @@ int cmd_sandboxd(int argc, char **argv)
     }
     log_set_level(lvl);
     if (!loopback(listen)) {
-        fprintf(stderr, "error: refusing to listen on %s: the sandbox API has no authentication "
-                        "yet, so it only listens on loopback (127.0.0.1 or [::1])\n",
+        fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
+                        "loopback (127.0.0.1 or [::1])\n",
                 listen);
         return 2;
     }
@@ -196,12 +201,17 @@ int cmd_sandboxd(int argc, char **argv)
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;
+    /* after sbxd_new: the zygote, which every sandbox init comes from, never holds it */
+    struct local_auth_opts lo = {state, "sandboxd", "REBUNO_SANDBOX_TOKEN", listen,
+                                 http_server_port(s.http)};
+    if (!(s.local = local_auth_new(&lo, &err))) goto fail;
+    sbxd_set_local_auth(s.d, s.local);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
     event_add(s.sigint, NULL);
     event_add(s.sigterm, NULL);
-    log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s", listen,
-             http_server_port(s.http), state);
+    log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s token_file=%s", listen,
+             http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
     fflush(stdout);
     event_base_dispatch(s.base);
@@ -215,6 +225,7 @@ out:
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
     sbxd_free(s.d);
+    local_auth_free(s.local);
     if (s.base) event_base_free(s.base);
     return rc;
 }

@@ -7,7 +7,8 @@
  * and streams end). `dev` accepts agents that are not configured (a worker or an
  * execution names them), so a first agent runs with no config file at all;
  * `server` only serves configured agents. Without API keys the kernel refuses
- * to listen on anything but loopback.
+ * to listen on anything but loopback, and every caller must send the local token
+ * it makes at start (net/local_auth.h).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -27,6 +28,7 @@
 #include "config/config.h"
 #include "kernel/kernel.h"
 #include "net/http.h"
+#include "net/local_auth.h"
 #include "policy/policy.h"
 #include "store/store.h"
 
@@ -34,6 +36,7 @@ struct serve {
     struct event_base *base;
     struct http_server *http;
     struct api *api;
+    struct local_auth *local; /* no api_keys: the token callers must send */
     struct event *sigint, *sigterm;
     pid_t sandboxd; /* dev: the sandbox service we started, 0 when none */
 };
@@ -208,7 +211,7 @@ int cmd_serve(int argc, char **argv)
         goto fail;
     }
     db = config_store_path(&c);
-    if (!c.store[0] && mkdir_p(c.state_dir) < 0) {
+    if ((!c.store[0] || c.n_keys == 0) && mkdir_p(c.state_dir) < 0) {
         err_set(&err, 500, "state_dir", "state_dir", "cannot create state folder %s: %s",
                 c.state_dir, strerror(errno));
         goto fail;
@@ -245,15 +248,22 @@ int cmd_serve(int argc, char **argv)
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;
+    if (c.n_keys == 0) {
+        struct local_auth_opts lo = {c.state_dir, "kernel", "REBUNO_API_KEY or --api-key", c.listen,
+                                     http_server_port(s.http)};
+        if (!(s.local = local_auth_new(&lo, &err))) goto fail;
+        api_set_local_auth(s.api, s.local);
+    }
     if (dev && start_sandboxd(&s, &c, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
     event_add(s.sigint, NULL);
     event_add(s.sigterm, NULL);
-    log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s",
+    log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
              dev ? "dev" : "server", c.listen, http_server_port(s.http), db, c.n_agents,
-             c.n_keys ? "api_keys" : "none(loopback only)");
+             c.n_keys ? "api_keys" : "local_token(loopback only)",
+             s.local ? local_auth_path(s.local) : "-");
     /* A line people and scripts can read: where to point REBUNO_URL. */
     printf("rebuno %s: kernel on http://127.0.0.1:%d (store %s)\n", dev ? "dev" : "server",
            http_server_port(s.http), db);
@@ -271,6 +281,7 @@ out:
     if (s.sigterm) event_free(s.sigterm);
     if (s.http) http_server_free(s.http);
     api_free(s.api);
+    local_auth_free(s.local);
     if (s.base) event_base_free(s.base);
     kernel_free(k);
     store_close(st);

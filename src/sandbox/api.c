@@ -8,6 +8,7 @@
  * notifies. A watch is freed right after its reply, or when its client goes away.
  * File content travels as raw bytes (application/octet-stream) in chunks of at
  * most 16 MiB addressed by offset, so no file is ever held whole in memory.
+ * Every call but health must carry the daemon's local token (auth_filter).
  */
 #include "sandbox/sandboxd_int.h"
 
@@ -19,6 +20,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
+#include "net/local_auth.h"
 #include "sandbox/text.h"
 #include "sandbox/validate.h"
 
@@ -1081,9 +1083,29 @@ static void h_file_rename(struct http_req *r, void *arg)
 
 /* ------------------------------------------------------------------ routes */
 
+/* Before routing (so unknown paths too): any local user can connect to loopback, so
+ * every call but health must carry the token of the user who started the daemon. */
+static bool auth_filter(struct http_req *r, void *arg)
+{
+    const struct sbxd *d = arg;
+    const char *m = http_req_method(r);
+    if ((!strcmp(m, "GET") || !strcmp(m, "HEAD")) && !strcmp(http_req_path(r), "/v1/health"))
+        return true;
+    if (d->local && local_auth_check(d->local, http_req_header(r, "Authorization"))) return true;
+    if (d->local) local_auth_refuse(d->local, r);
+    else http_reply_error(r, 401, "unauthorized", "Authorization", "sandboxd has no local token yet");
+    return false;
+}
+
+void sbxd_set_local_auth(struct sbxd *d, const struct local_auth *la)
+{
+    d->local = la;
+}
+
 void sbx_api_register(struct sbxd *d)
 {
     struct http_server *h = d->http;
+    http_set_filter(h, auth_filter, d);
     http_route(h, "GET", "/v1/health", h_health, d);
     http_route(h, "POST", "/v1/sandboxes", h_create, d);
     http_route(h, "GET", "/v1/sandboxes", h_list, d);

@@ -40,6 +40,10 @@ struct sbxd;
  * and register the routes on http. NULL with err on failure. */
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
                       const struct sbxd_config *cfg, struct err *err);
+struct local_auth;
+/* From now on every route but GET /v1/health needs la's token (net/local_auth.h); until
+ * this is called they answer 401. la outlives d. */
+void sbxd_set_local_auth(struct sbxd *d, const struct local_auth *la);
 /* Stop every session (files are kept), end streams and long-polls. */
 void sbxd_shutdown(struct sbxd *d);
 void sbxd_free(struct sbxd *d);

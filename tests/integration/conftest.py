@@ -2,7 +2,9 @@
 
 Every kernel gets its own temporary state folder and a free port, and is killed
 when the test ends (pass or fail). Tests talk plain HTTP with http.client so
-nothing is mocked.
+nothing is mocked. Requests carry the daemon's local token, found as every client of
+the user who started it finds it (the SDK's rebuno._localauth), unless a test says
+otherwise (auth=False, or its own Authorization header).
 """
 import glob
 import http.client
@@ -13,11 +15,15 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+from rebuno import _localauth  # noqa: E402  (the SDK of this checkout)
 
 # `rebuno dev` starts the sandbox service too when run as root; kernel tests don't need it
 # (tests that do pass --sandboxes on).
@@ -25,6 +31,14 @@ os.environ.setdefault("REBUNO_SANDBOXES", "off")
 
 BIN = os.environ.get("REBUNO_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "asan", "rebuno")
+
+
+def local_auth(port, service="kernel"):
+    """{"Authorization": "Bearer <token>"} for the daemon (kernel or sandboxd) on port, found
+    as its user's clients find it; {} when there is none (a kernel with api_keys)."""
+    state_file = _localauth.KERNEL_STATE_FILE if service == "kernel" else _localauth.SANDBOXD_STATE_FILE
+    token = _localauth.find(f"http://127.0.0.1:{port}", state_file)[0]
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def free_port():
@@ -120,7 +134,7 @@ class Kernel:
         self.proc.wait()
         self.log.close()
 
-    def request(self, method, path, body=None, headers=None, raw=None, timeout=70, key=None):
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=70, key=None, auth=True):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         h = dict(headers or {})
         data = raw
@@ -130,6 +144,8 @@ class Kernel:
             h.setdefault("Content-Type", "application/json")
         if key:
             h["Authorization"] = f"Bearer {key}"
+        elif auth and "Authorization" not in h:
+            h.update(local_auth(self.port))
         conn.request(method, path, body=data, headers=h)
         resp = conn.getresponse()
         payload = resp.read()
@@ -328,9 +344,11 @@ class Sandboxd:
         self.proc.wait()
         self.log.close()
 
-    def request(self, method, path, body=None, raw=None, headers=None, timeout=120):
+    def request(self, method, path, body=None, raw=None, headers=None, timeout=120, auth=True):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         h = dict(headers or {})
+        if auth and "Authorization" not in h:
+            h.update(local_auth(self.port, "sandboxd"))
         data = raw
         if body is not None:
             data = json.dumps(body).encode()

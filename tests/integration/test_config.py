@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BIN, free_port
+from conftest import BIN, free_port, local_auth
 
 
 def clean_env(**extra):
@@ -27,7 +27,7 @@ def clean_env(**extra):
 def get(port, path):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=local_auth(port))
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read() or b"null")
     finally:
@@ -91,14 +91,13 @@ def lease_of(port, agent="coder"):
     """The lease the kernel reports for agent, and the one a claim actually gets."""
     agents = {a["name"]: a for a in get(port, "/v0/agents")[1]["agents"]}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    h = {"Content-Type": "application/json", **local_auth(port)}
     try:
-        conn.request("POST", "/v0/executions", json.dumps({"agent": agent}),
-                     {"Content-Type": "application/json"})
+        conn.request("POST", "/v0/executions", json.dumps({"agent": agent}), h)
         assert conn.getresponse().read()
-        conn.request("POST", f"/v0/agents/{agent}/workers", "{}", {"Content-Type": "application/json"})
+        conn.request("POST", f"/v0/agents/{agent}/workers", "{}", h)
         worker = json.loads(conn.getresponse().read())["worker_id"]
-        conn.request("POST", f"/v0/agents/{agent}/claim", json.dumps({"worker_id": worker, "wait_seconds": 0}),
-                     {"Content-Type": "application/json"})
+        conn.request("POST", f"/v0/agents/{agent}/claim", json.dumps({"worker_id": worker, "wait_seconds": 0}), h)
         resp = conn.getresponse()
         claim = json.loads(resp.read())
         assert resp.status == 200, claim

@@ -5,19 +5,20 @@ import os
 import signal
 import time
 
-from conftest import Sandboxd, free_port, host_mounts_mentioning, processes_mentioning
+from conftest import Sandboxd, free_port, host_mounts_mentioning, local_auth, processes_mentioning
 
 
 def get(port, path):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", path)
+    c.request("GET", path, headers=local_auth(port, "sandboxd"))
     r = c.getresponse()
     return r.status, json.loads(r.read() or b"null")
 
 
 def post(port, path, body):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    c.request("POST", path, body=json.dumps(body),
+              headers={"Content-Type": "application/json", **local_auth(port, "sandboxd")})
     r = c.getresponse()
     return r.status, json.loads(r.read() or b"null")
 

@@ -4,13 +4,14 @@ import json
 import threading
 import time
 
-from conftest import Dispatch
+from conftest import Dispatch, local_auth
 
 
 def read_sse(port, path, last_id=None, stop_after=None, timeout=10):
     """Read SSE frames until the server ends the stream (or stop_after frames)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
+    headers.update(local_auth(port))
     conn.request("GET", path, headers=headers)
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")

@@ -6,6 +6,8 @@ import http.client
 import json
 import time
 
+from conftest import local_auth
+
 
 def test_run_to_completion(sandboxd):
     sandboxd.create("cmds", env={"SBX_VAR": "from-sandbox", "OVR": "sandbox"})
@@ -88,7 +90,7 @@ def test_detached_stdin_streaming_and_reattach(sandboxd):
 
 def sse_events(sandboxd, path, headers=None, limit=100, timeout=20):
     conn = http.client.HTTPConnection("127.0.0.1", sandboxd.port, timeout=timeout)
-    conn.request("GET", path, headers=headers or {})
+    conn.request("GET", path, headers={**local_auth(sandboxd.port, "sandboxd"), **(headers or {})})
     resp = conn.getresponse()
     assert resp.status == 200
     events, ev = [], {}

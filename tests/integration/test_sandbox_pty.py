@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, local_auth
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -33,7 +33,8 @@ class WS:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
         h = {"Host": f"127.0.0.1:{port}", "Upgrade": "websocket", "Connection": "Upgrade",
-             "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13", **(headers or {})}
+             "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13", **local_auth(port, "sandboxd"),
+             **(headers or {})}
         req = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
         self.sock.sendall((req + "\r\n").encode())
         self.buf = b""

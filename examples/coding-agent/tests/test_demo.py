@@ -29,6 +29,7 @@ from conftest import EXAMPLE
 
 sys.path.insert(0, str(EXAMPLE))
 import demo  # noqa: E402
+from rebuno import _localauth  # noqa: E402  (the SDK of this checkout, on the path by conftest)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root")
 
@@ -49,9 +50,14 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[demo.Stack
 
 
 def sbx(stack: demo.Stack, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """One request to the demo's sandboxd, with its local token found as its user's clients
+    find it."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(stack.sandbox_url + "/v1" + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Content-Type": "application/json"} if data else {}
+    token = _localauth.find(stack.sandbox_url, _localauth.SANDBOXD_STATE_FILE)[0]
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(stack.sandbox_url + "/v1" + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             raw = r.read()

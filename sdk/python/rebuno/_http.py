@@ -22,7 +22,9 @@ Retry rules (:meth:`Transport.request`):
 * a reused keep-alive connection that the server had already closed fails before
   any response byte arrives: retried once at once on a fresh connection;
 * ``500``/``502``/``503``/``504``: retried up to three times (the kernel's
-  ``internal_error`` guarantees nothing was changed).
+  ``internal_error`` guarantees nothing was changed);
+* ``401`` when the transport sent a daemon's local token (:mod:`rebuno._localauth`) and
+  finds a new one (the daemon restarted): sent again once with it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rebuno._localauth import LocalToken
 from rebuno.errors import NetworkError, error_from_response
 
 logger = logging.getLogger("rebuno.http")
@@ -221,12 +224,13 @@ async def iter_sse(resp: StreamResponse) -> AsyncIterator[dict[str, str]]:
 class Transport:
     """HTTP/1.1 client for one base URL (``http://host:port`` or ``https://...``).
 
-    ``api_key`` is sent as ``Authorization: Bearer <key>``. ``timeout`` bounds a whole
+    ``api_key`` is sent as ``Authorization: Bearer <key>``; without one, ``local_token``'s
+    token is (found on first use, and again after a ``401``). ``timeout`` bounds a whole
     request (connect, send, complete response) unless a call passes its own.
     """
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 35.0,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, local_token: LocalToken | None = None):
         u = urllib.parse.urlsplit(base_url.rstrip("/"))
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"bad URL {base_url!r}: expected http://host[:port][/prefix]")
@@ -241,6 +245,7 @@ class Transport:
             self.default_headers["Authorization"] = f"Bearer {api_key}"
         if headers:
             self.default_headers.update(headers)
+        self.local_token = None if "Authorization" in self.default_headers else local_token
         self._idle: list[_Conn] = []
         self._closed = False
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
@@ -285,6 +290,10 @@ class Transport:
         h = dict(self.default_headers)
         if headers:
             h.update({k: v for k, v in headers.items() if v is not None})
+        if self.local_token is not None and "Authorization" not in h:
+            token = self.local_token.get()
+            if token:
+                h["Authorization"] = f"Bearer {token}"
         host = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
         lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {host}"]
         if body is not None:
@@ -357,6 +366,12 @@ class Transport:
             c.close()
         return Response(status, hdrs, payload)
 
+    def token_changed(self, headers: Mapping[str, str] | None) -> bool:
+        """After a 401: whether the local token (if that is what was sent) changed."""
+        if self.local_token is None or (headers and headers.get("Authorization")):
+            return False
+        return self.local_token.refresh()
+
     # --- public ------------------------------------------------------------
     async def request(self, method: str, path: str, *, json: Any = None, body: bytes | None = None,
                       headers: Mapping[str, str] | None = None, timeout: float | None = None,
@@ -380,6 +395,7 @@ class Transport:
         delay = 0.1
         server_retries = 0
         stale_retry_used = False
+        token_retry_used = False
         while True:
             if self._closed:
                 raise NetworkError("transport closed")
@@ -400,6 +416,9 @@ class Transport:
                 if retry_statuses and resp.status in _RETRY_STATUSES and server_retries < 3:
                     server_retries += 1
                     await asyncio.sleep(0.2 * server_retries)
+                    continue
+                if resp.status == 401 and not token_retry_used and self.token_changed(headers):
+                    token_retry_used = True  # refused before anything was done
                     continue
                 if raise_for_status and resp.status >= 400:
                     raise error_from_response(resp.status, resp.body)
@@ -425,22 +444,29 @@ class Transport:
         """Send a request and return as soon as the response headers arrive.
 
         The caller reads the body with :meth:`StreamResponse.iter_lines` (or
-        :func:`iter_sse`) and must call :meth:`StreamResponse.close`. No retries:
-        the caller owns reconnection. ``read_timeout`` bounds the gap between reads.
+        :func:`iter_sse`) and must call :meth:`StreamResponse.close`. No retries (but
+        on a stale keep-alive connection, and after a ``401`` that a new local token
+        answers): the caller owns reconnection. ``read_timeout`` bounds the gap between
+        reads.
         """
         body = None
         if json is not None:
             body = _json.dumps(json, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-        for attempt in (0, 1):
+        stale_retry_used = token_retry_used = False
+        while True:
             try:
                 r = await self._exchange(method, path, body, headers,
                                          connect_timeout or self.timeout, True, read_timeout)
-                assert isinstance(r, StreamResponse)
-                return r
             except _ConnectFailed as e:
                 raise NetworkError(str(e)) from e
             except _SendFailed as e:
-                if attempt == 0 and not e.fresh and not e.got_bytes:
+                if not stale_retry_used and not e.fresh and not e.got_bytes:
+                    stale_retry_used = True
                     continue
                 raise NetworkError(str(e), sent=True) from e
-        raise NetworkError("unreachable")  # pragma: no cover
+            assert isinstance(r, StreamResponse)
+            if r.status == 401 and not token_retry_used and self.token_changed(headers):
+                token_retry_used = True
+                r.close()
+                continue
+            return r

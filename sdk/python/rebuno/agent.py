@@ -52,6 +52,7 @@ from typing import Any
 from rebuno._http import Transport
 from rebuno._inputs import InputBinder, InputError
 from rebuno._kernel import DispatchLease, KernelAPI
+from rebuno._localauth import KERNEL_STATE_FILE, LocalToken
 from rebuno.errors import (
     APIError,
     Blocked,
@@ -84,8 +85,15 @@ def kernel_url(base_url: str | None = None) -> str:
 
 
 def kernel_api_key(api_key: str | None = None) -> str | None:
-    """``api_key``, else ``$REBUNO_API_KEY``, else ``None`` (dev mode)."""
+    """``api_key``, else ``$REBUNO_API_KEY``, else ``None`` (then the kernel's local token)."""
     return api_key if api_key is not None else (os.environ.get("REBUNO_API_KEY") or None)
+
+
+def kernel_transport(base_url: str, api_key: str | None, timeout: float) -> Transport:
+    """A transport to the kernel that sends ``api_key``, or else the kernel's local token
+    (:mod:`rebuno._localauth`: a kernel with no ``api_keys`` makes one at every start)."""
+    local = None if api_key else LocalToken(base_url, KERNEL_STATE_FILE)
+    return Transport(base_url, api_key=api_key, timeout=timeout, local_token=local)
 
 
 class Agent:
@@ -94,7 +102,8 @@ class Agent:
     Args:
         name: The agent name executions are created for (``rebuno exec create NAME``).
         base_url: The kernel (default ``$REBUNO_URL``, else ``http://127.0.0.1:8080``).
-        api_key: Sent as ``Authorization: Bearer`` (default ``$REBUNO_API_KEY``).
+        api_key: Sent as ``Authorization: Bearer`` (default ``$REBUNO_API_KEY``, else the
+            kernel's local token, found as :mod:`rebuno._localauth` says).
         concurrency: How many executions run at once in this process.
         claim_wait: Long-poll seconds per claim (0..60).
         grace_period: Seconds running handlers get to finish after SIGINT/SIGTERM.
@@ -127,6 +136,7 @@ class Agent:
         self.name = name
         self.base_url = kernel_url(base_url)
         self.api_key = kernel_api_key(api_key)
+        self._local_token: LocalToken | None = None
         self.concurrency = concurrency
         self.claim_wait = claim_wait
         self.grace_period = grace_period
@@ -224,7 +234,8 @@ class Agent:
             logger.info("%s ignored: this agent claims work from the kernel by long-poll and serves no "
                         "webhook", " and ".join(self._ignored))
         self._fatal = None
-        transport = Transport(self.base_url, api_key=self.api_key, timeout=self.timeout)
+        transport = kernel_transport(self.base_url, self.api_key, self.timeout)
+        self._local_token = transport.local_token
         kernel = KernelAPI(transport, stop=self._hard_stop, retry_for=None)
         try:
             if await self._register(kernel):
@@ -273,7 +284,8 @@ class Agent:
     def _refused(self, what: str, e: APIError) -> APIError:
         """The error that ends the worker when the kernel refuses its key (raised out of
         :meth:`serve`, not logged: the caller renders it)."""
-        key = "no API key" if not self.api_key else "the API key"
+        local = self._local_token
+        key = "the API key" if self.api_key else (local.hint() if local else "no API key")
         hint = ("set REBUNO_API_KEY (or api_key=) to an agent key for this agent" if not self.api_key else
                 f"it must be an agent key bound to agent {self.name!r} (or an admin key)")
         msg = f"agent {self.name}: {what} at {self.base_url} was refused with {key}: {e.message}; {hint}"

@@ -23,8 +23,8 @@ import urllib.parse
 from collections.abc import AsyncGenerator, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from rebuno._http import Transport, iter_sse
-from rebuno.agent import kernel_api_key, kernel_url
+from rebuno._http import iter_sse
+from rebuno.agent import kernel_api_key, kernel_transport, kernel_url
 from rebuno.errors import NetworkError, error_from_response
 from rebuno.types import (
     TERMINAL_STATUSES,
@@ -56,7 +56,8 @@ class Client:
 
     Args:
         base_url: The kernel (default ``$REBUNO_URL``, else ``http://127.0.0.1:8080``).
-        api_key: Sent as ``Authorization: Bearer`` (default ``$REBUNO_API_KEY``).
+        api_key: Sent as ``Authorization: Bearer`` (default ``$REBUNO_API_KEY``, else the
+            kernel's local token, found as :mod:`rebuno._localauth` says).
         timeout: Seconds per request.
         retry_for: Seconds to keep retrying a request whose connection could not be
             opened (the kernel restarting), before :class:`~rebuno.errors.NetworkError`.
@@ -65,7 +66,7 @@ class Client:
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 35.0,
                  retry_for: float = 10.0):
         self.base_url = kernel_url(base_url)
-        self._t = Transport(self.base_url, api_key=kernel_api_key(api_key), timeout=timeout)
+        self._t = kernel_transport(self.base_url, kernel_api_key(api_key), timeout)
         self.retry_for = retry_for
 
     async def __aenter__(self) -> Client:

@@ -42,7 +42,8 @@ REPO = SDK.parent.parent
 AGENTS = TESTS / "agents"
 sys.path.insert(0, str(SDK))
 
-from rebuno.testing import free_port  # noqa: E402  (the SDK from this checkout)
+from rebuno import _localauth  # noqa: E402  (the SDK from this checkout)
+from rebuno.testing import free_port  # noqa: E402
 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -127,10 +128,15 @@ class Kernel:
         self.proc.wait()
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
+        """One request with the kernel's local token, found as its user's clients find it."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        token = _localauth.find(self.url, _localauth.KERNEL_STATE_FILE)[0]
         try:
             data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+            h = {"Content-Type": "application/json"} if data else {}
+            if token:
+                h["Authorization"] = f"Bearer {token}"
+            conn.request(method, path, body=data, headers=h)
             resp = conn.getresponse()
             raw = resp.read()
             return resp.status, (json.loads(raw) if raw else None)

@@ -115,10 +115,18 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def token(self) -> str | None:
+        """Its local token, found as its user's clients find it (for a client behind a relay,
+        whose address has none)."""
+        from rebuno import _localauth
+        return _localauth.find(self.url, _localauth.SANDBOXD_STATE_FILE)[0]
+
     def http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        token = self.token()
         try:
-            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None)
+            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                         headers={"Authorization": f"Bearer {token}"} if token else {})
             resp = conn.getresponse()
             raw = resp.read()
             ctype = resp.getheader("Content-Type") or ""

@@ -339,7 +339,7 @@ def test_cut_connection_raises_after_the_output_that_came(relay: Relay, daemon: 
     from rebuno.sandbox import SandboxClient, SandboxConnectionError, SandboxPtyDisconnectedError
 
     async def main() -> None:
-        async with SandboxClient(relay.url) as client:
+        async with SandboxClient(relay.url, token=daemon.token()) as client:
             async with client.create_sandbox() as box:
                 async with box.open_interactive("bash", ["--norc"]) as pty:
                     out = bytearray()
@@ -376,7 +376,7 @@ def test_clean_close_without_exit_raises(relay: Relay, daemon: Daemon) -> None: 
     from rebuno.sandbox import SandboxPtyDisconnectedError
     from rebuno.sandbox.sync import SyncSandboxClient
 
-    with SyncSandboxClient(relay.url) as client:
+    with SyncSandboxClient(relay.url, token=daemon.token()) as client:
         with client.create_sandbox() as box:
             with box.open_interactive("cat") as pty:
                 out = bytearray()

@@ -2492,17 +2492,19 @@ class SandboxClient:
 
     ``SandboxClient.create(options=SandboxServiceOptions(region="iad1"))`` (or
     ``SandboxClient(base_url)``) performs no I/O. The URL is ``base_url``, else
-    ``options.base_url``, else ``$REBUNO_SANDBOX_URL``, else ``http://127.0.0.1:8090``.
+    ``options.base_url``, else ``$REBUNO_SANDBOX_URL``, else ``http://127.0.0.1:8090``; the
+    token ``token``, else ``$REBUNO_SANDBOX_TOKEN``, else the daemon's local token (found
+    by itself for the user who started sandboxd).
     The application that creates it calls ``await client.aclose()`` at shutdown (or uses
     ``async with``). It never reads or changes the ambient ``session()``.
     """
 
     def __init__(self, base_url: str | None = None, *, options: SandboxServiceOptions | None = None,
-                 timeout: float | None = None, _keepalive: bool = True):
+                 timeout: float | None = None, _keepalive: bool = True, token: str | None = None):
         self.options = options or SandboxServiceOptions()
         self._region = resolve_region(self.options.region)
         self._api = Api(base_url or self.options.base_url, timeout=timeout or self.options.timeout,
-                        keepalive=_keepalive)
+                        keepalive=_keepalive, token=token)
 
     @classmethod
     def create(cls, *, options: SandboxServiceOptions | None = None, base_url: str | None = None) -> SandboxClient:

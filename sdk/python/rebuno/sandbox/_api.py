@@ -3,7 +3,12 @@ asyncio transport (:mod:`rebuno._http`).
 
 Only this module knows URLs, query strings and the error envelope. Requests are never
 retried after they may have reached the service (sandboxd's 5xx do not promise that nothing
-changed), only when the connection could not be opened at all.
+changed), only when the connection could not be opened at all (or after a ``401`` that a
+new local token answers).
+
+Every call but health carries a token: ``token=``, else ``$REBUNO_SANDBOX_TOKEN``, else
+the daemon's local token (:mod:`rebuno._localauth`: sandboxd makes one at every start,
+readable only by the user who started it).
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from rebuno._http import Response, StreamResponse, Transport, _Conn
+from rebuno._localauth import SANDBOXD_STATE_FILE, LocalToken
 from rebuno.errors import NetworkError
-from rebuno.sandbox._errors import SandboxConnectionError, SandboxResponseError, api_error
+from rebuno.sandbox._errors import SandboxApiError, SandboxConnectionError, SandboxResponseError, api_error
 
 DEFAULT_URL = "http://127.0.0.1:8090"
 URL_ENV = "REBUNO_SANDBOX_URL"
+TOKEN_ENV = "REBUNO_SANDBOX_TOKEN"
 DEFAULT_TIMEOUT = 30.0
 # a request that waits on purpose (run to completion, stdin back-pressure) gets this bound
 LONG_TIMEOUT = 7 * 24 * 3600.0
@@ -48,11 +55,14 @@ class _OneShotTransport(Transport):
 class Api:
     """``/v1`` of one sandboxd. Paths are relative to ``/v1``."""
 
-    def __init__(self, base_url: str | None = None, *, timeout: float | None = None, keepalive: bool = True):
+    def __init__(self, base_url: str | None = None, *, timeout: float | None = None, keepalive: bool = True,
+                 token: str | None = None):
         self.base_url = resolve_url(base_url)
         cls = Transport if keepalive else _OneShotTransport
         self.timeout = timeout or DEFAULT_TIMEOUT
-        self.transport = cls(self.base_url, timeout=self.timeout)
+        token = token or os.environ.get(TOKEN_ENV) or None
+        local = None if token else LocalToken(self.base_url, SANDBOXD_STATE_FILE)
+        self.transport = cls(self.base_url, timeout=self.timeout, api_key=token, local_token=local)
         self.closed = False
 
     def _path(self, path: str, query: Mapping[str, Any] | None) -> str:
@@ -90,7 +100,7 @@ class Api:
         except NetworkError as e:
             raise self._network_error(e) from e
         if resp.status >= 400:
-            raise api_error(resp.status, resp.body, context=context)
+            raise self.error(resp.status, resp.body, context=context)
         return resp
 
     async def json(self, method: str, path: str, **kw: Any) -> Any:
@@ -119,8 +129,16 @@ class Api:
                 raw = await resp.read()
             finally:
                 resp.close()
-            raise api_error(resp.status, raw, context=context)
+            raise self.error(resp.status, raw, context=context)
         return resp
+
+    def error(self, status: int, body: bytes, *, context: str = "") -> SandboxApiError:
+        """The error for a reply; a 401 also says which token was sent, or where none was found."""
+        hint = ""
+        if status == 401:
+            local = self.transport.local_token
+            hint = f"{local.hint() if local else 'sent the token given'}; or set {TOKEN_ENV} or token="
+        return api_error(status, body, context=context, hint=hint)
 
     async def close(self) -> None:
         """Close idle connections; later calls fail with ``SandboxConnectionError``."""

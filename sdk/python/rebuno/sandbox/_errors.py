@@ -238,8 +238,9 @@ _BY_CODE: dict[str, type[SandboxApiError]] = {
 }
 
 
-def api_error(status: int, body: bytes, *, context: str = "") -> SandboxApiError:
-    """Turn an error reply into the matching :class:`SandboxApiError` subclass."""
+def api_error(status: int, body: bytes, *, context: str = "", hint: str = "") -> SandboxApiError:
+    """Turn an error reply into the matching :class:`SandboxApiError` subclass (``hint``:
+    what the client adds in parentheses)."""
     code, message, field = "", "", None
     data: Any = None
     try:
@@ -257,5 +258,7 @@ def api_error(status: int, body: bytes, *, context: str = "") -> SandboxApiError
         code = "internal_error" if status >= 500 else f"http_{status}"
     if context:
         message = f"{context}: {message}"
+    if hint:
+        message = f"{message} ({hint})"
     cls = _BY_CODE.get(code, SandboxApiError)
     return cls(message, status_code=status, code=code, field=field, data=data)

@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 from rebuno.errors import NetworkError
 from rebuno.sandbox._api import Api, quote
 from rebuno.sandbox._errors import (
+    SandboxApiError,
     SandboxEndOfStream,
     SandboxError,
     SandboxPtyDisconnectedError,
     SandboxResponseError,
     SandboxStreamError,
     SandboxTimeoutError,
-    api_error,
 )
 from rebuno.sandbox._models import signal_value
 
@@ -153,6 +153,16 @@ class WebSocket:
         """Open ``/v1<path>`` of ``api``'s service and upgrade it. A non-101 reply raises
         the matching :class:`SandboxApiError`; an unreachable service
         :class:`SandboxConnectionError`; a wrong handshake reply :class:`SandboxResponseError`."""
+        try:
+            return await cls._connect(api, path, timeout, headers)
+        except SandboxApiError as e:  # the daemon restarted with a new local token: once more
+            if e.status_code != 401 or not api.transport.token_changed(headers):
+                raise
+        return await cls._connect(api, path, timeout, headers)
+
+    @classmethod
+    async def _connect(cls, api: Api, path: str, timeout: float | None,
+                       headers: Mapping[str, str] | None) -> WebSocket:
         t = api.transport
         timeout = api.timeout if timeout is None else timeout
         key = base64.b64encode(os.urandom(16)).decode("ascii")
@@ -172,7 +182,7 @@ class WebSocket:
             status, head = await asyncio.wait_for(_read_head(reader), timeout)
             if status != 101:
                 body = await asyncio.wait_for(_read_body(reader, head), timeout)
-                raise api_error(status, body, context="attaching to the terminal")
+                raise api.error(status, body, context="attaching to the terminal")
             _check_reply(head, key)
         except BaseException as e:
             writer.close()

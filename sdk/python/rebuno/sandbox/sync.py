@@ -862,8 +862,8 @@ class SyncSandboxClient:
     ambient ``session()``."""
 
     def __init__(self, base_url: str | None = None, *, options: SandboxServiceOptions | None = None,
-                 timeout: float | None = None):
-        self._client = _aio.SandboxClient(base_url, options=options, timeout=timeout)
+                 timeout: float | None = None, token: str | None = None):
+        self._client = _aio.SandboxClient(base_url, options=options, timeout=timeout, token=token)
         self._r = _Runner()
 
     @classmethod
