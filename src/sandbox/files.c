@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "sandbox/paths.h"
+#include "sandbox/safefs.h"
 #include "sandbox/text.h"
 
 #ifndef OVERLAYFS_SUPER_MAGIC
@@ -347,41 +348,23 @@ int sbx_fs_replace(const struct sbx_fs *fs, const char *path, const void *data, 
     const char *leaf;
     int dfd = open_parent(fs, path, &leaf, err);
     if (dfd < 0) return -1;
-    char tmp[SBX_COMPONENT_MAX + 1];
-    snprintf(tmp, sizeof tmp, ".%.200s.rebuno-%d", leaf, (int)getpid());
-    unlinkat(dfd, tmp, 0);
-    mode_t m = (mode_t)(mode & 0777);
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, m);
-    if (fd < 0) {
-        int e = errno;
-        close(dfd);
-        return fs_err(err, e, path);
-    }
     struct sbx_owner root = {0, 0};
     const struct sbx_owner *o = owner ? owner : &root;
-    int e = 0;
-    if (fchown(fd, host_id(fs, o->uid), host_id(fs, o->gid)) < 0 || fchmod(fd, m) < 0) e = errno;
-    if (!e) e = -write_all(fd, 0, data, len);
-    if (!e && fsync(fd) < 0) e = errno;
-    close(fd);
-    if (!e && renameat(dfd, tmp, dfd, leaf) < 0) e = errno;
-    if (e) unlinkat(dfd, tmp, 0);
+    int e = sbx_safe_replace(dfd, leaf, data, len, (mode_t)(mode & 0777), host_id(fs, o->uid),
+                             host_id(fs, o->gid), true);
     close(dfd);
-    return e ? fs_err(err, e, path) : 0;
+    return e ? fs_err(err, -e, path) : 0;
 }
 
+/* Owner and mode are set on the new directory's descriptor: a chmod by name would
+ * follow a symlink the sandbox swapped in meanwhile, from the host's "/". */
 static int mkdir_one(const struct sbx_fs *fs, int dfd, const char *name, mode_t m,
                      const struct sbx_owner *o)
 {
-    if (mkdirat(dfd, name, m) < 0) return -errno;
-    int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int e = 0;
-    if (fchownat(fd, "", host_id(fs, o->uid), host_id(fs, o->gid), AT_EMPTY_PATH) < 0) e = -errno;
-    close(fd);
-    /* chmod after chown (the mode is not umasked) */
-    if (!e && fchmodat(dfd, name, m, 0) < 0) e = -errno;
-    return e;
+    bool made;
+    int fd = sbx_safe_mkdir(dfd, name, m, host_id(fs, o->uid), host_id(fs, o->gid), &made);
+    if (fd >= 0) close(fd);
+    return fd >= 0 && !made ? -EEXIST : fd < 0 ? fd : 0;
 }
 
 int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mode,
