@@ -1,7 +1,7 @@
 """A sandbox's tree is the tenant's: whatever it leaves there (an /etc that is a symlink
-to a host directory, /etc/hosts pointing at a host file, links where mount points go),
-sandboxd acting as host root on that tree never follows it (issue 13, finding 1;
-docs/sandbox.md "Host-side file operations").
+to a host directory, /etc/hosts pointing at a host file, links where mount points go,
+links planted for another account), sandboxd acting as host root on that tree never
+follows it (issue 13, findings 1 and 16; docs/sandbox.md "Host-side file operations").
 
 Every host directory a link points at is checked to keep its owner, mode and contents.
 """
@@ -158,6 +158,56 @@ def test_image_links_to_the_host_are_never_followed(sandboxd, tmpdir_path):
     d.create("img", image=img["digest"])
     assert d.sh("img", "readlink /var /etc/passwd")["stdout"] == f"{victim}\n{victim}/keep.txt\n"
     assert tree_state(victim) == before
+
+
+def test_user_uploads_and_mkdir_never_follow_a_link_the_user_planted(sandboxd):
+    """Finding 16: alice's link into bob's home. An upload or mkdir made for alice
+    (?user=alice) that would pass through a symlink a non-root account made is refused
+    with 403 symlink_refused naming the link; links root made still work, and so do
+    calls made as root (trusted orchestration)."""
+    d = sandboxd
+    d.create("users")
+    for u in ("alice", "bob"):
+        d.ok("POST", "/v1/sandboxes/users/users", {"name": u}, status=201)
+    d.write("users", "/home/bob/notes", b"bob's notes\n", user="bob", mode="0600")
+    d.sh("users", "ln -s /home/bob/notes s2 && ln -s /home/bob bobdir", user="alice")
+
+    st, e = err(d, "PUT", "/v1/sandboxes/users/files/content?path=s2&user=alice", raw=b"alice")
+    assert (st, e.get("code")) == (403, "symlink_refused"), (st, e)
+    assert "/home/alice/s2" in e["message"], e
+    st, e = err(d, "PUT", "/v1/sandboxes/users/files/content?path=bobdir/new&user=alice", raw=b"x")
+    assert (st, e.get("code")) == (403, "symlink_refused"), (st, e)
+    assert "/home/alice/bobdir" in e["message"], e
+    st, e = err(d, "POST", "/v1/sandboxes/users/files/mkdir",
+                {"path": "bobdir/sub", "parents": True, "user": "alice"})
+    assert (st, e.get("code")) == (403, "symlink_refused"), (st, e)
+    r = d.sh("users", "cat /home/bob/notes; stat -c %U:%a /home/bob/notes; ls /home/bob")
+    assert r["stdout"] == "bob's notes\nbob:600\nnotes\n", r
+
+    # links root made (and the image's, such as /bin -> usr/bin) are followed for alice
+    d.sh("users", "mkdir -p /srv/shared && ln -s /srv/shared /home/alice/shared")
+    d.write("users", "/home/alice/shared/f", b"f", user="alice")
+    assert d.sh("users", "stat -c %U /srv/shared/f")["stdout"] == "alice\n"
+    d.write("users", "/bin/alice-tool", b"#!/bin/sh\n", user="alice", mode="0755")
+    assert d.sh("users", "stat -c %U:%a /usr/bin/alice-tool")["stdout"] == "alice:755\n"
+    # a call made as root follows any link inside (root's own rights)
+    d.write("users", "/home/alice/s2", b"root wrote\n")
+    assert d.sh("users", "cat /home/bob/notes")["stdout"] == "root wrote\n"
+
+
+def test_an_upload_mode_applies_to_an_existing_file(sandboxd):
+    """The mode of an upload is set on the file it writes, new or existing, so a client
+    never needs a chmod by path afterwards (which would follow a link swapped in)."""
+    d = sandboxd
+    d.create("modes")
+    d.write("modes", "/root/f", b"1")
+    d.write("modes", "/root/f", b"2", mode="0600")
+    st = d.ok("GET", "/v1/sandboxes/modes/files/stat?path=/root/f")
+    assert st["mode"] == "0600"
+    d.write("modes", "/root/f", b"3")  # no mode: it stays
+    assert d.ok("GET", "/v1/sandboxes/modes/files/stat?path=/root/f")["mode"] == "0600"
+    d.write("modes", "/root/g", b"x", mode="4750")
+    assert d.ok("GET", "/v1/sandboxes/modes/files/stat?path=/root/g")["mode"] == "4750"
 
 
 RACER = r"""
