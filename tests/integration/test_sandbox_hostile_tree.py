@@ -43,10 +43,20 @@ def err(d, method, path, body=None, raw=None):
     return st, (out.get("error", {}) if isinstance(out, dict) else out)
 
 
-def snapshot_and_restore(d, ref, name):
+def fork_and_restore(d, ref, victim):
+    """Fork ref, and create a sandbox from a snapshot of it (what `rebuno exec fork`
+    does); victim must be unchanged after each, and each must work. Their names."""
+    before = tree_state(victim)
+    names = (f"{ref}-fork", f"{ref}-restored")
+    st, out = d.request("POST", f"/v1/sandboxes/{ref}/fork", {"name": names[0]})
+    assert tree_state(victim) == before
+    assert st == 201, out
     s = d.ok("POST", f"/v1/sandboxes/{ref}/snapshots", {}, status=201)
-    return d.request("POST", "/v1/sandboxes",
-                     {"name": name, "source": {"type": "snapshot", "snapshot_id": s["id"]}})
+    st, out = d.request("POST", "/v1/sandboxes", {
+        "name": names[1], "source": {"type": "snapshot", "snapshot_id": s["id"]}})
+    assert tree_state(victim) == before
+    assert st == 201, out
+    return names
 
 
 def test_fork_and_restore_never_follow_an_etc_symlink_to_the_host(sandboxd, tmpdir_path):
@@ -59,13 +69,7 @@ def test_fork_and_restore_never_follow_an_etc_symlink_to_the_host(sandboxd, tmpd
     d.create("t")
     r = d.sh("t", f"python3 -c \"import shutil,os;shutil.rmtree('/etc');os.symlink('{victim}','/etc')\"")
     assert r["exit_code"] == 0, r
-    st, fork = d.request("POST", "/v1/sandboxes/t/fork", {"name": "t-fork"})
-    assert tree_state(victim) == before
-    assert st == 201, fork
-    st, rest = snapshot_and_restore(d, "t", "t-restored")
-    assert tree_state(victim) == before
-    assert st == 201, rest
-    for name in ("t-fork", "t-restored"):
+    for name in fork_and_restore(d, "t", victim):
         r = d.sh(name, "readlink /etc; hostname")
         assert r["stdout"] == f"{victim}\n{name}\n", r  # its own /etc, as it left it
     assert tree_state(victim) == before
@@ -80,13 +84,7 @@ def test_hosts_and_hostname_links_are_replaced_inside_the_tree(sandboxd, tmpdir_
     before = tree_state(victim)
     d.create("h")
     d.sh("h", f"ln -sfn {victim}/hosts /etc/hosts && ln -sfn {victim} /etc/hostname")
-    st, fork = d.request("POST", "/v1/sandboxes/h/fork", {"name": "h-fork"})
-    assert tree_state(victim) == before
-    assert st == 201, fork
-    st, rest = snapshot_and_restore(d, "h", "h-restored")
-    assert tree_state(victim) == before
-    assert st == 201, rest
-    for name in ("h-fork", "h-restored"):
+    for name in fork_and_restore(d, "h", victim):
         r = d.sh(name, "stat -c %F /etc/hosts /etc/hostname; cat /etc/hostname; tail -n1 /etc/hosts")
         assert r["stdout"] == f"regular file\nregular file\n{name}\n127.0.1.1\t{name}\n", r
     # the original keeps its links
