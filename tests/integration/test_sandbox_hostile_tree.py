@@ -85,8 +85,9 @@ def test_hosts_and_hostname_links_are_replaced_inside_the_tree(sandboxd, tmpdir_
     d.create("h")
     d.sh("h", f"ln -sfn {victim}/hosts /etc/hosts && ln -sfn {victim} /etc/hostname")
     for name in fork_and_restore(d, "h", victim):
-        r = d.sh(name, "stat -c %F /etc/hosts /etc/hostname; cat /etc/hostname; tail -n1 /etc/hosts")
-        assert r["stdout"] == f"regular file\nregular file\n{name}\n127.0.1.1\t{name}\n", r
+        # root's inside, although the fork's files belong to another uid range on disk
+        r = d.sh(name, "stat -c '%F %U' /etc/hosts /etc/hostname; cat /etc/hostname; tail -n1 /etc/hosts")
+        assert r["stdout"] == f"regular file root\nregular file root\n{name}\n127.0.1.1\t{name}\n", r
     # the original keeps its links
     assert d.sh("h", "readlink /etc/hosts /etc/hostname")["stdout"] == f"{victim}/hosts\n{victim}\n"
     # an /etc/hosts that is a directory is the sandbox's own: left alone, the fork works
