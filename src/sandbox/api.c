@@ -911,7 +911,17 @@ struct fctx {
     struct sbx *s;
     struct sbx_user u;
     char path[SBX_PATH_MAX + 1];
+    struct sbx_fs fs;
 };
+
+/* The session's files as f's actor sees them: for an account other than root, paths
+ * never follow a symlink such an account made (files.h). */
+static const struct sbx_fs *actor_fs(struct fctx *f)
+{
+    f->fs = f->s->sess->fs;
+    f->fs.no_user_links = f->u.uid != 0;
+    return &f->fs;
+}
 
 /* Common start of the query-string file calls: sandbox (resumed), actor, path. */
 static bool file_start(struct sbxd *d, struct http_req *r, struct fctx *f)
@@ -933,7 +943,7 @@ static void h_file_read(struct http_req *r, void *arg)
     buf_init(&out, SBX_FS_IO_MAX);
     struct err err = ERR_INIT;
     uint64_t size = 0;
-    if (sbx_fs_read(&f.s->sess->fs, f.path, off, (size_t)len, &out, &size, &err) < 0) {
+    if (sbx_fs_read(actor_fs(&f), f.path, off, (size_t)len, &out, &size, &err) < 0) {
         buf_fini(&out);
         reply_err(r, &err);
         return;
@@ -966,7 +976,7 @@ static void h_file_write(struct http_req *r, void *arg)
     struct sbx_owner own = {f.u.uid, f.u.gid};
     struct err err = ERR_INIT;
     uint64_t size = 0;
-    if (sbx_fs_write(&f.s->sess->fs, f.path, off, data, len, truncate, mode, &own, &size, &err) <
+    if (sbx_fs_write(actor_fs(&f), f.path, off, data, len, truncate, mode, &own, &size, &err) <
         0) {
         reply_err(r, &err);
         return;
@@ -983,7 +993,7 @@ static void h_file_stat(struct http_req *r, void *arg)
     struct fctx f;
     if (!file_start(arg, r, &f)) return;
     struct err err = ERR_INIT;
-    json_t *o = sbx_fs_stat(&f.s->sess->fs, f.path, &err);
+    json_t *o = sbx_fs_stat(actor_fs(&f), f.path, &err);
     if (!o)
         reply_err(r, &err);
     else
@@ -997,7 +1007,7 @@ static void h_file_list(struct http_req *r, void *arg)
     uint64_t limit = SBX_FS_LIST_MAX;
     if (!query_u64(r, "limit", SBX_FS_LIST_MAX, &limit)) return;
     struct err err = ERR_INIT;
-    json_t *o = sbx_fs_list(&f.s->sess->fs, f.path, (size_t)limit, &err);
+    json_t *o = sbx_fs_list(actor_fs(&f), f.path, (size_t)limit, &err);
     if (!o)
         reply_err(r, &err);
     else
@@ -1011,7 +1021,7 @@ static void h_file_remove(struct http_req *r, void *arg)
     bool recursive = false;
     if (!query_bool(r, "recursive", &recursive)) return;
     struct err err = ERR_INIT;
-    if (sbx_fs_remove(&f.s->sess->fs, f.path, recursive, &err) < 0)
+    if (sbx_fs_remove(actor_fs(&f), f.path, recursive, &err) < 0)
         reply_err(r, &err);
     else
         http_reply_raw(r, 204, NULL, NULL, 0);
@@ -1042,11 +1052,11 @@ static void h_file_mkdir(struct http_req *r, void *arg)
     json_decref(body);
     if (!ok) return;
     struct sbx_owner own = {f.u.uid, f.u.gid};
-    if (sbx_fs_mkdir(&f.s->sess->fs, f.path, parents, mode, &own, &err) < 0) {
+    if (sbx_fs_mkdir(actor_fs(&f), f.path, parents, mode, &own, &err) < 0) {
         reply_err(r, &err);
         return;
     }
-    json_t *o = sbx_fs_stat(&f.s->sess->fs, f.path, &err);
+    json_t *o = sbx_fs_stat(actor_fs(&f), f.path, &err);
     http_reply_json(r, 201, o ? o : json_object());
 }
 
@@ -1073,11 +1083,11 @@ static void h_file_rename(struct http_req *r, void *arg)
               norm_path(r, to, &f.u, "to", to_n);
     json_decref(body);
     if (!ok) return;
-    if (sbx_fs_rename(&f.s->sess->fs, f.path, to_n, overwrite, &err) < 0) {
+    if (sbx_fs_rename(actor_fs(&f), f.path, to_n, overwrite, &err) < 0) {
         reply_err(r, &err);
         return;
     }
-    json_t *o = sbx_fs_stat(&f.s->sess->fs, to_n, &err);
+    json_t *o = sbx_fs_stat(actor_fs(&f), to_n, &err);
     http_reply_json(r, 200, o ? o : json_object());
 }
 

@@ -21,6 +21,7 @@
  * directory.
  */
 #include "sandbox/sandboxd_int.h"
+#include "sandbox/safefs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -562,13 +563,12 @@ static struct sbx_drive *drive_new(struct sbxd *d, const char *name, int64_t max
     int e = mkdir(v->dir, 0700) < 0 ? -errno : 0;
     if (!e && !from) {
         e = sbx_storage_create(d->storage, data);
-        if (!e && (chown(data, SBX_DRIVE_UID_BASE, SBX_DRIVE_UID_BASE) < 0 || chmod(data, 0755) < 0))
-            e = -errno;
+        if (!e) e = sbx_safe_set_owner_at(data, 0755, SBX_DRIVE_UID_BASE, SBX_DRIVE_UID_BASE);
     } else if (!e) {
         char *src = drive_path(from, "committed"), *cur = drive_path(v, "committed");
         e = sbx_storage_clone(d->storage, src, data, false);
         if (!e) e = sbx_storage_clone(d->storage, src, cur, true);
-        if (!e) chmod(data, 0755);
+        if (!e) sbx_safe_set_owner_at(data, 0755, (uid_t)-1, (gid_t)-1);
         free(src);
         free(cur);
         v->committed_at = v->created_at;

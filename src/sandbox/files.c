@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "sandbox/paths.h"
+#include "sandbox/safefs.h"
 #include "sandbox/text.h"
 
 #ifndef OVERLAYFS_SUPER_MAGIC
@@ -71,20 +72,38 @@ static int fs_err(struct err *err, int e, const char *path)
 
 /* ------------------------------------------------------------------ resolution */
 
-/* Open rel (relative to the sandbox root) with openat2. follow: whether a final
- * symlink is followed (always within the root). Returns fd or -errno. */
-static int resolve(const struct sbx_fs *fs, const char *rel, int flags, bool follow)
+/* Open rel (relative to the sandbox root) as an O_PATH fd (flags: O_PATH, maybe with
+ * O_DIRECTORY). follow: whether a final symlink is followed (always within the root).
+ * For root, the kernel resolves it (openat2 RESOLVE_IN_ROOT); for another account,
+ * sbx_safe_resolve, which follows only the links root inside (or the daemon) made. On
+ * failure err is filled for `shown` and -errno returned. */
+static int resolve(const struct sbx_fs *fs, const char *rel, int flags, bool follow,
+                   const char *shown, struct err *err)
 {
-    struct open_how how;
-    memset(&how, 0, sizeof how);
-    how.flags = (uint64_t)(flags | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
-    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-    for (int tries = 0; tries < 16; tries++) {
-        long fd = syscall(SYS_openat2, fs->rootfd, rel, &how, sizeof how);
-        if (fd >= 0) return (int)fd;
-        if (errno != EAGAIN) return -errno; /* EAGAIN: a racing rename; try again */
+    long fd = -EAGAIN;
+    if (fs->no_user_links) {
+        char link[SBX_PATH_MAX + 1] = "";
+        struct sbx_safe_links trusted = {{(uid_t)fs->uid_base, 0}, 2};
+        fd = sbx_safe_resolve(fs->rootfd, rel, flags, follow, &trusted, link, sizeof link);
+        if (fd == -ENOLINK) {
+            err_set(err, 403, "symlink_refused", "path",
+                    "%s: %s is a symbolic link made by an account other than root; calls "
+                    "made for a user never follow those",
+                    shown, link);
+            return (int)fd;
+        }
+    } else {
+        struct open_how how;
+        memset(&how, 0, sizeof how);
+        how.flags = (uint64_t)(flags | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+        how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+        for (int tries = 0; tries < 16 && fd == -EAGAIN; tries++) { /* EAGAIN: a racing rename */
+            fd = syscall(SYS_openat2, fs->rootfd, rel, &how, sizeof how);
+            if (fd < 0) fd = -errno;
+        }
     }
-    return -EAGAIN;
+    if (fd < 0) fs_err(err, (int)-fd, shown);
+    return (int)fd;
 }
 
 /* Only the sandbox's own file systems: its overlays and tmpfs mounts, and its drive
@@ -125,8 +144,8 @@ static int open_parent(const struct sbx_fs *fs, const char *path, const char **l
     if (!**leaf)
         return err_set(err, 400, "invalid_operation", "path",
                        "this operation needs a path below /");
-    int fd = resolve(fs, parent, O_PATH | O_DIRECTORY, true);
-    if (fd < 0) return fs_err(err, -fd, path);
+    int fd = resolve(fs, parent, O_PATH | O_DIRECTORY, true, path, err);
+    if (fd < 0) return -1;
     if (check_fs(fd, path, err) < 0) {
         close(fd);
         return -1;
@@ -183,11 +202,8 @@ static json_t *stat_json(const struct sbx_fs *fs, const struct stat *st, const c
 
 json_t *sbx_fs_stat(const struct sbx_fs *fs, const char *path, struct err *err)
 {
-    int fd = resolve(fs, sbx_path_rel(path), O_PATH, false);
-    if (fd < 0) {
-        fs_err(err, -fd, path);
-        return NULL;
-    }
+    int fd = resolve(fs, sbx_path_rel(path), O_PATH, false, path, err);
+    if (fd < 0) return NULL;
     struct stat st;
     if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
         fs_err(err, errno, path);
@@ -205,8 +221,8 @@ json_t *sbx_fs_stat(const struct sbx_fs *fs, const char *path, struct err *err)
 static int open_regular(const struct sbx_fs *fs, const char *path, struct stat *st,
                         struct err *err)
 {
-    int fd = resolve(fs, sbx_path_rel(path), O_PATH, true);
-    if (fd < 0) return fs_err(err, -fd, path);
+    int fd = resolve(fs, sbx_path_rel(path), O_PATH, true, path, err);
+    if (fd < 0) return -1;
     if (fstat(fd, st) < 0) {
         int e = errno;
         close(fd);
@@ -299,7 +315,7 @@ int sbx_fs_write(const struct sbx_fs *fs, const char *path, uint64_t off, const 
         return fs_err(err, e, path);
     }
     if (pfd < 0) { /* a new file: O_EXCL so it is ours and regular */
-        mode_t m = (mode_t)(mode >= 0 ? mode & 0777 : 0644);
+        mode_t m = (mode_t)(mode >= 0 ? mode & 07777 : 0644);
         fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
                     m);
         if (fd < 0) {
@@ -335,6 +351,9 @@ int sbx_fs_write(const struct sbx_fs *fs, const char *path, uint64_t off, const 
     int e = 0;
     if (truncate && ftruncate(fd, (off_t)off) < 0) e = errno;
     if (!e) e = -write_all(fd, off, data, len);
+    /* an explicit mode applies to an existing file too, set on the descriptor written (a
+     * chmod by path, as a client would run it next, could follow a link swapped in) */
+    if (!e && mode >= 0 && fchmod(fd, (mode_t)(mode & 07777)) < 0) e = errno;
     struct stat st;
     if (!e && size) *size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : off + len;
     close(fd);
@@ -347,41 +366,23 @@ int sbx_fs_replace(const struct sbx_fs *fs, const char *path, const void *data, 
     const char *leaf;
     int dfd = open_parent(fs, path, &leaf, err);
     if (dfd < 0) return -1;
-    char tmp[SBX_COMPONENT_MAX + 1];
-    snprintf(tmp, sizeof tmp, ".%.200s.rebuno-%d", leaf, (int)getpid());
-    unlinkat(dfd, tmp, 0);
-    mode_t m = (mode_t)(mode & 0777);
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, m);
-    if (fd < 0) {
-        int e = errno;
-        close(dfd);
-        return fs_err(err, e, path);
-    }
     struct sbx_owner root = {0, 0};
     const struct sbx_owner *o = owner ? owner : &root;
-    int e = 0;
-    if (fchown(fd, host_id(fs, o->uid), host_id(fs, o->gid)) < 0 || fchmod(fd, m) < 0) e = errno;
-    if (!e) e = -write_all(fd, 0, data, len);
-    if (!e && fsync(fd) < 0) e = errno;
-    close(fd);
-    if (!e && renameat(dfd, tmp, dfd, leaf) < 0) e = errno;
-    if (e) unlinkat(dfd, tmp, 0);
+    int e = sbx_safe_replace(dfd, leaf, data, len, (mode_t)(mode & 0777), host_id(fs, o->uid),
+                             host_id(fs, o->gid), true);
     close(dfd);
-    return e ? fs_err(err, e, path) : 0;
+    return e ? fs_err(err, -e, path) : 0;
 }
 
+/* Owner and mode are set on the new directory's descriptor: a chmod by name would
+ * follow a symlink the sandbox swapped in meanwhile, from the host's "/". */
 static int mkdir_one(const struct sbx_fs *fs, int dfd, const char *name, mode_t m,
                      const struct sbx_owner *o)
 {
-    if (mkdirat(dfd, name, m) < 0) return -errno;
-    int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int e = 0;
-    if (fchownat(fd, "", host_id(fs, o->uid), host_id(fs, o->gid), AT_EMPTY_PATH) < 0) e = -errno;
-    close(fd);
-    /* chmod after chown (the mode is not umasked) */
-    if (!e && fchmodat(dfd, name, m, 0) < 0) e = -errno;
-    return e;
+    bool made;
+    int fd = sbx_safe_mkdir(dfd, name, m, host_id(fs, o->uid), host_id(fs, o->gid), &made);
+    if (fd >= 0) close(fd);
+    return fd >= 0 && !made ? -EEXIST : fd < 0 ? fd : 0;
 }
 
 int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mode,
@@ -408,12 +409,12 @@ int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mo
         if (i < n && path[i] != '/') continue;
         memcpy(prefix, path, i);
         prefix[i] = '\0';
-        int fd = resolve(fs, sbx_path_rel(prefix), O_PATH | O_DIRECTORY, true);
+        int fd = resolve(fs, sbx_path_rel(prefix), O_PATH | O_DIRECTORY, true, prefix, err);
         if (fd >= 0) {
             close(fd);
             continue;
         }
-        if (fd != -ENOENT) return fs_err(err, -fd, prefix);
+        if (fd != -ENOENT) return -1;
         const char *leaf;
         int dfd = open_parent(fs, prefix, &leaf, err);
         if (dfd < 0) return -1;
@@ -426,11 +427,8 @@ int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mo
 
 json_t *sbx_fs_list(const struct sbx_fs *fs, const char *path, size_t limit, struct err *err)
 {
-    int pfd = resolve(fs, sbx_path_rel(path), O_PATH | O_DIRECTORY, true);
-    if (pfd < 0) {
-        fs_err(err, -pfd, path);
-        return NULL;
-    }
+    int pfd = resolve(fs, sbx_path_rel(path), O_PATH | O_DIRECTORY, true, path, err);
+    if (pfd < 0) return NULL;
     if (check_fs(pfd, path, err) < 0) {
         close(pfd);
         return NULL;
@@ -549,8 +547,8 @@ int sbx_fs_remove(const struct sbx_fs *fs, const char *path, bool recursive, str
 int sbx_fs_chown(const struct sbx_fs *fs, const char *path, const struct sbx_owner *owner,
                  struct err *err)
 {
-    int fd = resolve(fs, sbx_path_rel(path), O_PATH, false);
-    if (fd < 0) return fs_err(err, -fd, path);
+    int fd = resolve(fs, sbx_path_rel(path), O_PATH, false, path, err);
+    if (fd < 0) return -1;
     int e = 0;
     if (check_fs(fd, path, err) < 0)
         e = -1;

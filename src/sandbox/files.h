@@ -9,6 +9,9 @@
  * component is then operated on, relative to its parent's descriptor, without
  * following symlinks unless the operation says so (and then again within the root).
  *
+ * For a call made on behalf of another account than root (no_user_links), paths are
+ * resolved by sbx_safe_resolve (safefs.h) instead, which follows only root's links.
+ *
  * Because sandboxd is host root, two more rules apply:
  *   - only regular files, directories and symlinks are touched, and a file is opened
  *     for I/O only after an O_PATH open showed it is regular (so FIFOs cannot block
@@ -35,6 +38,10 @@
 struct sbx_fs {
     int rootfd;        /* O_PATH of the sandbox's "/" */
     uint32_t uid_base; /* host uid of root inside */
+    /* acting for an account other than root (?user=): paths are resolved without
+     * following a symlink any such account made (403 symlink_refused), so a call made
+     * for alice cannot be pointed by alice at what she may not touch */
+    bool no_user_links;
 };
 
 /*
@@ -56,7 +63,8 @@ json_t *sbx_fs_stat(const struct sbx_fs *fs, const char *path, struct err *err);
 int sbx_fs_read(const struct sbx_fs *fs, const char *path, uint64_t off, size_t max,
                 struct buf *out, uint64_t *size, struct err *err);
 /* Write len bytes at off. A missing file is created (mode, owner); truncate cuts an
- * existing file to off first. *size gets the file's size after the write. */
+ * existing file to off first. A mode (>= 0, masked to 07777) is applied to an existing
+ * file too. *size gets the file's size after the write. */
 int sbx_fs_write(const struct sbx_fs *fs, const char *path, uint64_t off, const void *data,
                  size_t len, bool truncate, int mode, const struct sbx_owner *owner,
                  uint64_t *size, struct err *err);

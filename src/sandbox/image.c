@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/xalloc.h"
+#include "sandbox/safefs.h"
 
 #define COPY_FILE_MAX (8u << 20)
 
@@ -63,29 +64,12 @@ static const char hosts_txt[] = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localh
                                 "ip6-loopback\n127.0.1.1\tsandbox\n";
 static const char resolv_txt[] = "# rebuno sandbox: no network yet (loopback only)\n";
 
-static int write_file(const char *path, const char *text, mode_t mode)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0) return -errno;
-    size_t n = strlen(text);
-    ssize_t w = write(fd, text, n);
-    int e = w < 0 ? -errno : (size_t)w != n ? -EIO : 0;
-    if (!e && fchmod(fd, mode) < 0) e = -errno;
-    close(fd);
-    return e;
-}
-
-static int mkdir_mode(const char *path, mode_t mode)
-{
-    if (mkdir(path, mode) < 0 && errno != EEXIST) return -errno;
-    return chmod(path, mode) < 0 ? -errno : 0;
-}
-
-static int copy_regular(const char *src, const char *dst, const struct stat *st)
+static int copy_regular(const char *src, int dfd, const char *name, const struct stat *st)
 {
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (in < 0) return -errno;
-    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 0755);
+    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     st->st_mode & 0755);
     if (out < 0) {
         int e = -errno;
         close(in);
@@ -110,8 +94,9 @@ static int copy_regular(const char *src, const char *dst, const struct stat *st)
     return e;
 }
 
-/* Copy a host path: symlinks verbatim, world-readable regular files and directories. */
-static void copy_tree(const char *src, const char *dst, int depth)
+/* Copy a host path to name in dfd: symlinks verbatim, world-readable regular files and
+ * directories. Best effort: what cannot be copied is left out. */
+static void copy_tree(const char *src, int dfd, const char *name, int depth)
 {
     struct stat st;
     if (lstat(src, &st) < 0 || depth > COPY_DEPTH_MAX) return;
@@ -120,72 +105,82 @@ static void copy_tree(const char *src, const char *dst, int depth)
         ssize_t n = readlink(src, t, sizeof t - 1);
         if (n < 0) return;
         t[n] = '\0';
-        if (symlink(t, dst) < 0) {
-        }
+        if (symlinkat(t, dfd, name) < 0) return; /* best effort, as for everything here */
         return;
     }
     if (S_ISREG(st.st_mode)) {
         if ((st.st_mode & S_IROTH) && st.st_size <= (off_t)COPY_FILE_MAX)
-            copy_regular(src, dst, &st);
+            copy_regular(src, dfd, name, &st);
         return;
     }
     if (!S_ISDIR(st.st_mode) || (st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH)) return;
-    if (mkdir_mode(dst, 0755) < 0) return;
+    int fd = sbx_safe_mkdir(dfd, name, 0755, (uid_t)-1, (gid_t)-1, NULL);
+    if (fd < 0) return;
     DIR *d = opendir(src);
-    if (!d) return;
+    if (!d) {
+        close(fd);
+        return;
+    }
     struct dirent *de;
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         if (!strcmp(de->d_name, "private")) continue; /* ssl/private and the like */
-        char s[PATH_MAX], t[PATH_MAX];
+        char s[PATH_MAX];
         if (pf(s, sizeof s, "%s/%s", src, de->d_name) < 0) continue;
-        if (pf(t, sizeof t, "%s/%s", dst, de->d_name) < 0) continue;
-        copy_tree(s, t, depth + 1);
+        copy_tree(s, fd, de->d_name, depth + 1);
     }
     closedir(d);
+    close(fd);
 }
 
-/* For keep: the parent of dir/rel is a real directory (not a symlink the image
- * brought, which mkdir/symlink would follow out of the layer). */
-static bool parent_real(const char *dir, const char *rel)
+/* What keep leaves alone: something of the image's own stands there, or on the way
+ * (a file, a symlink: never followed out of the layer). */
+static bool image_owns(int e)
 {
-    const char *slash = strrchr(rel, '/');
-    if (!slash) return true;
-    char p[PATH_MAX];
-    if (pf(p, sizeof p, "%s/%.*s", dir, (int)(slash - rel), rel) < 0) return false;
-    struct stat st;
-    return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    return e == -EEXIST || e == -ELOOP || e == -ENOTDIR || e == -ENOENT;
 }
 
-/* With keep, entries that exist already are left alone (an imported image's own). */
-static int build(const char *dir, bool keep, struct err *err)
+/* The symlink parent/name -> target beneath root (parent "" for root itself). */
+static int link_at(int root, const char *parent, const char *name, const char *target)
+{
+    int pfd = sbx_safe_open(root, parent[0] ? parent : ".", O_PATH | O_DIRECTORY);
+    if (pfd < 0) return pfd;
+    int e = symlinkat(target, pfd, name) < 0 ? -errno : 0;
+    close(pfd);
+    return e;
+}
+
+/* Build the skeleton into the directory root (host root's files). With keep, entries
+ * that exist already are left alone (an imported image's own), and so is anything
+ * below a symlink or a file of the image. */
+static int build(int root, const char *dir, bool keep, struct err *err)
 {
     static const struct {
         const char *path;
         mode_t mode;
-    } dirs[] = {{"", 0755},        {"etc", 0755},     {"usr", 0755},     {"proc", 0555},
+    } dirs[] = {{"etc", 0755},     {"usr", 0755},     {"proc", 0555},
                 {"sys", 0555},     {"dev", 0755},     {"tmp", 01777},    {"run", 0755},
                 {"run/lock", 01777}, {"home", 0755},  {"root", 0700},    {"mnt", 0755},
                 {"opt", 0755},     {"srv", 0755},     {"media", 0755},   {"var", 0755},
                 {"var/tmp", 01777}, {"var/log", 0755}, {"var/cache", 0755}, {"var/lib", 0755},
                 {"var/spool", 0755}, {"var/mail", 02775}, {"var/local", 0755},
                 {"var/opt", 0755}, {"var/backups", 0755}};
-    char p[PATH_MAX];
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        pf(p, sizeof p, "%s/%s", dir, dirs[i].path);
-        struct stat st;
-        if (keep && (lstat(p, &st) == 0 || !parent_real(dir, dirs[i].path))) continue;
-        int e = mkdir_mode(p, dirs[i].mode);
-        if (e < 0)
-            return err_internal(err, "image: cannot create %s: %s", p, strerror(-e));
+        int fd = sbx_safe_mkdir(root, dirs[i].path, dirs[i].mode, (uid_t)-1, (gid_t)-1, NULL);
+        if (fd >= 0) close(fd);
+        else if (!keep || !image_owns(fd))
+            return err_internal(err, "image: cannot create %s/%s: %s", dir, dirs[i].path,
+                                strerror(-fd));
     }
-    pf(p, sizeof p, "%s/var/run", dir);
-    if ((!keep || parent_real(dir, "var/run")) && symlink("/run", p) < 0 && errno != EEXIST)
-        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
-    pf(p, sizeof p, "%s/var/lock", dir);
-    if ((!keep || parent_real(dir, "var/lock")) && symlink("/run/lock", p) < 0 &&
-        errno != EEXIST)
-        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+    static const struct {
+        const char *parent, *name, *target;
+    } links[] = {{"var", "run", "/run"}, {"var", "lock", "/run/lock"}};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        int e = link_at(root, links[i].parent, links[i].name, links[i].target);
+        if (e < 0 && e != -EEXIST && !(keep && image_owns(e)))
+            return err_internal(err, "image: symlink %s/%s/%s: %s", dir, links[i].parent,
+                                links[i].name, strerror(-e));
+    }
     /* merged /usr links, as the host has them */
     static const char *top[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
@@ -195,17 +190,22 @@ static int build(const char *dir, bool keep, struct err *err)
         if (n <= 0) continue; /* absent, or a real directory: not supported (logged by caller) */
         t[n] = '\0';
         if (strncmp(t, "usr/", 4) != 0 && strncmp(t, "/usr/", 5) != 0) continue;
-        pf(p, sizeof p, "%s/%s", dir, top[i]);
-        if (symlink(t, p) < 0 && !(keep && errno == EEXIST))
-            return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
+        if (symlinkat(t, root, top[i]) < 0 && !(keep && errno == EEXIST))
+            return err_internal(err, "image: symlink %s/%s: %s", dir, top[i], strerror(errno));
     }
+    int etc = sbx_safe_open(root, "etc", O_RDONLY | O_DIRECTORY);
+    if (etc < 0) {
+        if (keep && image_owns(etc))
+            return err_set(err, 400, "invalid_image", "path",
+                           "the image's /etc is not a directory");
+        return err_internal(err, "image: cannot open %s/etc: %s", dir, strerror(-etc));
+    }
+    struct stat st;
     for (const char *const *a = sbx_image_etc_allow; *a; a++) {
         char s[PATH_MAX];
         pf(s, sizeof s, "/etc/%s", *a);
-        pf(p, sizeof p, "%s/etc/%s", dir, *a);
-        struct stat st;
-        if (keep && lstat(p, &st) == 0) continue;
-        copy_tree(s, p, 0);
+        if (keep && fstatat(etc, *a, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
+        copy_tree(s, etc, *a, 0);
     }
     static const struct {
         const char *name, *text;
@@ -216,18 +216,20 @@ static int build(const char *dir, bool keep, struct err *err)
                {"hostname", "sandbox\n", 0644},  {"resolv.conf", resolv_txt, 0644},
                {"machine-id", "", 0444},         {"fstab", "", 0644},
                {"subuid", "", 0644},             {"subgid", "", 0644}};
-    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) {
-        pf(p, sizeof p, "%s/etc/%s", dir, gen[i].name);
-        struct stat st;
-        if (keep && lstat(p, &st) == 0) continue;
-        unlink(p);
-        int e = write_file(p, gen[i].text, gen[i].mode);
-        if (e < 0) return err_internal(err, "image: cannot write %s: %s", p, strerror(-e));
+    int e = 0;
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0] && !e; i++) {
+        if (keep && fstatat(etc, gen[i].name, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
+        e = sbx_safe_replace(etc, gen[i].name, gen[i].text, strlen(gen[i].text), gen[i].mode,
+                             (uid_t)-1, (gid_t)-1, false);
+        if (e < 0)
+            err_internal(err, "image: cannot write %s/etc/%s: %s", dir, gen[i].name, strerror(-e));
     }
-    pf(p, sizeof p, "%s/etc/mtab", dir);
-    if (symlink("../proc/self/mounts", p) < 0 && errno != EEXIST)
-        return err_internal(err, "image: symlink %s: %s", p, strerror(errno));
-    return 0;
+    if (!e && symlinkat("../proc/self/mounts", etc, "mtab") < 0 && errno != EEXIST) {
+        e = -errno;
+        err_internal(err, "image: symlink %s/etc/mtab: %s", dir, strerror(errno));
+    }
+    close(etc);
+    return e ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------ /usr masks */
@@ -258,20 +260,11 @@ static int mask_one(int top, const char *rel, uid_t owner)
     for (char *c = strtok_r(buf, "/", &save); c;) {
         char *next = strtok_r(NULL, "/", &save);
         snprintf(host + strlen(host), sizeof host - strlen(host), "/%s", c);
-        int fd = openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) {
-            struct stat st;
-            mode_t mode = stat(host, &st) == 0 && S_ISDIR(st.st_mode) ? st.st_mode & 07777 : 0755;
-            if ((mkdirat(dfd, c, mode) < 0 && errno != EEXIST) ||
-                fchownat(dfd, c, owner, owner, AT_SYMLINK_NOFOLLOW) < 0 ||
-                fchmodat(dfd, c, mode, 0) < 0) {
-                e = -errno;
-                break;
-            }
-            fd = openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        }
+        struct stat st;
+        mode_t mode = stat(host, &st) == 0 && S_ISDIR(st.st_mode) ? st.st_mode & 07777 : 0755;
+        int fd = sbx_safe_mkdir(dfd, c, mode, owner, owner, NULL);
         if (fd < 0) {
-            if (errno != ENOTDIR && errno != ELOOP) e = -errno;
+            if (fd != -ENOTDIR && fd != -ELOOP) e = fd;
             break; /* not a directory: the sandbox's own entry hides the host's */
         }
         close(dfd);
@@ -284,40 +277,34 @@ static int mask_one(int top, const char *rel, uid_t owner)
     return e;
 }
 
-int sbx_image_mask_usr(const char *upper_usr, uid_t owner, struct err *err)
+int sbx_image_mask_usr(const char *tree, uid_t owner, struct err *err)
 {
-    int top = open(upper_usr, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (top < 0) return err_internal(err, "cannot open %s: %s", upper_usr, strerror(errno));
+    int tfd = open(tree, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int top = tfd < 0 ? -errno : sbx_safe_open(tfd, "upper/usr", O_RDONLY | O_DIRECTORY);
+    if (tfd >= 0) close(tfd);
+    if (top < 0) return err_internal(err, "cannot open %s/upper/usr: %s", tree, strerror(-top));
     int e = 0;
     const char *const *m;
     for (m = sbx_image_usr_masked; *m && !e; m++)
         e = mask_one(top, *m, owner);
     close(top);
     if (e < 0)
-        return err_internal(err, "cannot hide the host's /usr/%s from the sandbox (%s/%s): %s",
-                            m[-1], upper_usr, m[-1], strerror(-e));
+        return err_internal(err,
+                            "cannot hide the host's /usr/%s from the sandbox (%s/upper/usr): %s",
+                            m[-1], tree, strerror(-e));
     return 0;
 }
 
 void sbx_image_remove_tree(const char *path)
 {
-    struct stat st;
-    if (lstat(path, &st) < 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *de;
-            while ((de = readdir(d))) {
-                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-                char p[PATH_MAX];
-                if (pf(p, sizeof p, "%s/%s", path, de->d_name) == 0) sbx_image_remove_tree(p);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
+    const char *slash = strrchr(path, '/');
+    char parent[PATH_MAX];
+    if (!slash || !slash[1] || pf(parent, sizeof parent, "%.*s", (int)(slash - path), path) < 0)
+        return;
+    int pfd = open(parent[0] ? parent : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) return;
+    sbx_safe_remove_tree(pfd, slash + 1);
+    close(pfd);
 }
 
 int sbx_image_ensure_default(const char *images_dir, struct err *err)
@@ -332,7 +319,16 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
         return err_internal(err, "cannot create %s: %s", images_dir, strerror(errno));
     pf(tmp, sizeof tmp, "%s/.tmp-%s-%d", images_dir, SBX_IMAGE_DEFAULT, (int)getpid());
     sbx_image_remove_tree(tmp);
-    if (build(tmp, false, err) < 0) {
+    int root = mkdir(tmp, 0755) < 0 || chmod(tmp, 0755) < 0
+                   ? -errno
+                   : open(tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0) {
+        sbx_image_remove_tree(tmp);
+        return err_internal(err, "image: cannot create %s: %s", tmp, strerror(errno));
+    }
+    int rc = build(root, tmp, false, err);
+    close(root);
+    if (rc < 0) {
         sbx_image_remove_tree(tmp);
         return -1;
     }
@@ -347,12 +343,9 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
 
 int sbx_image_fill(const char *dir, struct err *err)
 {
-    struct stat st;
-    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-        return err_internal(err, "image: %s is not a directory", dir);
-    char etc[PATH_MAX];
-    pf(etc, sizeof etc, "%s/etc", dir);
-    if (lstat(etc, &st) == 0 && !S_ISDIR(st.st_mode))
-        return err_set(err, 400, "invalid_image", "path", "the image's /etc is not a directory");
-    return build(dir, true, err);
+    int root = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0) return err_internal(err, "image: %s is not a directory", dir);
+    int rc = build(root, dir, true, err);
+    close(root);
+    return rc;
 }

@@ -30,9 +30,11 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err);
 
 /* Fill what an imported image layer at dir lacks from the default skeleton (mount
  * points, merged-/usr links, allowlisted host /etc entries, generated /etc files),
- * never replacing an entry it has. 0 or -1 with err. */
+ * never replacing an entry it has, and never writing below a symlink or a file of
+ * the image (everything is made beneath dir's descriptor: safefs.h). 0 or -1 with
+ * err. */
 int sbx_image_fill(const char *dir, struct err *err);
-/* rm -rf without following symlinks (best effort). */
+/* rm -rf without following symlinks or entering mounts (best effort). */
 void sbx_image_remove_tree(const char *path);
 
 /* The host /etc entries copied into the image (NULL-terminated; for docs and tests). */
@@ -42,10 +44,11 @@ extern const char *const sbx_image_etc_allow[];
  * (NULL-terminated): "local/etc" (host configuration such as npm's credentials). */
 extern const char *const sbx_image_usr_masked[];
 /* Before a session mounts its overlays: make each sbx_image_usr_masked path an opaque
- * directory in the sandbox's upper /usr (upper_usr: <upper tree>/upper/usr; owner: the
- * on-disk uid of root inside), so the host's copy is hidden while the sandbox can still
- * keep files of its own there. A path the sandbox already replaced or removed is left
- * as it is; symlinks are never followed. 0 or -1 with err. */
-int sbx_image_mask_usr(const char *upper_usr, uid_t owner, struct err *err);
+ * directory in the sandbox's upper /usr (tree: the upper tree, holding upper/usr;
+ * owner: the on-disk uid of root inside), so the host's copy is hidden while the
+ * sandbox can still keep files of its own there. A path the sandbox already replaced
+ * or removed is left as it is; symlinks are never followed (safefs.h). 0 or -1 with
+ * err. */
+int sbx_image_mask_usr(const char *tree, uid_t owner, struct err *err);
 
 #endif

@@ -45,6 +45,7 @@
 #include "net/http.h"
 #include "proxy/worker.h"
 #include "sandbox/image.h"
+#include "sandbox/safefs.h"
 #include "sandbox/sandboxd_int.h"
 #include "sandbox/store.h"
 #include "sandbox/validate.h"
@@ -452,7 +453,7 @@ static void import_work(void *arg)
         err_set(err, 400, "invalid_image", "path", "tar could not extract %s (exit %d)", path, rc);
         return;
     }
-    chmod(j->tmp, 0755);
+    sbx_safe_set_owner_at(j->tmp, 0755, (uid_t)-1, (gid_t)-1); /* whatever "." the tar held */
     if (sbx_image_fill(j->tmp, err) < 0) return;
     j->rc = 0;
 }

@@ -9,10 +9,12 @@
  * open_tree(OPEN_TREE_CLONE) + mount_setattr(MOUNT_ATTR_IDMAP) + move_mount.
  * Drive mount points (SBX_OP_BIND_IN) are paths chosen by the API's caller inside
  * a root the sandbox wrote: they are walked one component at a time from the new
- * root with O_NOFOLLOW (missing directories are made and given to the sandbox's
- * root), and the tree is moved onto the final directory's descriptor.
+ * root, never through a symlink (sbx_safe_mkdir: missing directories are made and
+ * given to the sandbox's root), and the tree is moved onto the final directory's
+ * descriptor. Directories made here get their mode on their descriptor.
  */
 #include "sandbox/plan.h"
+#include "sandbox/safefs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +40,8 @@ static int real_dir(const char *path)
 
 static int do_mkdir(const struct sbx_op *o)
 {
-    if (mkdir(o->target, o->mode & 07777) == 0) {
-        chmod(o->target, o->mode & 07777); /* not masked by the umask */
+    if (mkdir(o->target, o->mode & 07777) == 0) { /* the mode, not masked by the umask */
+        sbx_safe_set_owner_at(o->target, o->mode & 07777, (uid_t)-1, (gid_t)-1);
         return 0;
     }
     if (errno != EEXIST) return -errno;
@@ -84,20 +86,9 @@ static int do_bind_in(const struct sbx_op *o, int userns_fd)
             e = -EINVAL;
             break;
         }
-        int next = openat(dfd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (next < 0 && errno == ENOENT) {
-            if (mkdirat(dfd, c, 0755) < 0 && errno != EEXIST) {
-                e = -errno;
-                break;
-            }
-            if (fchownat(dfd, c, o->owner, o->owner, AT_SYMLINK_NOFOLLOW) < 0) {
-                e = -errno;
-                break;
-            }
-            next = openat(dfd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        }
+        int next = sbx_safe_mkdir(dfd, c, 0755, o->owner, o->owner, NULL);
         if (next < 0) {
-            e = errno == ENOTDIR || errno == ELOOP ? -ENOTDIR : -errno;
+            e = next == -ELOOP ? -ENOTDIR : next;
             break;
         }
         close(dfd);

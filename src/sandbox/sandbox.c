@@ -36,6 +36,7 @@
 #include "sandbox/image.h"
 #include "sandbox/net.h"
 #include "sandbox/plan.h"
+#include "sandbox/safefs.h"
 #include "sandbox/validate.h"
 
 #define MAX_CLEANERS 64
@@ -170,24 +171,6 @@ static int next_slot(struct sbxd *d, uint32_t *out)
 
 /* ------------------------------------------------------------------ files on disk */
 
-static int mkdir_owned(const char *p, mode_t mode, uid_t uid)
-{
-    if (mkdir(p, mode) < 0 && errno != EEXIST) return -errno;
-    if (chown(p, uid, uid) < 0 || chmod(p, mode) < 0) return -errno;
-    return 0;
-}
-
-static int write_owned(const char *p, const char *text, uid_t uid)
-{
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return -errno;
-    size_t n = strlen(text);
-    int e = write(fd, text, n) == (ssize_t)n ? 0 : -EIO;
-    if (!e && (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0)) e = -errno;
-    close(fd);
-    return e;
-}
-
 static bool hostname_ok(const char *n)
 {
     size_t len = strlen(n);
@@ -206,60 +189,72 @@ static const char *hostname_of(const struct sbx *s)
     return hostname_ok(s->name) ? s->name : "sandbox";
 }
 
-/* The sandbox's directory (mount points) and, in its upper tree (sbx_upper_make), its
- * own /etc/hostname and /etc/hosts. Files there belong to the tree's range. */
-static int make_dirs(struct sbx *s, struct err *err)
+/* The sandbox's own /etc/hostname and /etc/hosts, in its upper tree. The tree may be a
+ * fork's or a snapshot's, whose /etc, hosts and hostname the sandbox could have made
+ * anything (a symlink to a host path, for one): nothing there is followed. hosts and
+ * hostname replace whatever file or link stands there; an /etc that is not a real
+ * directory, or a directory in place of a file, is the sandbox's own layout and left
+ * as it is. Files made belong to the tree's range. */
+static int write_etc(struct sbx *s, struct err *err)
 {
     uid_t B = s->data_base ? s->data_base : s->uid_base;
-    char p[PATH_MAX];
-    static const char *const dirs[] = {"", "mnt", "mnt/root", "mnt/layers"};
-    static const mode_t modes[] = {0700, 0700, 0755, 0700};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", s->dir, dirs[i]);
-        int e = mkdir_owned(p, modes[i], 0);
-        if (e < 0) return err_internal(err, "cannot create %s: %s", p, strerror(-e));
+    int tree = open(s->fs_dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int upper = tree < 0 ? -errno : sbx_safe_open(tree, "upper", O_PATH | O_DIRECTORY);
+    if (tree >= 0) close(tree);
+    if (upper < 0)
+        return err_internal(err, "cannot open %s/upper: %s", s->fs_dir, strerror(-upper));
+    int etc = sbx_safe_mkdir(upper, "etc", 0755, B, B, NULL);
+    close(upper);
+    if (etc == -ELOOP || etc == -ENOTDIR || etc == -EEXIST) {
+        log_warn("the sandbox's /etc is not a directory; hosts and hostname left as they are",
+                 "sandbox=%s", s->id);
+        return 0;
     }
-    snprintf(p, sizeof p, "%s/upper/etc", s->fs_dir);
-    int e = mkdir_owned(p, 0755, B);
-    if (e < 0) return err_internal(err, "cannot create %s: %s", p, strerror(-e));
-    char hosts[256];
+    if (etc < 0)
+        return err_internal(err, "cannot create %s/upper/etc: %s", s->fs_dir, strerror(-etc));
+    char hosts[256], hn[80];
     snprintf(hosts, sizeof hosts,
              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
              hostname_of(s));
-    char hn[80];
     snprintf(hn, sizeof hn, "%s\n", hostname_of(s));
-    snprintf(p, sizeof p, "%s/upper/etc/hosts", s->fs_dir);
-    e = write_owned(p, hosts, B);
-    if (!e) {
-        snprintf(p, sizeof p, "%s/upper/etc/hostname", s->fs_dir);
-        e = write_owned(p, hn, B);
+    const char *const names[] = {"hosts", "hostname"}, *const texts[] = {hosts, hn};
+    int e = 0;
+    for (size_t i = 0; i < 2 && !e; i++) {
+        e = sbx_safe_replace(etc, names[i], texts[i], strlen(texts[i]), 0644, B, B, false);
+        if (e == -EISDIR) {
+            log_warn("the sandbox's /etc file is a directory; left as it is", "sandbox=%s file=%s",
+                     s->id, names[i]);
+            e = 0;
+        } else if (e < 0) {
+            err_internal(err, "cannot write %s/upper/etc/%s: %s", s->fs_dir, names[i],
+                         strerror(-e));
+        }
     }
-    if (e < 0) return err_internal(err, "cannot write %s: %s", p, strerror(-e));
-    return 0;
+    close(etc);
+    return e ? -1 : 0;
 }
 
-/* Remove a tree without following symlinks (used by cleaner processes). */
-static void rm_tree(int dfd, const char *name, int depth)
+/* The sandbox's directory and its mount points (in the daemon's state folder), then its
+ * /etc files. */
+static int make_dirs(struct sbx *s, struct err *err)
 {
-    if (depth > 512) return;
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        DIR *d = fdopendir(fd);
-        if (d) {
-            struct dirent *de;
-            while ((de = readdir(d))) {
-                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-                if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) rm_tree(dirfd(d), de->d_name, depth + 1);
-                else unlinkat(dirfd(d), de->d_name, 0);
-            }
-            closedir(d);
-        } else {
-            close(fd);
+    static const char *const dirs[] = {"", "/mnt", "/mnt/root", "/mnt/layers"};
+    static const mode_t modes[] = {0700, 0700, 0755, 0700};
+    int top = open(s->d->sandboxes_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (top < 0)
+        return err_internal(err, "cannot open %s: %s", s->d->sandboxes_dir, strerror(errno));
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "%s%s", s->id, dirs[i]);
+        int fd = sbx_safe_mkdir(top, rel, modes[i], 0, 0, NULL);
+        if (fd < 0) {
+            close(top);
+            return err_internal(err, "cannot create %s%s: %s", s->dir, dirs[i], strerror(-fd));
         }
-        if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno == ENOTDIR) unlinkat(dfd, name, 0);
-    } else if (errno == ENOTDIR || errno == ELOOP) {
-        unlinkat(dfd, name, 0);
+        close(fd);
     }
+    close(top);
+    return write_etc(s, err);
 }
 
 static void reap_cleaners(void)
@@ -278,7 +273,7 @@ static void clean_later(struct sbxd *d, const char *name)
     pid_t pid = slot >= 0 ? fork() : -1;
     if (pid == 0) {
         int dfd = open(d->trash_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) rm_tree(dfd, name, 0);
+        if (dfd >= 0) sbx_safe_remove_tree(dfd, name);
         _exit(0);
     }
     if (pid > 0) {
@@ -288,7 +283,7 @@ static void clean_later(struct sbxd *d, const char *name)
     /* no process available: do it here */
     int dfd = open(d->trash_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        rm_tree(dfd, name, 0);
+        sbx_safe_remove_tree(dfd, name);
         close(dfd);
     }
 }
@@ -375,10 +370,9 @@ static int session_start(struct sbx *s, struct err *err)
     struct sbxd *d = s->d;
     /* host configuration under /usr (/usr/local/etc) stays hidden, whatever the
      * sandbox's layer holds from before */
-    char *upper_usr = s->fs_dir ? xasprintf("%s/upper/usr", s->fs_dir)
-                                : xasprintf("%s/fs/upper/usr", s->dir);
-    int me = sbx_image_mask_usr(upper_usr, s->data_base ? s->data_base : s->uid_base, err);
-    free(upper_usr);
+    char *tree = s->fs_dir ? xstrdup(s->fs_dir) : xasprintf("%s/fs", s->dir);
+    int me = sbx_image_mask_usr(tree, s->data_base ? s->data_base : s->uid_base, err);
+    free(tree);
     if (me < 0) return -1;
     struct sbx_cg_limits l = limits_of(s);
     struct sbx_cgroup *cg = sbx_cg_create(d->cg, s->id, &l, err);

@@ -22,6 +22,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "base/log.h"
 #include "base/uuid.h"
 #include "base/xalloc.h"
+#include "sandbox/safefs.h"
 #include "sandbox/validate.h"
 
 #define SNAP_EXPIRATION_MAX_MS (10LL * 366 * 24 * 3600 * 1000)
@@ -280,11 +282,26 @@ static int clone_live(struct sbx *s, const char *dst, bool readonly, int64_t *fr
     return 0;
 }
 
-static int mkdir_owned(const char *p, mode_t mode, uid_t uid)
+/* The directories of a new, empty tree at path. 0 or -errno. */
+static int tree_make(const char *path, uid_t owner)
 {
-    if (mkdir(p, mode) < 0 && errno != EEXIST) return -errno;
-    if (chown(p, uid, uid) < 0 || chmod(p, mode) < 0) return -errno;
-    return 0;
+    static const struct {
+        const char *rel;
+        mode_t mode;
+        int owned;
+    } dirs[] = {{"upper", 0755, 1}, {"upper/usr", 0755, 1}, {"upper/etc", 0755, 1},
+                {"work", 0700, 0},  {"work-usr", 0700, 0}};
+    int tree = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tree < 0) return -errno;
+    int e = 0;
+    for (size_t i = 0; !e && i < sizeof dirs / sizeof dirs[0]; i++) {
+        uid_t u = dirs[i].owned ? owner : 0;
+        int fd = sbx_safe_mkdir(tree, dirs[i].rel, dirs[i].mode, u, u, NULL);
+        if (fd < 0) e = fd;
+        else close(fd);
+    }
+    close(tree);
+    return e;
 }
 
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err)
@@ -331,18 +348,7 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
                               "sandbox_id", n->sandbox_id);
     } else {
         int e = sbx_storage_create(d->storage, path);
-        uid_t B = s->uid_base;
-        static const struct {
-            const char *rel;
-            mode_t mode;
-            int owned;
-        } dirs[] = {{"upper", 0755, 1}, {"upper/usr", 0755, 1}, {"upper/etc", 0755, 1},
-                    {"work", 0700, 0},  {"work-usr", 0700, 0}};
-        for (size_t i = 0; !e && i < sizeof dirs / sizeof dirs[0]; i++) {
-            char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/%s", path, dirs[i].rel);
-            e = mkdir_owned(p, dirs[i].mode, dirs[i].owned ? B : 0);
-        }
+        if (!e) e = tree_make(path, s->uid_base);
         if (e < 0) {
             sbx_storage_remove(d->storage, path);
             err_internal(err, "cannot create the files of sandbox %s: %s", s->name, strerror(-e));

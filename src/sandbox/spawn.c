@@ -189,12 +189,17 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
     }
     const struct sbx_op *failed = NULL;
     e = sbx_plan_exec(plan, nsfds, &failed);
-    if (e < 0) {
+    if (e < 0 && failed->kind == SBX_OP_BIND_IN && e == -ENOTDIR)
+        report(ctl, -e,
+               "the drive mount point /%s passes through a symlink or a file in the sandbox's "
+               "files, which a mount never follows; make it a directory, or mount the drive "
+               "elsewhere",
+               failed->data);
+    else if (e < 0)
         report(ctl, -e, "%s %s%s%s: %s", sbx_op_name(failed->kind),
                failed->target ? failed->target : "", failed->kind == SBX_OP_BIND_IN ? "/" : "",
                failed->kind == SBX_OP_BIND_IN ? failed->data : "", strerror(-e));
-        _exit(1);
-    }
+    if (e < 0) _exit(1);
     for (int i = 1; i < SBX_NS_COUNT; i++)
         if (nsfds[i] >= 0) close(nsfds[i]);
     if (sethostname(q->hostname, strlen(q->hostname)) < 0) {

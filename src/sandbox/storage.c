@@ -32,6 +32,7 @@
 
 #include "base/log.h"
 #include "base/xalloc.h"
+#include "sandbox/safefs.h"
 
 #ifndef BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA
 #define BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA 4
@@ -100,45 +101,19 @@ static int open_parent(const char *path, char *name, size_t nlen)
     return fd < 0 ? -errno : fd;
 }
 
-/* Remove a tree without following symlinks or crossing mounts. */
-static void rm_tree_at(int dfd, const char *name, int depth)
-{
-    if (depth > COPY_DEPTH_MAX) return;
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        unlinkat(dfd, name, 0);
-        return;
-    }
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
-            rm_tree_at(dirfd(d), de->d_name, depth + 1);
-        else
-            unlinkat(dirfd(d), de->d_name, 0);
-    }
-    closedir(d);
-    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno == ENOTDIR) unlinkat(dfd, name, 0);
-}
-
 /* Remove <root>/.trash/<name> in a child process (reaped by the daemon's reaper). */
 static void trash_later(const char *trash, const char *name)
 {
     pid_t pid = fork();
     if (pid == 0) {
         int dfd = open(trash, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) rm_tree_at(dfd, name, 0);
+        if (dfd >= 0) sbx_safe_remove_tree(dfd, name);
         _exit(0);
     }
     if (pid < 0) { /* no process: do it here */
         int dfd = open(trash, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
-            rm_tree_at(dfd, name, 0);
+            sbx_safe_remove_tree(dfd, name);
             close(dfd);
         }
     }
@@ -389,7 +364,7 @@ int sbx_storage_clone(struct sbx_storage *st, const char *src, const char *dst, 
         char name[NAME_MAX + 1];
         int pfd = open_parent(dst, name, sizeof name);
         if (pfd >= 0) {
-            rm_tree_at(pfd, name, 0);
+            sbx_safe_remove_tree(pfd, name);
             close(pfd);
         }
         return e;
@@ -420,7 +395,7 @@ int sbx_storage_remove(struct sbx_storage *st, const char *path)
         if (tfd >= 0 && renameat(pfd, name, tfd, tname) == 0) {
             trash_later(trash, tname);
         } else {
-            rm_tree_at(pfd, name, 0);
+            sbx_safe_remove_tree(pfd, name);
         }
         if (tfd >= 0) close(tfd);
     }

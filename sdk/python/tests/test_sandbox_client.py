@@ -784,6 +784,46 @@ def test_user_mkdir_and_uploads_ownership(sbx_url: str) -> None:
     run(main())
 
 
+def test_user_uploads_never_follow_a_link_the_user_planted(sbx_url: str) -> None:
+    """Issue 13 #16: alice plants ``s2 -> /home/bob/notes``; an upload through her handle
+    is refused (it used to overwrite bob's 0600 file, and the chmod after an upload with a
+    mode then made it 0644 as root). Links root made are still followed."""
+    from rebuno import sandbox
+    from rebuno.sandbox import SandboxPermissionError
+
+    async def main() -> None:
+        async with sandbox.create_sandbox() as box:
+            alice = await box.create_user("alice")
+            bob = await box.create_user("bob")
+            await bob.fs.write_text("notes", "bob's notes\n", mode=0o600)
+            await alice.run_command("ln", ["-s", "/home/bob/notes", "s2"], check=True)
+            await alice.run_command("ln", ["-s", "/home/bob", "bobdir"], check=True)
+            for call in (alice.fs.write_text("s2", "alice was here", mode=0o644),
+                         alice.fs.write_bytes("bobdir/planted", b"x"),
+                         alice.fs.mkdir("bobdir/sub")):
+                with pytest.raises(SandboxPermissionError) as e:
+                    await call
+                assert (e.value.status_code, e.value.code) == (403, "symlink_refused")
+            assert "/home/alice/s2" in str(e.value) or "/home/alice/bobdir" in str(e.value)
+            notes = await box.fs.stat("/home/bob/notes")
+            assert (notes.uid, notes.mode) == (bob.info.uid, 0o600)
+            assert await box.fs.read_text("/home/bob/notes") == "bob's notes\n"
+            assert [x.name for x in await box.fs.listdir("/home/bob") if not x.name.startswith(".")] == ["notes"]
+
+            # a link root made works for alice; an existing file gets the upload's mode
+            await box.run_command("bash", ["-c", "mkdir -p /srv/team && ln -s /srv/team /home/alice/team"],
+                                  check=True)
+            await alice.fs.write_text("team/plan.txt", "plan", mode=0o640)
+            await alice.fs.write_text("team/plan.txt", "plan v2", mode=0o600)
+            st = await box.fs.stat("/srv/team/plan.txt")
+            assert (st.uid, st.mode) == (alice.info.uid, 0o600)
+            async with alice.fs.open("team/plan.txt", "wb", permissions=0o644) as fh:
+                await fh.write(b"plan v3")
+            assert (await box.fs.stat("/srv/team/plan.txt")).mode == 0o644
+
+    run(main())
+
+
 def test_user_handles_resume_lazily_and_session_users_never_do(sbx_url: str) -> None:
     from rebuno import sandbox
     from rebuno.sandbox import SandboxSessionEndedError, SandboxStatus

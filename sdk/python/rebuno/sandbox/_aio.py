@@ -840,17 +840,14 @@ class _Executor:
         body = self._command_body(cmd, args, cwd=cwd, env=env, sudo=sudo, kill_after=None)
         return InteractiveSession(self._scope, pty_body(body, cols=cols, rows=rows, term=term), before=self._before)
 
-    async def _exec(self, argv: Sequence[str], *, as_root: bool = False, binary: bool = False) -> dict[str, Any]:
-        """Run an internal helper command (as this account, or root) to completion and
-        return its result. It runs in ``/`` (a helper never depends on the account's home)
-        with ``LC_ALL=C`` (stable error messages); ``binary`` asks for base64 output, which
-        is decoded here: ``stdout``/``stderr`` are then bytes. The call may have resumed the
+    async def _exec(self, argv: Sequence[str], *, binary: bool = False) -> dict[str, Any]:
+        """Run an internal helper command (as this account) to completion and return its
+        result. It runs in ``/`` (a helper never depends on the account's home) with
+        ``LC_ALL=C`` (stable error messages); ``binary`` asks for base64 output, which is
+        decoded here: ``stdout``/``stderr`` are then bytes. The call may have resumed the
         sandbox: the scope adopts the command's session."""
-        body = self._command_body(argv[0], list(argv[1:]), cwd="/", env={"LC_ALL": "C"}, sudo=as_root,
+        body = self._command_body(argv[0], list(argv[1:]), cwd="/", env={"LC_ALL": "C"}, sudo=False,
                                   kill_after=60)
-        if as_root:
-            body.pop("user", None)
-            body.pop("sudo", None)
         body["wait"] = True
         if binary:
             body["output_encoding"] = "base64"
@@ -1053,8 +1050,10 @@ class SandboxFilesystem:
     async def write_bytes(self, path: RemotePath, data: bytes | bytearray | memoryview, *,
                           cwd: RemotePath | None = None, mode: int | None = None) -> None:
         """Replace the file's content with ``data``. A missing file is created (with ``mode``
-        permission bits when given; an existing file gets ``mode`` too), and so are missing
-        parent directories. Sent in 8 MiB chunks."""
+        permission bits when given; an existing file gets ``mode`` too, set by sandboxd on
+        the file it writes), and so are missing parent directories. Sent in 8 MiB chunks.
+        Through a user handle, a path through a symlink another account than root made is
+        refused (:class:`SandboxPermissionError`, ``symlink_refused``)."""
         p = _join(path, cwd)
         mv = memoryview(bytes(data))
         _check_mode(mode)
@@ -1066,8 +1065,6 @@ class SandboxFilesystem:
             if off >= len(mv):
                 break
         await self._done()
-        if mode is not None:
-            await self._ensure_mode(p, mode)
 
     async def write_text(self, path: RemotePath, text: str, *, cwd: RemotePath | None = None,
                          encoding: str = "utf-8", errors: str = "strict", mode: int | None = None) -> None:
@@ -1091,17 +1088,6 @@ class SandboxFilesystem:
             await self.mkdir(parent, recursive=True)
             await self._scope.api.request("PUT", self._scope.base + "/files/content", query=q, body=piece,
                                           timeout=timeout)
-
-    async def _ensure_mode(self, p: str, mode: int) -> None:
-        # part of the upload, so on the files API like the upload itself (not as the account)
-        d = await self._scope.api.json("GET", self._scope.base + "/files/stat", query=self._q(p))
-        entry = DirectoryEntry.from_api(d)
-        if entry.mode & 0o7777 != mode:
-            # an existing file keeps its mode on upload; the files API has no chmod
-            r = await self._owner._exec(["chmod", f"{mode:o}", "--", entry.path], as_root=True)
-            if r.get("exit_code") != 0:
-                raise SandboxFilesystemError(f"chmod {entry.path}: {r.get('stderr', '').strip()}",
-                                             status_code=500, code="chmod_failed")
 
     async def mkdir(self, path: RemotePath, *, cwd: RemotePath | None = None, recursive: bool = True,
                     mode: int | None = None) -> None:
@@ -1502,8 +1488,6 @@ class SandboxBinaryWriter:
             await self._flush_chunk(bytes(self._buf))
             self._buf.clear()
         await self._fs._done()
-        if self._mode is not None:
-            await self._fs._ensure_mode(self.path, self._mode)
         if self._size is not None and self._size != self._offset:
             raise SandboxFilesystemError(f"{self.path}: {self._offset} bytes written, {self._size} announced",
                                          status_code=400, code="size_mismatch")

@@ -109,8 +109,9 @@ class SandboxPathNotFoundError(SandboxFilesystemError, FileNotFoundError):
 
 
 class SandboxPermissionError(SandboxFilesystemError, PermissionError):
-    """403 ``permission_denied`` / ``forbidden_path`` / ``read_only``: the path may not be
-    used (by this user). Also a :class:`PermissionError`."""
+    """403 ``permission_denied`` / ``forbidden_path`` / ``read_only`` / ``symlink_refused``
+    (an upload or mkdir for a user through a link another account than root made): the
+    path may not be used (by this user). Also a :class:`PermissionError`."""
 
 
 class SandboxFileExistsError(SandboxFilesystemError, FileExistsError):
@@ -215,6 +216,7 @@ _BY_CODE: dict[str, type[SandboxApiError]] = {
     "permission_denied": SandboxPermissionError,
     "forbidden_path": SandboxPermissionError,
     "read_only": SandboxPermissionError,
+    "symlink_refused": SandboxPermissionError,
     "already_exists": SandboxFileExistsError,
     "is_a_directory": SandboxIsADirectoryError,
     "not_a_file": SandboxFilesystemError,
