@@ -17,8 +17,8 @@
  *                     rewrite each request (http_rw.h): Host must be the SNI, the
  *                     policy's headers are set or replaced; responses stream back.
  *    80: parse the request head; Host decides as above (deny -> reset); every request
- *        on the connection must keep that Host; headers are set when the policy has
- *        rules for it.
+ *        on the connection must keep that Host; a host with header rules gets them only
+ *        when its rule says "plain_http": true, and is refused (403) otherwise.
  *   DNS: only allowed names resolve, to the proxy's address (dns.h).
  *
  * The upstream is always found from the name (SNI / Host), never from the address
