@@ -1245,6 +1245,36 @@ static bool original_port(evutil_socket_t fd, const struct sockaddr *peer, uint1
     return true;
 }
 
+/*
+ * The global table is full. A sandbox below its fair share (the table divided by the
+ * sandboxes holding connections, itself included) gets a slot by resetting the
+ * connection that has been quiet longest in the sandbox holding the most; one at or
+ * above its share is refused. So no set of sandboxes can starve the others, and a
+ * sandbox loses connections only while it holds more than its share. Runs only when
+ * full: O(sandboxes + that sandbox's connections).
+ */
+static bool make_room(struct proxy *px, struct proxy_sandbox *sbx)
+{
+    int holders = px->nholders + (sbx->nconns == 0);
+    int fair = px->cfg.max_conns / holders;
+    if (fair < 1) fair = 1;
+    if (sbx->nconns >= fair) return false;
+    struct proxy_sandbox *big = NULL;
+    for (struct proxy_sandbox *s = px->sandboxes; s; s = s->next)
+        if (s != sbx && (!big || s->nconns > big->nconns)) big = s;
+    if (!big || big->nconns <= fair) return false;
+    struct proxy_conn *victim = big->conns;
+    for (struct proxy_conn *c = victim; c; c = c->next)
+        if (c->last_ms <= victim->last_ms) victim = c; /* newest first: ties go to the oldest */
+    log_info("egress connection evicted",
+             "sandbox=%s conn=%llu host=%s conns=%d fair_share=%d for_sandbox=%s", big->id,
+             (unsigned long long)victim->id, victim->host[0] ? victim->host : "-", big->nconns,
+             fair, sbx->id);
+    big->st.evicted++;
+    conn_close(victim, true, "evicted: its sandbox holds more than a fair share");
+    return true;
+}
+
 void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struct sockaddr *peer,
                        int peerlen)
 {
@@ -1256,7 +1286,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
         return;
     }
     sbx->st.accepted++;
-    if (px->nconns >= px->cfg.max_conns || sbx->nconns >= px->cfg.max_conns_per_sandbox) {
+    if (sbx->nconns >= px->cfg.max_conns_per_sandbox) {
         sbx->st.limit_rejected++;
         proxy_rst_fd(fd);
         return;
@@ -1265,6 +1295,11 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     if (l->role == PROXY_ROLE_TRANSPARENT &&
         (!original_port(fd, peer, &port) || (port != 80 && port != 443))) {
         sbx->st.refused++;
+        proxy_rst_fd(fd);
+        return;
+    }
+    if (px->nconns >= px->cfg.max_conns && !make_room(px, sbx)) {
+        sbx->st.limit_rejected++;
         proxy_rst_fd(fd);
         return;
     }
@@ -1284,7 +1319,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     c->next = sbx->conns;
     if (c->next) c->next->prev = c;
     sbx->conns = c;
-    sbx->nconns++;
+    if (sbx->nconns++ == 0) px->nholders++;
     px->nconns++;
     sbx->st.active++;
     if (c->mode == M_HTTP) c->http = proxy_http_new(http_decide, c);
@@ -1314,7 +1349,7 @@ static void conn_free(struct proxy_conn *c)
     else
         s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    s->nconns--;
+    if (--s->nconns == 0) s->px->nholders--;
     s->px->nconns--;
     s->st.active--;
     if (c->leaf) {

@@ -52,7 +52,10 @@ struct proxy;
 struct proxy_sandbox;
 
 struct proxy_config {
-    int max_conns;                /* all sandboxes; default 4096 */
+    int max_conns;                /* all sandboxes; default 4096. When full, a sandbox below
+                                     its fair share (max_conns / sandboxes holding
+                                     connections) takes the slot of the quietest
+                                     connection of the sandbox holding the most */
     int max_conns_per_sandbox;    /* default 1024 */
     int handshake_timeout_ms;     /* accept -> relaying (sniff, lookup, connect, TLS); 10000 */
     int idle_timeout_ms;          /* no byte either way; default 300000 */
@@ -88,6 +91,7 @@ struct proxy_stats {
     uint64_t policy_closed;     /* closed by a live policy change */
     uint64_t timeouts;          /* handshake or idle timeouts */
     uint64_t limit_rejected;    /* reset: connection limits, unknown source */
+    uint64_t evicted;           /* reset: quietest connection, to give another sandbox its share */
     uint64_t leaves_minted;
     uint64_t bytes_up, bytes_down; /* application bytes relayed (plaintext when intercepted) */
     uint64_t dns_queries, dns_answered, dns_nxdomain;

@@ -156,7 +156,8 @@ def upstreams():
 # ---------------------------------------------------------------- the proxy process
 
 class Proxy:
-    def __init__(self, workdir, policy, pki, overrides=(), args=(), policy_file=True):
+    def __init__(self, workdir, policy, pki, overrides=(), args=(), policy_file=True,
+                 ca_out=True):
         self.dir = workdir
         self.ca = os.path.join(workdir, "sandbox-ca.pem")
         self.policy_path = os.path.join(workdir, "policy.json")
@@ -169,7 +170,7 @@ class Proxy:
         cmd = [BIN, "egress-proxy", "--policy", policy_arg,
                "--listen-tls", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
                "--dns", "127.0.0.1:0", "--dns-answer", "10.200.0.1",
-               "--control", "127.0.0.1:0", "--ca-cert-out", self.ca,
+               "--control", "127.0.0.1:0", *(["--ca-cert-out", self.ca] if ca_out else []),
                "--upstream-ca", pki["ca.pem"], "--no-system-trust", "--log-level", "debug",
                *args]
         for o in overrides:
@@ -864,6 +865,61 @@ def test_upgrade_relays_raw_only_after_the_upstreams_101(start_proxy, upstreams,
         assert paths == [("/declined", host.decode()), ("/declined", host.decode()),
                          ("/next", host.decode()), ("/ws", host.decode())], paths
     assert [v for k, v in up.requests[2]["headers"] if k == "Authorization"] == [CREDENTIAL]
+
+
+def test_fair_share_of_connection_slots(start_proxy, upstreams, pki):
+    """Issue 13 #9: four sandboxes at the per-sandbox cap filled the global table and
+    every other sandbox's egress failed. Five sandboxes (source addresses 127.0.0.2-6),
+    4 slots each, 16 in all: the same shape at a small scale."""
+    up = upstreams()
+    hogs = [f"127.0.0.{i}" for i in range(2, 6)]
+    late = "127.0.0.6"
+    srcs = [a for ip in hogs + [late] for a in ("--source", ip)]
+    px = start_proxy({"*": []}, overrides=[f"api.example:80=127.0.0.1:{up.port}"], ca_out=False,
+                     args=["--max-conns", "16", "--max-conns-per-sandbox", "4", *srcs])
+
+    def conn(src):
+        c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5, source_address=(src, 0))
+        assert keepalive_ok(c, "api.example")
+        return c
+
+    def alive(c):
+        try:
+            return keepalive_ok(c, "api.example")
+        except (ConnectionError, http.client.HTTPException, OSError):
+            return False
+
+    held = {ip: [conn(ip) for _ in range(4)] for ip in hogs}
+    for ip in hogs:  # the first connection of each sandbox is its quietest
+        for c in held[ip][1:]:
+            assert keepalive_ok(c, "api.example")
+    time.sleep(0.05)
+    # a hog at its cap is refused (its own limit), and so is one more for anybody at or
+    # above a fair share (16 / 4 = 4) once the table is full
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn(hogs[0])
+    # the fifth sandbox is below its share (16 / 5 = 3): each of its first 3 connections
+    # resets the quietest connection of a sandbox holding the most
+    mine = [conn(late) for _ in range(3)]
+    st = px.stats()
+    assert st["evicted"] == 3 and st["active"] == 16, st
+    lost = [(ip, i) for ip in hogs for i, c in enumerate(held[ip]) if not alive(c)]
+    assert len(lost) == 3 and len({ip for ip, _ in lost}) == 3, lost
+    assert all(i == 0 for _, i in lost), f"not the quietest ones: {lost}"
+    # at its share now: refused, and nobody else loses a connection for it
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn(late)
+    assert all(alive(c) for c in mine)
+    st = px.stats()
+    assert st["evicted"] == 3, st
+    per = st["sandboxes"]
+    assert per[late]["active"] == 3 and per[late]["evicted"] == 0
+    assert sorted(per[ip]["active"] for ip in hogs) == [3, 3, 3, 4]
+    assert sum(per[ip]["evicted"] for ip in hogs) == 3
+    assert per[late]["limit_rejected"] == 1 and per[hogs[0]]["limit_rejected"] == 1
+    for cs in list(held.values()) + [mine]:
+        for c in cs:
+            c.close()
 
 
 # ---------------------------------------------------------------- DNS
