@@ -52,6 +52,7 @@ struct ep {
     struct proxy_sandbox *sbxs[MAX_SOURCES];
     const char *ids[MAX_SOURCES];
     int nsbx;
+    bool by_source; /* --source given */
     struct http_server *http;
     struct event *sigint, *sigterm, *sighup;
     const char *policy_file; /* NULL when the policy was given inline */
@@ -130,7 +131,7 @@ static void h_stats(struct http_req *r, void *arg)
     struct proxy_stats s;
     proxy_stats(e->px, &s);
     json_t *out = stats_json(&s, proxy_sandbox_generation(e->sbx));
-    if (e->nsbx > 1) { /* --source: each context too, by its address */
+    if (e->by_source) { /* each context too, by its address */
         json_t *each = json_object();
         for (int i = 0; i < e->nsbx; i++) {
             proxy_sandbox_stats(e->sbxs[i], &s);
@@ -407,6 +408,7 @@ int cmd_egress_proxy(int argc, char **argv)
         if (nsrc && add_source(s, id, &err) < 0) goto fail;
     }
     e.sbx = e.sbxs[0];
+    e.by_source = nsrc > 0;
     if (ca_out && proxy_sandbox_write_ca(e.sbx, ca_out, &err) < 0) goto fail;
     int ports[4] = {0, 0, 0, 0};
     const char *addrs[4] = {listen_tls, listen_http, listen_tp, dns_addr};
