@@ -8,8 +8,13 @@
  *       [--dns ADDR --dns-answer IPV4 [--dns-answer6 IPV6]]
  *       [--upstream-override HOST=ADDR:PORT]... [--upstream-ca FILE] [--no-system-trust]
  *       [--ca-cert-out PATH] [--control ADDR] [--allow-private-upstreams] [--no-splice]
- *       [--max-conns N] [--handshake-timeout MS] [--idle-timeout MS] [--buffer KIB]
- *       [--sandbox-id ID] [--log-level L]
+ *       [--max-conns N] [--max-conns-per-sandbox N] [--handshake-timeout MS]
+ *       [--idle-timeout MS] [--buffer KIB] [--sandbox-id ID] [--source IP]... [--log-level L]
+ *
+ * One sandbox context by default, bound to the listeners. With --source, one context
+ * per source address instead, found by the peer's address on shared listeners, which
+ * is how sandboxd maps its sandboxes' veth addresses: tests use it to play several
+ * sandboxes from 127.0.0.x (the per-sandbox and global connection limits, fair shares).
  *
  * When every listener is bound it prints one JSON line on stdout with the ports
  * ({"tls":P,"http":P,"transparent":P,"dns":P,"control":P}; 0 = not listening), so
@@ -38,11 +43,16 @@
 #include <string.h>
 
 #define MAX_OVERRIDES 256
+#define MAX_SOURCES 64
 
 struct ep {
     struct event_base *base;
     struct proxy *px;
-    struct proxy_sandbox *sbx;
+    struct proxy_sandbox *sbx; /* the first context: generation, policy summary */
+    struct proxy_sandbox *sbxs[MAX_SOURCES];
+    const char *ids[MAX_SOURCES];
+    int nsbx;
+    bool by_source; /* --source given */
     struct http_server *http;
     struct event *sigint, *sigterm, *sighup;
     const char *policy_file; /* NULL when the policy was given inline */
@@ -68,11 +78,14 @@ static void usage(FILE *f)
           "  --no-splice                passthrough through buffers, not splice(2)\n"
           "  --ca-cert-out PATH         write the sandbox CA certificate (PEM, no key)\n"
           "  --control ADDR             loopback HTTP: PUT /v0/policy, GET /v0/stats\n"
-          "  --max-conns N              connection limit (default 1024)\n"
+          "  --max-conns N              connections in all (default 4096)\n"
+          "  --max-conns-per-sandbox N  per sandbox (default: --max-conns if given, else 1024)\n"
           "  --handshake-timeout MS     accept to relaying (default 10000)\n"
           "  --idle-timeout MS          no traffic either way (default 300000)\n"
           "  --buffer KIB               queued bytes per direction (default 256)\n"
           "  --sandbox-id ID            name in logs and in the CA subject\n"
+          "  --source IP                a sandbox whose connections come from IP (repeatable;\n"
+          "                             shared listeners, one context per address)\n"
           "  --log-level L              debug, info, warn, error (default info)\n"
           "\n"
           "ADDR is host:port with a numeric host; port 0 picks one. When ready, one JSON\n"
@@ -96,7 +109,7 @@ static json_t *stats_json(const struct proxy_stats *s, uint64_t generation)
 {
     return json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,"
-        "s:I,s:I}",
+        "s:I,s:I,s:I}",
         "accepted", (json_int_t)s->accepted, "active", (json_int_t)s->active, "denied",
         (json_int_t)s->denied, "refused", (json_int_t)s->refused, "passthrough",
         (json_int_t)s->passthrough, "intercepted", (json_int_t)s->intercepted, "plain_http",
@@ -105,10 +118,11 @@ static json_t *stats_json(const struct proxy_stats *s, uint64_t generation)
         (json_int_t)s->upstream_failed, "verify_failed", (json_int_t)s->verify_failed,
         "client_tls_failed", (json_int_t)s->client_tls_failed, "policy_closed",
         (json_int_t)s->policy_closed, "timeouts", (json_int_t)s->timeouts, "limit_rejected",
-        (json_int_t)s->limit_rejected, "leaves_minted", (json_int_t)s->leaves_minted, "bytes_up",
-        (json_int_t)s->bytes_up, "bytes_down", (json_int_t)s->bytes_down, "dns_queries",
-        (json_int_t)s->dns_queries, "dns_answered", (json_int_t)s->dns_answered, "dns_nxdomain",
-        (json_int_t)s->dns_nxdomain, "generation", (json_int_t)generation);
+        (json_int_t)s->limit_rejected, "evicted", (json_int_t)s->evicted, "leaves_minted",
+        (json_int_t)s->leaves_minted, "bytes_up", (json_int_t)s->bytes_up, "bytes_down",
+        (json_int_t)s->bytes_down, "dns_queries", (json_int_t)s->dns_queries, "dns_answered",
+        (json_int_t)s->dns_answered, "dns_nxdomain", (json_int_t)s->dns_nxdomain, "generation",
+        (json_int_t)generation);
 }
 
 static void h_stats(struct http_req *r, void *arg)
@@ -116,7 +130,17 @@ static void h_stats(struct http_req *r, void *arg)
     struct ep *e = arg;
     struct proxy_stats s;
     proxy_stats(e->px, &s);
-    http_reply_json(r, 200, stats_json(&s, proxy_sandbox_generation(e->sbx)));
+    json_t *out = stats_json(&s, proxy_sandbox_generation(e->sbx));
+    if (e->by_source) { /* each context too, by its address */
+        json_t *each = json_object();
+        for (int i = 0; i < e->nsbx; i++) {
+            proxy_sandbox_stats(e->sbxs[i], &s);
+            json_object_set_new(each, e->ids[i],
+                                stats_json(&s, proxy_sandbox_generation(e->sbxs[i])));
+        }
+        json_object_set_new(out, "sandboxes", each);
+    }
+    http_reply_json(r, 200, out);
 }
 
 static json_t *policy_summary(struct ep *e)
@@ -133,6 +157,12 @@ static void h_policy_get(struct http_req *r, void *arg)
     http_reply_json(r, 200, policy_summary(arg));
 }
 
+static void set_policy(struct ep *e, struct proxy_policy *p)
+{
+    for (int i = 0; i < e->nsbx; i++)
+        proxy_sandbox_set_policy(e->sbxs[i], p);
+}
+
 static void h_policy_put(struct http_req *r, void *arg)
 {
     struct ep *e = arg;
@@ -144,7 +174,7 @@ static void h_policy_put(struct http_req *r, void *arg)
         http_reply_err(r, &err);
         return;
     }
-    proxy_sandbox_set_policy(e->sbx, p);
+    set_policy(e, p);
     proxy_policy_unref(p);
     http_reply_json(r, 200, policy_summary(e));
 }
@@ -163,6 +193,7 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
     proxy_free(e->px); /* resets every connection, stops the worker threads */
     e->px = NULL;
     e->sbx = NULL;
+    e->nsbx = 0;
 }
 
 static void on_hup(evutil_socket_t sig, short what, void *arg)
@@ -178,11 +209,32 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
         log_error("egress policy reload failed", "err=\"%s\"", err.msg);
         return;
     }
-    proxy_sandbox_set_policy(e->sbx, p);
+    set_policy(e, p);
     proxy_policy_unref(p);
 }
 
 /* ------------------------------------------------------------------ main */
+
+/* --source IP: connections and DNS queries from IP belong to s. */
+static int add_source(struct proxy_sandbox *s, const char *ip, struct err *err)
+{
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        len = sizeof *v4;
+    } else if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        len = sizeof *v6;
+    } else {
+        return err_invalid(err, "source", "--source %.80s: not an IPv4 or IPv6 address", ip);
+    }
+    if (proxy_sandbox_add_source(s, (struct sockaddr *)&ss, len) < 0)
+        return err_invalid(err, "source", "--source %.80s: given twice", ip);
+    return 0;
+}
 
 static bool parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -199,8 +251,9 @@ int cmd_egress_proxy(int argc, char **argv)
     const char *policy_arg = NULL, *listen_tls = NULL, *listen_http = NULL, *listen_tp = NULL;
     const char *dns_addr = NULL, *dns_a = NULL, *dns_aaaa = NULL, *ca_out = NULL;
     const char *control = NULL, *sandbox_id = "standalone", *level = "info";
-    const char *overrides[MAX_OVERRIDES];
-    int nov = 0;
+    const char *overrides[MAX_OVERRIDES], *sources[MAX_SOURCES];
+    int nov = 0, nsrc = 0;
+    long per_sandbox = 0;
     struct proxy_config cfg = {0};
     cfg.max_conns_per_sandbox = 1024;
 
@@ -258,8 +311,16 @@ int cmd_egress_proxy(int argc, char **argv)
                 return 2;
             }
             overrides[nov++] = v;
+        } else if (!strcmp(a, "--source")) {
+            if (nsrc == MAX_SOURCES) {
+                fprintf(stderr, "rebuno egress-proxy: at most %d sources\n", MAX_SOURCES);
+                return 2;
+            }
+            sources[nsrc++] = v;
         } else if (!strcmp(a, "--max-conns") && parse_int(v, 1, 1000000, &n))
             cfg.max_conns = cfg.max_conns_per_sandbox = (int)n;
+        else if (!strcmp(a, "--max-conns-per-sandbox") && parse_int(v, 1, 1000000, &n))
+            per_sandbox = n;
         else if (!strcmp(a, "--handshake-timeout") && parse_int(v, 1, 3600000, &n))
             cfg.handshake_timeout_ms = (int)n;
         else if (!strcmp(a, "--idle-timeout") && parse_int(v, 1, 86400000, &n))
@@ -275,6 +336,13 @@ int cmd_egress_proxy(int argc, char **argv)
     if (!policy_arg) {
         fputs("rebuno egress-proxy: --policy is required (a file, inline JSON, allow-all or "
               "deny-all)\n",
+              stderr);
+        return 2;
+    }
+    if (per_sandbox) cfg.max_conns_per_sandbox = (int)per_sandbox;
+    if (nsrc && ca_out) {
+        fputs("rebuno egress-proxy: --ca-cert-out writes one sandbox's CA; it cannot be combined "
+              "with --source\n",
               stderr);
         return 2;
     }
@@ -330,16 +398,25 @@ int cmd_egress_proxy(int argc, char **argv)
         free(host);
         if (r < 0) goto fail;
     }
-    e.sbx = proxy_sandbox_new(e.px, sandbox_id, policy, 0, &err);
-    if (!e.sbx) goto fail;
-    proxy_sandbox_set_dns(e.sbx, &dns);
+    for (int i = 0; i < (nsrc ? nsrc : 1); i++) {
+        const char *id = nsrc ? sources[i] : sandbox_id;
+        struct proxy_sandbox *s = proxy_sandbox_new(e.px, id, policy, 0, &err);
+        if (!s) goto fail;
+        e.sbxs[e.nsbx] = s;
+        e.ids[e.nsbx++] = id;
+        proxy_sandbox_set_dns(s, &dns);
+        if (nsrc && add_source(s, id, &err) < 0) goto fail;
+    }
+    e.sbx = e.sbxs[0];
+    e.by_source = nsrc > 0;
     if (ca_out && proxy_sandbox_write_ca(e.sbx, ca_out, &err) < 0) goto fail;
     int ports[4] = {0, 0, 0, 0};
     const char *addrs[4] = {listen_tls, listen_http, listen_tp, dns_addr};
     enum proxy_role roles[4] = {PROXY_ROLE_TLS, PROXY_ROLE_HTTP, PROXY_ROLE_TRANSPARENT,
                                 PROXY_ROLE_DNS};
     for (int i = 0; i < 4; i++)
-        if (addrs[i] && (ports[i] = proxy_listen(e.px, roles[i], addrs[i], e.sbx, &err)) < 0)
+        if (addrs[i] &&
+            (ports[i] = proxy_listen(e.px, roles[i], addrs[i], nsrc ? NULL : e.sbx, &err)) < 0)
             goto fail;
     int control_port = 0;
     if (control) {

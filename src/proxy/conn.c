@@ -21,6 +21,12 @@
  *   RELAY                    both directions; requests rewritten in HTTP modes
  *   CLOSING                  flushing a refusal response, then close
  *
+ * In HTTP modes the upstream's bytes are shown to the rewriter's response tracker
+ * (http_rw.h) on their way back. After an Upgrade request the client side is not read
+ * until that tracker has seen the answer: a 101 makes the connection opaque both
+ * ways (raw_up), anything else resumes parsing where it stopped (the bytes it had not
+ * taken stay in the socket's input, or in `held` when they were already decrypted).
+ *
  * Flow control: each direction stops reading its source while the destination has
  * cfg.buffer_max bytes queued (plaintext queue + socket output); the
  * destination's write callback (low watermark) resumes it. EOF is passed on as a
@@ -127,8 +133,11 @@ struct proxy_conn {
     uint64_t generation;
     struct proxy_http *http;
     uint64_t req_seen, inj_seen;
-    bool raw_up;         /* after an Upgrade: client bytes are opaque */
-    bool sent_to_client; /* decides reset vs close */
+    struct evbuffer *held; /* client plaintext the rewriter does not take yet (TLS side;
+                              made on first use) */
+    bool raw_up;           /* after the upstream's 101: client bytes are opaque */
+    bool kick_down;        /* the upstream's answer ended a wait: run the client side again */
+    bool sent_to_client;   /* decides reset vs close */
     struct event *timer;
     int64_t last_ms;
     struct proxy_job *resolving;
@@ -149,7 +158,8 @@ static void conn_free(struct proxy_conn *c);
 static void up_read_cb(struct bufferevent *b, void *arg);
 static void write_cb(struct bufferevent *b, void *arg);
 static void up_event_cb(struct bufferevent *b, short what, void *arg);
-static int http_decide(void *arg, const char *host, const struct proxy_headers **set);
+static int http_decide(void *arg, const char *host, const struct proxy_headers **set,
+                       const char **why);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -374,7 +384,9 @@ static void side_shutdown(struct proxy_conn *c, struct side *d)
     maybe_wr_shut(d);
 }
 
-/* A request the proxy refuses: answer it if nothing was forwarded yet, then close. */
+/* A request the proxy refuses: answer it if nothing was forwarded yet, then close.
+ * In CS_HEAD (the first request on port 80) nothing was sent anywhere yet and the
+ * sandbox's socket is plain, so it can always be answered. */
 static void http_refused(struct proxy_conn *c)
 {
     int code = proxy_http_error(c->http);
@@ -384,21 +396,24 @@ static void http_refused(struct proxy_conn *c)
         refuse(c, &st(c)->denied, "host denied");
         return;
     }
+    const char *reason = proxy_http_error_reason(c->http);
+    bool first = c->state == CS_HEAD;
     if (code == 421) st(c)->host_mismatch++;
+    if (first) st(c)->refused++;
     log_info("egress request refused", "sandbox=%s conn=%llu host=%s status=%d reason=\"%s\"",
-             c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code,
-             proxy_http_error_reason(c->http));
-    if (c->state != CS_RELAY || proxy_http_requests(c->http) > 0 || !c->down.ready) {
+             c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code, reason);
+    if (proxy_http_requests(c->http) > 0 || (!first && (c->state != CS_RELAY || !c->down.ready))) {
         /* a response may be in flight (or there is no channel to answer on) */
         conn_close(c, true, "request refused");
         return;
     }
     char resp[512];
-    size_t n = proxy_http_status_response(code, resp, sizeof resp);
+    size_t n = proxy_http_status_response(code, reason, resp, sizeof resp);
     evbuffer_drain(c->to_down, evbuffer_get_length(c->to_down));
     evbuffer_add(c->to_down, resp, n);
     c->state = CS_CLOSING;
     c->why = "request refused";
+    c->down.ready = true;
     if (c->up.bev) bufferevent_disable(c->up.bev, EV_READ);
     if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
     if (!side_send(c, &c->down, c->to_down)) return;
@@ -407,34 +422,70 @@ static void http_refused(struct proxy_conn *c)
     conn_run(c);
 }
 
-/* Feed client plaintext through the request rewriter into to_up. Returns the bytes
- * consumed, or -1 if the connection was closed. */
-static long feed_http(struct proxy_conn *c, const char *data, size_t n)
+/* Feed client plaintext through the request rewriter into to_up. *used is what it
+ * took: less than n when it waits for the upstream's answer (an Upgrade, or a full
+ * pipeline), and the caller keeps the rest. false: the connection was closed. */
+static bool feed_http(struct proxy_conn *c, const char *data, size_t n, size_t *used)
 {
-    if (c->raw_up) {
-        evbuffer_add(c->to_up, data, n);
-        return (long)n;
-    }
-    size_t used = 0;
-    enum proxy_http_status r = proxy_http_feed(c->http, data, n, c->to_up, &used);
+    enum proxy_http_status r = proxy_http_feed(c->http, data, n, c->to_up, used);
     sync_http_stats(c);
     if (r == PROXY_HTTP_ERROR) {
         http_refused(c);
-        return -1;
+        return false;
     }
-    if (r == PROXY_HTTP_UPGRADE) {
-        c->raw_up = true;
-        evbuffer_add(c->to_up, data + used, n - used);
-    }
-    return (long)n;
+    return true;
 }
 
-/* Move what can be moved from s to d. false: the connection was closed. */
+/* Show the upstream's bytes (len 0: its end) to the response tracker, which says when
+ * an Upgrade really happened (101) or a wait is over. */
+static void track_response(struct proxy_conn *c, const char *data, size_t n)
+{
+    switch (proxy_http_response(c->http, data, n)) {
+    case PROXY_HTTP_RESP_RAW:
+        c->raw_up = true;
+        if (c->held) evbuffer_add_buffer(c->to_up, c->held);
+        c->kick_down = true;
+        log_debug("egress upgrade", "sandbox=%s conn=%llu host=%s", c->sbx->id,
+                  (unsigned long long)c->id, c->host);
+        break;
+    case PROXY_HTTP_RESP_RESUME:
+        c->kick_down = true;
+        break;
+    case PROXY_HTTP_RESP_NONE:
+        break;
+    }
+}
+
+/* The same over every chain of an evbuffer, without copying or draining it. */
+static void track_buffer(struct proxy_conn *c, struct evbuffer *b)
+{
+    struct evbuffer_ptr at;
+    struct evbuffer_iovec v;
+    if (evbuffer_ptr_set(b, &at, 0, EVBUFFER_PTR_SET) < 0) return;
+    while (!c->raw_up && evbuffer_peek(b, -1, &at, &v, 1) == 1 && v.iov_len > 0) {
+        track_response(c, v.iov_base, v.iov_len);
+        if (evbuffer_ptr_set(b, &at, v.iov_len, EVBUFFER_PTR_ADD) < 0) break;
+    }
+}
+
+/* Move what can be moved from s to d. http: s is the sandbox and its requests go
+ * through the rewriter; responses from the upstream are shown to the tracker while
+ * the connection speaks HTTP. false: the connection was closed. */
 static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, struct evbuffer *q,
                       bool http)
 {
     size_t max = c->px->cfg.buffer_max;
+    bool track = s == &c->up && c->http && !c->raw_up;
     while (!s->done && queued(d, q) < max && c->state == CS_RELAY) {
+        if (http && proxy_http_waiting(c->http)) break; /* the rest waits in held / the input */
+        if (http && c->held && evbuffer_get_length(c->held)) {
+            struct evbuffer_iovec v;
+            size_t used;
+            if (evbuffer_peek(c->held, -1, NULL, &v, 1) < 1) break;
+            if (!feed_http(c, v.iov_base, v.iov_len, &used)) return false;
+            evbuffer_drain(c->held, used); /* after the last use of v */
+            continue;
+        }
         if (s->ssl) {
             char tmp[16384];
             int n = tls_read(c, s, tmp, sizeof tmp);
@@ -447,8 +498,17 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
                 break;
             }
             if (n == 0) break;
+            if (track) {
+                track_response(c, tmp, (size_t)n);
+                track = !c->raw_up;
+            }
             if (http) {
-                if (feed_http(c, tmp, (size_t)n) < 0) return false;
+                size_t used;
+                if (!feed_http(c, tmp, (size_t)n, &used)) return false;
+                if (used < (size_t)n) {
+                    if (!c->held) c->held = evbuffer_new();
+                    evbuffer_add(c->held, tmp + used, (size_t)n - used);
+                }
             } else if (d->ready && d->ssl && !d->shut_sent && evbuffer_get_length(q) == 0) {
                 /* straight into the other side's TLS: no queueing copy */
                 ERR_clear_error();
@@ -471,6 +531,10 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
                 if (s->sock_eof) s->done = true;
                 break;
             }
+            if (track) {
+                track_buffer(c, in);
+                track = !c->raw_up;
+            }
             if (!http) {
                 if (d->ready && !d->ssl && evbuffer_get_length(q) == 0 && !d->shut_sent) {
                     /* the splice: move chains, no copy */
@@ -486,13 +550,14 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
                 }
             } else {
                 struct evbuffer_iovec v;
+                size_t used;
                 if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
-                long used = feed_http(c, v.iov_base, v.iov_len);
-                if (used < 0) return false;
-                evbuffer_drain(in, (size_t)used);
+                if (!feed_http(c, v.iov_base, v.iov_len, &used)) return false;
+                evbuffer_drain(in, used); /* after the last use of v */
             }
         }
     }
+    if (track && s->done) track_response(c, NULL, 0); /* no answer will come any more */
     if (c->state != CS_RELAY) return true;
     if (!side_send(c, d, q)) return false;
     if (!s->done && s->bev) {
@@ -508,9 +573,12 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
 static void relay(struct proxy_conn *c)
 {
     bool http = c->mode != M_PASS;
-    if (!relay_dir(c, &c->down, &c->up, c->to_up, http)) return;
-    if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
-    if (c->state != CS_RELAY) return;
+    do { /* again when the upstream's answer released client bytes */
+        c->kick_down = false;
+        if (!relay_dir(c, &c->down, &c->up, c->to_up, http && !c->raw_up)) return;
+        if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
+        if (c->state != CS_RELAY) return;
+    } while (c->kick_down);
     maybe_wr_shut(&c->down);
     maybe_wr_shut(&c->up);
     if (c->down.done && c->up.done && c->down.wr_shut && c->up.wr_shut) {
@@ -987,7 +1055,8 @@ static void sniff(struct proxy_conn *c)
 }
 
 /* Every request head on an HTTP-mode connection comes here (http_rw.h). */
-static int http_decide(void *arg, const char *host, const struct proxy_headers **set)
+static int http_decide(void *arg, const char *host, const struct proxy_headers **set,
+                       const char **why)
 {
     struct proxy_conn *c = arg;
     *set = NULL;
@@ -1004,35 +1073,27 @@ static int http_decide(void *arg, const char *host, const struct proxy_headers *
         log_decision(c, &v);
     }
     if (v.kind == PROXY_DENY) return PROXY_HTTP_DENIED;
-    if (v.kind == PROXY_INTERCEPT) *set = v.headers;
+    if (v.kind != PROXY_INTERCEPT) return 0;
+    if (c->mode == M_HTTP && !v.plain_http) {
+        /* the headers would cross the network in cleartext: only on the rule's word */
+        *why = "the policy sets headers for this host and sends them only over HTTPS: use "
+               "https://, or set plain_http: true on the host's rule to allow cleartext";
+        return 403;
+    }
+    *set = v.headers;
     return 0;
 }
 
+/* Port 80: parse until the first request's Host is known, then connect for it. */
 static void head(struct proxy_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->down.bev);
-    while (c->state == CS_HEAD && evbuffer_get_length(in)) {
+    while (c->state == CS_HEAD && evbuffer_get_length(in) && !proxy_http_waiting(c->http)) {
         struct evbuffer_iovec v;
+        size_t used;
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
-        size_t used = 0;
-        enum proxy_http_status r = proxy_http_feed(c->http, v.iov_base, v.iov_len, c->to_up, &used);
-        if (r == PROXY_HTTP_ERROR) {
-            int code = proxy_http_error(c->http);
-            if (code == PROXY_HTTP_DENIED) {
-                refuse(c, &st(c)->denied, "host denied");
-            } else {
-                log_info("egress connection refused", "sandbox=%s conn=%llu port=%u reason=\"%s\"",
-                         c->sbx->id, (unsigned long long)c->id, c->up_port,
-                         proxy_http_error_reason(c->http));
-                refuse(c, &st(c)->refused, "bad first request");
-            }
-            return;
-        }
-        evbuffer_drain(in, v.iov_len);
-        if (r == PROXY_HTTP_UPGRADE) {
-            c->raw_up = true;
-            evbuffer_add(c->to_up, (const char *)v.iov_base + used, v.iov_len - used);
-        }
+        if (!feed_http(c, v.iov_base, v.iov_len, &used)) return; /* refused */
+        evbuffer_drain(in, used); /* after the last use of v; the rest stays for relaying */
         if (c->host[0]) {
             sync_http_stats(c);
             st(c)->plain_http++;
@@ -1184,6 +1245,36 @@ static bool original_port(evutil_socket_t fd, const struct sockaddr *peer, uint1
     return true;
 }
 
+/*
+ * The global table is full. A sandbox below its fair share (the table divided by the
+ * sandboxes holding connections, itself included) gets a slot by resetting the
+ * connection that has been quiet longest in the sandbox holding the most; one at or
+ * above its share is refused. So no set of sandboxes can starve the others, and a
+ * sandbox loses connections only while it holds more than its share. Runs only when
+ * full: O(sandboxes + that sandbox's connections).
+ */
+static bool make_room(struct proxy *px, struct proxy_sandbox *sbx)
+{
+    int holders = px->nholders + (sbx->nconns == 0);
+    int fair = px->cfg.max_conns / holders;
+    if (fair < 1) fair = 1;
+    if (sbx->nconns >= fair) return false;
+    struct proxy_sandbox *big = NULL;
+    for (struct proxy_sandbox *s = px->sandboxes; s; s = s->next)
+        if (s != sbx && (!big || s->nconns > big->nconns)) big = s;
+    if (!big || big->nconns <= fair) return false;
+    struct proxy_conn *victim = big->conns;
+    for (struct proxy_conn *c = victim; c; c = c->next)
+        if (c->last_ms <= victim->last_ms) victim = c; /* newest first: ties go to the oldest */
+    log_info("egress connection evicted",
+             "sandbox=%s conn=%llu host=%s conns=%d fair_share=%d for_sandbox=%s", big->id,
+             (unsigned long long)victim->id, victim->host[0] ? victim->host : "-", big->nconns,
+             fair, sbx->id);
+    big->st.evicted++;
+    conn_close(victim, true, "evicted: its sandbox holds more than a fair share");
+    return true;
+}
+
 void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struct sockaddr *peer,
                        int peerlen)
 {
@@ -1195,7 +1286,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
         return;
     }
     sbx->st.accepted++;
-    if (px->nconns >= px->cfg.max_conns || sbx->nconns >= px->cfg.max_conns_per_sandbox) {
+    if (sbx->nconns >= px->cfg.max_conns_per_sandbox) {
         sbx->st.limit_rejected++;
         proxy_rst_fd(fd);
         return;
@@ -1204,6 +1295,11 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     if (l->role == PROXY_ROLE_TRANSPARENT &&
         (!original_port(fd, peer, &port) || (port != 80 && port != 443))) {
         sbx->st.refused++;
+        proxy_rst_fd(fd);
+        return;
+    }
+    if (px->nconns >= px->cfg.max_conns && !make_room(px, sbx)) {
+        sbx->st.limit_rejected++;
         proxy_rst_fd(fd);
         return;
     }
@@ -1223,7 +1319,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     c->next = sbx->conns;
     if (c->next) c->next->prev = c;
     sbx->conns = c;
-    sbx->nconns++;
+    if (sbx->nconns++ == 0) px->nholders++;
     px->nconns++;
     sbx->st.active++;
     if (c->mode == M_HTTP) c->http = proxy_http_new(http_decide, c);
@@ -1253,7 +1349,7 @@ static void conn_free(struct proxy_conn *c)
     else
         s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    s->nconns--;
+    if (--s->nconns == 0) s->px->nholders--;
     s->px->nconns--;
     s->st.active--;
     if (c->leaf) {
@@ -1271,6 +1367,7 @@ static void conn_free(struct proxy_conn *c)
     if (c->up.bev) bufferevent_free(c->up.bev);
     evbuffer_free(c->to_up);
     evbuffer_free(c->to_down);
+    if (c->held) evbuffer_free(c->held);
     proxy_http_free(c->http);
     event_free(c->timer);
     free(c);

@@ -1,13 +1,24 @@
 /*
- * http_rw.c - request rewriting for intercepted HTTP/1.1 (see http_rw.h).
+ * http_rw.c - request rewriting for HTTP/1.1, and response framing (see http_rw.h).
  *
- * The parser's callbacks do all the work inside http_parser_execute(): header
- * pieces are collected in one capped arena (names and values as offsets into it),
- * on_headers_complete checks Host, asks the proxy and writes the new head,
- * on_body writes body bytes (re-chunked if the request was chunked) and
- * on_message_complete closes the chunked body and resets for the next request on
- * the keep-alive connection. Nothing is held back, so memory per connection is the
- * arena of the head being parsed, at most PROXY_HTTP_MAX_HEAD bytes.
+ * Three pieces run over a connection's bytes:
+ *  - scan(): a strict scanner for the raw bytes of each request head, from the start
+ *    of a message to its empty line. It accepts only what RFC 9112 allows and stops
+ *    exactly at the end of the head, so http-parser (built lenient by Debian: it
+ *    takes "Host : x" as a header named "Host ", honours "Content-Length : n", folds
+ *    continuation lines) never sees head bytes that were not checked first;
+ *  - http-parser's request callbacks: header pieces are collected in one capped
+ *    arena (names and values as offsets into it); on_headers_complete checks the
+ *    framing headers and Host, asks the proxy and writes the new head; on_body writes
+ *    body bytes (re-chunked if the request was chunked); on_message_complete closes
+ *    the chunked body and pauses the parser, so the next head goes through scan()
+ *    first;
+ *  - a second http-parser over the upstream's bytes, for framing only: it counts
+ *    final responses against the requests forwarded (HEAD, 1xx, 204 and 304 have no
+ *    body), so a 101 is taken as a protocol switch only when it answers the Upgrade
+ *    request itself, never from inside a body or for an earlier pipelined request.
+ * Nothing is held back, so memory per connection is the arena of the head being
+ * parsed, at most PROXY_HTTP_MAX_HEAD bytes.
  */
 #include "proxy/http_rw.h"
 
@@ -15,7 +26,6 @@
 #include "base/xalloc.h"
 
 #include <http_parser.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,22 +37,46 @@ struct hdr {
 
 enum rw_state { RW_HEAD, RW_BODY };
 
+/* Where scan() is in a request head. */
+enum scan_state {
+    SC_START,    /* before the request line (empty lines are skipped) */
+    SC_START_CR, /* CR of an empty line before it */
+    SC_RLINE,    /* in the request line */
+    SC_RLINE_CR,
+    SC_LINE, /* at the start of a field line, or of the final empty line */
+    SC_NAME,
+    SC_VALUE,
+    SC_VALUE_CR,
+    SC_END_CR, /* CR of the final empty line */
+    SC_DONE,   /* the head ended; the parser must now say so too */
+};
+
 struct proxy_http {
-    http_parser p;
+    http_parser p;  /* requests */
+    http_parser rp; /* responses (framing only) */
     proxy_http_decide_fn decide;
     void *arg;
     enum rw_state state;
+    enum scan_state scan;
+    size_t head_raw;  /* raw bytes of the current head seen by scan() */
     struct buf arena; /* url, header names and values of the current head */
     size_t url_off, url_len;
     struct hdr *h;
     size_t nh, caph;
     bool in_value; /* the last header callback was a value */
     bool chunked;
-    bool upgrade_ok;      /* the head was forwarded and asked for Upgrade */
     struct evbuffer *out; /* valid during proxy_http_feed */
     int error;
     const char *reason;
     uint64_t requests, injected;
+    /* response side */
+    uint64_t answered;    /* requests whose final response head was seen */
+    uint64_t head_bits;   /* bit (k - 1) % 64: request k is a HEAD (no response body) */
+    uint64_t upgrade_req; /* the Upgrade request waiting for its answer (0: none) */
+    bool waiting;         /* feed takes nothing until the response side says so */
+    bool resp_lost;       /* responses could not be followed: no more Upgrade, no waits */
+    bool raw;             /* 101 seen: nothing is parsed any more */
+    enum proxy_http_resp event;
 };
 
 static int fail(struct proxy_http *h, int status, const char *reason)
@@ -67,6 +101,120 @@ static void reset_head(struct proxy_http *h)
     h->chunked = false;
     h->state = RW_HEAD;
 }
+
+/* ------------------------------------------------------------------ the strict head scanner */
+
+/* Byte classes of a request head (RFC 9110 5.6.2, 5.5; RFC 9112 3): */
+#define C_TOKEN 1 /* tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+#define C_VALUE 2 /* field-value: HTAB / SP / VCHAR / obs-text */
+#define C_RLINE 4 /* request-line: SP / VCHAR */
+static const unsigned char cls[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, /* 0x00: HTAB only */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
+    6, 7, 6, 7, 7, 7, 7, 7, 6, 6, 7, 7, 6, 7, 7, 6, /* 0x20: SP ! " # $ % & ' ( ) * + , - . / */
+    7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, /* 0x30: 0-9 : ; < = > ? */
+    6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, /* 0x40: @ A-O */
+    7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 7, 7, /* 0x50: P-Z [ \ ] ^ _ */
+    7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, /* 0x60: ` a-o */
+    7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6, 7, 6, 7, 0, /* 0x70: p-z { | } ~ DEL */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, /* 0x80-0xff: obs-text */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+};
+
+static long bad(struct proxy_http *h, const char *reason)
+{
+    fail(h, 400, reason);
+    return -1;
+}
+
+/* The bytes from i on that are all of class k (the common bytes of a line, skipped in a
+ * tight loop: the scanner costs a few instructions per byte of head). */
+static size_t run_of(const unsigned char *d, size_t i, size_t len, unsigned char k)
+{
+    while (i < len && (cls[d[i]] & k))
+        i++;
+    return i;
+}
+
+/* Check data as the continuation of a request head. Returns how many bytes belong to
+ * the head (all of data, or up to and including the LF that ends the head), or -1
+ * with the error set. */
+static long scan(struct proxy_http *h, const char *data, size_t len)
+{
+    const unsigned char *d = (const unsigned char *)data;
+    enum scan_state s = h->scan;
+    size_t i = 0;
+    if (s == SC_DONE) return bad(h, "malformed request head"); /* the parser disagreed */
+    while (i < len && s != SC_DONE) {
+        if (s == SC_RLINE)
+            i = run_of(d, i, len, C_RLINE);
+        else if (s == SC_NAME)
+            i = run_of(d, i, len, C_TOKEN);
+        else if (s == SC_VALUE)
+            i = run_of(d, i, len, C_VALUE);
+        if (i == len) break;
+        unsigned char c = d[i++];
+        if (c == '\n' && s != SC_START_CR && s != SC_RLINE_CR && s != SC_VALUE_CR && s != SC_END_CR)
+            return bad(h, "a line of the request head ends in LF without CR");
+        switch (s) {
+        case SC_START:
+            if (c == '\r')
+                s = SC_START_CR;
+            else if (cls[c] & C_TOKEN)
+                s = SC_RLINE;
+            else
+                return bad(h, "the request line does not start with a method");
+            break;
+        case SC_RLINE:
+            if (c != '\r') return bad(h, "a control or non-ASCII byte in the request line");
+            s = SC_RLINE_CR;
+            break;
+        case SC_LINE:
+            if (c == '\r')
+                s = SC_END_CR;
+            else if (c == ' ' || c == '\t')
+                return bad(h, "a header line starts with whitespace (obs-fold)");
+            else if (cls[c] & C_TOKEN)
+                s = SC_NAME;
+            else
+                return bad(h, "a header field name that is not a token");
+            break;
+        case SC_NAME:
+            if (c == ':')
+                s = SC_VALUE;
+            else if (c == ' ' || c == '\t')
+                return bad(h, "whitespace before the colon of a header field");
+            else
+                return bad(h, "a header field name that is not a token");
+            break;
+        case SC_VALUE:
+            if (c != '\r') return bad(h, "a control character (NUL, ...) in a header field value");
+            s = SC_VALUE_CR;
+            break;
+        case SC_START_CR:
+        case SC_RLINE_CR:
+        case SC_VALUE_CR:
+        case SC_END_CR:
+            if (c != '\n') return bad(h, "a CR not followed by LF in the request head");
+            s = s == SC_START_CR ? SC_START : s == SC_END_CR ? SC_DONE : SC_LINE;
+            break;
+        case SC_DONE:
+            break;
+        }
+    }
+    h->scan = s;
+    h->head_raw += i;
+    if (h->head_raw > PROXY_HTTP_MAX_HEAD) {
+        fail(h, 431, "request head larger than 64 KiB");
+        return -1;
+    }
+    return (long)i;
+}
+
+/* ------------------------------------------------------------------ request callbacks */
 
 static int on_message_begin(http_parser *p)
 {
@@ -121,6 +269,33 @@ static bool name_is(const struct proxy_http *h, const struct hdr *x, const char 
     return x->name_len == nl && !strncasecmp(h->arena.data + x->name_off, name, nl);
 }
 
+/* The value without surrounding whitespace equals word (any case). */
+static bool value_is(const struct proxy_http *h, const struct hdr *x, const char *word)
+{
+    const char *v = h->arena.data + x->val_off;
+    size_t n = x->val_len, wl = strlen(word);
+    while (n && (v[0] == ' ' || v[0] == '\t'))
+        v++, n--;
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    return n == wl && !strncasecmp(v, word, wl);
+}
+
+static bool value_is_number(const struct proxy_http *h, const struct hdr *x)
+{
+    const char *v = h->arena.data + x->val_off;
+    size_t n = x->val_len, digits = 0;
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] >= '0' && v[i] <= '9')
+            digits++;
+        else if (digits || (v[i] != ' ' && v[i] != '\t'))
+            return false;
+    }
+    return digits > 0;
+}
+
 static bool is_set(const struct proxy_headers *set, const struct proxy_http *h, const struct hdr *x)
 {
     for (size_t i = 0; set && i < set->n; i++)
@@ -142,10 +317,47 @@ static int target_host(struct proxy_http *h, char *out)
                                 out);
 }
 
+static uint64_t req_bit(uint64_t k)
+{
+    return 1ull << ((k - 1) & 63);
+}
+
+/* The framing headers: one Content-Length of digits, or one Transfer-Encoding that
+ * is exactly chunked, never both; an Upgrade only to WebSocket. */
+static int check_framing(struct proxy_http *h, const http_parser *p)
+{
+    const struct hdr *cl = NULL, *te = NULL, *up = NULL;
+    for (size_t i = 0; i < h->nh; i++) {
+        const struct hdr *x = &h->h[i];
+        if (name_is(h, x, "content-length", 14)) {
+            if (cl) return fail(h, 400, "more than one Content-Length header");
+            cl = x;
+        } else if (name_is(h, x, "transfer-encoding", 17)) {
+            if (te) return fail(h, 400, "more than one Transfer-Encoding header");
+            te = x;
+        } else if (name_is(h, x, "upgrade", 7)) {
+            if (up) return fail(h, 400, "more than one Upgrade header");
+            up = x;
+        }
+    }
+    if (cl && te) return fail(h, 400, "both Content-Length and Transfer-Encoding");
+    if (cl && !value_is_number(h, cl)) return fail(h, 400, "Content-Length is not a number");
+    if (te && !value_is(h, te, "chunked"))
+        return fail(h, 400, "Transfer-Encoding other than exactly chunked");
+    if (p->upgrade) {
+        if (!up || !value_is(h, up, "websocket"))
+            return fail(h, 400, "only WebSocket upgrades are relayed");
+        if (h->resp_lost) return fail(h, 400, "Upgrade after responses the proxy could not follow");
+    }
+    return 0;
+}
+
 static int on_headers_complete(http_parser *p)
 {
     struct proxy_http *h = p->data;
     if (p->method == HTTP_CONNECT) return fail(h, 405, "CONNECT is not allowed here");
+    if (p->http_major != 1) return fail(h, 400, "only HTTP/1.x requests are relayed");
+    if (check_framing(h, p) < 0) return -1;
     const struct hdr *host = NULL;
     for (size_t i = 0; i < h->nh; i++) {
         if (!name_is(h, &h->h[i], "host", 4)) continue;
@@ -161,9 +373,16 @@ static int on_headers_complete(http_parser *p)
         return fail(h, 400, "request target names another host than Host");
 
     const struct proxy_headers *set = NULL;
-    int d = h->decide(h->arg, hn, &set);
+    const char *why = NULL;
+    int d = h->decide(h->arg, hn, &set, &why);
     if (d == PROXY_HTTP_DENIED) return fail(h, PROXY_HTTP_DENIED, "host denied");
-    if (d != 0) return fail(h, d, d == 421 ? "Host differs from the TLS server name" : "refused");
+    if (d != 0)
+        return fail(h, d,
+                    why        ? why
+                    : d == 421 ? "Host differs from the TLS server name"
+                               : "refused");
+    if (p->method == HTTP_TRACE && set && set->n)
+        return fail(h, 405, "TRACE is refused to a host that gets headers set: it echoes them");
 
     struct evbuffer *o = h->out;
     const char *a = h->arena.data;
@@ -187,8 +406,11 @@ static int on_headers_complete(http_parser *p)
     evbuffer_add(o, "\r\n", 2);
     h->requests++;
     if (set && set->n) h->injected++;
+    if (p->method == HTTP_HEAD)
+        h->head_bits |= req_bit(h->requests);
+    else
+        h->head_bits &= ~req_bit(h->requests);
     h->chunked = (p->flags & F_CHUNKED) != 0;
-    h->upgrade_ok = p->upgrade;
     h->state = RW_BODY;
     return 0;
 }
@@ -202,11 +424,23 @@ static int on_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* A request ended: the next bytes are a head again (scan() first, so pause here).
+ * After an Upgrade request, or with PROXY_HTTP_MAX_PIPELINE requests unanswered,
+ * take nothing more until the response side says so. */
 static int on_message_complete(http_parser *p)
 {
     struct proxy_http *h = p->data;
     if (h->chunked) evbuffer_add(h->out, "0\r\n\r\n", 5);
     reset_head(h);
+    h->scan = SC_START;
+    h->head_raw = 0;
+    if (p->upgrade) {
+        h->upgrade_req = h->requests;
+        h->waiting = true;
+    } else if (!h->resp_lost && h->requests - h->answered >= PROXY_HTTP_MAX_PIPELINE) {
+        h->waiting = true;
+    }
+    http_parser_pause(p, 1);
     return 0;
 }
 
@@ -220,11 +454,77 @@ static const http_parser_settings rw_settings = {
     .on_message_complete = on_message_complete,
 };
 
+/* ------------------------------------------------------------------ response framing */
+
+/* The wait ends; after an Upgrade that did not happen, requests start afresh. */
+static void resume(struct proxy_http *h)
+{
+    if (!h->waiting) return;
+    h->waiting = false;
+    if (h->upgrade_req) {
+        h->upgrade_req = 0;
+        http_parser_init(&h->p, HTTP_REQUEST); /* it stopped at the Upgrade */
+        h->p.data = h;
+    }
+    if (h->event == PROXY_HTTP_RESP_NONE) h->event = PROXY_HTTP_RESP_RESUME;
+}
+
+static void lose(struct proxy_http *h)
+{
+    h->resp_lost = true;
+    resume(h);
+}
+
+static int on_response_head(http_parser *p)
+{
+    struct proxy_http *h = p->data;
+    unsigned st = p->status_code;
+    if (st >= 100 && st < 200 && st != 101) return 1; /* interim, no body */
+    uint64_t k = h->answered + 1;
+    if (k > h->requests || (st == 101 && k != h->upgrade_req)) {
+        lose(h); /* a response nobody asked for, or a switch nobody asked for */
+        return -1;
+    }
+    if (st == 101) {
+        h->raw = true;
+        h->waiting = false;
+        h->event = PROXY_HTTP_RESP_RAW;
+        return -1; /* the rest is the other protocol: stop parsing */
+    }
+    h->answered = k;
+    if (h->waiting &&
+        (k == h->upgrade_req || (!h->upgrade_req && h->requests - k < PROXY_HTTP_MAX_PIPELINE)))
+        resume(h);
+    bool head = (h->head_bits & req_bit(k)) != 0;
+    return head || st == 204 || st == 304 ? 1 : 0;
+}
+
+static const http_parser_settings resp_settings = {
+    .on_headers_complete = on_response_head,
+};
+
+enum proxy_http_resp proxy_http_response(struct proxy_http *h, const char *data, size_t len)
+{
+    if (h->raw || h->resp_lost) return PROXY_HTTP_RESP_NONE;
+    h->event = PROXY_HTTP_RESP_NONE;
+    if (len == 0) {
+        lose(h); /* the upstream finished: no answer will come */
+        return h->event;
+    }
+    http_parser_execute(&h->rp, &resp_settings, data, len);
+    if (!h->raw && HTTP_PARSER_ERRNO(&h->rp) != HPE_OK) lose(h);
+    return h->event;
+}
+
+/* ------------------------------------------------------------------ feeding */
+
 struct proxy_http *proxy_http_new(proxy_http_decide_fn decide, void *arg)
 {
     struct proxy_http *h = xcalloc(1, sizeof *h);
     http_parser_init(&h->p, HTTP_REQUEST);
     h->p.data = h;
+    http_parser_init(&h->rp, HTTP_RESPONSE);
+    h->rp.data = h;
     h->decide = decide;
     h->arg = arg;
     buf_init(&h->arena, PROXY_HTTP_MAX_HEAD);
@@ -244,31 +544,42 @@ enum proxy_http_status proxy_http_feed(struct proxy_http *h, const char *data, s
 {
     *consumed = 0;
     if (h->error) return PROXY_HTTP_ERROR;
+    if (h->waiting) return PROXY_HTTP_WAIT;
     h->out = out;
-    size_t n = http_parser_execute(&h->p, &rw_settings, data, len);
-    h->out = NULL;
-    *consumed = n;
-    if (h->error) return PROXY_HTTP_ERROR;
-    enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
-    if (e != HPE_OK) {
-        h->error = 400;
-        h->reason = http_errno_description(e);
-        return PROXY_HTTP_ERROR;
-    }
-    if (h->p.upgrade) {
-        if (!h->upgrade_ok) { /* cannot happen: upgrade is set with the head */
-            h->error = 400;
-            h->reason = "unexpected upgrade";
-            return PROXY_HTTP_ERROR;
+    size_t off = 0;
+    while (off < len && !h->waiting) {
+        size_t n = len - off;
+        if (h->state == RW_HEAD) {
+            long k = scan(h, data + off, n);
+            if (k < 0) break;
+            n = (size_t)k;
         }
-        return PROXY_HTTP_UPGRADE;
+        size_t got = http_parser_execute(&h->p, &rw_settings, data + off, n);
+        off += got;
+        if (h->error) break;
+        enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
+        if (e == HPE_PAUSED) { /* at the end of a message */
+            http_parser_pause(&h->p, 0);
+            continue;
+        }
+        if (e != HPE_OK) {
+            fail(h, 400, http_errno_description(e));
+            break;
+        }
+        if (got != n) {
+            fail(h, 400, "unparsed bytes");
+            break;
+        }
     }
-    if (n != len) {
-        h->error = 400;
-        h->reason = "unparsed bytes";
-        return PROXY_HTTP_ERROR;
-    }
-    return PROXY_HTTP_OK;
+    h->out = NULL;
+    *consumed = off;
+    if (h->error) return PROXY_HTTP_ERROR;
+    return h->waiting ? PROXY_HTTP_WAIT : PROXY_HTTP_OK;
+}
+
+bool proxy_http_waiting(const struct proxy_http *h)
+{
+    return h->waiting;
 }
 
 int proxy_http_error(const struct proxy_http *h)
@@ -291,29 +602,29 @@ uint64_t proxy_http_injected(const struct proxy_http *h)
     return h->injected;
 }
 
-int proxy_http_mid_request(const struct proxy_http *h)
-{
-    return h->state == RW_BODY;
-}
-
-size_t proxy_http_status_response(int status, char *out, size_t outsz)
+size_t proxy_http_status_response(int status, const char *reason, char *out, size_t outsz)
 {
     static const struct {
         int code;
         const char *reason, *body;
     } table[] = {
-        {400, "Bad Request", "egress proxy: bad HTTP request\n"},
-        {405, "Method Not Allowed", "egress proxy: method not allowed\n"},
-        {421, "Misdirected Request", "egress proxy: Host does not match the TLS server name\n"},
-        {431, "Request Header Fields Too Large", "egress proxy: request head too large\n"},
+        {400, "Bad Request", "bad HTTP request"},
+        {403, "Forbidden", "refused"},
+        {405, "Method Not Allowed", "method not allowed"},
+        {421, "Misdirected Request", "Host does not match the TLS server name"},
+        {431, "Request Header Fields Too Large", "request head too large"},
     };
     size_t i = 0;
     while (i < ARRAY_LEN(table) && table[i].code != status)
         i++;
     if (i == ARRAY_LEN(table)) i = 0;
+    char body[300];
+    int bl = snprintf(body, sizeof body, "egress proxy: %.250s\n",
+                      reason && *reason ? reason : table[i].body);
+    if (bl < 0) bl = 0;
     int n = snprintf(out, outsz,
-                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
                      "Connection: close\r\n\r\n%s",
-                     table[i].code, table[i].reason, strlen(table[i].body), table[i].body);
+                     table[i].code, table[i].reason, bl, body);
     return n < 0 ? 0 : (size_t)n < outsz ? (size_t)n : outsz - 1;
 }

@@ -24,6 +24,7 @@ struct proxy_domain {
     char *key;   /* as matched: "github.com" or "example.com" for "*.example.com" */
     char *label; /* as written in the policy, normalized ("*.example.com") */
     bool wildcard;
+    bool plain_http; /* some rule asked for its headers on port 80 too */
     struct proxy_headers headers;
 };
 
@@ -245,7 +246,8 @@ static int add_transform(struct proxy_headers *h, const json_t *t, const char *p
     return 0;
 }
 
-static int add_rules(struct proxy_headers *h, const json_t *rules, const char *key, struct err *err)
+static int add_rules(struct proxy_headers *h, bool *plain_http, const json_t *rules,
+                     const char *key, struct err *err)
 {
     char f[200];
     if (!json_is_array(rules))
@@ -272,12 +274,23 @@ static int add_rules(struct proxy_headers *h, const json_t *rules, const char *k
             if (strcmp(k, "transform") == 0) continue;
             char g[300];
             snprintf(g, sizeof g, "%.200s.%.64s", f, k);
+            if (strcmp(k, "plain_http") == 0) {
+                if (!json_is_boolean(v))
+                    return invalid(err, g,
+                                   "%s: must be true or false (true also sets the headers on "
+                                   "plain HTTP, port 80, where they cross the network in "
+                                   "cleartext)",
+                                   g);
+                if (json_is_true(v)) *plain_http = true;
+                continue;
+            }
             if (!strcmp(k, "match") || !strcmp(k, "forwardURL") || !strcmp(k, "response"))
                 return invalid(err, g,
                                "%s: not supported by this egress proxy; rules take "
-                               "only \"transform\"",
+                               "only \"transform\" and \"plain_http\"",
                                g);
-            return invalid(err, g, "%s: unknown key; a rule takes only \"transform\"", g);
+            return invalid(
+                err, g, "%s: unknown key; a rule takes only \"transform\" and \"plain_http\"", g);
         }
         const json_t *tr = json_object_get(r, "transform");
         if (!tr) continue;
@@ -323,15 +336,22 @@ static int add_domain(struct proxy_policy *p, const char *key, const json_t *rul
             return invalid(err, f, "%s: listed twice (names are case-insensitive)", f);
     if (p->n >= PROXY_POLICY_MAX_DOMAINS) return invalid(err, f, "%s: more than 4096 domains", f);
     struct proxy_headers h = {NULL, 0};
-    if (rules && add_rules(&h, rules, f, err) < 0) {
+    bool plain_http = false;
+    if (rules && add_rules(&h, &plain_http, rules, f, err) < 0) {
         headers_wipe(&h);
         return -1;
     }
+    if (plain_http && h.n == 0)
+        return invalid(err, f,
+                       "%s: \"plain_http\" applies to the headers a rule sets, and no rule "
+                       "of this domain sets any",
+                       f);
     p->d = xrealloc(p->d, (p->n + 1) * sizeof *p->d);
     struct proxy_domain *d = &p->d[p->n++];
     d->key = xstrdup(norm);
     d->label = wild ? xasprintf("*.%s", norm) : xstrdup(norm);
     d->wildcard = wild;
+    d->plain_http = plain_http;
     d->headers = h;
     return 0;
 }
@@ -477,6 +497,7 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
     out->kind = PROXY_DENY;
     out->headers = NULL;
     out->rule = "";
+    out->plain_http = false;
     char h[PROXY_HOST_MAX + 1];
     if (!host || proxy_host_normalize(host, strlen(host), false, h) < 0) return;
     if (p->mode == PROXY_POLICY_ALLOW_ALL) {
@@ -509,6 +530,7 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
         if (best->headers.n) {
             out->kind = PROXY_INTERCEPT;
             out->headers = &best->headers;
+            out->plain_http = best->plain_http;
         } else {
             out->kind = PROXY_PASS;
         }
@@ -524,7 +546,7 @@ bool proxy_verdict_same(const struct proxy_verdict *a, const struct proxy_verdic
 {
     if (a->kind != b->kind) return false;
     if (a->kind != PROXY_INTERCEPT) return true;
-    if (a->headers->n != b->headers->n) return false;
+    if (a->plain_http != b->plain_http || a->headers->n != b->headers->n) return false;
     for (size_t i = 0; i < a->headers->n; i++) {
         const struct proxy_header *x = &a->headers->v[i], *y = &b->headers->v[i];
         if (strcmp(x->name, y->name) || x->value_len != y->value_len ||

@@ -9,6 +9,11 @@
  *                "*.example.com": []}
  *               (also accepted wrapped as {"allow": {...}} or {"allow": ["a.com", ...]})
  *
+ * A rule may also say "plain_http": true: its headers are then set on plain HTTP
+ * (port 80) requests too. Without it they are set only inside TLS, and a port-80
+ * request to that host is refused, so a credential never crosses the network in
+ * cleartext unless the policy asks for it by name.
+ *
  * A host is matched exactly first, then against the longest "*.suffix" wildcard
  * (subdomains at any depth, never the apex itself), then "*" (any host, no rules).
  * Matching is case-insensitive and ignores one trailing dot. The result is one of
@@ -60,6 +65,7 @@ struct proxy_verdict {
     const struct proxy_headers *headers; /* PROXY_INTERCEPT only; owned by the policy */
     const char *rule;                    /* the matching key ("github.com", "*.x.com", "*",
                                             "allow-all"), owned by the policy; "" on deny */
+    bool plain_http;                     /* PROXY_INTERCEPT: the headers may go over port 80 */
 };
 
 struct proxy_policy;
@@ -87,7 +93,7 @@ size_t proxy_policy_domain_count(const struct proxy_policy *p);
 void proxy_policy_match(const struct proxy_policy *p, const char *host, struct proxy_verdict *out);
 
 /* Two verdicts from (possibly different) policies treat a connection the same way:
- * same kind and, for intercept, the same header names and values. */
+ * same kind and, for intercept, the same header names and values and plain_http. */
 bool proxy_verdict_same(const struct proxy_verdict *a, const struct proxy_verdict *b);
 
 const char *proxy_verdict_name(enum proxy_verdict_kind k); /* "deny" "pass" "intercept" */

@@ -17,8 +17,8 @@
  *                     rewrite each request (http_rw.h): Host must be the SNI, the
  *                     policy's headers are set or replaced; responses stream back.
  *    80: parse the request head; Host decides as above (deny -> reset); every request
- *        on the connection must keep that Host; headers are set when the policy has
- *        rules for it.
+ *        on the connection must keep that Host; a host with header rules gets them only
+ *        when its rule says "plain_http": true, and is refused (403) otherwise.
  *   DNS: only allowed names resolve, to the proxy's address (dns.h).
  *
  * The upstream is always found from the name (SNI / Host), never from the address
@@ -52,7 +52,10 @@ struct proxy;
 struct proxy_sandbox;
 
 struct proxy_config {
-    int max_conns;                /* all sandboxes; default 4096 */
+    int max_conns;                /* all sandboxes; default 4096. When full, a sandbox below
+                                     its fair share (max_conns / sandboxes holding
+                                     connections) takes the slot of the quietest
+                                     connection of the sandbox holding the most */
     int max_conns_per_sandbox;    /* default 1024 */
     int handshake_timeout_ms;     /* accept -> relaying (sniff, lookup, connect, TLS); 10000 */
     int idle_timeout_ms;          /* no byte either way; default 300000 */
@@ -88,6 +91,7 @@ struct proxy_stats {
     uint64_t policy_closed;     /* closed by a live policy change */
     uint64_t timeouts;          /* handshake or idle timeouts */
     uint64_t limit_rejected;    /* reset: connection limits, unknown source */
+    uint64_t evicted;           /* reset: quietest connection, to give another sandbox its share */
     uint64_t leaves_minted;
     uint64_t bytes_up, bytes_down; /* application bytes relayed (plaintext when intercepted) */
     uint64_t dns_queries, dns_answered, dns_nxdomain;

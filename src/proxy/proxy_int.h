@@ -93,6 +93,7 @@ struct proxy {
     size_t nsrc;
     struct proxy_sandbox *sandboxes;
     int nconns;
+    int nholders; /* sandboxes with at least one connection (fair shares) */
     uint64_t next_conn_id;
     struct proxy_stats st; /* engine-level counters (unknown sources, global limit) */
 };

@@ -432,6 +432,8 @@ void sbx_net_json(const struct sbx *s, json_t *o, bool full)
         STAT(upstream_failed);
         STAT(verify_failed);
         STAT(policy_closed);
+        STAT(limit_rejected);
+        STAT(evicted);
         STAT(bytes_up);
         STAT(bytes_down);
         STAT(dns_queries);

@@ -114,7 +114,7 @@ class Upstream:
                 self.end_headers()
                 self.wfile.write(reply)
 
-            do_GET = do_POST = do_PUT = _any
+            do_GET = do_POST = do_PUT = do_TRACE = _any
 
             def log_message(self, *a):
                 pass
@@ -156,7 +156,8 @@ def upstreams():
 # ---------------------------------------------------------------- the proxy process
 
 class Proxy:
-    def __init__(self, workdir, policy, pki, overrides=(), args=(), policy_file=True):
+    def __init__(self, workdir, policy, pki, overrides=(), args=(), policy_file=True,
+                 ca_out=True):
         self.dir = workdir
         self.ca = os.path.join(workdir, "sandbox-ca.pem")
         self.policy_path = os.path.join(workdir, "policy.json")
@@ -169,7 +170,7 @@ class Proxy:
         cmd = [BIN, "egress-proxy", "--policy", policy_arg,
                "--listen-tls", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
                "--dns", "127.0.0.1:0", "--dns-answer", "10.200.0.1",
-               "--control", "127.0.0.1:0", "--ca-cert-out", self.ca,
+               "--control", "127.0.0.1:0", *(["--ca-cert-out", self.ca] if ca_out else []),
                "--upstream-ca", pki["ca.pem"], "--no-system-trust", "--log-level", "debug",
                *args]
         for o in overrides:
@@ -269,6 +270,10 @@ def rules(headers):
     return [{"transform": [{"headers": headers}]}]
 
 
+def plain_http_rules(headers):
+    return [dict(rules(headers)[0], plain_http=True)]
+
+
 def doc_policy(**extra):
     """The document's shape: everything else passes, github.example gets the token."""
     p = {"*": [], "github.example": rules({"Authorization": CREDENTIAL})}
@@ -278,13 +283,14 @@ def doc_policy(**extra):
 
 # ---------------------------------------------------------------- sandbox-side clients
 
-def tls_connect(port, sni, cafile, timeout=5, alpn=None):
+def tls_connect(port, sni, cafile, timeout=5, alpn=None, ragged_eofs=True):
+    """ragged_eofs=False: an end without close_notify (a reset) raises, as in exchange()."""
     ctx = ssl.create_default_context(cafile=cafile)
     if alpn:
         ctx.set_alpn_protocols(alpn)
     raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
-        return ctx.wrap_socket(raw, server_hostname=sni)
+        return ctx.wrap_socket(raw, server_hostname=sni, suppress_ragged_eofs=ragged_eofs)
     except BaseException:
         raw.close()
         raise
@@ -561,7 +567,8 @@ def test_names_resolving_to_private_addresses_are_refused(start_proxy, upstreams
 
 def test_plain_http_host_decides_and_headers_are_set(start_proxy, upstreams, pki):
     up = upstreams()
-    px = start_proxy(doc_policy(**{"*": []}),
+    # plain_http: the rule asks for its headers over port 80 too (cleartext)
+    px = start_proxy(doc_policy(**{"github.example": plain_http_rules({"Authorization": CREDENTIAL})}),
                      overrides=[f"github.example:80=127.0.0.1:{up.port}",
                                 f"api.example:80=127.0.0.1:{up.port}"])
     c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
@@ -595,6 +602,324 @@ def test_plain_http_host_decides_and_headers_are_set(start_proxy, upstreams, pki
     assert len(up.requests) == n
     st = px.stats()
     assert st["plain_http"] == 2 and st["denied"] == 1 and st["host_mismatch"] == 1
+
+
+# ---------------------------------------------------------------- hostile requests (issue 13)
+
+def exchange(sock, data, timeout=3):
+    """One write, then everything the proxy sends back until it closes (or goes quiet
+    for `timeout`: the connection was kept open); reset is True when it ended with a
+    reset rather than a clean close."""
+    sock.settimeout(timeout)
+    sock.sendall(data)
+    out, reset = b"", False
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (ConnectionResetError, ssl.SSLError, BrokenPipeError):
+        reset = True
+    except TimeoutError:
+        pass
+    sock.close()
+    return out, reset
+
+
+def tls_strict(px):
+    return tls_connect(px.tls, "github.example", px.ca, ragged_eofs=False)
+
+
+def plain_connect(port):
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def keepalive_ok(conn, host):
+    conn.request("GET", "/alive", headers={"Host": host})
+    r = conn.getresponse()
+    return r.status == 200 and r.read() == b"ok GET /alive 0\n"
+
+
+def test_upgrade_with_more_bytes_in_one_write_keeps_the_proxy_up(start_proxy, upstreams, pki):
+    """Issue 13 #2: the head was drained from the input, then the rest copied from the
+    freed chain; the ASan proxy aborted, ending every sandbox's sessions."""
+    up, up_tls = upstreams(), upstreams(pki)
+    px = start_proxy(doc_policy(), overrides=[f"api.example:80=127.0.0.1:{up.port}",
+                                              f"github.example=127.0.0.1:{up_tls.port}"])
+    other = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    assert keepalive_ok(other, "api.example")
+    repro = (b"GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+             + b"x" * 3000)
+    for _ in range(3):
+        # the upstream declines the Upgrade, so "xxx..." is parsed as a request: refused,
+        # and as a response is in flight, with a reset
+        _, reset = exchange(plain_connect(px.http), repro % b"api.example")
+        assert reset
+        _, reset = exchange(tls_strict(px),
+                            repro % b"github.example")
+        assert reset
+    assert px.proc.poll() is None, "the proxy died:\n" + px.read_log()[-3000:]
+    # a session opened before, and new ones, keep working
+    assert keepalive_ok(other, "api.example")
+    other.close()
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    assert keepalive_ok(c, "api.example")
+    c.close()
+    assert [r["path"] for r in up.requests] == ["/alive", "/", "/", "/", "/alive", "/alive"]
+    assert [r["path"] for r in up_tls.requests] == ["/", "/", "/"]
+
+
+def _reflect(h, body):
+    """Apache's default TRACE: the request, headers included, comes back as the body."""
+    if h.command != "TRACE":
+        reply = f"ok {h.command} {h.path} {len(body)}\n".encode()
+    else:
+        reply = (h.requestline + "\r\n" + str(h.headers)).encode()
+    h.send_response(200)
+    h.send_header("Content-Type", "message/http")
+    h.send_header("Content-Length", str(len(reply)))
+    h.end_headers()
+    h.wfile.write(reply)
+
+
+def test_trace_is_refused_where_credentials_are_set(start_proxy, upstreams, pki):
+    """Issue 13 #3: TRACE to an intercepted host came back with the credential in it."""
+    up, plain = upstreams(pki, handler=_reflect), upstreams(handler=_reflect)
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}",
+                                              f"api.example=127.0.0.1:{up.port}",
+                                              f"old.example:80=127.0.0.1:{plain.port}"])
+
+    def refused(sock, method, host):
+        out, _ = exchange(sock, f"{method} / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        want = b"HTTP/1.1 405 Method Not Allowed" if method == "TRACE" else b"HTTP/1.1 400"
+        assert out.startswith(want), out
+        assert b"TRACE" in out or b"invalid HTTP method" in out, out  # the body says why
+        assert TOKEN.encode() not in out and b"Authorization" not in out
+
+    for method in ("TRACE", "TRACK"):
+        refused(tls_strict(px), method, "github.example")
+    # a TRACE on a later request of an intercepted connection: reset, nothing forwarded
+    s = tls_strict(px)
+    assert send_request(s, "github.example", "/first")[0].status == 200
+    out, reset = exchange(s, b"TRACE / HTTP/1.1\r\nHost: github.example\r\n\r\n")
+    assert reset and out == b""
+    # port 80, where the rule allows plain HTTP: the same
+    st, out = px.control("PUT", "/v0/policy", doc_policy(**{
+        "old.example": plain_http_rules({"Authorization": CREDENTIAL})}))
+    assert st == 200, out
+    for method in ("TRACE", "TRACK"):
+        refused(plain_connect(px.http), method, "old.example")
+    assert [r["path"] for r in up.requests] == ["/first"] and plain.requests == []
+    # a host without rules gets nothing added: TRACE there reflects only the sandbox's bytes
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    r, body = send_request(s, "api.example", method="TRACE")
+    s.close()
+    assert r.status == 200 and body.startswith(b"TRACE / HTTP/1.1") and TOKEN.encode() not in body
+
+
+def test_plain_http_is_refused_unless_the_rule_allows_it(start_proxy, upstreams, pki):
+    """Issue 13 #6: the credential was set on port 80, crossing the network in cleartext."""
+    up = upstreams()
+    px = start_proxy(doc_policy(), overrides=[f"github.example:80=127.0.0.1:{up.port}"])
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/a", headers={"Host": "github.example"})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    assert r.status == 403 and b"plain_http" in body and b"https://" in body, body
+    assert up.requests == [], "nothing reached the upstream, no credential in cleartext"
+    assert px.stats()["injected"] == 0
+    # the rule asks for it by name: now it is set on port 80 too
+    st, out = px.control("PUT", "/v0/policy",
+                         doc_policy(**{"github.example": plain_http_rules(
+                             {"Authorization": CREDENTIAL})}))
+    assert st == 200, out
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/b", headers={"Host": "github.example"})
+    assert c.getresponse().read() == b"ok GET /b 0\n"
+    # and a live change back refuses the next request on the same connection
+    px.control("PUT", "/v0/policy", doc_policy())
+    c.request("GET", "/c", headers={"Host": "github.example"})
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected)):
+        c.getresponse()
+    c.close()
+    assert [r["path"] for r in up.requests] == ["/b"]
+    assert [v for k, v in up.requests[0]["headers"] if k == "Authorization"] == [CREDENTIAL]
+    # a bad value is refused, naming the field
+    st, out = px.control("PUT", "/v0/policy", {"github.example": [
+        dict(rules({"Authorization": CREDENTIAL})[0], plain_http="yes")]})
+    assert st == 400 and out["error"]["field"] == "github.example[0].plain_http", out
+
+
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: evil.example\r\nX-Pad: "
+SMUGGLED += b"p" * (60 - len(SMUGGLED) - 4) + b"\r\n\r\n"
+SHAPES = [
+    # the issue's reproduction: "Content-Length : 60" was honoured by the proxy and
+    # forwarded verbatim, so an upstream that ignores it read the body as a request
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nContent-Length : 60\r\n\r\n" + SMUGGLED,
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nHost : evil.example\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost : evil.example\r\nHost: %(h)s\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nX-A: 1\r\n Host: evil.example\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nX-A: 1\nHost: evil.example\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nX-A: 1\rHost: evil.example\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nX-A: \x00\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: %(h)s\r\nX A: 1\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nContent-Length: 60\r\nContent-Length: 0\r\n\r\n" + SMUGGLED,
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nContent-Length: 60, 60\r\n\r\n" + SMUGGLED,
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nTransfer-Encoding: chunked\r\nContent-Length: 60\r\n\r\n"
+    b"0\r\n\r\n" + SMUGGLED,
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nTransfer-Encoding: identity\r\nContent-Length: 60\r\n\r\n"
+    + SMUGGLED,
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"
+    + SMUGGLED,
+    b"POST / HTTP/1.1\r\nHost: %(h)s\r\nTransfer-Encoding: chunked\r\n"
+    b"Transfer-Encoding: identity\r\n\r\n0\r\n\r\n" + SMUGGLED,
+]
+
+
+def test_smuggling_shapes_are_refused_before_anything_is_forwarded(start_proxy, upstreams, pki):
+    """Issue 13 #7: Debian's http-parser is lenient; the proxy checks each head itself."""
+    up, plain = upstreams(pki), upstreams()
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}",
+                                              f"api.example:80=127.0.0.1:{plain.port}"])
+    for i, shape in enumerate(SHAPES):
+        for where in ("tls", "http"):
+            host = b"github.example" if where == "tls" else b"api.example"
+            sock = (tls_strict(px) if where == "tls"
+                    else plain_connect(px.http))
+            out, _ = exchange(sock, shape % {b"h": host})
+            assert out.startswith(b"HTTP/1.1 400 Bad Request\r\n"), (i, where, out)
+            assert TOKEN.encode() not in out
+    # the same shapes after a good request on a keep-alive connection: reset, nothing more
+    for i, shape in enumerate(SHAPES):
+        s = tls_strict(px)
+        assert send_request(s, "github.example", f"/ok{i}")[0].status == 200
+        out, reset = exchange(s, shape % {b"h": b"github.example"})
+        assert reset and out == b"", (i, out)
+    assert [r["path"] for r in up.requests] == [f"/ok{i}" for i in range(len(SHAPES))]
+    assert plain.requests == []
+    assert "whitespace before the colon" in px.read_log()
+
+
+def _ws_upstream(h, body):
+    """A WebSocket-ish server: /ws switches (101) and then echoes raw bytes; anything
+    else is a plain HTTP answer, so an Upgrade elsewhere is declined."""
+    if h.path == "/ws" and h.headers.get("Upgrade", "").lower() == "websocket":
+        h.send_response(101)
+        h.send_header("Upgrade", "websocket")
+        h.send_header("Connection", "Upgrade")
+        h.end_headers()
+        h.wfile.flush()
+        while data := h.rfile.read1(65536):
+            h.wfile.write(b"echo:" + data)
+        h.close_connection = True
+        return
+    reply = f"ok {h.command} {h.path} {len(body)}\n".encode()
+    h.send_response(200)
+    h.send_header("Content-Length", str(len(reply)))
+    h.end_headers()
+    h.wfile.write(reply)
+
+
+def _read_until(sock, marker, timeout=5):
+    sock.settimeout(timeout)
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_upgrade_relays_raw_only_after_the_upstreams_101(start_proxy, upstreams, pki):
+    """Issue 13 #8: after an Upgrade request everything was relayed raw at once, so a
+    request for another host that followed it skipped the Host checks."""
+    up, plain = upstreams(pki, handler=_ws_upstream), upstreams(handler=_ws_upstream)
+    px = start_proxy(doc_policy(), overrides=[f"github.example=127.0.0.1:{up.port}",
+                                              f"api.example:80=127.0.0.1:{plain.port}"])
+    upgrade = (b"GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    evil = b"GET /evil HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+
+    def tls():
+        return tls_strict(px)
+
+    for connect, host, server in ((tls, b"github.example", up),
+                                  (lambda: plain_connect(px.http), b"api.example", plain)):
+        # the upstream declines: the bytes after the Upgrade are HTTP, checked as such
+        out, reset = exchange(connect(), upgrade % (b"/declined", host) + evil)
+        assert reset and b"evil" not in out, out  # refused with a response in flight: reset
+        # ... and with the same Host they are simply the next request, credential set
+        out, _ = exchange(connect(), upgrade % (b"/declined", host) +
+                          b"GET /next HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host)
+        assert out.count(b"HTTP/1.1 200 OK") == 2 and b"ok GET /next 0" in out, out
+        # the upstream switches: bytes sent before its 101 arrived were held, then relayed raw
+        s = connect()
+        s.sendall(upgrade % (b"/ws", host) + b"early")
+        got = _read_until(s, b"echo:early")
+        assert got.startswith(b"HTTP/1.1 101 ") and got.endswith(b"echo:early"), got
+        s.sendall(evil)  # opaque now: it reaches the WebSocket server as data, not as a request
+        assert _read_until(s, b"evil.example\r\n\r\n").startswith(b"echo:" + evil[:10])
+        s.close()
+        paths = [(r["path"], dict(r["headers"]).get("Host")) for r in server.requests]
+        assert ("/evil", "evil.example") not in paths, paths
+        assert paths == [("/declined", host.decode()), ("/declined", host.decode()),
+                         ("/next", host.decode()), ("/ws", host.decode())], paths
+    assert [v for k, v in up.requests[2]["headers"] if k == "Authorization"] == [CREDENTIAL]
+
+
+def test_fair_share_of_connection_slots(start_proxy, upstreams, pki):
+    """Issue 13 #9: four sandboxes at the per-sandbox cap filled the global table and
+    every other sandbox's egress failed. Five sandboxes (source addresses 127.0.0.2-6),
+    4 slots each, 16 in all: the same shape at a small scale."""
+    up = upstreams()
+    hogs = [f"127.0.0.{i}" for i in range(2, 6)]
+    late = "127.0.0.6"
+    srcs = [a for ip in hogs + [late] for a in ("--source", ip)]
+    px = start_proxy({"*": []}, overrides=[f"api.example:80=127.0.0.1:{up.port}"], ca_out=False,
+                     args=["--max-conns", "16", "--max-conns-per-sandbox", "4", *srcs])
+
+    def conn(src):
+        c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5, source_address=(src, 0))
+        assert keepalive_ok(c, "api.example")
+        return c
+
+    def alive(c):
+        try:
+            return keepalive_ok(c, "api.example")
+        except (ConnectionError, http.client.HTTPException, OSError):
+            return False
+
+    held = {ip: [conn(ip) for _ in range(4)] for ip in hogs}
+    for ip in hogs:  # the first connection of each sandbox is its quietest
+        for c in held[ip][1:]:
+            assert keepalive_ok(c, "api.example")
+    time.sleep(0.05)
+    # a hog at its cap is refused (its own limit), and so is one more for anybody at or
+    # above a fair share (16 / 4 = 4) once the table is full
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn(hogs[0])
+    # the fifth sandbox is below its share (16 / 5 = 3): each of its first 3 connections
+    # resets the quietest connection of a sandbox holding the most
+    mine = [conn(late) for _ in range(3)]
+    st = px.stats()
+    assert st["evicted"] == 3 and st["active"] == 16, st
+    lost = [(ip, i) for ip in hogs for i, c in enumerate(held[ip]) if not alive(c)]
+    assert len(lost) == 3 and len({ip for ip, _ in lost}) == 3, lost
+    assert all(i == 0 for _, i in lost), f"not the quietest ones: {lost}"
+    # at its share now: refused, and nobody else loses a connection for it
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn(late)
+    assert all(alive(c) for c in mine)
+    st = px.stats()
+    assert st["evicted"] == 3, st
+    per = st["sandboxes"]
+    assert per[late]["active"] == 3 and per[late]["evicted"] == 0
+    assert sorted(per[ip]["active"] for ip in hogs) == [3, 3, 3, 4]
+    assert sum(per[ip]["evicted"] for ip in hogs) == 3
+    assert per[late]["limit_rejected"] == 1 and per[hogs[0]]["limit_rejected"] == 1
+    for cs in list(held.values()) + [mine]:
+        for c in cs:
+            c.close()
 
 
 # ---------------------------------------------------------------- DNS

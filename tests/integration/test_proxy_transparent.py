@@ -127,7 +127,9 @@ def _scenario(pki, workdir):
     up_tls, up_plain = Upstream(pki), Upstream()
     ca = os.path.join(workdir, "sandbox-ca.pem")
     log = open(os.path.join(workdir, "proxy.log"), "ab")
-    policy = {"github.example": rules({"Authorization": CREDENTIAL}), "api.example": []}
+    # plain_http: the test also sends the credential over port 80
+    policy = {"github.example": [dict(rules({"Authorization": CREDENTIAL})[0], plain_http=True)],
+              "api.example": []}
     proc = subprocess.Popen(
         [BIN, "egress-proxy", "--policy", json.dumps(policy),
          "--listen-transparent", "0.0.0.0:0", "--dns", "10.77.0.1:0",

@@ -263,10 +263,19 @@ def test_credential_is_injected_and_nowhere_inside(env):
     assert code == 0 and "ok GET /py" in out, err
     assert auth_of(env.github) == [CREDENTIAL]
 
-    # port 80: Host decides, the header is set too
+    # port 80: the credential would cross the network in cleartext, so the request is
+    # refused (403, saying how to opt in) unless the rule asks for plain HTTP by name
+    n = len(env.plain.requests)
+    code, out, err = run(d, "cred", "curl -sS -i http://github.example/plain")
+    assert code == 0 and out.startswith("HTTP/1.1 403") and "plain_http" in out, out + err
+    assert len(env.plain.requests) == n, "nothing reached the upstream"
+    d.ok("PATCH", "/v1/sandboxes/cred", {"network_policy": dict(
+        policy, **{"github.example": [dict(rules({"Authorization": CREDENTIAL})[0],
+                                           plain_http=True)]})})
     code, out, err = run(d, "cred", "curl -sS http://github.example/plain")
     assert code == 0 and "ok GET /plain" in out, err
     assert auth_of(env.plain) == [CREDENTIAL]
+    assert d.get("cred")["network_policy"]["github.example"][0]["plain_http"] is True
 
     # a process that talked through the proxy stays alive while everything is scanned
     holder = d.ok("POST", "/v1/sandboxes/cred/commands",
@@ -456,6 +465,45 @@ print(json.dumps(res))
     assert res["dns_own"] == "ok" and res["dns_answer"] == net["gateway"], res
     assert res["forged"] == "ok" and res["forged_status"].startswith("HTTP/1.1 421"), res
     assert len(env.github.requests) == n_git  # nothing reached the upstream
+
+
+# Runs inside: issue 13's one-write shapes after an Upgrade request, on port 80.
+HOSTILE = r"""
+import socket
+head = (b"GET /up HTTP/1.1\r\nHost: github.example\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\n\r\n")
+for extra in (b"x" * 3000, b"GET /evil HTTP/1.1\r\nHost: evil.example\r\n\r\n"):
+    s = socket.create_connection(("github.example", 80), timeout=5)
+    s.sendall(head + extra)
+    try:
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+    s.close()
+print("sent")
+"""
+
+
+def test_hostile_upgrades_leave_the_daemon_and_other_sandboxes_working(env):
+    """Issue 13 #2 (the ASan daemon aborted: use-after-free after an Upgrade request with
+    more bytes in the same write) and #8 (the bytes after an Upgrade were relayed raw at
+    once, skipping the Host checks), from inside a real sandbox."""
+    d = env.d
+    d.create("bystander", network_policy={"github.example": []})
+    code, out, err = run(d, "bystander", "curl -sS http://github.example/before")
+    assert code == 0 and "ok GET /before" in out, err
+    d.create("hostile", network_policy={"github.example": []})
+    n = len(env.plain.requests)
+    code, out, err = py(d, "hostile", HOSTILE)
+    assert code == 0 and "sent" in out, err
+    # the upstream declined both Upgrades; what followed was refused as a request
+    got = [(r["path"], dict(r["headers"]).get("Host")) for r in env.plain.requests[n:]]
+    assert got == [("/up", "github.example")] * 2, got
+    # the daemon is up, and the other sandbox's egress still works
+    code, out, err = run(d, "bystander", "curl -sS http://github.example/after")
+    assert code == 0 and "ok GET /after" in out, err
+    assert "AddressSanitizer" not in d.read_log()
 
 
 # ---------------------------------------------------------------- live updates

@@ -167,6 +167,43 @@ Test(proxy_policy, rules_without_headers_pass)
     proxy_policy_unref(p);
 }
 
+/* Headers go over plain HTTP (port 80) only when a rule of the domain says so. */
+Test(proxy_policy, plain_http_is_explicit)
+{
+    struct proxy_policy *p =
+        ok("{\"tls.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}]}],"
+           " \"old.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}],"
+           "                    \"plain_http\": true}],"
+           " \"no.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}],"
+           "                   \"plain_http\": false}],"
+           " \"merged.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}]},"
+           "                      {\"plain_http\": true}]}");
+    const char *hosts[] = {"tls.example", "old.example", "no.example", "merged.example"};
+    bool want[] = {false, true, false, true};
+    for (size_t i = 0; i < 4; i++) {
+        struct proxy_verdict v;
+        proxy_policy_match(p, hosts[i], &v);
+        cr_assert_eq(v.kind, PROXY_INTERCEPT, "%s", hosts[i]);
+        cr_assert_eq(v.plain_http, want[i], "%s", hosts[i]);
+    }
+    /* a change of plain_http alone changes how a connection is treated */
+    struct proxy_verdict a, b;
+    proxy_policy_match(p, "tls.example", &a);
+    proxy_policy_match(p, "old.example", &b);
+    cr_assert_not(proxy_verdict_same(&a, &b));
+    proxy_policy_unref(p);
+
+    struct err e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"A\": \"1\"}}],"
+                       " \"plain_http\": \"yes\"}]}");
+    cr_assert_str_eq(e.field, "a.example[0].plain_http");
+    cr_assert(strstr(e.msg, "true or false"), "%s", e.msg);
+    e = bad("{\"a.example\": [{\"plain_http\": true}]}");
+    cr_assert_str_eq(e.field, "a.example");
+    cr_assert(strstr(e.msg, "no rule"), "%s", e.msg);
+    e = bad("{\"a.example\": [{\"plainHttp\": true}]}");
+    cr_assert(strstr(e.msg, "plain_http"), "the error names the key that exists: %s", e.msg);
+}
+
 Test(proxy_policy, validation_errors)
 {
     struct err e;

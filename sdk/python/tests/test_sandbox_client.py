@@ -1087,6 +1087,12 @@ def test_network_policy_ports_and_networks(sbx_url: str) -> None:
         NetworkPolicyRule(transform="not a list")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         NetworkPolicy(mode="sometimes")
+    # headers over plain HTTP (port 80) only when asked for by name
+    old = NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"X-Key": "v"})], plain_http=True)
+    assert old.to_api() == {"transform": [{"headers": {"X-Key": "v"}}], "plain_http": True}
+    assert NetworkPolicy.from_api({"h.example": [old.to_api()]}).rules["h.example"][0].plain_http  # type: ignore[index]
+    with pytest.raises(TypeError):
+        NetworkPolicyRule(plain_http="yes")  # type: ignore[arg-type]
 
     async def main() -> None:
         async with sandbox.create_sandbox(network_policy=policy, ports=[3000]) as box:

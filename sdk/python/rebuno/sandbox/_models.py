@@ -674,11 +674,18 @@ class NetworkPolicyTransform(_Model):
 class NetworkPolicyRule(_Model):
     """What the egress proxy does for one allowed domain: ``transform`` is a list of
     :class:`NetworkPolicyTransform` (merged in order; a later header of the same name wins).
-    A domain with no rules (``[]``) is allowed and passed through untouched."""
+    A domain with no rules (``[]``) is allowed and passed through untouched.
+
+    The headers are set only inside HTTPS; a plain HTTP (port 80) request to the domain is
+    refused with 403, so a credential never crosses the network in cleartext, unless
+    ``plain_http=True`` asks for them there too."""
 
     transform: Sequence[NetworkPolicyTransform] = ()
+    plain_http: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.plain_http, bool):
+            raise TypeError("plain_http must be True or False")
         if isinstance(self.transform, (str, bytes, Mapping)) or not isinstance(self.transform, Sequence):
             raise TypeError("transform must be a list of NetworkPolicyTransform")
         items = []
@@ -691,11 +698,16 @@ class NetworkPolicyRule(_Model):
         object.__setattr__(self, "transform", tuple(items))
 
     def to_api(self) -> dict[str, Any]:
-        """The rule as the API takes it: ``{"transform": [{"headers": {...}}, ...]}``."""
-        return {"transform": [t.to_api() for t in self.transform]}
+        """The rule as the API takes it: ``{"transform": [{"headers": {...}}, ...]}``
+        (and ``"plain_http": true`` when set)."""
+        out: dict[str, Any] = {"transform": [t.to_api() for t in self.transform]}
+        if self.plain_http:
+            out["plain_http"] = True
+        return out
 
     def __repr__(self) -> str:
-        return f"NetworkPolicyRule(transform={list(self.transform)!r})"
+        extra = ", plain_http=True" if self.plain_http else ""
+        return f"NetworkPolicyRule(transform={list(self.transform)!r}{extra})"
 
 
 _MODES = ("allow-all", "deny-all", "custom")
@@ -739,7 +751,8 @@ class NetworkPolicy(_Model):
             items = []
             for r in rules:
                 if isinstance(r, Mapping):
-                    r = NetworkPolicyRule(transform=r.get("transform") or ())
+                    r = NetworkPolicyRule(transform=r.get("transform") or (),
+                                          plain_http=r.get("plain_http", False))
                 if not isinstance(r, NetworkPolicyRule):
                     raise TypeError(f"{domain}: rules must be NetworkPolicyRule objects")
                 items.append(r)
