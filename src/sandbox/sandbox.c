@@ -1068,6 +1068,11 @@ fail:
     return NULL;
 }
 
+static void progress(struct sbxd *d)
+{
+    if (d->cfg.progress) d->cfg.progress(d->cfg.progress_arg);
+}
+
 void sbxd_shutdown(struct sbxd *d)
 {
     if (!d || d->shutting_down) return;
@@ -1075,9 +1080,13 @@ void sbxd_shutdown(struct sbxd *d)
     sbx_api_shutdown(d);
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+        if (s->sess) {
+            sbx_stop(s, "daemon_shutdown", &err);
+            progress(d);
+        }
     if (d->reap_ev) event_del(d->reap_ev);
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
+    progress(d);
     sbx_images_close(d); /* so would the import thread's notifications */
     sbx_snaps_shutdown(d);
 }
@@ -1111,6 +1120,7 @@ void sbxd_free(struct sbxd *d)
         sbx_cg_root_remove(d->cg);
         sbx_cg_root_free(d->cg);
     }
+    progress(d);
     sbx_store_close(d->store);
     sbx_zygote_stop();
     sbx_storage_close(d->storage);

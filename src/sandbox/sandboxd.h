@@ -31,6 +31,10 @@ struct sbxd_config {
     const char *const *upstream_overrides; /* "HOST[:80|:443]=ADDR:PORT" for the proxy */
     int n_upstream_overrides;
     const char *upstream_ca;   /* extra PEM trust for the proxy's upstreams */
+    /* called at each step of a shutdown (a session stopped, a resource released), so a
+     * supervisor can tell a long clean-up from a stuck one; may be NULL */
+    void (*progress)(void *arg);
+    void *progress_arg;
 };
 
 struct sbxd;
