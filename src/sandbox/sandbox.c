@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/uuid.h"
 #include "base/xalloc.h"
+#include "sandbox/daemons.h"
 #include "sandbox/idmap.h"
 #include "sandbox/image.h"
 #include "sandbox/net.h"
@@ -932,16 +933,6 @@ static int mkdir_p0700(const char *p)
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -errno;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
                       const struct sbxd_config *cfg, struct err *err)
 {
@@ -994,6 +985,9 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     }
     chmod(real, 0700);
     d->state_dir = xstrdup(real);
+    /* before anything of ours: what dead daemons left (this folder's included) */
+    if (sbx_daemon_register(cfg->daemons_dir, real, cfg->cgroup_mode, &d->record, err) < 0)
+        goto fail;
     d->image_dir = xasprintf("%s/images", real);
     d->sandboxes_dir = xasprintf("%s/sandboxes", real);
     d->trash_dir = xasprintf("%s/trash", real);
@@ -1011,8 +1005,7 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
         goto fail;
     char cgname[64];
-    snprintf(cgname, sizeof cgname, "rebuno-%012llx",
-             (unsigned long long)(fnv1a(real) & 0xffffffffffffull));
+    snprintf(cgname, sizeof cgname, "rebuno-%012llx", (unsigned long long)sbx_daemon_id(real));
     if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
     int swept = sbx_cg_root_sweep(d->cg);
     if (sbx_store_load(d->store, load_row, d, err) < 0) goto fail;
@@ -1124,6 +1117,7 @@ void sbxd_free(struct sbxd *d)
     sbx_store_close(d->store);
     sbx_zygote_stop();
     sbx_storage_close(d->storage);
+    sbx_daemon_unregister(d->record); /* last: until now a reaper would have work */
     free(d->state_dir);
     free(d->image_dir);
     free(d->sandboxes_dir);

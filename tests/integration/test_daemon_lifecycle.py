@@ -1,6 +1,6 @@
 """sandboxd's life on a host: supervised by `rebuno dev`, stopped by a signal to the whole
-process group (Ctrl-C in a terminal, systemd's default stop), and killed
-(docs/sandbox.md "Restarts")."""
+process group (Ctrl-C in a terminal, systemd's default stop), killed, and the daemons that
+come after it (docs/sandbox.md "Restarts" and "Daemons and leftovers")."""
 import http.client
 import json
 import os
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from conftest import daemon_leftovers, force_cleanup_daemon, free_port
+from conftest import (Sandboxd, cgroup_dirs, daemon_leftovers, force_cleanup_daemon, free_port,
+                      host_mounts_mentioning, loop_devices_backed_by, network_leftovers)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd needs root")
 
@@ -66,6 +67,11 @@ def proc_state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def alive(pid):
+    """Running or frozen; a zombie (dead, not yet reaped by the init it was left to) is not."""
+    return proc_state(pid) not in (None, "Z")
 
 
 def start_dev(make_kernel):
@@ -172,3 +178,64 @@ def test_dev_restarts_a_killed_sandboxd(make_kernel):
         if k.proc and k.proc.poll() is None:
             k.proc.kill()
         force_cleanup_daemon(state)
+
+
+def test_a_daemon_reaps_what_a_killed_daemon_left_on_another_state_folder(make_sandboxd):
+    """kill -9 of a sandboxd with a paused sandbox leaves its store mounted, its loop device
+    attached, frozen processes in its cgroups and its nftables table; the next daemon to
+    start on the host, whatever its state folder, cleans all of it up."""
+    a = make_sandboxd().start()
+    try:
+        busy_and_paused(a.port)
+        frozen = []
+        for d in cgroup_dirs(a.state):
+            for sub, _, _ in os.walk(d):
+                try:
+                    frozen += [int(x) for x in open(os.path.join(sub, "cgroup.procs")).read().split()]
+                except OSError:
+                    pass
+        assert frozen and host_mounts_mentioning(os.path.realpath(a.state))
+        assert loop_devices_backed_by(os.path.realpath(a.state)) and network_leftovers(a)
+        a.kill9()
+        time.sleep(0.2)
+        assert any(alive(p) for p in frozen), "the frozen processes should outlive the daemon"
+        make_sandboxd().start()  # another state folder
+        deadline = time.time() + 10
+        while daemon_leftovers(a.state) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not daemon_leftovers(a.state), daemon_leftovers(a.state)
+        assert not [p for p in frozen if alive(p)], "frozen processes survived"
+        # and the dead daemon's own folder starts again as after any crash
+        a.start()
+        s = a.get("nap")
+        assert s["state"] == "stopped" and s["stop_reason"] == "daemon_restart", s
+        assert a.read("busy", "/root/kept.txt") == (200, b"kept\n")
+    finally:
+        if a.proc and a.proc.poll() is None:
+            a.stop()
+        force_cleanup_daemon(a.state)
+
+
+def test_a_second_daemon_on_a_live_state_folder_is_refused_and_touches_nothing(make_sandboxd):
+    """Before anything of its own (cgroups, store, network), a daemon takes its folder's
+    record: a second one on the same folder stops there, and the first one's sandboxes
+    keep running."""
+    a = make_sandboxd().start()
+    a.create("live")
+    session = a.get("live")["session"]["id"]
+    b = Sandboxd(a.root)
+    b.log_path = os.path.join(a.root, "second.log")
+    try:
+        b.start(wait=False)
+        assert b.proc.wait(30) != 0
+        log = b.read_log()
+        assert "another sandboxd (pid %d)" % a.proc.pid in log, log
+        s = a.get("live")
+        assert s["state"] == "running" and s["session"]["id"] == session, s
+        assert a.sh("live", "echo still")["stdout"] == "still\n"
+    finally:
+        if b.proc and b.proc.poll() is None:
+            b.proc.kill()
+            b.proc.wait()
+        if b.log and not b.log.closed:
+            b.log.close()
