@@ -26,6 +26,7 @@
 #include "sandbox/files.h"
 #include "sandbox/sandboxd.h"
 #include "sandbox/spawn.h"
+#include "sandbox/uidpool.h"
 
 struct daemon {
     struct event_base *base;
@@ -100,6 +101,8 @@ static void usage(FILE *out)
             "  --upstream-override HOST[:80|:443]=ADDR:PORT  send the proxy's connections for\n"
             "                       HOST there (repeatable; tests and demos)\n"
             "  --upstream-ca FILE   extra PEM CA the proxy trusts for upstream servers\n"
+            "  --uid-ranges FILE    the host's table of which state folder owns which uid\n"
+            "                       range (default " SBX_UIDPOOL_PATH ")\n"
             "  --notify-fd N        write ready, stopping, progress and stopped to this\n"
             "                       descriptor, one line each (for a supervisor)\n"
             "  --log-level LEVEL    debug, info, warn, error (default info)\n");
@@ -129,7 +132,7 @@ int cmd_sandboxd(int argc, char **argv)
     long long uid_base = 100000, max_sbx = 1000, out_limit = 1 << 20;
     long long storage_size = 0, snap_exp = 30LL * 24 * 3600 * 1000;
     const char *storage = "auto";
-    const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL;
+    const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL, *uid_ranges = NULL;
     long long notify_fd = -1;
     const char *overrides[64];
     int noverrides = 0;
@@ -166,6 +169,7 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--network")) net_mode = v;
         else if (!strcmp(name, "--net-cidr")) net_cidr = v;
         else if (!strcmp(name, "--upstream-ca")) upstream_ca = v;
+        else if (!strcmp(name, "--uid-ranges")) uid_ranges = v;
         else if (!strcmp(name, "--notify-fd"))
             bad = parse_num(v, 3, 1 << 20, &notify_fd) || fcntl((int)notify_fd, F_GETFD) < 0;
         else if (!strcmp(name, "--upstream-override")) {
@@ -216,7 +220,7 @@ int cmd_sandboxd(int argc, char **argv)
                               .snapshot_expiration_ms = snap_exp, .net_mode = net_mode,
                               .net_cidr = net_cidr,
                               .upstream_overrides = overrides, .n_upstream_overrides = noverrides,
-                              .upstream_ca = upstream_ca,
+                              .upstream_ca = upstream_ca, .uid_ranges = uid_ranges,
                               .progress = on_progress, .progress_arg = &s};
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;

@@ -37,6 +37,7 @@
 #include "sandbox/image.h"
 #include "sandbox/net.h"
 #include "sandbox/plan.h"
+#include "sandbox/uidpool.h"
 #include "sandbox/validate.h"
 
 #define MAX_CLEANERS 64
@@ -154,19 +155,18 @@ static void sbx_free(struct sbx *s)
     free(s);
 }
 
+static bool slot_in_use(uint32_t slot, void *arg)
+{
+    const struct sbxd *d = arg;
+    for (const struct sbx *s = d->first; s; s = s->next)
+        if (s->slot == slot) return true;
+    return false;
+}
+
+/* A uid range of this state folder's no sandbox has (host-wide unique: uidpool.h). */
 static int next_slot(struct sbxd *d, uint32_t *out)
 {
-    int64_t max = sbx_idmap_max_slot(d->cfg.uid_first);
-    for (int64_t slot = 0; slot <= max; slot++) {
-        bool used = false;
-        for (struct sbx *s = d->first; s && !used; s = s->next)
-            used = s->slot == (uint32_t)slot;
-        if (!used) {
-            *out = (uint32_t)slot;
-            return 0;
-        }
-    }
-    return -ENOSPC;
+    return sbx_uidpool_take(d->uids, slot_in_use, d, out);
 }
 
 /* ------------------------------------------------------------------ files on disk */
@@ -735,7 +735,12 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
                 d->cfg.max_sandboxes);
         goto fail;
     }
-    if (next_slot(d, &s->slot) < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
+    int se = next_slot(d, &s->slot);
+    if (se == -EIO) {
+        err_internal(err, "cannot reserve a uid range in the host's table");
+        goto fail;
+    }
+    if (se < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
         err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
         goto fail;
     }
@@ -1009,6 +1014,16 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
     int swept = sbx_cg_root_sweep(d->cg);
     if (sbx_store_load(d->store, load_row, d, err) < 0) goto fail;
+    {
+        uint32_t *used = xcalloc((size_t)d->count + 1, sizeof *used);
+        size_t nused = 0;
+        for (struct sbx *s = d->first; s; s = s->next)
+            used[nused++] = s->slot;
+        int ue = sbx_uidpool_open(cfg->uid_ranges, real, d->cfg.uid_first,
+                                  sbx_idmap_max_slot(d->cfg.uid_first), used, nused, &d->uids, err);
+        free(used);
+        if (ue < 0) goto fail;
+    }
     int recovered = 0;
     for (struct sbx *s = d->first; s; s = s->next) {
         if (s->state == SBX_STOPPED) continue;
@@ -1114,6 +1129,7 @@ void sbxd_free(struct sbxd *d)
         sbx_cg_root_free(d->cg);
     }
     progress(d);
+    sbx_uidpool_close(d->uids);
     sbx_store_close(d->store);
     sbx_zygote_stop();
     sbx_storage_close(d->storage);

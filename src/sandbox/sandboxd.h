@@ -31,7 +31,9 @@ struct sbxd_config {
     const char *const *upstream_overrides; /* "HOST[:80|:443]=ADDR:PORT" for the proxy */
     int n_upstream_overrides;
     const char *upstream_ca;   /* extra PEM trust for the proxy's upstreams */
-    const char *daemons_dir;   /* records of running daemons (daemons.h); NULL: the default */
+    /* host-wide state (daemons.h, uidpool.h); NULL: the defaults under /run and /var/lib */
+    const char *daemons_dir;   /* records of running daemons */
+    const char *uid_ranges;    /* the table of which state folder owns which uid range */
     /* called at each step of a shutdown (a session stopped, a resource released), so a
      * supervisor can tell a long clean-up from a stuck one; may be NULL */
     void (*progress)(void *arg);

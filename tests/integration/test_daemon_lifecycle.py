@@ -74,6 +74,15 @@ def alive(pid):
     return proc_state(pid) not in (None, "Z")
 
 
+def uid_range(port, ref):
+    """(first host uid, count) of the sandbox's user namespace, as seen from inside."""
+    r = ok(port, "POST", f"/v1/sandboxes/{ref}/commands",
+           {"cmd": "cat", "args": ["/proc/self/uid_map"], "wait": True})
+    inside, first, count = r["stdout"].split()
+    assert inside == "0", r
+    return int(first), int(count)
+
+
 def start_dev(make_kernel):
     port = free_port()
     k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{port}"])
@@ -239,3 +248,35 @@ def test_a_second_daemon_on_a_live_state_folder_is_refused_and_touches_nothing(m
             b.proc.wait()
         if b.log and not b.log.closed:
             b.log.close()
+
+
+def test_two_daemons_give_their_sandboxes_disjoint_uid_ranges(make_sandboxd):
+    a, b = make_sandboxd().start(), make_sandboxd().start()
+    ranges = []
+    for d in (a, b):
+        for name in ("u1", "u2"):
+            d.create(name)
+            ranges.append(uid_range(d.port, name))
+    for i, (f1, n1) in enumerate(ranges):
+        assert n1 == 65536
+        for f2, n2 in ranges[i + 1:]:
+            assert f1 + n1 <= f2 or f2 + n2 <= f1, ranges
+
+
+def test_a_state_folder_keeps_its_uid_ranges_and_they_are_recorded(make_sandboxd, tmp_path):
+    """A folder whose sandboxes got their ranges before the host-wide table existed (here: a
+    table that has never heard of it) keeps them, and no other daemon is given them."""
+    old_table, new_table = str(tmp_path / "before.db"), str(tmp_path / "after.db")
+    a = make_sandboxd(args=["--uid-ranges", old_table]).start()
+    a.create("old1")
+    a.create("old2")
+    before = {n: uid_range(a.port, n) for n in ("old1", "old2")}
+    a.stop()
+    a.args = ["--uid-ranges", new_table]
+    a.start()
+    assert {n: uid_range(a.port, n) for n in ("old1", "old2")} == before
+    c = make_sandboxd(args=["--uid-ranges", new_table]).start()
+    c.create("new1")
+    f, n = uid_range(c.port, "new1")
+    for f2, n2 in before.values():
+        assert f + n <= f2 or f2 + n2 <= f, (f, before)
