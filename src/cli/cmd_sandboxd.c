@@ -2,16 +2,25 @@
  * cmd_sandboxd.c - `rebuno sandboxd`: run the sandbox service (/v1).
  *
  * Parses its few options, serves the API on one libevent loop until SIGINT or
- * SIGTERM, then stops every session (files stay) and exits. Needs root. It only
- * listens on loopback, and every call but health must send the local token it makes
- * at start (net/local_auth.h): any local user can reach loopback.
+ * SIGTERM, then stops every session (files stay), releases what it holds on the host
+ * and exits. Needs root. It only listens on loopback, and every call but health must
+ * send the local token it makes at start (net/local_auth.h): any local user can reach
+ * loopback.
+ *
+ * The first SIGINT or SIGTERM starts that shutdown and later ones are ignored: Ctrl-C in
+ * a terminal and systemd signal every process of the group at once, and `rebuno dev`
+ * then sends its own SIGTERM, none of which may cut the clean-up short. With
+ * --notify-fd, a supervisor is told "ready", "stopping", one "progress" per step of the
+ * shutdown, and "stopped", one line each.
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "cli/commands.h"
@@ -20,6 +29,7 @@
 #include "sandbox/files.h"
 #include "sandbox/sandboxd.h"
 #include "sandbox/spawn.h"
+#include "sandbox/uidpool.h"
 
 struct daemon {
     struct event_base *base;
@@ -27,14 +37,45 @@ struct daemon {
     struct sbxd *d;
     struct local_auth *local;
     struct event *sigint, *sigterm;
+    int notify_fd; /* --notify-fd, or -1 */
 };
+
+void cli_stop_signals_ignore(struct event *sigint, struct event *sigterm)
+{
+    /* libevent puts the default action back when its signal events go: drop them with the
+     * signals blocked and ignore the signals before they can come through again */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    event_del(sigint);
+    event_del(sigterm);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static void notify(struct daemon *s, const char *what)
+{
+    if (s->notify_fd < 0) return;
+    char line[32];
+    int n = snprintf(line, sizeof line, "%s\n", what);
+    if (write(s->notify_fd, line, (size_t)n) < 0) { /* the supervisor is gone: fine */
+    }
+}
+
+static void on_progress(void *arg)
+{
+    notify(arg, "progress");
+}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct daemon *s = arg;
     log_info("shutting down", "signal=%d", (int)sig);
-    event_del(s->sigint);
-    event_del(s->sigterm);
+    cli_stop_signals_ignore(s->sigint, s->sigterm);
+    notify(s, "stopping");
     sbxd_shutdown(s->d);
     http_server_shutdown(s->http, 5000);
     s->http = NULL; /* freed by the shutdown */
@@ -75,6 +116,10 @@ static void usage(FILE *out)
             "  --body-timeout S     a request body's grace, after which it must average\n"
             "  --body-min-rate B    B bytes/s (defaults 10 and 1024)\n"
             "  --idle-timeout S     keep-alive connections with no request (default 60)\n"
+            "  --uid-ranges FILE    the host's table of which state folder owns which uid\n"
+            "                       range (default " SBX_UIDPOOL_PATH ")\n"
+            "  --notify-fd N        write ready, stopping, progress and stopped to this\n"
+            "                       descriptor, one line each (for a supervisor)\n"
             "  --log-level LEVEL    debug, info, warn, error (default info)\n");
 }
 
@@ -104,7 +149,8 @@ int cmd_sandboxd(int argc, char **argv)
     long long max_conns = 4096, per_peer = 0, head_s = 10, body_s = 10, body_rate = 1024;
     long long idle_s = 60;
     const char *storage = "auto";
-    const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL;
+    const char *net_mode = "auto", *net_cidr = NULL, *upstream_ca = NULL, *uid_ranges = NULL;
+    long long notify_fd = -1;
     const char *overrides[64];
     int noverrides = 0;
     for (int i = 1; i < argc; i++) {
@@ -140,6 +186,9 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--network")) net_mode = v;
         else if (!strcmp(name, "--net-cidr")) net_cidr = v;
         else if (!strcmp(name, "--upstream-ca")) upstream_ca = v;
+        else if (!strcmp(name, "--uid-ranges")) uid_ranges = v;
+        else if (!strcmp(name, "--notify-fd"))
+            bad = parse_num(v, 3, 1 << 20, &notify_fd) || fcntl((int)notify_fd, F_GETFD) < 0;
         else if (!strcmp(name, "--upstream-override")) {
             if (noverrides == 64) bad = 1;
             else overrides[noverrides++] = v;
@@ -177,7 +226,11 @@ int cmd_sandboxd(int argc, char **argv)
                 listen);
         return 2;
     }
-    struct daemon s = {0};
+    struct daemon s = {.notify_fd = (int)notify_fd};
+    if (s.notify_fd >= 0) { /* ours alone: no child inherits it, no write ever blocks */
+        fcntl(s.notify_fd, F_SETFD, FD_CLOEXEC);
+        fcntl(s.notify_fd, F_SETFL, fcntl(s.notify_fd, F_GETFL) | O_NONBLOCK);
+    }
     struct err err = ERR_INIT;
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
@@ -197,7 +250,8 @@ int cmd_sandboxd(int argc, char **argv)
                               .snapshot_expiration_ms = snap_exp, .net_mode = net_mode,
                               .net_cidr = net_cidr,
                               .upstream_overrides = overrides, .n_upstream_overrides = noverrides,
-                              .upstream_ca = upstream_ca};
+                              .upstream_ca = upstream_ca, .uid_ranges = uid_ranges,
+                              .progress = on_progress, .progress_arg = &s};
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;
@@ -214,6 +268,7 @@ int cmd_sandboxd(int argc, char **argv)
              http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
     fflush(stdout);
+    notify(&s, "ready");
     event_base_dispatch(s.base);
     rc = 0;
     goto out;
@@ -227,5 +282,7 @@ out:
     sbxd_free(s.d);
     local_auth_free(s.local);
     if (s.base) event_base_free(s.base);
+    notify(&s, "stopped");
+    if (rc == 0) log_info("sandboxd stopped", "state_dir=%s", state);
     return rc;
 }

@@ -9,19 +9,29 @@
  * `server` only serves configured agents. Without API keys the kernel refuses
  * to listen on anything but loopback, and every caller must send the local token
  * it makes at start (net/local_auth.h).
+ *
+ * `dev` (as root) also runs `rebuno sandboxd` as its child and supervises it: if it
+ * dies, dev logs how (exit status or signal), reaps it and starts it again after a
+ * backoff (0.5 s doubling to 30 s, back to 0.5 s after a minute's run), never while
+ * shutting down. At shutdown it waits for sandboxd for as long as sandboxd reports
+ * progress (--notify-fd), so a long clean-up is never cut short.
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/api.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "cli/commands.h"
@@ -32,18 +42,29 @@
 #include "policy/policy.h"
 #include "store/store.h"
 
+#define RESTART_FIRST_MS 500    /* sandboxd died: first restart after this */
+#define RESTART_MAX_MS 30000     /* doubling up to this */
+#define RESTART_RESET_MS 60000   /* a run at least this long starts the backoff over */
+#define STOP_QUIET_MS 30000      /* a stopping sandboxd silent this long is killed */
+
 struct serve {
     struct event_base *base;
     struct http_server *http;
     struct api *api;
     struct local_auth *local; /* no api_keys: the token callers must send */
     struct event *sigint, *sigterm;
-    pid_t sandboxd; /* dev: the sandbox service we started, 0 when none */
+    const struct config *cfg;
+    /* dev: the sandbox service we started and supervise */
+    pid_t sandboxd;             /* 0 when none runs */
+    int sbx_pidfd, sbx_notify;  /* its pidfd, and the read end of its --notify-fd pipe */
+    struct event *sbx_exit, *sbx_restart;
+    int64_t sbx_started_ms;
+    int restart_ms;             /* delay of the next restart */
+    bool stopping;
 };
 
-/* dev: run `rebuno sandboxd` as a child of this process (it needs root). The child
- * gets SIGTERM if we die, so a crashed dev never leaves sandboxes running. */
-static int start_sandboxd(struct serve *s, const struct config *c, struct err *err)
+/* dev: whether to run the sandbox service (sandboxes: on, or auto as root). */
+static int sandboxes_wanted(const struct config *c, struct err *err)
 {
     bool want = strcmp(c->sandboxes, "on") == 0;
     if (!want && strcmp(c->sandboxes, "auto") != 0) {
@@ -56,23 +77,42 @@ static int start_sandboxd(struct serve *s, const struct config *c, struct err *e
         log_warn("sandboxes off: the sandbox service needs root", "hint=\"run as root, or --sandboxes off to silence\"");
         return 0;
     }
+    return 1;
+}
+
+static void on_sandboxd_exit(evutil_socket_t fd, short what, void *arg);
+
+/* dev: run `rebuno sandboxd` as a child of this process (it needs root), watched through
+ * a pidfd and told to report its shutdown's progress on a pipe. The child gets SIGTERM if
+ * we die, so a crashed dev never leaves sandboxes running. */
+static int start_sandboxd(struct serve *s, struct err *err)
+{
+    const struct config *c = s->cfg;
     /* argv: fixed part, then --upstream-ca and one --upstream-override per item of the
      * comma/space separated list (each HOST=ADDR:PORT; sandboxd checks the rest) */
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
-    enum { MAX_OVERRIDES = 64 };
-    char *argv[8 + 2 * MAX_OVERRIDES + 1];
+    enum { MAX_OVERRIDES = 64, FIXED = 10 };
+    char *argv[FIXED + 2 * MAX_OVERRIDES + 1];
+    int pfd[2] = {-1, -1};
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        free(state), free(list);
+        return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
+    }
+    char fdstr[16];
+    snprintf(fdstr, sizeof fdstr, "%d", pfd[1]);
     int n = 0;
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
-    argv[n++] = "--state-dir", argv[n++] = state;
+    argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
     char *save = NULL;
     for (char *item = strtok_r(list, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
-        if (!strchr(item, '=') || n >= 8 + 2 * MAX_OVERRIDES) {
+        if (!strchr(item, '=') || n >= FIXED + 2 * MAX_OVERRIDES) {
             err_invalid(err, "sandbox_upstream_overrides",
                         "sandbox_upstream_overrides: at most %d items, each HOST=ADDR:PORT (got \"%s\")",
                         MAX_OVERRIDES, item);
             free(state), free(list);
+            close(pfd[0]), close(pfd[1]);
             return -1;
         }
         argv[n++] = "--upstream-override", argv[n++] = item;
@@ -89,38 +129,134 @@ static int start_sandboxd(struct serve *s, const struct config *c, struct err *e
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(1); /* the parent died before prctl */
+        fcntl(pfd[1], F_SETFD, 0);          /* the one descriptor it inherits */
         execv(self, argv);
         execv("/proc/self/exe", argv); /* the file was replaced since we started */
         _exit(127);
     }
+    int e = errno;
     free(state), free(list);
-    if (pid < 0) return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
+    close(pfd[1]);
+    if (pid < 0) {
+        close(pfd[0]);
+        return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(e));
+    }
+    fcntl(pfd[0], F_SETFL, O_NONBLOCK);
     s->sandboxd = pid;
+    s->sbx_notify = pfd[0];
+    s->sbx_started_ms = clock_mono_ms();
+    s->sbx_pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* our child: no reuse race */
+    if (s->sbx_pidfd < 0) {
+        log_warn("cannot watch the sandbox service; it is not restarted if it dies",
+                 "error=\"%s\"", strerror(errno));
+        return 0;
+    }
+    s->sbx_exit = event_new(s->base, s->sbx_pidfd, EV_READ, on_sandboxd_exit, s);
+    event_add(s->sbx_exit, NULL);
     return 0;
 }
 
+/* Forget the sandboxd that ended with wait status st; why: how it ended. */
+static void forget_sandboxd(struct serve *s, int st, char *why, size_t n)
+{
+    if (WIFSIGNALED(st)) snprintf(why, n, "signal=%d", WTERMSIG(st));
+    else snprintf(why, n, "status=%d", WEXITSTATUS(st));
+    if (s->sbx_exit) event_free(s->sbx_exit);
+    if (s->sbx_pidfd >= 0) close(s->sbx_pidfd);
+    if (s->sbx_notify >= 0) close(s->sbx_notify);
+    s->sbx_exit = NULL;
+    s->sbx_pidfd = s->sbx_notify = -1;
+    s->sandboxd = 0;
+}
+
+/* waitpid for sandboxd: its pid when it was reaped into *st, 0 when it still runs. */
+static pid_t wait_sandboxd(struct serve *s, int *st, bool block)
+{
+    pid_t r;
+    while ((r = waitpid(s->sandboxd, st, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {
+    }
+    return r;
+}
+
+static void on_sandboxd_exit(evutil_socket_t fd, short what, void *arg)
+{
+    struct serve *s = arg;
+    pid_t pid = s->sandboxd;
+    char why[32];
+    int st = 0;
+    wait_sandboxd(s, &st, true); /* the pidfd is readable: it has exited */
+    forget_sandboxd(s, st, why, sizeof why);
+    if (s->stopping) return;
+    int64_t ran = clock_mono_ms() - s->sbx_started_ms;
+    if (ran >= RESTART_RESET_MS) s->restart_ms = RESTART_FIRST_MS;
+    log_warn("sandboxd exited; restarting it", "pid=%d %s ran_ms=%lld restart_in_ms=%d",
+             (int)pid, why, (long long)ran, s->restart_ms);
+    struct timeval tv = {s->restart_ms / 1000, (s->restart_ms % 1000) * 1000};
+    evtimer_add(s->sbx_restart, &tv);
+    s->restart_ms = s->restart_ms * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : s->restart_ms * 2;
+}
+
+static void on_sandboxd_restart(evutil_socket_t fd, short what, void *arg)
+{
+    struct serve *s = arg;
+    if (s->stopping || s->sandboxd) return;
+    struct err err = ERR_INIT;
+    if (start_sandboxd(s, &err) < 0) {
+        log_error("cannot restart the sandbox service", "error=\"%s\" retry_in_ms=%d", err.msg,
+                  s->restart_ms);
+        struct timeval tv = {s->restart_ms / 1000, (s->restart_ms % 1000) * 1000};
+        evtimer_add(s->sbx_restart, &tv);
+        s->restart_ms = s->restart_ms * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : s->restart_ms * 2;
+        return;
+    }
+    log_info("sandbox service restarted", "pid=%d", (int)s->sandboxd);
+}
+
+/* Stop sandboxd: SIGTERM (it may be stopping already: a signal to the whole group), then
+ * wait as long as it reports progress on its pipe; SIGKILL only when it falls silent for
+ * STOP_QUIET_MS, since sandboxes left half-stopped are what this wait is there to avoid. */
 static void stop_sandboxd(struct serve *s)
 {
     if (s->sandboxd <= 0) return;
     kill(s->sandboxd, SIGTERM);
-    for (int i = 0; i < 100; i++) { /* it stops every session first: give it 10 s */
-        if (waitpid(s->sandboxd, NULL, WNOHANG) == s->sandboxd) {
-            s->sandboxd = 0;
+    int64_t quiet_until = clock_mono_ms() + STOP_QUIET_MS;
+    char why[32];
+    int st = 0;
+    for (;;) {
+        if (wait_sandboxd(s, &st, false) != 0) {
+            forget_sandboxd(s, st, why, sizeof why);
             return;
         }
-        usleep(100000);
+        int left = (int)(quiet_until - clock_mono_ms());
+        if (left <= 0) break;
+        /* its exit (pidfd) or a progress line wakes us; without a pidfd, look every 0.1 s */
+        struct pollfd pf[2] = {{s->sbx_notify, POLLIN, 0}, {s->sbx_pidfd, POLLIN, 0}};
+        int r = poll(pf, 2, s->sbx_pidfd >= 0 || left < 100 ? left : 100);
+        if (r > 0 && (pf[0].revents & (POLLIN | POLLHUP))) {
+            char b[512];
+            ssize_t got = read(s->sbx_notify, b, sizeof b);
+            if (got > 0) quiet_until = clock_mono_ms() + STOP_QUIET_MS;
+            if (got == 0) { /* it closed the pipe: only its exit is left to wait for */
+                close(s->sbx_notify);
+                s->sbx_notify = -1;
+            }
+        }
     }
+    log_warn("the sandbox service makes no progress stopping; killing it", "pid=%d quiet_ms=%d",
+             (int)s->sandboxd, STOP_QUIET_MS);
     kill(s->sandboxd, SIGKILL);
-    waitpid(s->sandboxd, NULL, 0);
-    s->sandboxd = 0;
+    wait_sandboxd(s, &st, true);
+    forget_sandboxd(s, st, why, sizeof why);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct serve *s = arg;
     log_info("shutting down", "signal=%d", (int)sig);
-    event_del(s->sigint);
-    event_del(s->sigterm);
+    cli_stop_signals_ignore(s->sigint, s->sigterm);
+    s->stopping = true; /* sandboxd is stopped after the loop, and not restarted */
+    if (s->sbx_exit) event_del(s->sbx_exit);
+    if (s->sbx_restart) event_del(s->sbx_restart);
     api_shutdown(s->api);
     http_server_shutdown(s->http, 5000);
     s->http = NULL; /* freed by the shutdown */
@@ -188,7 +324,7 @@ int cmd_serve(int argc, char **argv)
     int rc = 1;
     struct store *st = NULL;
     struct kernel *k = NULL;
-    struct serve s = {0};
+    struct serve s = {.cfg = &c, .sbx_pidfd = -1, .sbx_notify = -1, .restart_ms = RESTART_FIRST_MS};
     char *db = NULL;
     if (config_load(&c, argc, argv, &err) < 0) goto fail;
     enum log_level lvl;
@@ -254,7 +390,10 @@ int cmd_serve(int argc, char **argv)
         if (!(s.local = local_auth_new(&lo, &err))) goto fail;
         api_set_local_auth(s.api, s.local);
     }
-    if (dev && start_sandboxd(&s, &c, &err) < 0) goto fail;
+    int want = dev ? sandboxes_wanted(&c, &err) : 0;
+    if (want < 0) goto fail;
+    s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
+    if (want && start_sandboxd(&s, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
@@ -277,6 +416,7 @@ fail:
     fprintf(stderr, "error: %s\n", err.msg);
 out:
     stop_sandboxd(&s);
+    if (s.sbx_restart) event_free(s.sbx_restart);
     if (s.sigint) event_free(s.sigint);
     if (s.sigterm) event_free(s.sigterm);
     if (s.http) http_server_free(s.http);

@@ -13,4 +13,9 @@ int cmd_sandbox_image(int argc, char **argv); /* sandbox image import|images|ima
 int cmd_drive(int argc, char **argv);        /* drive: cmd_drive.c */
 int cmd_egress_proxy(int argc, char **argv); /* src/proxy/cmd_egress_proxy.c; hidden, for tests */
 
+struct event;
+/* After the first SIGINT or SIGTERM (cmd_sandboxd.c): drop the loop's signal events and
+ * ignore both signals from now on, so a second one cannot cut a graceful stop short. */
+void cli_stop_signals_ignore(struct event *sigint, struct event *sigterm);
+
 #endif

@@ -31,6 +31,7 @@
 #include "base/log.h"
 #include "base/xalloc.h"
 #include "proxy/proxy.h"
+#include "sandbox/daemons.h"
 #include "sandbox/fwd.h"
 #include "sandbox/netpool.h"
 #include "sandbox/nft.h"
@@ -756,12 +757,31 @@ void sbx_net_session_end(struct sbx *s, struct sbx_session *ss)
 
 static uint32_t tag_of(const char *state_dir)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = state_dir; *p; p++) {
-        h ^= (unsigned char)*p;
-        h *= 1099511628211ull;
-    }
-    return (uint32_t)(h & 0xffffff);
+    return (uint32_t)(sbx_daemon_id(state_dir) & 0xffffff);
+}
+
+/* Delete the table of a daemon that is gone. 0, or -errno with nft's words logged. */
+static int drop_table(const char *table)
+{
+    char *drop = sbx_nft_drop_table(table);
+    char msg[200];
+    int e = sbx_nft_run(drop, msg, sizeof msg);
+    free(drop);
+    if (e < 0)
+        log_warn("cannot remove a dead sandboxd's nftables table", "table=%s error=\"%s\"", table,
+                 msg);
+    return e;
+}
+
+int sbx_net_reap(uint32_t tag)
+{
+    int lock = sbx_netpool_reap(tag);
+    if (lock < 0) return lock;
+    char table[32];
+    snprintf(table, sizeof table, "rebuno_%06x", tag & 0xffffff);
+    int e = sbx_nft_path() ? drop_table(table) : 0;
+    close(lock);
+    return e;
 }
 
 static int parse_cidr(const char *s, struct in_addr *base, int *prefix)
@@ -839,11 +859,8 @@ static int start_network(struct sbx_net *n, struct err *err)
     sbx_nft_tables("rebuno_", dead_table, &sc);
     for (int i = 0; i < sc.count; i++) {
         if (!strcmp(sc.names[i], n->nft.table)) continue; /* replaced below */
-        char *drop = sbx_nft_drop_table(sc.names[i]);
-        char msg[200];
-        if (sbx_nft_run(drop, msg, sizeof msg) == 0)
+        if (drop_table(sc.names[i]) == 0)
             log_info("removed a dead sandboxd's nftables table", "table=%s", sc.names[i]);
-        free(drop);
     }
     char *rules = sbx_nft_ruleset(&n->nft);
     char msg[256];

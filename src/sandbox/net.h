@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -42,6 +43,9 @@ struct sbx_session;
 int sbx_net_open(struct sbxd *d, struct err *err);
 /* After every session ended: the pool, the nftables table, the proxy. */
 void sbx_net_close(struct sbxd *d);
+/* A dead daemon's network (daemons.h): its veths and nftables table, unless a live daemon
+ * holds the tag. 0, -EBUSY when alive, or -errno. */
+int sbx_net_reap(uint32_t tag);
 
 /* ---- a sandbox's configuration ---- */
 /* A create body's network_policy, network_id and ports; a fork (fork_from) starts from

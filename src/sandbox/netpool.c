@@ -189,6 +189,32 @@ int sbx_netpool_create(struct sbx_netpool *p, int netns_fd, struct sbx_veth *out
     return -ENOSPC;
 }
 
+static int open_lockfile(const char **path)
+{
+    struct stat st;
+    *path = stat("/run", &st) == 0 && S_ISDIR(st.st_mode) ? "/run/rebuno-netpool.lock"
+                                                           : "/tmp/rebuno-netpool.lock";
+    int fd = open(*path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    return fd < 0 ? -errno : fd;
+}
+
+int sbx_netpool_reap(uint32_t tag)
+{
+    const char *path;
+    struct sbx_netpool p = {.c.tag = tag & 0xffffff, .nl.fd = -1};
+    p.lockfd = open_lockfile(&path);
+    if (p.lockfd < 0) return p.lockfd;
+    if (lock_at(p.lockfd, TAG_OFF + (off_t)p.c.tag, F_WRLCK) < 0) {
+        close(p.lockfd);
+        return -EBUSY;
+    }
+    if (sbx_nl_open(&p.nl) == 0) { /* links of the tag (and of other dead daemons) */
+        sweep(&p, UINT32_MAX);
+        sbx_nl_close(&p.nl);
+    }
+    return p.lockfd;
+}
+
 struct sbx_netpool *sbx_netpool_open(const struct sbx_netpool_conf *c, struct err *err)
 {
     if (c->prefix < 8 || c->prefix > 24) {
@@ -204,12 +230,10 @@ struct sbx_netpool *sbx_netpool_open(const struct sbx_netpool_conf *c, struct er
     p->cursor = 1;
     p->used = xcalloc(p->max_idx / 8 + 1, 1);
     snprintf(p->prefix, sizeof p->prefix, "rb%06xh", p->c.tag);
-    struct stat st;
-    const char *path = stat("/run", &st) == 0 && S_ISDIR(st.st_mode) ? "/run/rebuno-netpool.lock"
-                                                                     : "/tmp/rebuno-netpool.lock";
-    p->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const char *path;
+    p->lockfd = open_lockfile(&path);
     if (p->lockfd < 0) {
-        err_internal(err, "cannot open %s: %s", path, strerror(errno));
+        err_internal(err, "cannot open %s: %s", path, strerror(-p->lockfd));
         goto fail;
     }
     if (lock_at(p->lockfd, TAG_OFF + (off_t)p->c.tag, F_WRLCK) < 0) {

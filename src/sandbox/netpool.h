@@ -54,6 +54,10 @@ struct sbx_netpool *sbx_netpool_open(const struct sbx_netpool_conf *c, struct er
 void sbx_netpool_close(struct sbx_netpool *p);
 /* "rb<tag>h": the prefix of every host end. */
 const char *sbx_netpool_prefix(const struct sbx_netpool *p);
+/* A dead daemon's tag (daemons.h): take its lock, so that no daemon starts using it
+ * meanwhile, and delete its links. Returns the descriptor holding the lock (close it to
+ * let go), or -EBUSY when a live daemon holds the tag, or -errno. */
+int sbx_netpool_reap(uint32_t tag);
 /* Whether another daemon's tag is alive (its lock is held). */
 bool sbx_netpool_tag_alive(const struct sbx_netpool *p, uint32_t tag);
 /* A pair for a session: the host end here, the sandbox end created as eth0 inside the

@@ -152,7 +152,11 @@ static int nft_exec(char *const argv[], const char *input, struct buf *out)
     sigfillset(&all);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    /* a group of its own: a Ctrl-C meant for the daemon must not kill the nft that is
+     * deleting its table during the shutdown that Ctrl-C started */
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
     char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, bin, &fa, &at, argv, envp);

@@ -32,11 +32,13 @@
 #include "base/log.h"
 #include "base/uuid.h"
 #include "base/xalloc.h"
+#include "sandbox/daemons.h"
 #include "sandbox/idmap.h"
 #include "sandbox/image.h"
 #include "sandbox/net.h"
 #include "sandbox/plan.h"
 #include "sandbox/safefs.h"
+#include "sandbox/uidpool.h"
 #include "sandbox/validate.h"
 
 #define MAX_CLEANERS 64
@@ -154,19 +156,18 @@ static void sbx_free(struct sbx *s)
     free(s);
 }
 
+static bool slot_in_use(uint32_t slot, void *arg)
+{
+    const struct sbxd *d = arg;
+    for (const struct sbx *s = d->first; s; s = s->next)
+        if (s->slot == slot) return true;
+    return false;
+}
+
+/* A uid range of this state folder's no sandbox has (host-wide unique: uidpool.h). */
 static int next_slot(struct sbxd *d, uint32_t *out)
 {
-    int64_t max = sbx_idmap_max_slot(d->cfg.uid_first);
-    for (int64_t slot = 0; slot <= max; slot++) {
-        bool used = false;
-        for (struct sbx *s = d->first; s && !used; s = s->next)
-            used = s->slot == (uint32_t)slot;
-        if (!used) {
-            *out = (uint32_t)slot;
-            return 0;
-        }
-    }
-    return -ENOSPC;
+    return sbx_uidpool_take(d->uids, slot_in_use, d, out);
 }
 
 /* ------------------------------------------------------------------ files on disk */
@@ -728,7 +729,12 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
                 d->cfg.max_sandboxes);
         goto fail;
     }
-    if (next_slot(d, &s->slot) < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
+    int se = next_slot(d, &s->slot);
+    if (se == -EIO) {
+        err_internal(err, "cannot reserve a uid range in the host's table");
+        goto fail;
+    }
+    if (se < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
         err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
         goto fail;
     }
@@ -926,16 +932,6 @@ static int mkdir_p0700(const char *p)
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -errno;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
                       const struct sbxd_config *cfg, struct err *err)
 {
@@ -988,6 +984,9 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     }
     chmod(real, 0700);
     d->state_dir = xstrdup(real);
+    /* before anything of ours: what dead daemons left (this folder's included) */
+    if (sbx_daemon_register(cfg->daemons_dir, real, cfg->cgroup_mode, &d->record, err) < 0)
+        goto fail;
     d->image_dir = xasprintf("%s/images", real);
     d->sandboxes_dir = xasprintf("%s/sandboxes", real);
     d->trash_dir = xasprintf("%s/trash", real);
@@ -1005,11 +1004,20 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
         goto fail;
     char cgname[64];
-    snprintf(cgname, sizeof cgname, "rebuno-%012llx",
-             (unsigned long long)(fnv1a(real) & 0xffffffffffffull));
+    snprintf(cgname, sizeof cgname, "rebuno-%012llx", (unsigned long long)sbx_daemon_id(real));
     if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
     int swept = sbx_cg_root_sweep(d->cg);
     if (sbx_store_load(d->store, load_row, d, err) < 0) goto fail;
+    {
+        uint32_t *used = xcalloc((size_t)d->count + 1, sizeof *used);
+        size_t nused = 0;
+        for (struct sbx *s = d->first; s; s = s->next)
+            used[nused++] = s->slot;
+        int ue = sbx_uidpool_open(cfg->uid_ranges, real, d->cfg.uid_first,
+                                  sbx_idmap_max_slot(d->cfg.uid_first), used, nused, &d->uids, err);
+        free(used);
+        if (ue < 0) goto fail;
+    }
     int recovered = 0;
     for (struct sbx *s = d->first; s; s = s->next) {
         if (s->state == SBX_STOPPED) continue;
@@ -1062,6 +1070,11 @@ fail:
     return NULL;
 }
 
+static void progress(struct sbxd *d)
+{
+    if (d->cfg.progress) d->cfg.progress(d->cfg.progress_arg);
+}
+
 void sbxd_shutdown(struct sbxd *d)
 {
     if (!d || d->shutting_down) return;
@@ -1069,9 +1082,13 @@ void sbxd_shutdown(struct sbxd *d)
     sbx_api_shutdown(d);
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+        if (s->sess) {
+            sbx_stop(s, "daemon_shutdown", &err);
+            progress(d);
+        }
     if (d->reap_ev) event_del(d->reap_ev);
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
+    progress(d);
     sbx_images_close(d); /* so would the import thread's notifications */
     sbx_snaps_shutdown(d);
 }
@@ -1105,9 +1122,12 @@ void sbxd_free(struct sbxd *d)
         sbx_cg_root_remove(d->cg);
         sbx_cg_root_free(d->cg);
     }
+    progress(d);
+    sbx_uidpool_close(d->uids);
     sbx_store_close(d->store);
     sbx_zygote_stop();
     sbx_storage_close(d->storage);
+    sbx_daemon_unregister(d->record); /* last: until now a reaper would have work */
     free(d->state_dir);
     free(d->image_dir);
     free(d->sandboxes_dir);

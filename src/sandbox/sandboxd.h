@@ -31,13 +31,21 @@ struct sbxd_config {
     const char *const *upstream_overrides; /* "HOST[:80|:443]=ADDR:PORT" for the proxy */
     int n_upstream_overrides;
     const char *upstream_ca;   /* extra PEM trust for the proxy's upstreams */
+    /* host-wide state (daemons.h, uidpool.h); NULL: the defaults under /run and /var/lib */
+    const char *daemons_dir;   /* records of running daemons */
+    const char *uid_ranges;    /* the table of which state folder owns which uid range */
+    /* called at each step of a shutdown (a session stopped, a resource released), so a
+     * supervisor can tell a long clean-up from a stuck one; may be NULL */
+    void (*progress)(void *arg);
+    void *progress_arg;
 };
 
 struct sbxd;
 
-/* Open the store, build the default image if needed, recover after a crash (every
- * sandbox that was running or paused becomes stopped, leftover cgroups are removed),
- * and register the routes on http. NULL with err on failure. */
+/* Reap what dead daemons left on the host (daemons.h), open the store, build the default
+ * image if needed, recover after a crash (every sandbox that was running or paused
+ * becomes stopped, leftover cgroups are removed), and register the routes on http. NULL
+ * with err on failure. */
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
                       const struct sbxd_config *cfg, struct err *err);
 struct local_auth;

@@ -300,21 +300,99 @@ fail:
     return -1;
 }
 
+/* Unmount root; lazily when something (a removal in a child process) still holds it
+ * after a second. 0 or -errno. */
+static int unmount_store(const char *root)
+{
+    int rc = -1;
+    for (int i = 0; i < 50 && (rc = umount2(root, 0)) < 0 && errno == EBUSY; i++)
+        usleep(20000);
+    if (rc < 0 && umount2(root, MNT_DETACH) < 0) return -errno;
+    return 0;
+}
+
 void sbx_storage_close(struct sbx_storage *st)
 {
     if (!st) return;
     if (st->mounted && st->image) {
-        /* removals in child processes may still hold the file system for a moment */
-        int rc = -1;
-        for (int i = 0; i < 50 && (rc = umount2(st->root, 0)) < 0 && errno == EBUSY; i++)
-            usleep(20000);
-        if (rc < 0 && umount2(st->root, MNT_DETACH) < 0)
-            log_warn("cannot unmount the store", "path=%s error=\"%s\"", st->root,
-                     strerror(errno));
+        int e = unmount_store(st->root);
+        if (e < 0)
+            log_warn("cannot unmount the store", "path=%s error=\"%s\"", st->root, strerror(-e));
     }
     free(st->root);
     free(st->image);
     free(st);
+}
+
+/* Whether the loop device named by its sysfs folder (/sys/block/loopN or
+ * /sys/dev/block/M:N) is backed by image. */
+static bool loop_backed_by(const char *sysdir, const char *image)
+{
+    char p[PATH_MAX], b[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/loop/backing_file", sysdir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, b, sizeof b - 1);
+    close(fd);
+    if (n <= 0) return false;
+    b[n] = '\0';
+    b[strcspn(b, "\n")] = '\0';
+    size_t il = strlen(image); /* "PATH (deleted)" once the state folder was removed */
+    return strncmp(b, image, il) == 0 && (!b[il] || !strcmp(b + il, " (deleted)"));
+}
+
+/* Whether the top mount at root is a loop device backed by image. /proc/self/mountinfo:
+ * "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [TAGS] - TYPE SOURCE ..." (btrfs shows an
+ * anonymous MAJ:MIN, so the source names the device; our paths need no octal escapes). */
+static bool loop_mounted_at(const char *root, const char *image)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f) return false;
+    char line[4096], dev[64] = "";
+    while (fgets(line, sizeof line, f)) {
+        char mp[PATH_MAX], src[64];
+        const char *tail = strstr(line, " - ");
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strcmp(mp, root) == 0)
+            dev[0] = '\0'; /* the last one is on top */
+        else
+            continue;
+        if (tail && sscanf(tail, " - %*s %63s", src) == 1 && !strncmp(src, "/dev/loop", 9))
+            snprintf(dev, sizeof dev, "%s", src + 5);
+    }
+    fclose(f);
+    char sys[128];
+    snprintf(sys, sizeof sys, "/sys/block/%s", dev);
+    return dev[0] && !strchr(dev, '/') && loop_backed_by(sys, image);
+}
+
+int sbx_storage_reap(const char *state_dir)
+{
+    char root[PATH_MAX], image[PATH_MAX];
+    if (snprintf(root, sizeof root, "%s/store", state_dir) >= (int)sizeof root ||
+        snprintf(image, sizeof image, "%s/store.img", state_dir) >= (int)sizeof image)
+        return -ENAMETOOLONG;
+    int n = 0;
+    for (int i = 0; i < 8 && loop_mounted_at(root, image); i++) {
+        int e = unmount_store(root);
+        if (e < 0) return e;
+        n++;
+    }
+    DIR *d = opendir("/sys/block");
+    if (!d) return n;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char sys[300], dev[300];
+        if (strncmp(de->d_name, "loop", 4) != 0) continue;
+        snprintf(sys, sizeof sys, "/sys/block/%s", de->d_name);
+        if (!loop_backed_by(sys, image)) continue;
+        snprintf(dev, sizeof dev, "/dev/%s", de->d_name);
+        int fd = open(dev, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (ioctl(fd, LOOP_CLR_FD, 0) == 0) n++; /* busy: the kernel sets autoclear instead */
+        close(fd);
+    }
+    closedir(d);
+    return n;
 }
 
 /* ------------------------------------------------------------------ trees */

@@ -50,6 +50,11 @@ int sbx_storage_open(const char *state_dir, const char *mode, uint64_t size,
                      struct sbx_storage **out, struct err *err);
 /* Unmount (if sandboxd mounted it) and free. */
 void sbx_storage_close(struct sbx_storage *st);
+/* What a killed daemon left of the store of state_dir (daemons.h): unmount <state>/store
+ * when a loop device backed by <state>/store.img is mounted there, and detach any loop
+ * device still backed by that image (one still in use only gets autoclear). Returns how
+ * many mounts and devices it undid, or -errno. The state folder must not be in use. */
+int sbx_storage_reap(const char *state_dir);
 
 /* A new empty tree at path (a subvolume on btrfs), mode 0700 root. */
 int sbx_storage_create(struct sbx_storage *st, const char *path);

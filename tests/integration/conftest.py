@@ -86,14 +86,17 @@ class Kernel:
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, wait=True):
+    def start(self, wait=True, new_session=False):
+        """new_session: in a process group of its own (as a shell starts a job), so a test
+        can signal the whole group as Ctrl-C or systemd would."""
         cmd = [BIN, self.mode, "--listen", f"127.0.0.1:{self.port}", "--state-dir",
                os.path.join(self.state_dir, "state"), *self.args]
         if self.config_path:
             cmd += ["--config", self.config_path]
         env = dict(os.environ, **self.env)
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env,
+                                     start_new_session=new_session)
         if wait:
             self.wait_ready()
         return self
@@ -279,6 +282,15 @@ def _fnv1a(s):
     return h
 
 
+def cgroup_name(state):
+    """The parent cgroup of the daemon on state (src/sandbox/daemons.h)."""
+    return "rebuno-%012x" % (_fnv1a(os.path.realpath(state)) & 0xFFFFFFFFFFFF)
+
+
+def cgroup_dirs(state):
+    return [os.path.join("/sys/fs/cgroup", c, cgroup_name(state)) for c in CGROUP_V1]
+
+
 class Sandboxd:
     """A running `rebuno sandboxd` with its own state folder and port."""
 
@@ -297,11 +309,10 @@ class Sandboxd:
 
     @property
     def cgroup_name(self):
-        real = os.path.realpath(self.state)
-        return "rebuno-%012x" % (_fnv1a(real) & 0xFFFFFFFFFFFF)
+        return cgroup_name(self.state)
 
     def cgroup_dirs(self):
-        return [os.path.join("/sys/fs/cgroup", c, self.cgroup_name) for c in CGROUP_V1]
+        return cgroup_dirs(self.state)
 
     def start(self, wait=True):
         cmd = [BIN, "sandboxd", "--listen", f"127.0.0.1:{self.port}", "--state-dir", self.state,
@@ -416,7 +427,8 @@ def network_tag(state_dir):
 
 
 def network_leftovers(sandboxd):
-    tag = network_tag(sandboxd.state)
+    """The nftables table and veths of a daemon (a Sandboxd, or its state folder)."""
+    tag = network_tag(getattr(sandboxd, "state", sandboxd))
     out = []
     try:
         tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
@@ -459,6 +471,69 @@ def force_cleanup_storage(state):
         subprocess.run(["losetup", "-d", dev], capture_output=True)
 
 
+def _cgroup_procs(d):
+    try:
+        with open(os.path.join(d, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def daemon_leftovers(state):
+    """Everything a sandboxd on state may leave on the host: its cgroups (and the processes
+    in them), mounts, loop devices, nftables table and veths, and processes naming it."""
+    real = os.path.realpath(state)
+    out = []
+    for d in cgroup_dirs(real):
+        if os.path.exists(d):
+            procs = []
+            for sub, _, _ in os.walk(d):
+                procs += _cgroup_procs(sub)
+            out.append(f"cgroup {d} (processes {sorted(set(procs))})")
+    out += [f"mount {line.split()[4]}" for line in host_mounts_mentioning(real)]
+    out += [f"loop device {dev}" for dev in loop_devices_backed_by(real)]
+    out += network_leftovers(real)
+    out += [f"process {p}" for p in processes_mentioning(real)]
+    return out
+
+
+def force_cleanup_daemon(state):
+    """Undo by force what a sandboxd on state left, so a failed test does not leak into the
+    next: thaw and kill the processes of its cgroups and remove them, unmount its store
+    and detach its loop devices, delete its nftables table and veths."""
+    real = os.path.realpath(state)
+    groups = [sub for d in cgroup_dirs(real) for sub, _, _ in os.walk(d, topdown=False)]
+    end = time.time() + 10
+    while time.time() < end:
+        pids = set()
+        for g in groups:
+            try:
+                with open(os.path.join(g, "freezer.state"), "w") as f:
+                    f.write("THAWED")
+            except OSError:
+                pass
+            pids.update(_cgroup_procs(g))
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    for g in groups:
+        try:
+            os.rmdir(g)
+        except OSError:
+            pass
+    force_cleanup_storage(real)
+    tag = network_tag(real)
+    subprocess.run(["nft", "delete", "table", "inet", f"rebuno_{tag}"], capture_output=True)
+    for what in network_leftovers(real):
+        if what.startswith("veth "):
+            subprocess.run(["ip", "link", "del", what.split()[1]], capture_output=True)
+
+
 @pytest.fixture
 def make_sandboxd(tmpdir_path):
     started = []
@@ -491,7 +566,7 @@ def make_sandboxd(tmpdir_path):
         loops = loop_devices_backed_by(os.path.realpath(s.state))
         if loops:
             problems.append(f"loop devices left behind for {s.state}: {loops}")
-        force_cleanup_storage(s.state)
+        force_cleanup_daemon(s.state)
         # the daemon's zygote carries its command line; inits are in the cgroups above
         time.sleep(0.05)
         left = processes_mentioning(s.state)
