@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import (Sandboxd, cgroup_dirs, daemon_leftovers, force_cleanup_daemon, free_port,
-                      host_mounts_mentioning, loop_devices_backed_by, network_leftovers)
+                      host_mounts_mentioning, local_auth, loop_devices_backed_by, network_leftovers)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd needs root")
 
@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd needs root")
 def call(port, method, path, body=None, timeout=60):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Content-Type": "application/json"} if body is not None else {}
+    if not path.endswith("/health"):
+        h.update(local_auth(port, "sandboxd"))  # found as the daemon's user's clients find it
     c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
     r = c.getresponse()
     data = r.read()
