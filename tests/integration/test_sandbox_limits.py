@@ -1,5 +1,7 @@
 """sandboxd limits: fork bombs and memory bombs are contained by the sandbox's
-cgroup without harming the daemon or other sandboxes."""
+cgroup without harming the daemon or other sandboxes; one sandbox cannot take the
+host's ptys from the others (issue 13, #13)."""
+import os
 import time
 
 
@@ -49,3 +51,41 @@ def test_limits_apply_and_update(sandboxd):
     # inside, /tmp is a tmpfs capped at the memory limit
     r = sandboxd.sh("lim", "df -k --output=size /tmp | tail -1")
     assert int(r["stdout"]) <= 512 * 1024
+
+
+# ---------------------------------------------------------------------------
+# Issue 13: what one tenant can take from the others.
+# ---------------------------------------------------------------------------
+
+ENOSPC = 28
+
+
+PTY_HOG = r"""
+import os, sys
+ptys = []
+try:
+    while len(ptys) < int(sys.argv[1]):
+        ptys.append(os.openpty())
+except OSError as e:
+    print(len(ptys), e.errno, flush=True)
+else:
+    print(len(ptys), 0, flush=True)
+sys.stdin.read()  # hold them until stdin closes
+"""
+
+
+def test_ptys_are_capped_per_sandbox(sandboxd):
+    d = sandboxd
+    d.create("ptys")
+    # stop well short of the host's pool whatever happens (the cap is 128)
+    c = d.ok("POST", "/v1/sandboxes/ptys/commands",
+             {"cmd": "python3", "args": ["-c", PTY_HOG, "160"], "stdin": "pipe"}, status=201)
+    out = d.ok("GET", f"/v1/sandboxes/ptys/commands/{c['id']}/output?stream=stdout&wait_ms=20000")
+    count, err = map(int, out.split())
+    assert (count, err) == (128, ENOSPC), out
+    # while the sandbox holds all of its own, the host's ptmx still works
+    a, b = os.openpty()
+    os.close(a)
+    os.close(b)
+    d.ok("POST", f"/v1/sandboxes/ptys/commands/{c['id']}/stdin?close=true", raw=b"")
+    assert d.ok("GET", f"/v1/sandboxes/ptys/commands/{c['id']}/wait")["exit_code"] == 0
