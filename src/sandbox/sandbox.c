@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,6 +40,7 @@
 #include "sandbox/validate.h"
 
 #define MAX_CLEANERS 64
+#define SBX_STORE_MIN_FREE (32 << 20) /* bytes free in the store a create needs */
 
 static pid_t cleaners[MAX_CLEANERS];
 
@@ -391,6 +393,7 @@ static int session_start(struct sbx *s, struct err *err)
         .hostname = hostname_of(s),
         .cg = cg,
         .timeout_ms = d->cfg.start_timeout_ms,
+        .nofile = (uint32_t)s->nofile,
     };
     p.plan.fs_dir = s->fs_dir;
     p.plan.data_base = s->data_base;
@@ -605,17 +608,86 @@ int sbx_delete(struct sbx *s, struct err *err)
 
 /* ------------------------------------------------------------------ create / update */
 
+/* The most MiB a tree may be limited to: the store's size (1 TiB when unknown). */
+static int64_t disk_max_mb(const struct sbxd *d)
+{
+    int64_t mb = (int64_t)(d->storage->size >> 20);
+    return mb >= SBX_DISK_MIN_MB && mb < SBX_DISK_MAX_MB ? mb : SBX_DISK_MAX_MB;
+}
+
+/* A quarter of the store, at most 10 GiB: one tenant cannot fill it for the others. */
+static int64_t disk_default_mb(const struct sbxd *d)
+{
+    int64_t mb = disk_max_mb(d) / 4;
+    return mb < SBX_DISK_MIN_MB ? SBX_DISK_MIN_MB
+           : mb > SBX_DISK_DEFAULT_MAX_MB ? SBX_DISK_DEFAULT_MAX_MB : mb;
+}
+
+/* SBX_NOFILE_DEFAULT, or on a host whose file table is small, the largest power of
+ * two that keeps pids x nofile within the daemon's budget (at least SBX_NOFILE_MIN). */
+static int64_t nofile_default(const struct sbxd *d, int64_t pids)
+{
+    int64_t n = SBX_NOFILE_DEFAULT;
+    while (n > SBX_NOFILE_MIN && n * pids > d->files_budget)
+        n /= 2;
+    return n;
+}
+
+/* Fill the resources a sandbox did not name (nofile, disk_mb: 0). */
+static void resources_default(struct sbx *s)
+{
+    if (s->nofile <= 0) s->nofile = nofile_default(s->d, s->pids_max);
+    if (s->disk_mb <= 0) s->disk_mb = disk_default_mb(s->d);
+}
+
 static int parse_resources(const json_t *res, struct sbx *s, struct err *err)
 {
     if (!res || json_is_null(res)) return 0;
     if (!json_is_object(res)) return err_invalid(err, "resources", "resources must be an object");
-    static const char *const known[] = {"vcpus", "memory", "pids", NULL};
+    static const char *const known[] = {"vcpus", "memory", "pids", "nofile", "disk_mb", NULL};
     if (sbx_json_known(res, known, "resources", err) < 0) return -1;
     if (sbx_json_int(res, "vcpus", 1, SBX_VCPUS_MAX, &s->vcpus, err) < 0 ||
         sbx_json_int(res, "memory", SBX_MEMORY_MIN_MB, SBX_MEMORY_MAX_MB, &s->memory_mb, err) <
             0 ||
-        sbx_json_int(res, "pids", SBX_PIDS_MIN, SBX_PIDS_MAX, &s->pids_max, err) < 0)
+        sbx_json_int(res, "pids", SBX_PIDS_MIN, SBX_PIDS_MAX, &s->pids_max, err) < 0 ||
+        sbx_json_int(res, "nofile", SBX_NOFILE_MIN, SBX_NOFILE_MAX, &s->nofile, err) < 0 ||
+        sbx_json_int(res, "disk_mb", SBX_DISK_MIN_MB, disk_max_mb(s->d), &s->disk_mb, err) < 0)
         return err_wrap(err, "resources");
+    return 0;
+}
+
+/* Every process may hold nofile open files, so pids x nofile bounds what one sandbox
+ * takes of the host's file table (fs.file-max, shared by every process on the host). */
+static int check_files_budget(const struct sbx *s, struct err *err)
+{
+    if (s->pids_max * s->nofile <= s->d->files_budget) return 0;
+    return err_invalid(err, "nofile",
+                       "resources: pids x nofile (%lld x %lld) must be at most %lld on this "
+                       "host (a quarter of fs.file-max); lower pids or nofile",
+                       (long long)s->pids_max, (long long)s->nofile,
+                       (long long)s->d->files_budget);
+}
+
+/* RLIMIT_NOFILE of every process of s's session, with its cgroup frozen (if it is not
+ * already) so that no fork slips between reading the list and the update. */
+static int set_nofile_live(struct sbx *s, int64_t n, struct err *err)
+{
+    struct sbx_cgroup *cg = s->sess->cg;
+    char procs[4][512];
+    if (sbx_cg_procs_files(cg, procs, 4) < 1) return err_internal(err, "no cgroup.procs");
+    bool thaw = !sbx_cg_frozen(cg);
+    int e = thaw ? sbx_cg_freeze(cg, SBX_FREEZE_TIMEOUT_MS) : 0;
+    FILE *f = e == 0 ? fopen(procs[0], "re") : NULL;
+    if (!f && e == 0) e = -errno;
+    struct rlimit rl = {(rlim_t)n, (rlim_t)n};
+    long pid;
+    while (f && fscanf(f, "%ld", &pid) == 1)
+        if (prlimit((pid_t)pid, RLIMIT_NOFILE, &rl, NULL) < 0 && errno != ESRCH && !e) e = -errno;
+    if (f) fclose(f);
+    if (thaw) sbx_cg_thaw(cg, SBX_FREEZE_TIMEOUT_MS);
+    if (e < 0)
+        return err_set(err, 500, "cgroup_failed", "", "cannot set RLIMIT_NOFILE of sandbox %s: %s",
+                       s->name, strerror(-e));
     return 0;
 }
 
@@ -714,7 +786,9 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     s->pids_max = 1024;
     s->timeout_ms = SBX_DEFAULT_TIMEOUT_MS;
     s->snap_expiration_ms = -1;
-    if (parse_resources(json_object_get(body, "resources"), s, err) < 0 ||
+    if (parse_resources(json_object_get(body, "resources"), s, err) < 0) goto fail;
+    resources_default(s);
+    if (check_files_budget(s, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
         parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
         parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
@@ -736,6 +810,16 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     }
     if (next_slot(d, &s->slot) < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
         err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
+        goto fail;
+    }
+    /* a new tree (created, forked or restored) needs room to be written to; refused
+     * before anything is made, so a full store leaves nothing half-made */
+    int64_t room = sbx_storage_free(d->storage);
+    if (room >= 0 && room < SBX_STORE_MIN_FREE) {
+        err_set(err, 507, "no_space", "",
+                "the sandbox store has %lld MiB free, less than the %d MiB a new sandbox "
+                "needs; delete sandboxes, snapshots or drives",
+                (long long)(room >> 20), SBX_STORE_MIN_FREE >> 20);
         goto fail;
     }
     snprintf(s->image, sizeof s->image, "%s", image_dir);
@@ -785,11 +869,13 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     if (env && sbx_validate_env(env, "env", err) < 0) return -1;
     struct sbx tmp = *s;
     if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
+        check_files_budget(&tmp, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
         parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
         return -1;
     bool limits = tmp.vcpus != s->vcpus || tmp.memory_mb != s->memory_mb ||
                   tmp.pids_max != s->pids_max;
+    bool nofile_live = tmp.nofile != s->nofile && s->sess, disk = tmp.disk_mb != s->disk_mb;
     /* New limits reach a running session first: when the kernel refuses one (say, a
      * memory limit below what is in use), nothing changes and the caller is told. */
     struct sbx_cg_limits old_limits = limits_of(s);
@@ -801,15 +887,22 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
             return err_wrap(err, "resources not changed");
         }
     }
-    if (sbx_ext_parse(s, body, err) < 0 ||
+    /* the tree's quota applies at once too, running or not (a limit below what the
+     * tree holds already only stops further writes) */
+    if ((nofile_live && set_nofile_live(s, tmp.nofile, err) < 0) ||
+        (disk && sbx_disk_apply(s, tmp.disk_mb, err) < 0) || sbx_ext_parse(s, body, err) < 0 ||
         sbx_net_update(s, body, err) < 0) { /* applied live to a running session */
         struct err ignored = ERR_INIT;
         if (limits && s->sess) sbx_cg_set_limits(s->sess->cg, &old_limits, &ignored);
+        if (nofile_live) set_nofile_live(s, s->nofile, &ignored);
+        if (disk) sbx_disk_apply(s, s->disk_mb, &ignored);
         return -1;
     }
     s->vcpus = tmp.vcpus;
     s->memory_mb = tmp.memory_mb;
     s->pids_max = tmp.pids_max;
+    s->nofile = tmp.nofile;
+    s->disk_mb = tmp.disk_mb;
     s->on_timeout_pause = tmp.on_timeout_pause;
     if (meta) {
         json_decref(s->metadata);
@@ -853,7 +946,10 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(res, "vcpus", json_integer(s->vcpus));
     json_object_set_new(res, "memory", json_integer(s->memory_mb));
     json_object_set_new(res, "pids", json_integer(s->pids_max));
+    json_object_set_new(res, "nofile", json_integer(s->nofile));
+    json_object_set_new(res, "disk_mb", json_integer(s->disk_mb));
     json_object_set_new(o, "resources", res);
+    json_object_set_new(o, "disk_enforced", json_boolean(s->disk_enforced));
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
     char iname[80];
@@ -921,6 +1017,10 @@ static void load_row(const struct sbx_row *r, void *arg)
     s->session_seq = r->session_seq;
     snprintf(s->stop_reason, sizeof s->stop_reason, "%s", r->stop_reason);
     sbx_ext_load(s, r->ext);
+    resources_default(s); /* made before nofile and disk_mb existed */
+    struct err qerr = ERR_INIT;
+    if (sbx_disk_apply(s, s->disk_mb, &qerr) < 0)
+        log_warn("disk quota not set", "sandbox=%s error=\"%s\"", s->id, qerr.msg);
     enum sbx_state st = SBX_STOPPED;
     sbx_parse_state(r->state, &st);
     s->state = st; /* fixed up by the caller */
@@ -940,6 +1040,21 @@ static uint64_t fnv1a(const char *s)
         h *= 1099511628211ull;
     }
     return h;
+}
+
+/* A quarter of the host's file table (fs.file-max): the most pids x nofile one
+ * sandbox may have. A table the kernel does not limit (LONG_MAX) leaves only the memory
+ * limit, which the kernel charges open files to. */
+static int64_t files_budget(void)
+{
+    long long max = 0;
+    FILE *f = fopen("/proc/sys/fs/file-max", "re");
+    if (!f || fscanf(f, "%lld", &max) != 1) max = 0;
+    if (f) fclose(f);
+    if (max <= 0) max = 1LL << 22; /* unreadable: as on a host with ~40 GB of memory */
+    int64_t b = max / 4;
+    return b > (int64_t)SBX_PIDS_MAX * SBX_NOFILE_MAX ? (int64_t)SBX_PIDS_MAX * SBX_NOFILE_MAX
+                                                       : b;
 }
 
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
@@ -962,6 +1077,7 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (d->cfg.max_sandboxes <= 0) d->cfg.max_sandboxes = 1000;
     if (!d->cfg.output_limit) d->cfg.output_limit = 1u << 20;
     if (d->cfg.start_timeout_ms <= 0) d->cfg.start_timeout_ms = 10000;
+    d->files_budget = files_budget();
     if (sbx_idmap_max_slot(d->cfg.uid_first) < 0) {
         err_invalid(err, "uid_base", "uid base %u leaves no room for a uid range",
                     d->cfg.uid_first);

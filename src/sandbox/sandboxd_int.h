@@ -65,6 +65,7 @@ struct sbxd {
     struct sbx_srcjob *srcjobs;    /* source.c: sources being set up */
     struct sbx_net *net;           /* net.c: proxy, veth pool, nftables (net.h) */
     struct proxy_worker *img_worker; /* images.c: the import thread (made on first use) */
+    int64_t files_budget; /* most pids x nofile one sandbox may have: fs.file-max / 4 */
 };
 
 struct sbx_session {
@@ -89,6 +90,9 @@ struct sbx {
     char region[SBX_REGION_MAX + 1]; /* as created ([a-z0-9-]); SBX_REGION_DEFAULT */
     json_t *metadata, *env;
     int64_t vcpus, memory_mb, pids_max, timeout_ms;
+    int64_t nofile;  /* RLIMIT_NOFILE of its processes (soft = hard) */
+    int64_t disk_mb; /* quota of its tree (fs_dir) */
+    bool disk_enforced; /* the store enforces disk_mb on this tree (btrfs simple quotas) */
     bool on_timeout_pause;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
     char stop_reason[64];
@@ -217,6 +221,10 @@ void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
  * data_base (and image, for a snapshot). 0 or -1 with err. */
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
 void sbx_upper_remove(struct sbx *s);
+/* Limit s's tree to mb MiB and set s->disk_enforced (false, and 0, where the store has
+ * no quotas or the tree is not one of its subvolumes). -1 with err when quotas are on
+ * but the limit could not be set. */
+int sbx_disk_apply(struct sbx *s, int64_t mb, struct err *err);
 /* The row's ext JSON <-> the struct; the sandbox object's extra members. */
 void sbx_ext_load(struct sbx *s, const char *ext);
 char *sbx_ext_dump(const struct sbx *s);

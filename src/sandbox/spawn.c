@@ -136,7 +136,7 @@ static int loopback_up(void)
 
 /* A spawn request: what the cloning process needs, flat (it crosses a socket). */
 struct zreq {
-    uint32_t uid_base, ncg;
+    uint32_t uid_base, ncg, nofile;
     uint64_t tmp_bytes;
     char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
     char cg[4][512]; /* cgroup.procs files the child joins */
@@ -207,6 +207,14 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
     }
     if (unshare(CLONE_NEWCGROUP) < 0) {
         report(ctl, errno, "unshare cgroup namespace: %s", strerror(errno));
+        _exit(1);
+    }
+    /* the host's file table (fs.file-max) is shared: pids x nofile bounds one sandbox.
+     * Set while still host root, which may raise the hard limit past the daemon's own;
+     * inside, without CAP_SYS_RESOURCE, nothing can raise it again. */
+    struct rlimit nofile = {q->nofile, q->nofile};
+    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
+        report(ctl, errno, "set RLIMIT_NOFILE to %u: %s", q->nofile, strerror(errno));
         _exit(1);
     }
     if (setns(userns, CLONE_NEWUSER) < 0) {
@@ -477,7 +485,7 @@ static bool zreq_ok(const struct zreq *q)
            memchr(q->image_dir, 0, sizeof q->image_dir) &&
            memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
            q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
-           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) &&
+           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) && q->nofile > 0 &&
            memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
            mounts_ok(q);
 }
@@ -643,6 +651,7 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     if (!q) return err_internal(err, "out of memory");
     q->uid_base = p->plan.uid_base;
     q->tmp_bytes = p->plan.tmp_bytes;
+    q->nofile = p->nofile;
     int ok = snprintf(q->sandbox_dir, sizeof q->sandbox_dir, "%s", p->plan.sandbox_dir) <
                  (int)sizeof q->sandbox_dir &&
              snprintf(q->image_dir, sizeof q->image_dir, "%s", p->plan.image_dir) <

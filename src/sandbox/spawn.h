@@ -21,8 +21,9 @@
  *      on every other namespace belongs to the host's user namespace, so root
  *      inside cannot mount, change the network or sysctls, or load anything;
  *   6. keeps only a few capabilities (caps.h), sets no_new_privs, makes itself
- *      non-dumpable (so nothing inside can ptrace it or read its memory), and loads
- *      the seccomp filter (seccomp.h);
+ *      non-dumpable (so nothing inside can ptrace it or read its memory), sets
+ *      RLIMIT_NOFILE (soft and hard: without CAP_SYS_RESOURCE nothing inside can
+ *      raise it) and loads the seccomp filter (seccomp.h);
  *   7. becomes init (init.h).
  * The parent keeps a pidfd (for waiting), the control socket and an O_PATH
  * descriptor of the sandbox's root (for the files API).
@@ -30,6 +31,7 @@
 #ifndef REBUNO_SANDBOX_SPAWN_H
 #define REBUNO_SANDBOX_SPAWN_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "base/err.h"
@@ -41,6 +43,7 @@ struct sbx_spawn_params {
     const char *hostname;
     struct sbx_cgroup *cg; /* created with the session's limits */
     int timeout_ms;        /* for the child to report READY */
+    uint32_t nofile;       /* RLIMIT_NOFILE (soft = hard) of init and so of everything inside */
 };
 
 struct sbx_proc {
