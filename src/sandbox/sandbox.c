@@ -2,12 +2,14 @@
  * sandbox.c - sandboxd's registry and the lifecycle of sandboxes and sessions.
  *
  * States: running (a session exists and is thawed), paused (its cgroup is frozen),
- * stopped (no session; files kept). Every transition runs to completion on the
- * loop thread before anything else happens, with bounded waits (start, freeze,
- * kill), and only stable states reach the database: nothing can be left
- * "starting" or "stopping". A session ends when its init exits for any reason
- * (stop, timeout, OOM, crash): the pidfd event finishes its commands, removes its
- * cgroup and marks the sandbox stopped with a reason.
+ * stopped (no session; files kept). Transitions run on the loop thread with bounded
+ * waits (start, freeze, kill), and only stable states reach the database: nothing
+ * can be left "starting" or "stopping". A session ends when its init exits for any
+ * reason (stop, timeout, OOM, crash): the pidfd event finishes its commands, removes
+ * its cgroup and marks the sandbox stopped with a reason. A stop does not wait for
+ * that on the loop: it sends SIGKILL, and the unmounts and drive commits after the
+ * session's end run on a teardown thread ("teardown" below); until both are over the
+ * sandbox is busy, and calls that act on it wait ("waiting").
  *
  * Start-up recovery: rows that say running or paused belong to sessions that died
  * with the previous daemon (their inits got SIGKILL through PDEATHSIG); they become
@@ -33,6 +35,7 @@
 #include "base/log.h"
 #include "base/uuid.h"
 #include "base/xalloc.h"
+#include "proxy/worker.h"
 #include "sandbox/idmap.h"
 #include "sandbox/image.h"
 #include "sandbox/net.h"
@@ -44,7 +47,7 @@
 
 static pid_t cleaners[MAX_CLEANERS];
 
-static void session_end(struct sbx *s, const char *reason);
+static void session_end(struct sbx *s, const char *reason, bool now);
 static int session_start(struct sbx *s, struct err *err);
 static void arm_timeout(struct sbx *s);
 
@@ -99,9 +102,16 @@ struct sbx *sbx_find(struct sbxd *d, const char *ref)
 {
     if (!ref) return NULL;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (!strcmp(s->id, ref)) return s;
+        if (!s->deleting && !strcmp(s->id, ref)) return s;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (!strcmp(s->name, ref)) return s;
+        if (!s->deleting && !strcmp(s->name, ref)) return s;
+    return NULL;
+}
+
+struct sbx *sbx_find_id(struct sbxd *d, const char *id)
+{
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (!strcmp(s->id, id)) return s;
     return NULL;
 }
 
@@ -358,8 +368,12 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
     if (!s->sess) return;
+    if (s->sess->stopping) { /* the SIGKILL of a stop */
+        session_end(s, s->sess->stopping, false);
+        return;
+    }
     log_warn("sandbox init exited", "sandbox=%s name=%s", s->id, s->name);
-    session_end(s, "init_exited");
+    session_end(s, "init_exited", false);
 }
 
 static struct sbx_cg_limits limits_of(const struct sbx *s)
@@ -409,7 +423,7 @@ static int session_start(struct sbx *s, struct err *err)
     if (rc < 0) {
         sbx_cg_destroy(cg);
         free(ss);
-        sbx_mounts_release(s);
+        sbx_commits_run(d, sbx_mounts_release(s));
         log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
         return -1;
     }
@@ -421,7 +435,7 @@ static int session_start(struct sbx *s, struct err *err)
         sbx_session_kill(&ss->proc, 1000);
         sbx_cg_destroy(cg);
         free(ss);
-        sbx_mounts_release(s);
+        sbx_commits_run(d, sbx_mounts_release(s));
         log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
         return -1;
     }
@@ -444,21 +458,176 @@ static int session_start(struct sbx *s, struct err *err)
     return 0;
 }
 
-/* The session is over (init exited or was killed): clean up and record it. */
-static void session_end(struct sbx *s, const char *reason)
+/* ------------------------------------------------------------------ teardown */
+
+/*
+ * Once a session's init has exited, what is left is slow I/O: dropping the last pins
+ * of its overlays (spawn.h) unmounts them, and an overlay's unmount syncs its upper
+ * file system, the whole store; and read-write drives are committed, which writes back
+ * their dirty data. With gigabytes unwritten that takes seconds, so a teardown runs on
+ * a worker thread. The sandbox is recorded stopped before (a stable state: init is
+ * gone), and stays busy until the job is back on the loop.
+ */
+struct sbx_teardown {
+    struct sbxd *d;
+    char id[40];
+    int pins[SBX_PINS];
+    struct sbx_commits *commits;
+    int64_t t0;
+    bool worked; /* teardown_work ran; read on the loop once the thread is done with it */
+};
+
+static void quiet_soon(struct sbxd *d)
+{
+    if (d->quiet_ev) event_active(d->quiet_ev, EV_TIMEOUT, 0);
+}
+
+static void teardown_work(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    for (int i = 0; i < SBX_PINS; i++)
+        if (t->pins[i] >= 0) close(t->pins[i]);
+    sbx_commits_work(t->d->storage, t->commits);
+    t->worked = true;
+}
+
+static void teardown_done(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    struct sbxd *d = t->d;
+    sbx_commits_finish(d, t->commits);
+    struct sbx *s = sbx_find_id(d, t->id);
+    if (s && s->teardown == t) s->teardown = NULL;
+    log_info("sandbox torn down", "sandbox=%s ms=%lld", t->id,
+             (long long)(clock_mono_ms() - t->t0));
+    free(t);
+    quiet_soon(d);
+}
+
+/* The worker was freed before it handed the job back (shutdown): finish it here. */
+static void teardown_drop(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    if (!t->worked) teardown_work(t);
+    teardown_done(t);
+}
+
+/* Unmount (close the pins) and commit, on the worker; `now`: here, before returning. */
+static void teardown(struct sbx *s, const int pins[SBX_PINS], struct sbx_commits *c, bool now)
+{
+    struct sbxd *d = s->d;
+    struct sbx_teardown *t = xcalloc(1, sizeof *t);
+    t->d = d;
+    snprintf(t->id, sizeof t->id, "%s", s->id);
+    memcpy(t->pins, pins, sizeof t->pins);
+    t->commits = c;
+    t->t0 = clock_mono_ms();
+    struct err err = ERR_INIT;
+    if (!now && !d->td_worker && !(d->td_worker = proxy_worker_new(d->base, 1, &err)))
+        log_warn("no teardown thread; tearing down on the loop", "error=\"%s\"", err.msg);
+    if (now || !d->td_worker) {
+        teardown_work(t);
+        teardown_done(t);
+        return;
+    }
+    s->teardown = t;
+    proxy_worker_submit(d->td_worker, teardown_work, teardown_done, teardown_drop, t);
+}
+
+/* Wait for teardowns under way (their threads finish them), then run what waited. */
+static void teardowns_close(struct sbxd *d)
+{
+    proxy_worker_free(d->td_worker);
+    d->td_worker = NULL;
+}
+
+/* ------------------------------------------------------------------ waiting */
+
+struct sbx_waiter {
+    struct sbx_waiter *prev, *next;
+    char id[40];
+    sbx_quiet_fn fn;
+    void *arg;
+};
+
+bool sbx_busy(const struct sbx *s)
+{
+    return s->teardown || (s->sess && s->sess->stopping);
+}
+
+struct sbx_waiter *sbx_wait_quiet(struct sbx *s, sbx_quiet_fn fn, void *arg)
+{
+    struct sbxd *d = s->d;
+    struct sbx_waiter *w = xcalloc(1, sizeof *w);
+    snprintf(w->id, sizeof w->id, "%s", s->id);
+    w->fn = fn;
+    w->arg = arg;
+    w->prev = d->waiters_last;
+    if (d->waiters_last)
+        d->waiters_last->next = w;
+    else
+        d->waiters = w;
+    d->waiters_last = w;
+    if (!sbx_busy(s)) quiet_soon(d);
+    return w;
+}
+
+static void waiter_unlink(struct sbxd *d, struct sbx_waiter *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        d->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        d->waiters_last = w->prev;
+}
+
+void sbx_wait_cancel(struct sbxd *d, struct sbx_waiter *w)
+{
+    waiter_unlink(d, w);
+    free(w);
+}
+
+/* Run, oldest first, every waiter whose sandbox is no longer busy (or is gone). A
+ * waiter may delete sandboxes, start sessions or wait again: the list is searched
+ * afresh each time. */
+static void on_quiet(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbxd *d = arg;
+    for (;;) {
+        struct sbx_waiter *w = d->waiters;
+        for (; w; w = w->next) {
+            struct sbx *s = sbx_find_id(d, w->id);
+            if (!s || !sbx_busy(s)) break;
+        }
+        if (!w) return;
+        waiter_unlink(d, w);
+        w->fn(d, w->id, w->arg);
+        free(w);
+    }
+}
+
+/* The session is over (init exited or was killed): clean up and record it. now: tear
+ * it down before returning (shutdown), else on the teardown thread. */
+static void session_end(struct sbx *s, const char *reason, bool now)
 {
     struct sbx_session *ss = s->sess;
     if (!ss) return;
     event_free(ss->ctl_ev);
     event_free(ss->pid_ev);
-    sbx_session_kill(&ss->proc, 1000); /* reaps; kills if still there */
+    if (ss->kill_ev) event_free(ss->kill_ev);
+    int pins[SBX_PINS];
+    sbx_session_unpin(&ss->proc, pins); /* unmounting is the teardown's */
+    sbx_session_kill(&ss->proc, 1000);  /* reaps; kills if still there */
     sbx_net_session_end(s, ss);
     int e = sbx_cg_destroy(ss->cg);
     if (e < 0)
         log_warn("cgroup not removed", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
     s->sess = NULL;
     free(ss);
-    sbx_mounts_release(s); /* read-write drives are committed */
+    struct sbx_commits *commits = sbx_mounts_release(s); /* read-write drives: committed */
     sbx_cmds_session_ended(s);
     sbx_ptys_session_ended(s);
     s->state = SBX_STOPPED;
@@ -466,8 +635,9 @@ static void session_end(struct sbx *s, const char *reason)
     s->expires_at = 0;
     snprintf(s->stop_reason, sizeof s->stop_reason, "%s", reason);
     event_del(s->timeout_ev);
-    save_or_log(s);
+    if (!s->deleting) save_or_log(s); /* (a deleted sandbox's row is gone next) */
     log_info("sandbox stopped", "sandbox=%s name=%s reason=%s", s->id, s->name, reason);
+    teardown(s, pins, commits, now);
 }
 
 static void arm_timeout(struct sbx *s)
@@ -487,27 +657,53 @@ static void arm_timeout(struct sbx *s)
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
-    if (s->state != SBX_RUNNING) return;
+    if (s->state != SBX_RUNNING || sbx_busy(s)) return;
     struct err err = ERR_INIT;
     log_info("sandbox timed out", "sandbox=%s name=%s action=%s", s->id, s->name,
              s->on_timeout_pause ? "pause" : "stop");
-    int rc = s->on_timeout_pause ? sbx_pause(s, &err) : sbx_stop(s, "timeout", &err);
-    if (rc < 0) {
+    if (!s->on_timeout_pause) {
+        sbx_stop_begin(s, "timeout");
+    } else if (sbx_pause(s, &err) < 0) {
         log_error("timeout action failed; stopping", "sandbox=%s error=\"%s\"", s->id, err.msg);
-        sbx_stop(s, "timeout", &err);
+        sbx_stop_begin(s, "timeout");
     }
 }
 
 /* ------------------------------------------------------------------ lifecycle */
 
+static void on_kill_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    if (!s->sess) return;
+    log_warn("init did not exit in time", "sandbox=%s", s->id);
+    session_end(s, s->sess->stopping, false); /* the cgroup kill catches stragglers */
+}
+
+void sbx_stop_begin(struct sbx *s, const char *reason)
+{
+    struct sbx_session *ss = s->sess;
+    if (!ss || ss->stopping) return;
+    ss->stopping = reason;
+    event_del(s->timeout_ev);
+    if (sbx_cg_frozen(ss->cg)) sbx_cg_thaw(ss->cg, SBX_FREEZE_TIMEOUT_MS);
+    /* killing init tears down its pid namespace; its pidfd then ends the session */
+    int e = sbx_session_signal_kill(&ss->proc);
+    if (e < 0)
+        log_warn("cannot signal init", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
+    ss->kill_ev = evtimer_new(s->d->base, on_kill_timeout, s);
+    struct timeval tv = {SBX_STOP_TIMEOUT_MS / 1000, (SBX_STOP_TIMEOUT_MS % 1000) * 1000};
+    evtimer_add(ss->kill_ev, &tv);
+}
+
 int sbx_stop(struct sbx *s, const char *reason, struct err *err)
 {
     if (!s->sess) return 0;
+    if (s->sess->stopping) reason = s->sess->stopping;
     if (sbx_cg_frozen(s->sess->cg)) sbx_cg_thaw(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
     /* killing init tears down its pid namespace; the cgroup kill catches stragglers */
     if (sbx_session_kill(&s->sess->proc, SBX_STOP_TIMEOUT_MS) < 0)
         log_warn("init did not exit in time", "sandbox=%s", s->id);
-    session_end(s, reason);
+    session_end(s, reason, true);
     return 0;
 }
 
@@ -568,6 +764,9 @@ int sbx_extend(struct sbx *s, int64_t ms, struct err *err)
 
 int sbx_ensure_running(struct sbx *s, const char *session, struct err *err)
 {
+    if (sbx_busy(s)) /* callers that can wait park first (sbx_api_park) */
+        return err_set(err, 409, "busy", "", "sandbox %s is stopping; try again when its stop "
+                       "has finished", s->name);
     if (session && *session) {
         if (!s->sess || strcmp(s->sess->id, session) != 0)
             return err_set(err, 409, "session_ended", "session",
@@ -586,10 +785,27 @@ int sbx_ensure_running(struct sbx *s, const char *session, struct err *err)
     return sbx_resume(s, err);
 }
 
+static void delete_when_stopped(struct sbxd *d, const char *id, void *arg)
+{
+    struct sbx *s = sbx_find_id(d, id);
+    struct err err = ERR_INIT;
+    if (!s || !s->deleting) return;
+    if (sbx_delete(s, &err) < 0) {
+        log_error("cannot delete sandbox", "sandbox=%s error=\"%s\"", s->id, err.msg);
+        s->deleting = false; /* it is still there: show it again */
+        save_or_log(s);
+    }
+}
+
 int sbx_delete(struct sbx *s, struct err *err)
 {
     struct sbxd *d = s->d;
-    if (s->sess) sbx_stop(s, "deleted", err);
+    if (s->sess || sbx_busy(s)) { /* its tree is in use until the stop is over */
+        if (!s->deleting) sbx_wait_quiet(s, delete_when_stopped, NULL);
+        s->deleting = true;
+        sbx_stop_begin(s, "deleted");
+        return 0;
+    }
     if (sbx_store_delete(d->store, s->id, err) < 0) return -1;
     sbx_net_forget(s);
     sbx_upper_remove(s);
@@ -1170,6 +1386,7 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     }
     if (sbx_drives_open(d, err) < 0 || sbx_snaps_open(d, err) < 0) goto fail;
     if (sbx_net_open(d, err) < 0) goto fail;
+    d->quiet_ev = event_new(base, -1, 0, on_quiet, d);
     struct timeval one = {1, 0};
     d->reap_ev = event_new(base, -1, EV_PERSIST, on_reap, d);
     event_add(d->reap_ev, &one);
@@ -1192,6 +1409,8 @@ void sbxd_shutdown(struct sbxd *d)
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    teardowns_close(d);
+    on_quiet(-1, 0, d);
     if (d->reap_ev) event_del(d->reap_ev);
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
     sbx_images_close(d); /* so would the import thread's notifications */
@@ -1204,6 +1423,11 @@ void sbxd_free(struct sbxd *d)
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    teardowns_close(d);
+    on_quiet(-1, 0, d); /* deletions that waited for a stop */
+    while (d->waiters) /* (none should be left) */
+        sbx_wait_cancel(d, d->waiters);
+    if (d->quiet_ev) event_free(d->quiet_ev);
     sbx_sources_close(d);
     sbx_images_close(d);
     while (d->first) {

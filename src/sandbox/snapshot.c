@@ -613,7 +613,7 @@ static void h_snap_create(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     struct sbx *s = sbx_api_sandbox(d, r);
     json_t *body;
-    if (!s || !sbx_api_body(r, true, &body)) return;
+    if (!s || sbx_api_park(s, r, h_snap_create, d) || !sbx_api_body(r, true, &body)) return;
     struct err err = ERR_INIT;
     static const char *const known[] = {"expiration_ms", NULL};
     int64_t exp = -1;
@@ -733,7 +733,7 @@ static void h_fork(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     struct sbx *src = sbx_api_sandbox(d, r);
     json_t *body;
-    if (!src || !sbx_api_body(r, true, &body)) return;
+    if (!src || sbx_api_park(src, r, h_fork, d) || !sbx_api_body(r, true, &body)) return;
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "snapshot_expiration_ms", "mounts",
                                         "start", "network_policy", "network_id", "ports", NULL};

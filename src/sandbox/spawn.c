@@ -1,8 +1,10 @@
 /*
  * spawn.c - clone and set up a session's init (see spawn.h).
  *
- * The zygote and sandboxd are single-threaded, so the raw clone3() below (fork-like:
- * no new stack) is safe: no other thread can hold a lock the child would need. The
+ * The zygote is single-threaded, so the raw clone3() below (fork-like: no new stack)
+ * is safe: no other thread can hold a lock the child would need. (Without a zygote
+ * sandboxd clones itself, and its worker threads, sandboxd_int.h, make that a risk: a
+ * child stuck on a lock a thread held fails the start after its timeout.) The
  * child never returns into the caller's code paths; it ends in sbx_init_main() or
  * _exit(). The zygote talks to sandboxd over a SOCK_SEQPACKET pair: one fixed-size
  * request (struct zreq), one reply with the pidfd and the control socket attached.
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -646,7 +649,7 @@ gone:
 int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, struct err *err)
 {
     out->pid = -1;
-    out->pidfd = out->ctl = out->rootfd = -1;
+    out->pidfd = out->ctl = out->rootfd = out->usrfd = -1;
     struct zreq *q = calloc(1, sizeof *q);
     if (!q) return err_internal(err, "out of memory");
     q->uid_base = p->plan.uid_base;
@@ -697,7 +700,17 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/root", (int)out->pid);
     out->rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (out->rootfd < 0) {
+    /* Pin the /usr overlay too (rootfd pins the root one): the last reference to an
+     * overlay syncs its whole upper file system, the shared store, and without these
+     * that would be init's exit (which the daemon waits for). The daemon drops them
+     * where it chooses instead (sbx_session_unpin). No code of the tenant has run yet,
+     * so "usr" is still the overlay the plan mounted there. */
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                      RESOLVE_NO_MAGICLINKS};
+    if (out->rootfd >= 0)
+        out->usrfd = (int)syscall(SYS_openat2, out->rootfd, "usr", &how, sizeof how);
+    if (out->rootfd < 0 || out->usrfd < 0) {
         int err_no = errno;
         sbx_session_kill(out, 2000);
         return err_internal(err, "cannot open the sandbox root: %s", strerror(err_no));
@@ -710,8 +723,21 @@ static void close_fds(struct sbx_proc *p)
 {
     if (p->ctl >= 0) close(p->ctl);
     if (p->rootfd >= 0) close(p->rootfd);
+    if (p->usrfd >= 0) close(p->usrfd);
     if (p->pidfd >= 0) close(p->pidfd);
-    p->ctl = p->rootfd = p->pidfd = -1;
+    p->ctl = p->rootfd = p->usrfd = p->pidfd = -1;
+}
+
+int sbx_session_signal_kill(const struct sbx_proc *p)
+{
+    return p->pid > 0 && pidfd_signal(p->pidfd, SIGKILL) < 0 ? -errno : 0;
+}
+
+void sbx_session_unpin(struct sbx_proc *p, int pins[SBX_PINS])
+{
+    pins[0] = p->rootfd;
+    pins[1] = p->usrfd;
+    p->rootfd = p->usrfd = -1;
 }
 
 int sbx_session_kill(struct sbx_proc *p, int timeout_ms)
