@@ -268,7 +268,7 @@ def test_stopping_a_sandbox_with_dirty_pages_does_not_hold_up_others(sandboxd):
 
     stop = threading.Thread(target=call, args=("stop", "POST", "/v1/sandboxes/writer/stop"))
     stop.start()
-    time.sleep(0.2)  # the stop is under way
+    time.sleep(0.1)  # the stop is under way (its write-back takes seconds)
     # a call on the stopping sandbox itself waits for the stop, then resumes it
     same = threading.Thread(target=call, args=(
         "same", "POST", "/v1/sandboxes/writer/commands",
