@@ -873,11 +873,12 @@ static int parse_resources(const json_t *res, struct sbx *s, struct err *err)
 }
 
 /* Every process may hold nofile open files, so pids x nofile bounds what one sandbox
- * takes of the host's file table (fs.file-max, shared by every process on the host). */
-static int check_files_budget(const struct sbx *s, struct err *err)
+ * takes of the host's file table (fs.file-max, shared by every process on the host).
+ * res: the request's resources, to name the field it got wrong. */
+static int check_files_budget(const struct sbx *s, const json_t *res, struct err *err)
 {
     if (s->pids_max * s->nofile <= s->d->files_budget) return 0;
-    return err_invalid(err, "nofile",
+    return err_invalid(err, json_object_get(res, "nofile") ? "nofile" : "pids",
                        "resources: pids x nofile (%lld x %lld) must be at most %lld on this "
                        "host (a quarter of fs.file-max); lower pids or nofile",
                        (long long)s->pids_max, (long long)s->nofile,
@@ -1002,9 +1003,10 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     s->pids_max = 1024;
     s->timeout_ms = SBX_DEFAULT_TIMEOUT_MS;
     s->snap_expiration_ms = -1;
-    if (parse_resources(json_object_get(body, "resources"), s, err) < 0) goto fail;
+    json_t *res = json_object_get(body, "resources");
+    if (parse_resources(res, s, err) < 0) goto fail;
     resources_default(s);
-    if (check_files_budget(s, err) < 0 ||
+    if (check_files_budget(s, res, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
         parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
         parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
@@ -1085,7 +1087,7 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     if (env && sbx_validate_env(env, "env", err) < 0) return -1;
     struct sbx tmp = *s;
     if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
-        check_files_budget(&tmp, err) < 0 ||
+        check_files_budget(&tmp, json_object_get(body, "resources"), err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
         parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
         return -1;

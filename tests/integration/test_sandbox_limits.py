@@ -215,6 +215,10 @@ except OSError as e:
                         {"resources": {"pids": 65536, "nofile": 1 << 20}})
     assert st == 400 and out["error"]["field"] == "nofile", out
     assert "fs.file-max" in out["error"]["message"]
+    if 65536 * 128 > file_max // 4:  # more processes with the same nofile: pids is named
+        st, out = d.request("PATCH", "/v1/sandboxes/files", {"resources": {"pids": 65536}})
+        assert st == 400 and out["error"]["field"] == "pids", out
+    assert d.get("files")["resources"]["pids"] == 1024
     st, out = d.request("POST", "/v1/sandboxes", {"resources": {"nofile": 10}})
     assert st == 400 and out["error"]["field"] == "nofile", out
 
