@@ -124,10 +124,114 @@ static struct sbx *get_sbx(struct sbxd *d, struct http_req *r)
     return s;
 }
 
-/* The sandbox, resumed if it was stopped or paused (unless pinned to a session). */
-static struct sbx *get_running(struct sbxd *d, struct http_req *r, const char *session)
+/* ------------------------------------------------------------------ waiting for a stop */
+
+/*
+ * While a sandbox is stopping (sbx_busy: its init was killed and its teardown is under
+ * way), requests that act on it are parked, and run once the stop is over: their
+ * handler again (P_RERUN), or an answer the stop or delete request was waiting for.
+ * The loop serves every other request meanwhile.
+ */
+enum pkind { P_RERUN, P_SANDBOX, P_DELETED };
+
+struct parked {
+    struct sbxd *d;
+    struct http_req *r;
+    enum pkind kind;
+    http_handler_fn fn; /* P_RERUN */
+    void *arg;
+    int status;         /* P_SANDBOX: the reply's status and timing header */
+    const char *header;
+    int64_t t0;
+    struct sbx_waiter *w;
+};
+
+static void parked_closed(struct http_req *r, void *arg)
+{
+    struct parked *p = arg;
+    sbx_wait_cancel(p->d, p->w);
+    free(p);
+}
+
+static void reply_sandbox(struct http_req *r, struct sbx *s, int status, const char *header,
+                          int64_t t0)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%lld", (long long)(clock_mono_ms() - t0));
+    http_add_header(r, header, v);
+    http_reply_json(r, status, sbx_json(s, true));
+}
+
+static void parked_fire(struct sbxd *d, const char *id, void *arg)
+{
+    struct parked *p = arg;
+    http_req_on_close(p->r, NULL, NULL);
+    struct sbx *s = sbx_find_id(d, id);
+    if (d->shutting_down && p->kind == P_RERUN) { /* it would resume a sandbox */
+        http_reply_error(p->r, 503, "shutting_down", "", "the sandbox service is shutting down");
+    } else if (p->kind == P_RERUN) {
+        p->fn(p->r, p->arg); /* finds the sandbox again: it may be gone, or stopped */
+    } else if (p->kind == P_SANDBOX && s && !s->deleting) {
+        reply_sandbox(p->r, s, p->status, p->header, p->t0);
+    } else if (p->kind == P_SANDBOX) {
+        http_reply_error(p->r, 404, "sandbox_not_found", "", "sandbox %s was deleted", id);
+    } else if (s) { /* P_DELETED, and the deletion failed: it is still there */
+        http_reply_error(p->r, 500, "storage_error", "", "sandbox %s could not be deleted", id);
+    } else {
+        http_reply_raw(p->r, 204, NULL, NULL, 0);
+    }
+    free(p);
+}
+
+static void park(struct sbx *s, struct http_req *r, struct parked *p)
+{
+    p->d = s->d;
+    p->r = r;
+    p->t0 = clock_mono_ms();
+    p->w = sbx_wait_quiet(s, parked_fire, p);
+    http_req_on_close(r, parked_closed, p);
+}
+
+bool sbx_api_park(struct sbx *s, struct http_req *r, http_handler_fn fn, void *arg)
+{
+    if (!sbx_busy(s)) return false;
+    struct parked *p = xcalloc(1, sizeof *p);
+    p->kind = P_RERUN;
+    p->fn = fn;
+    p->arg = arg;
+    park(s, r, p);
+    return true;
+}
+
+void sbx_api_reply_quiet(struct sbx *s, struct http_req *r, int status, const char *header,
+                         int64_t t0)
+{
+    if (!sbx_busy(s)) {
+        reply_sandbox(r, s, status, header, t0);
+        return;
+    }
+    struct parked *p = xcalloc(1, sizeof *p);
+    p->kind = P_SANDBOX;
+    p->status = status;
+    p->header = header;
+    park(s, r, p);
+    p->t0 = t0;
+}
+
+/* The sandbox, unless it is stopping: then r is parked (fn, its handler, runs again
+ * when the stop is over) and NULL is returned without a reply. */
+static struct sbx *get_quiet(struct sbxd *d, struct http_req *r, http_handler_fn fn)
 {
     struct sbx *s = get_sbx(d, r);
+    return s && sbx_api_park(s, r, fn, d) ? NULL : s;
+}
+
+/* The sandbox, resumed if it was stopped or paused (unless pinned to a session).
+ * While it is stopping, r waits for that (see get_quiet). */
+static struct sbx *get_running(struct sbxd *d, struct http_req *r, const char *session,
+                               http_handler_fn fn)
+{
+    struct sbx *s = get_quiet(d, r, fn);
     if (!s) return NULL;
     if (!session) session = http_req_query(r, "session");
     struct err err = ERR_INIT;
@@ -542,7 +646,7 @@ static void h_list(struct http_req *r, void *arg)
             past = !strcmp(s->id, cursor);
             continue;
         }
-        if (!want[s->state] || (meta && !meta_match(s->metadata, meta))) continue;
+        if (s->deleting || !want[s->state] || (meta && !meta_match(s->metadata, meta))) continue;
         if (json_array_size(arr) == limit) {
             next = s->prev ? s->prev->id : NULL;
             break;
@@ -564,7 +668,7 @@ static void h_get(struct http_req *r, void *arg)
 
 static void h_update(struct http_req *r, void *arg)
 {
-    struct sbx *s = get_sbx(arg, r);
+    struct sbx *s = get_quiet(arg, r, h_update);
     json_t *body;
     if (!s || !json_body(r, false, &body)) return;
     struct err err = ERR_INIT;
@@ -578,25 +682,45 @@ static void h_update(struct http_req *r, void *arg)
 
 static void h_delete(struct http_req *r, void *arg)
 {
-    struct sbx *s = get_sbx(arg, r);
+    struct sbxd *d = arg;
+    struct sbx *s = get_sbx(d, r);
     if (!s) return;
     struct err err = ERR_INIT;
-    if (sbx_delete(s, &err) < 0)
+    char id[sizeof s->id];
+    snprintf(id, sizeof id, "%s", s->id);
+    if (sbx_delete(s, &err) < 0) {
         reply_err(r, &err);
-    else
-        http_reply_raw(r, 204, NULL, NULL, 0);
+        return;
+    }
+    s = sbx_find_id(d, id);
+    if (s) { /* stopping first: answered once it is gone */
+        struct parked *p = xcalloc(1, sizeof *p);
+        p->kind = P_DELETED;
+        park(s, r, p);
+        return;
+    }
+    http_reply_raw(r, 204, NULL, NULL, 0);
 }
+
+static void h_stop(struct http_req *r, void *arg);
+static void h_pause(struct http_req *r, void *arg);
+static void h_resume(struct http_req *r, void *arg);
+static void h_extend(struct http_req *r, void *arg);
 
 static void lifecycle(struct http_req *r, void *arg, int which)
 {
-    struct sbx *s = get_sbx(arg, r);
+    static const http_handler_fn self[] = {h_stop, h_pause, h_resume, h_extend};
+    struct sbx *s = which == 0 ? get_sbx(arg, r) : get_quiet(arg, r, self[which]);
     json_t *body;
     if (!s || !json_body(r, true, &body)) return;
     struct err err = ERR_INIT;
     int64_t t0 = clock_mono_ms();
     int rc = 0;
-    if (which == 0) {
-        rc = sbx_stop(s, "stopped", &err);
+    if (which == 0) { /* answered when the stop is over; other requests go on meanwhile */
+        json_decref(body);
+        sbx_stop_begin(s, "stopped");
+        sbx_api_reply_quiet(s, r, 200, "X-Rebuno-Op-Ms", t0);
+        return;
     } else if (which == 1) {
         rc = sbx_pause(s, &err);
     } else if (which == 2) {
@@ -636,7 +760,7 @@ static void h_cmd_create(struct http_req *r, void *arg)
     json_t *body;
     if (!json_body(r, false, &body)) return;
     const char *session = json_string_value(json_object_get(body, "session"));
-    struct sbx *s = get_running(d, r, session);
+    struct sbx *s = get_running(d, r, session, h_cmd_create);
     if (!s) {
         json_decref(body);
         return;
@@ -832,7 +956,8 @@ static void h_user_create(struct http_req *r, void *arg)
 {
     json_t *body;
     if (!json_body(r, false, &body)) return;
-    struct sbx *s = get_running(arg, r, json_string_value(json_object_get(body, "session")));
+    struct sbx *s = get_running(arg, r, json_string_value(json_object_get(body, "session")),
+                                h_user_create);
     if (!s) {
         json_decref(body);
         return;
@@ -854,7 +979,7 @@ static void h_user_create(struct http_req *r, void *arg)
 
 static void h_user_get(struct http_req *r, void *arg)
 {
-    struct sbx *s = get_running(arg, r, NULL);
+    struct sbx *s = get_running(arg, r, NULL, h_user_get);
     if (!s) return;
     struct err err = ERR_INIT;
     struct sbx_user u;
@@ -924,9 +1049,10 @@ static const struct sbx_fs *actor_fs(struct fctx *f)
 }
 
 /* Common start of the query-string file calls: sandbox (resumed), actor, path. */
-static bool file_start(struct sbxd *d, struct http_req *r, struct fctx *f)
+static bool file_start(struct sbxd *d, struct http_req *r, struct fctx *f,
+                       http_handler_fn self)
 {
-    f->s = get_running(d, r, NULL);
+    f->s = get_running(d, r, NULL, self);
     return f->s && file_actor(f->s, r, http_req_query(r, "user"), &f->u) &&
            norm_path(r, http_req_query(r, "path"), &f->u, "path", f->path);
 }
@@ -934,7 +1060,7 @@ static bool file_start(struct sbxd *d, struct http_req *r, struct fctx *f)
 static void h_file_read(struct http_req *r, void *arg)
 {
     struct fctx f;
-    if (!file_start(arg, r, &f)) return;
+    if (!file_start(arg, r, &f, h_file_read)) return;
     uint64_t off = 0, len = SBX_FS_IO_MAX;
     if (!query_u64(r, "offset", UINT64_MAX / 2, &off) ||
         !query_u64(r, "length", SBX_FS_IO_MAX, &len))
@@ -963,7 +1089,7 @@ static void h_file_read(struct http_req *r, void *arg)
 static void h_file_write(struct http_req *r, void *arg)
 {
     struct fctx f;
-    if (!file_start(arg, r, &f)) return;
+    if (!file_start(arg, r, &f, h_file_write)) return;
     uint64_t off = 0;
     int mode;
     if (!query_u64(r, "offset", UINT64_MAX / 2, &off) ||
@@ -991,7 +1117,7 @@ static void h_file_write(struct http_req *r, void *arg)
 static void h_file_stat(struct http_req *r, void *arg)
 {
     struct fctx f;
-    if (!file_start(arg, r, &f)) return;
+    if (!file_start(arg, r, &f, h_file_stat)) return;
     struct err err = ERR_INIT;
     json_t *o = sbx_fs_stat(actor_fs(&f), f.path, &err);
     if (!o)
@@ -1003,7 +1129,7 @@ static void h_file_stat(struct http_req *r, void *arg)
 static void h_file_list(struct http_req *r, void *arg)
 {
     struct fctx f;
-    if (!file_start(arg, r, &f)) return;
+    if (!file_start(arg, r, &f, h_file_list)) return;
     uint64_t limit = SBX_FS_LIST_MAX;
     if (!query_u64(r, "limit", SBX_FS_LIST_MAX, &limit)) return;
     struct err err = ERR_INIT;
@@ -1017,7 +1143,7 @@ static void h_file_list(struct http_req *r, void *arg)
 static void h_file_remove(struct http_req *r, void *arg)
 {
     struct fctx f;
-    if (!file_start(arg, r, &f)) return;
+    if (!file_start(arg, r, &f, h_file_remove)) return;
     bool recursive = false;
     if (!query_bool(r, "recursive", &recursive)) return;
     struct err err = ERR_INIT;
@@ -1046,7 +1172,7 @@ static void h_file_mkdir(struct http_req *r, void *arg)
         reply_err(r, &err);
         return;
     }
-    f.s = get_running(arg, r, json_string_value(json_object_get(body, "session")));
+    f.s = get_running(arg, r, json_string_value(json_object_get(body, "session")), h_file_mkdir);
     bool ok = f.s && file_actor(f.s, r, user, &f.u) && norm_path(r, path, &f.u, "path", f.path) &&
               parse_mode(r, mode_s, &mode);
     json_decref(body);
@@ -1078,7 +1204,7 @@ static void h_file_rename(struct http_req *r, void *arg)
     }
     struct fctx f;
     char to_n[SBX_PATH_MAX + 1];
-    f.s = get_running(arg, r, json_string_value(json_object_get(body, "session")));
+    f.s = get_running(arg, r, json_string_value(json_object_get(body, "session")), h_file_rename);
     bool ok = f.s && file_actor(f.s, r, NULL, &f.u) && norm_path(r, from, &f.u, "from", f.path) &&
               norm_path(r, to, &f.u, "to", to_n);
     json_decref(body);

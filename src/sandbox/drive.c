@@ -50,6 +50,7 @@ struct sbx_drive {
     char id[40], name[64], parent_id[40], root_id[40];
     int64_t max_size, created_at, updated_at, committed_at;
     bool dirty;
+    bool committing;    /* its writer's session ended; the commit is under way */
     struct sbx *writer; /* the live session mounting it read-write */
     int readers;        /* live sessions mounting a snapshot of it */
     char *dir;
@@ -163,13 +164,25 @@ static char *drive_path(const struct sbx_drive *v, const char *what)
     return xasprintf("%s/%s", v->dir, what);
 }
 
-/* Replace committed with a read-only snapshot of data. 0 or -errno. */
-static int drive_commit(struct sbxd *d, struct sbx_drive *v)
+/*
+ * A commit replaces committed with a read-only snapshot of data, in two halves. The
+ * clone (data -> committed.new) makes btrfs write back the drive's dirty data first,
+ * which takes as long as the disk needs: after a session ends it runs on the teardown
+ * thread (sbx_commits_work touches nothing but those two paths). Replacing committed
+ * and saving the row then run on the loop (commit_finish). Meanwhile the drive is
+ * `committing`: no new writer may mount it, so committed holds exactly what the
+ * session left; readers keep the previous commit until the rename.
+ */
+struct sbx_commits {
+    int n;
+    struct sbx_drive *drv[SBX_MOUNTS_MAX];
+    char *data[SBX_MOUNTS_MAX], *next[SBX_MOUNTS_MAX];
+    int e[SBX_MOUNTS_MAX];
+};
+
+static void commit_finish(struct sbxd *d, struct sbx_drive *v, int e)
 {
-    char *data = drive_path(v, "data"), *next = drive_path(v, "committed.new"),
-         *cur = drive_path(v, "committed");
-    sbx_storage_remove(d->storage, next);
-    int e = sbx_storage_clone(d->storage, data, next, true);
+    char *next = drive_path(v, "committed.new"), *cur = drive_path(v, "committed");
     if (!e) {
         sbx_storage_remove(d->storage, cur);
         if (rename(next, cur) < 0) e = -errno;
@@ -182,10 +195,44 @@ static int drive_commit(struct sbxd *d, struct sbx_drive *v)
     } else {
         log_error("drive commit failed", "drive=%s error=\"%s\"", v->id, strerror(-e));
     }
-    free(data);
+    v->committing = false;
     free(next);
     free(cur);
+}
+
+/* Both halves at once, on the loop (start-up). 0 or -errno. */
+static int drive_commit(struct sbxd *d, struct sbx_drive *v)
+{
+    char *data = drive_path(v, "data"), *next = drive_path(v, "committed.new");
+    sbx_storage_remove(d->storage, next);
+    int e = sbx_storage_clone(d->storage, data, next, true);
+    commit_finish(d, v, e);
+    free(data);
+    free(next);
     return e;
+}
+
+void sbx_commits_work(struct sbx_storage *st, struct sbx_commits *c)
+{
+    for (int i = 0; c && i < c->n; i++)
+        c->e[i] = sbx_storage_clone(st, c->data[i], c->next[i], true);
+}
+
+void sbx_commits_run(struct sbxd *d, struct sbx_commits *c)
+{
+    sbx_commits_work(d->storage, c);
+    sbx_commits_finish(d, c);
+}
+
+void sbx_commits_finish(struct sbxd *d, struct sbx_commits *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        commit_finish(d, c->drv[i], c->e[i]);
+        free(c->data[i]);
+        free(c->next[i]);
+    }
+    free(c);
 }
 
 static json_t *drive_json(struct sbxd *d, const struct sbx_drive *v)
@@ -346,17 +393,24 @@ json_t *sbx_mounts_json(struct sbxd *d, const json_t *mounts)
     return o;
 }
 
-void sbx_mounts_release(struct sbx *s)
+struct sbx_commits *sbx_mounts_release(struct sbx *s)
 {
     struct sbx_smount *sm = s->smounts;
-    if (!sm) return;
+    if (!sm) return NULL;
     struct sbxd *d = s->d;
+    struct sbx_commits *c = NULL;
     for (int i = 0; i < sm->n; i++) {
         struct sbx_drive *v = sm->drv[i];
         if (sm->rw[i]) {
             if (v->writer == s) {
                 v->writer = NULL;
-                drive_commit(d, v);
+                v->committing = true;
+                if (!c) c = xcalloc(1, sizeof *c);
+                c->drv[c->n] = v;
+                c->data[c->n] = drive_path(v, "data");
+                c->next[c->n] = drive_path(v, "committed.new");
+                sbx_storage_remove(d->storage, c->next[c->n]);
+                c->n++;
             }
         } else {
             v->readers--;
@@ -367,12 +421,13 @@ void sbx_mounts_release(struct sbx *s)
     }
     free(sm);
     s->smounts = NULL;
+    return c;
 }
 
 int sbx_mounts_acquire(struct sbx *s, struct sbx_plan_input *in, struct err *err)
 {
     struct sbxd *d = s->d;
-    sbx_mounts_release(s);
+    sbx_commits_run(d, sbx_mounts_release(s)); /* (nothing is held between sessions) */
     in->mounts = NULL;
     in->nmounts = 0;
     if (!s->mounts || !json_object_size(s->mounts)) return 0;
@@ -399,6 +454,12 @@ int sbx_mounts_acquire(struct sbx *s, struct sbx_plan_input *in, struct err *err
                         "drive %s is mounted read-write by sandbox %s; stop it first, or mount "
                         "the drive with mode \"snapshot\"",
                         v->name, v->writer->name);
+                goto fail;
+            }
+            if (v->committing) {
+                err_set(err, 409, "drive_attached", "mounts",
+                        "drive %s is being committed after its writer stopped; try again in a "
+                        "moment", v->name);
                 goto fail;
             }
             v->writer = s;
@@ -753,7 +814,7 @@ static void h_drive_delete(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     struct sbx_drive *v = get_drive(d, r);
     if (!v) return;
-    if (v->writer || v->readers) {
+    if (v->writer || v->readers || v->committing) {
         http_reply_error(r, 409, "drive_attached", "",
                          "drive %s is mounted by a running sandbox%s%s; stop it first", v->name,
                          v->writer ? " " : "", v->writer ? v->writer->name : "");

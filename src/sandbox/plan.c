@@ -155,7 +155,10 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
     op_mkdir(p, xasprintf("%s/dev/pts", M), 0755);
     o = push(p, SBX_OP_DEVPTS);
     o->target = xasprintf("%s/dev/pts", M);
-    o->data = xasprintf("newinstance,ptmxmode=0666,mode=0620,gid=%u", B + 5);
+    /* max=: the host has one pool of ptys (kernel.pty.max) shared by every devpts
+     * instance; this caps what one sandbox can take from it */
+    o->data = xasprintf("newinstance,ptmxmode=0666,mode=0620,gid=%u,max=%d", B + 5,
+                        SBX_DEVPTS_MAX);
     o->flags = MS_NOSUID | MS_NOEXEC;
     op_mkdir(p, xasprintf("%s/dev/shm", M), 01777);
     op_tmpfs(p, xasprintf("%s/dev/shm", M),

@@ -58,6 +58,11 @@ enum sbx_plan_ns { SBX_NS_SESSION = 0, SBX_NS_FS = 1, SBX_NS_MOUNTS = 2, SBX_NS_
 
 #define SBX_MOUNTS_MAX 16       /* drive mounts per sandbox */
 #define SBX_MOUNT_PATH_MAX 256  /* characters of a mount path inside the sandbox */
+/* ptys one sandbox's devpts may hold at once (its max= option): the API's terminals
+ * (SBX_PTYS_MAX, 64) and as many again for what runs inside (tmux, expect, ssh). The
+ * host's pool is kernel.pty.max (4096 by default, 1024 of them reserved for the
+ * host's own devpts), so no one sandbox can take it. */
+#define SBX_DEVPTS_MAX 128
 
 struct sbx_plan_mount {
     const char *source; /* host path of the tree: absolute, sbx_plan_path_ok */

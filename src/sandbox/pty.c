@@ -755,7 +755,7 @@ static void h_pty_create(struct http_req *r, void *arg)
     }
     if (sbx_validate_argv(cmd, args, &err) < 0) goto fail;
     struct sbx *s = get_sbx(d, r);
-    if (!s) {
+    if (!s || sbx_api_park(s, r, h_pty_create, d)) { /* stopping: runs again after */
         json_decref(body);
         return;
     }

@@ -2,12 +2,14 @@
  * sandbox.c - sandboxd's registry and the lifecycle of sandboxes and sessions.
  *
  * States: running (a session exists and is thawed), paused (its cgroup is frozen),
- * stopped (no session; files kept). Every transition runs to completion on the
- * loop thread before anything else happens, with bounded waits (start, freeze,
- * kill), and only stable states reach the database: nothing can be left
- * "starting" or "stopping". A session ends when its init exits for any reason
- * (stop, timeout, OOM, crash): the pidfd event finishes its commands, removes its
- * cgroup and marks the sandbox stopped with a reason.
+ * stopped (no session; files kept). Transitions run on the loop thread with bounded
+ * waits (start, freeze, kill), and only stable states reach the database: nothing
+ * can be left "starting" or "stopping". A session ends when its init exits for any
+ * reason (stop, timeout, OOM, crash): the pidfd event finishes its commands, removes
+ * its cgroup and marks the sandbox stopped with a reason. A stop does not wait for
+ * that on the loop: it sends SIGKILL, and the unmounts and drive commits after the
+ * session's end run on a teardown thread ("teardown" below); until both are over the
+ * sandbox is busy, and calls that act on it wait ("waiting").
  *
  * Start-up recovery: rows that say running or paused belong to sessions that died
  * with the previous daemon (their inits got SIGKILL through PDEATHSIG); they become
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -33,6 +36,7 @@
 #include "base/uuid.h"
 #include "base/xalloc.h"
 #include "sandbox/daemons.h"
+#include "proxy/worker.h"
 #include "sandbox/idmap.h"
 #include "sandbox/image.h"
 #include "sandbox/net.h"
@@ -42,10 +46,11 @@
 #include "sandbox/validate.h"
 
 #define MAX_CLEANERS 64
+#define SBX_STORE_MIN_FREE (32 << 20) /* bytes free in the store a create needs */
 
 static pid_t cleaners[MAX_CLEANERS];
 
-static void session_end(struct sbx *s, const char *reason);
+static void session_end(struct sbx *s, const char *reason, bool now);
 static int session_start(struct sbx *s, struct err *err);
 static void arm_timeout(struct sbx *s);
 
@@ -100,9 +105,16 @@ struct sbx *sbx_find(struct sbxd *d, const char *ref)
 {
     if (!ref) return NULL;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (!strcmp(s->id, ref)) return s;
+        if (!s->deleting && !strcmp(s->id, ref)) return s;
     for (struct sbx *s = d->first; s; s = s->next)
-        if (!strcmp(s->name, ref)) return s;
+        if (!s->deleting && !strcmp(s->name, ref)) return s;
+    return NULL;
+}
+
+struct sbx *sbx_find_id(struct sbxd *d, const char *id)
+{
+    for (struct sbx *s = d->first; s; s = s->next)
+        if (!strcmp(s->id, id)) return s;
     return NULL;
 }
 
@@ -352,8 +364,12 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
     if (!s->sess) return;
+    if (s->sess->stopping) { /* the SIGKILL of a stop */
+        session_end(s, s->sess->stopping, false);
+        return;
+    }
     log_warn("sandbox init exited", "sandbox=%s name=%s", s->id, s->name);
-    session_end(s, "init_exited");
+    session_end(s, "init_exited", false);
 }
 
 static struct sbx_cg_limits limits_of(const struct sbx *s)
@@ -386,6 +402,7 @@ static int session_start(struct sbx *s, struct err *err)
         .hostname = hostname_of(s),
         .cg = cg,
         .timeout_ms = d->cfg.start_timeout_ms,
+        .nofile = (uint32_t)s->nofile,
     };
     p.plan.fs_dir = s->fs_dir;
     p.plan.data_base = s->data_base;
@@ -401,7 +418,7 @@ static int session_start(struct sbx *s, struct err *err)
     if (rc < 0) {
         sbx_cg_destroy(cg);
         free(ss);
-        sbx_mounts_release(s);
+        sbx_commits_run(d, sbx_mounts_release(s));
         log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
         return -1;
     }
@@ -413,7 +430,7 @@ static int session_start(struct sbx *s, struct err *err)
         sbx_session_kill(&ss->proc, 1000);
         sbx_cg_destroy(cg);
         free(ss);
-        sbx_mounts_release(s);
+        sbx_commits_run(d, sbx_mounts_release(s));
         log_error("sandbox start failed", "sandbox=%s error=\"%s\"", s->id, err->msg);
         return -1;
     }
@@ -436,21 +453,176 @@ static int session_start(struct sbx *s, struct err *err)
     return 0;
 }
 
-/* The session is over (init exited or was killed): clean up and record it. */
-static void session_end(struct sbx *s, const char *reason)
+/* ------------------------------------------------------------------ teardown */
+
+/*
+ * Once a session's init has exited, what is left is slow I/O: dropping the last pins
+ * of its overlays (spawn.h) unmounts them, and an overlay's unmount syncs its upper
+ * file system, the whole store; and read-write drives are committed, which writes back
+ * their dirty data. With gigabytes unwritten that takes seconds, so a teardown runs on
+ * a worker thread. The sandbox is recorded stopped before (a stable state: init is
+ * gone), and stays busy until the job is back on the loop.
+ */
+struct sbx_teardown {
+    struct sbxd *d;
+    char id[40];
+    int pins[SBX_PINS];
+    struct sbx_commits *commits;
+    int64_t t0;
+    bool worked; /* teardown_work ran; read on the loop once the thread is done with it */
+};
+
+static void quiet_soon(struct sbxd *d)
+{
+    if (d->quiet_ev) event_active(d->quiet_ev, EV_TIMEOUT, 0);
+}
+
+static void teardown_work(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    for (int i = 0; i < SBX_PINS; i++)
+        if (t->pins[i] >= 0) close(t->pins[i]);
+    sbx_commits_work(t->d->storage, t->commits);
+    t->worked = true;
+}
+
+static void teardown_done(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    struct sbxd *d = t->d;
+    sbx_commits_finish(d, t->commits);
+    struct sbx *s = sbx_find_id(d, t->id);
+    if (s && s->teardown == t) s->teardown = NULL;
+    log_info("sandbox torn down", "sandbox=%s ms=%lld", t->id,
+             (long long)(clock_mono_ms() - t->t0));
+    free(t);
+    quiet_soon(d);
+}
+
+/* The worker was freed before it handed the job back (shutdown): finish it here. */
+static void teardown_drop(void *arg)
+{
+    struct sbx_teardown *t = arg;
+    if (!t->worked) teardown_work(t);
+    teardown_done(t);
+}
+
+/* Unmount (close the pins) and commit, on the worker; `now`: here, before returning. */
+static void teardown(struct sbx *s, const int pins[SBX_PINS], struct sbx_commits *c, bool now)
+{
+    struct sbxd *d = s->d;
+    struct sbx_teardown *t = xcalloc(1, sizeof *t);
+    t->d = d;
+    snprintf(t->id, sizeof t->id, "%s", s->id);
+    memcpy(t->pins, pins, sizeof t->pins);
+    t->commits = c;
+    t->t0 = clock_mono_ms();
+    struct err err = ERR_INIT;
+    if (!now && !d->td_worker && !(d->td_worker = proxy_worker_new(d->base, 1, &err)))
+        log_warn("no teardown thread; tearing down on the loop", "error=\"%s\"", err.msg);
+    if (now || !d->td_worker) {
+        teardown_work(t);
+        teardown_done(t);
+        return;
+    }
+    s->teardown = t;
+    proxy_worker_submit(d->td_worker, teardown_work, teardown_done, teardown_drop, t);
+}
+
+/* Wait for teardowns under way (their threads finish them), then run what waited. */
+static void teardowns_close(struct sbxd *d)
+{
+    proxy_worker_free(d->td_worker);
+    d->td_worker = NULL;
+}
+
+/* ------------------------------------------------------------------ waiting */
+
+struct sbx_waiter {
+    struct sbx_waiter *prev, *next;
+    char id[40];
+    sbx_quiet_fn fn;
+    void *arg;
+};
+
+bool sbx_busy(const struct sbx *s)
+{
+    return s->teardown || (s->sess && s->sess->stopping);
+}
+
+struct sbx_waiter *sbx_wait_quiet(struct sbx *s, sbx_quiet_fn fn, void *arg)
+{
+    struct sbxd *d = s->d;
+    struct sbx_waiter *w = xcalloc(1, sizeof *w);
+    snprintf(w->id, sizeof w->id, "%s", s->id);
+    w->fn = fn;
+    w->arg = arg;
+    w->prev = d->waiters_last;
+    if (d->waiters_last)
+        d->waiters_last->next = w;
+    else
+        d->waiters = w;
+    d->waiters_last = w;
+    if (!sbx_busy(s)) quiet_soon(d);
+    return w;
+}
+
+static void waiter_unlink(struct sbxd *d, struct sbx_waiter *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        d->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        d->waiters_last = w->prev;
+}
+
+void sbx_wait_cancel(struct sbxd *d, struct sbx_waiter *w)
+{
+    waiter_unlink(d, w);
+    free(w);
+}
+
+/* Run, oldest first, every waiter whose sandbox is no longer busy (or is gone). A
+ * waiter may delete sandboxes, start sessions or wait again: the list is searched
+ * afresh each time. */
+static void on_quiet(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbxd *d = arg;
+    for (;;) {
+        struct sbx_waiter *w = d->waiters;
+        for (; w; w = w->next) {
+            struct sbx *s = sbx_find_id(d, w->id);
+            if (!s || !sbx_busy(s)) break;
+        }
+        if (!w) return;
+        waiter_unlink(d, w);
+        w->fn(d, w->id, w->arg);
+        free(w);
+    }
+}
+
+/* The session is over (init exited or was killed): clean up and record it. now: tear
+ * it down before returning (shutdown), else on the teardown thread. */
+static void session_end(struct sbx *s, const char *reason, bool now)
 {
     struct sbx_session *ss = s->sess;
     if (!ss) return;
     event_free(ss->ctl_ev);
     event_free(ss->pid_ev);
-    sbx_session_kill(&ss->proc, 1000); /* reaps; kills if still there */
+    if (ss->kill_ev) event_free(ss->kill_ev);
+    int pins[SBX_PINS];
+    sbx_session_unpin(&ss->proc, pins); /* unmounting is the teardown's */
+    sbx_session_kill(&ss->proc, 1000);  /* reaps; kills if still there */
     sbx_net_session_end(s, ss);
     int e = sbx_cg_destroy(ss->cg);
     if (e < 0)
         log_warn("cgroup not removed", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
     s->sess = NULL;
     free(ss);
-    sbx_mounts_release(s); /* read-write drives are committed */
+    struct sbx_commits *commits = sbx_mounts_release(s); /* read-write drives: committed */
     sbx_cmds_session_ended(s);
     sbx_ptys_session_ended(s);
     s->state = SBX_STOPPED;
@@ -458,8 +630,9 @@ static void session_end(struct sbx *s, const char *reason)
     s->expires_at = 0;
     snprintf(s->stop_reason, sizeof s->stop_reason, "%s", reason);
     event_del(s->timeout_ev);
-    save_or_log(s);
+    if (!s->deleting) save_or_log(s); /* (a deleted sandbox's row is gone next) */
     log_info("sandbox stopped", "sandbox=%s name=%s reason=%s", s->id, s->name, reason);
+    teardown(s, pins, commits, now);
 }
 
 static void arm_timeout(struct sbx *s)
@@ -479,27 +652,53 @@ static void arm_timeout(struct sbx *s)
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
-    if (s->state != SBX_RUNNING) return;
+    if (s->state != SBX_RUNNING || sbx_busy(s)) return;
     struct err err = ERR_INIT;
     log_info("sandbox timed out", "sandbox=%s name=%s action=%s", s->id, s->name,
              s->on_timeout_pause ? "pause" : "stop");
-    int rc = s->on_timeout_pause ? sbx_pause(s, &err) : sbx_stop(s, "timeout", &err);
-    if (rc < 0) {
+    if (!s->on_timeout_pause) {
+        sbx_stop_begin(s, "timeout");
+    } else if (sbx_pause(s, &err) < 0) {
         log_error("timeout action failed; stopping", "sandbox=%s error=\"%s\"", s->id, err.msg);
-        sbx_stop(s, "timeout", &err);
+        sbx_stop_begin(s, "timeout");
     }
 }
 
 /* ------------------------------------------------------------------ lifecycle */
 
+static void on_kill_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    if (!s->sess) return;
+    log_warn("init did not exit in time", "sandbox=%s", s->id);
+    session_end(s, s->sess->stopping, false); /* the cgroup kill catches stragglers */
+}
+
+void sbx_stop_begin(struct sbx *s, const char *reason)
+{
+    struct sbx_session *ss = s->sess;
+    if (!ss || ss->stopping) return;
+    ss->stopping = reason;
+    event_del(s->timeout_ev);
+    if (sbx_cg_frozen(ss->cg)) sbx_cg_thaw(ss->cg, SBX_FREEZE_TIMEOUT_MS);
+    /* killing init tears down its pid namespace; its pidfd then ends the session */
+    int e = sbx_session_signal_kill(&ss->proc);
+    if (e < 0)
+        log_warn("cannot signal init", "sandbox=%s error=\"%s\"", s->id, strerror(-e));
+    ss->kill_ev = evtimer_new(s->d->base, on_kill_timeout, s);
+    struct timeval tv = {SBX_STOP_TIMEOUT_MS / 1000, (SBX_STOP_TIMEOUT_MS % 1000) * 1000};
+    evtimer_add(ss->kill_ev, &tv);
+}
+
 int sbx_stop(struct sbx *s, const char *reason, struct err *err)
 {
     if (!s->sess) return 0;
+    if (s->sess->stopping) reason = s->sess->stopping;
     if (sbx_cg_frozen(s->sess->cg)) sbx_cg_thaw(s->sess->cg, SBX_FREEZE_TIMEOUT_MS);
     /* killing init tears down its pid namespace; the cgroup kill catches stragglers */
     if (sbx_session_kill(&s->sess->proc, SBX_STOP_TIMEOUT_MS) < 0)
         log_warn("init did not exit in time", "sandbox=%s", s->id);
-    session_end(s, reason);
+    session_end(s, reason, true);
     return 0;
 }
 
@@ -560,6 +759,9 @@ int sbx_extend(struct sbx *s, int64_t ms, struct err *err)
 
 int sbx_ensure_running(struct sbx *s, const char *session, struct err *err)
 {
+    if (sbx_busy(s)) /* callers that can wait park first (sbx_api_park) */
+        return err_set(err, 409, "busy", "", "sandbox %s is stopping; try again when its stop "
+                       "has finished", s->name);
     if (session && *session) {
         if (!s->sess || strcmp(s->sess->id, session) != 0)
             return err_set(err, 409, "session_ended", "session",
@@ -578,10 +780,27 @@ int sbx_ensure_running(struct sbx *s, const char *session, struct err *err)
     return sbx_resume(s, err);
 }
 
+static void delete_when_stopped(struct sbxd *d, const char *id, void *arg)
+{
+    struct sbx *s = sbx_find_id(d, id);
+    struct err err = ERR_INIT;
+    if (!s || !s->deleting) return;
+    if (sbx_delete(s, &err) < 0) {
+        log_error("cannot delete sandbox", "sandbox=%s error=\"%s\"", s->id, err.msg);
+        s->deleting = false; /* it is still there: show it again */
+        save_or_log(s);
+    }
+}
+
 int sbx_delete(struct sbx *s, struct err *err)
 {
     struct sbxd *d = s->d;
-    if (s->sess) sbx_stop(s, "deleted", err);
+    if (s->sess || sbx_busy(s)) { /* its tree is in use until the stop is over */
+        if (!s->deleting) sbx_wait_quiet(s, delete_when_stopped, NULL);
+        s->deleting = true;
+        sbx_stop_begin(s, "deleted");
+        return 0;
+    }
     if (sbx_store_delete(d->store, s->id, err) < 0) return -1;
     sbx_net_forget(s);
     sbx_upper_remove(s);
@@ -600,17 +819,87 @@ int sbx_delete(struct sbx *s, struct err *err)
 
 /* ------------------------------------------------------------------ create / update */
 
+/* The most MiB a tree may be limited to: the store's size (1 TiB when unknown). */
+static int64_t disk_max_mb(const struct sbxd *d)
+{
+    int64_t mb = (int64_t)(d->storage->size >> 20);
+    return mb >= SBX_DISK_MIN_MB && mb < SBX_DISK_MAX_MB ? mb : SBX_DISK_MAX_MB;
+}
+
+/* A quarter of the store, at most 10 GiB: one tenant cannot fill it for the others. */
+static int64_t disk_default_mb(const struct sbxd *d)
+{
+    int64_t mb = disk_max_mb(d) / 4;
+    return mb < SBX_DISK_MIN_MB ? SBX_DISK_MIN_MB
+           : mb > SBX_DISK_DEFAULT_MAX_MB ? SBX_DISK_DEFAULT_MAX_MB : mb;
+}
+
+/* SBX_NOFILE_DEFAULT, or on a host whose file table is small, the largest power of
+ * two that keeps pids x nofile within the daemon's budget (at least SBX_NOFILE_MIN). */
+static int64_t nofile_default(const struct sbxd *d, int64_t pids)
+{
+    int64_t n = SBX_NOFILE_DEFAULT;
+    while (n > SBX_NOFILE_MIN && n * pids > d->files_budget)
+        n /= 2;
+    return n;
+}
+
+/* Fill the resources a sandbox did not name (nofile, disk_mb: 0). */
+static void resources_default(struct sbx *s)
+{
+    if (s->nofile <= 0) s->nofile = nofile_default(s->d, s->pids_max);
+    if (s->disk_mb <= 0) s->disk_mb = disk_default_mb(s->d);
+}
+
 static int parse_resources(const json_t *res, struct sbx *s, struct err *err)
 {
     if (!res || json_is_null(res)) return 0;
     if (!json_is_object(res)) return err_invalid(err, "resources", "resources must be an object");
-    static const char *const known[] = {"vcpus", "memory", "pids", NULL};
+    static const char *const known[] = {"vcpus", "memory", "pids", "nofile", "disk_mb", NULL};
     if (sbx_json_known(res, known, "resources", err) < 0) return -1;
     if (sbx_json_int(res, "vcpus", 1, SBX_VCPUS_MAX, &s->vcpus, err) < 0 ||
         sbx_json_int(res, "memory", SBX_MEMORY_MIN_MB, SBX_MEMORY_MAX_MB, &s->memory_mb, err) <
             0 ||
-        sbx_json_int(res, "pids", SBX_PIDS_MIN, SBX_PIDS_MAX, &s->pids_max, err) < 0)
+        sbx_json_int(res, "pids", SBX_PIDS_MIN, SBX_PIDS_MAX, &s->pids_max, err) < 0 ||
+        sbx_json_int(res, "nofile", SBX_NOFILE_MIN, SBX_NOFILE_MAX, &s->nofile, err) < 0 ||
+        sbx_json_int(res, "disk_mb", SBX_DISK_MIN_MB, disk_max_mb(s->d), &s->disk_mb, err) < 0)
         return err_wrap(err, "resources");
+    return 0;
+}
+
+/* Every process may hold nofile open files, so pids x nofile bounds what one sandbox
+ * takes of the host's file table (fs.file-max, shared by every process on the host).
+ * res: the request's resources, to name the field it got wrong. */
+static int check_files_budget(const struct sbx *s, const json_t *res, struct err *err)
+{
+    if (s->pids_max * s->nofile <= s->d->files_budget) return 0;
+    return err_invalid(err, json_object_get(res, "nofile") ? "nofile" : "pids",
+                       "resources: pids x nofile (%lld x %lld) must be at most %lld on this "
+                       "host (a quarter of fs.file-max); lower pids or nofile",
+                       (long long)s->pids_max, (long long)s->nofile,
+                       (long long)s->d->files_budget);
+}
+
+/* RLIMIT_NOFILE of every process of s's session, with its cgroup frozen (if it is not
+ * already) so that no fork slips between reading the list and the update. */
+static int set_nofile_live(struct sbx *s, int64_t n, struct err *err)
+{
+    struct sbx_cgroup *cg = s->sess->cg;
+    char procs[4][512];
+    if (sbx_cg_procs_files(cg, procs, 4) < 1) return err_internal(err, "no cgroup.procs");
+    bool thaw = !sbx_cg_frozen(cg);
+    int e = thaw ? sbx_cg_freeze(cg, SBX_FREEZE_TIMEOUT_MS) : 0;
+    FILE *f = e == 0 ? fopen(procs[0], "re") : NULL;
+    if (!f && e == 0) e = -errno;
+    struct rlimit rl = {(rlim_t)n, (rlim_t)n};
+    long pid;
+    while (f && fscanf(f, "%ld", &pid) == 1)
+        if (prlimit((pid_t)pid, RLIMIT_NOFILE, &rl, NULL) < 0 && errno != ESRCH && !e) e = -errno;
+    if (f) fclose(f);
+    if (thaw) sbx_cg_thaw(cg, SBX_FREEZE_TIMEOUT_MS);
+    if (e < 0)
+        return err_set(err, 500, "cgroup_failed", "", "cannot set RLIMIT_NOFILE of sandbox %s: %s",
+                       s->name, strerror(-e));
     return 0;
 }
 
@@ -709,7 +998,10 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     s->pids_max = 1024;
     s->timeout_ms = SBX_DEFAULT_TIMEOUT_MS;
     s->snap_expiration_ms = -1;
-    if (parse_resources(json_object_get(body, "resources"), s, err) < 0 ||
+    json_t *res = json_object_get(body, "resources");
+    if (parse_resources(res, s, err) < 0) goto fail;
+    resources_default(s);
+    if (check_files_budget(s, res, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
         parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
         parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
@@ -736,6 +1028,16 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     }
     if (se < 0 || sbx_idmap_host(d->cfg.uid_first, s->slot, 0, &s->uid_base) < 0) {
         err_set(err, 429, "too_many_sandboxes", "", "no free uid range left");
+        goto fail;
+    }
+    /* a new tree (created, forked or restored) needs room to be written to; refused
+     * before anything is made, so a full store leaves nothing half-made */
+    int64_t room = sbx_storage_free(d->storage);
+    if (room >= 0 && room < SBX_STORE_MIN_FREE) {
+        err_set(err, 507, "no_space", "",
+                "the sandbox store has %lld MiB free, less than the %d MiB a new sandbox "
+                "needs; delete sandboxes, snapshots or drives",
+                (long long)(room >> 20), SBX_STORE_MIN_FREE >> 20);
         goto fail;
     }
     snprintf(s->image, sizeof s->image, "%s", image_dir);
@@ -785,11 +1087,13 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
     if (env && sbx_validate_env(env, "env", err) < 0) return -1;
     struct sbx tmp = *s;
     if (parse_resources(json_object_get(body, "resources"), &tmp, err) < 0 ||
+        check_files_budget(&tmp, json_object_get(body, "resources"), err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &tmp.timeout_ms, err) < 0 ||
         parse_on_timeout(body, &tmp.on_timeout_pause, err) < 0)
         return -1;
     bool limits = tmp.vcpus != s->vcpus || tmp.memory_mb != s->memory_mb ||
                   tmp.pids_max != s->pids_max;
+    bool nofile_live = tmp.nofile != s->nofile && s->sess, disk = tmp.disk_mb != s->disk_mb;
     /* New limits reach a running session first: when the kernel refuses one (say, a
      * memory limit below what is in use), nothing changes and the caller is told. */
     struct sbx_cg_limits old_limits = limits_of(s);
@@ -801,15 +1105,22 @@ int sbx_update(struct sbx *s, json_t *body, struct err *err)
             return err_wrap(err, "resources not changed");
         }
     }
-    if (sbx_ext_parse(s, body, err) < 0 ||
+    /* the tree's quota applies at once too, running or not (a limit below what the
+     * tree holds already only stops further writes) */
+    if ((nofile_live && set_nofile_live(s, tmp.nofile, err) < 0) ||
+        (disk && sbx_disk_apply(s, tmp.disk_mb, err) < 0) || sbx_ext_parse(s, body, err) < 0 ||
         sbx_net_update(s, body, err) < 0) { /* applied live to a running session */
         struct err ignored = ERR_INIT;
         if (limits && s->sess) sbx_cg_set_limits(s->sess->cg, &old_limits, &ignored);
+        if (nofile_live) set_nofile_live(s, s->nofile, &ignored);
+        if (disk) sbx_disk_apply(s, s->disk_mb, &ignored);
         return -1;
     }
     s->vcpus = tmp.vcpus;
     s->memory_mb = tmp.memory_mb;
     s->pids_max = tmp.pids_max;
+    s->nofile = tmp.nofile;
+    s->disk_mb = tmp.disk_mb;
     s->on_timeout_pause = tmp.on_timeout_pause;
     if (meta) {
         json_decref(s->metadata);
@@ -853,7 +1164,10 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(res, "vcpus", json_integer(s->vcpus));
     json_object_set_new(res, "memory", json_integer(s->memory_mb));
     json_object_set_new(res, "pids", json_integer(s->pids_max));
+    json_object_set_new(res, "nofile", json_integer(s->nofile));
+    json_object_set_new(res, "disk_mb", json_integer(s->disk_mb));
     json_object_set_new(o, "resources", res);
+    json_object_set_new(o, "disk_enforced", json_boolean(s->disk_enforced));
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
     char iname[80];
@@ -921,6 +1235,10 @@ static void load_row(const struct sbx_row *r, void *arg)
     s->session_seq = r->session_seq;
     snprintf(s->stop_reason, sizeof s->stop_reason, "%s", r->stop_reason);
     sbx_ext_load(s, r->ext);
+    resources_default(s); /* made before nofile and disk_mb existed */
+    struct err qerr = ERR_INIT;
+    if (sbx_disk_apply(s, s->disk_mb, &qerr) < 0)
+        log_warn("disk quota not set", "sandbox=%s error=\"%s\"", s->id, qerr.msg);
     enum sbx_state st = SBX_STOPPED;
     sbx_parse_state(r->state, &st);
     s->state = st; /* fixed up by the caller */
@@ -930,6 +1248,21 @@ static void load_row(const struct sbx_row *r, void *arg)
 static int mkdir_p0700(const char *p)
 {
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+}
+
+/* A quarter of the host's file table (fs.file-max): the most pids x nofile one
+ * sandbox may have. A table the kernel does not limit (LONG_MAX) leaves only the memory
+ * limit, which the kernel charges open files to. */
+static int64_t files_budget(void)
+{
+    long long max = 0;
+    FILE *f = fopen("/proc/sys/fs/file-max", "re");
+    if (!f || fscanf(f, "%lld", &max) != 1) max = 0;
+    if (f) fclose(f);
+    if (max <= 0) max = 1LL << 22; /* unreadable: as on a host with ~40 GB of memory */
+    int64_t b = max / 4;
+    return b > (int64_t)SBX_PIDS_MAX * SBX_NOFILE_MAX ? (int64_t)SBX_PIDS_MAX * SBX_NOFILE_MAX
+                                                       : b;
 }
 
 struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
@@ -952,6 +1285,7 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (d->cfg.max_sandboxes <= 0) d->cfg.max_sandboxes = 1000;
     if (!d->cfg.output_limit) d->cfg.output_limit = 1u << 20;
     if (d->cfg.start_timeout_ms <= 0) d->cfg.start_timeout_ms = 10000;
+    d->files_budget = files_budget();
     if (sbx_idmap_max_slot(d->cfg.uid_first) < 0) {
         err_invalid(err, "uid_base", "uid base %u leaves no room for a uid range",
                     d->cfg.uid_first);
@@ -1056,6 +1390,7 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     }
     if (sbx_drives_open(d, err) < 0 || sbx_snaps_open(d, err) < 0) goto fail;
     if (sbx_net_open(d, err) < 0) goto fail;
+    d->quiet_ev = event_new(base, -1, 0, on_quiet, d);
     struct timeval one = {1, 0};
     d->reap_ev = event_new(base, -1, EV_PERSIST, on_reap, d);
     event_add(d->reap_ev, &one);
@@ -1086,6 +1421,8 @@ void sbxd_shutdown(struct sbxd *d)
             sbx_stop(s, "daemon_shutdown", &err);
             progress(d);
         }
+    teardowns_close(d);
+    on_quiet(-1, 0, d);
     if (d->reap_ev) event_del(d->reap_ev);
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
     progress(d);
@@ -1099,6 +1436,11 @@ void sbxd_free(struct sbxd *d)
     struct err err = ERR_INIT;
     for (struct sbx *s = d->first; s; s = s->next)
         if (s->sess) sbx_stop(s, "daemon_shutdown", &err);
+    teardowns_close(d);
+    on_quiet(-1, 0, d); /* deletions that waited for a stop */
+    while (d->waiters) /* (none should be left) */
+        sbx_wait_cancel(d, d->waiters);
+    if (d->quiet_ev) event_free(d->quiet_ev);
     sbx_sources_close(d);
     sbx_images_close(d);
     while (d->first) {

@@ -6,8 +6,11 @@
  * owns its session (while running or paused) and its commands (most recent last,
  * at most SBX_CMDS_KEPT finished ones). Watchers (waiting HTTP requests) belong to
  * api.c and are told when a command starts, produces output, finishes or goes away.
- * Everything runs on the loop thread; the daemon has no other threads (spawn.c
- * relies on this). A sandbox also owns its terminals (pty.c, struct sbx_pty), which
+ * Everything runs on the loop thread, but for two worker threads (proxy/worker.h) that
+ * touch only their own job: image imports (images.c) and session teardowns (unmounts
+ * and drive commits, sandbox.c). Inits are cloned by the single-threaded zygote; only
+ * its fallback, a clone from the daemon itself (spawn.c), would rather there were no
+ * other threads. A sandbox also owns its terminals (pty.c, struct sbx_pty), which
  * live while their session does.
  */
 #ifndef REBUNO_SANDBOX_SANDBOXD_INT_H
@@ -68,6 +71,10 @@ struct sbxd {
     const struct local_auth *local; /* api.c: the token every caller but health sends */
     struct sbx_daemon *record;     /* daemons.h: our host-wide record and its lock */
     struct sbx_uidpool *uids;      /* uidpool.h: the uid ranges this state folder owns */
+    int64_t files_budget; /* most pids x nofile one sandbox may have: fs.file-max / 4 */
+    struct proxy_worker *td_worker; /* sandbox.c: the teardown thread (made on first use) */
+    struct sbx_waiter *waiters, *waiters_last; /* sandbox.c: sbx_wait_quiet, in order */
+    struct event *quiet_ev; /* runs the waiters of sandboxes no longer busy */
 };
 
 struct sbx_session {
@@ -79,6 +86,8 @@ struct sbx_session {
     char id[48];
     int64_t started_at;
     struct sbx_netsess *net; /* net.c: its veth and proxy context, or NULL (loopback only) */
+    const char *stopping;    /* the stop's reason once init got SIGKILL, else NULL */
+    struct event *kill_ev;   /* bounds the wait for init's exit after that */
 };
 
 struct sbx {
@@ -92,6 +101,9 @@ struct sbx {
     char region[SBX_REGION_MAX + 1]; /* as created ([a-z0-9-]); SBX_REGION_DEFAULT */
     json_t *metadata, *env;
     int64_t vcpus, memory_mb, pids_max, timeout_ms;
+    int64_t nofile;  /* RLIMIT_NOFILE of its processes (soft = hard) */
+    int64_t disk_mb; /* quota of its tree (fs_dir) */
+    bool disk_enforced; /* the store enforces disk_mb on this tree (btrfs simple quotas) */
     bool on_timeout_pause;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
     char stop_reason[64];
@@ -111,6 +123,8 @@ struct sbx {
     struct sbx_pty *ptys; /* pty.c's terminals, newest first */
     int nptys;
     struct sbx_netcfg *net; /* net.c: network_policy, network_id, ports (NULL: defaults) */
+    struct sbx_teardown *teardown; /* its last session's unmounts and commits, under way */
+    bool deleting; /* deleted: gone from the API; removed once its stop is over */
 };
 
 struct stdin_chunk {
@@ -148,11 +162,32 @@ struct sbx_cmd {
 };
 
 /* ---- sandbox.c: registry and lifecycle ---- */
+/* By id or name; sandboxes being deleted are not found. */
 struct sbx *sbx_find(struct sbxd *d, const char *ref);
+/* By id, those being deleted included. */
+struct sbx *sbx_find_id(struct sbxd *d, const char *id);
 struct sbx *sbx_create(struct sbxd *d, json_t *body, struct err *err);
 int sbx_update(struct sbx *s, json_t *body, struct err *err);
+/* Delete s now, or when it has a session: stop it and delete it once the stop is over
+ * (s->deleting; sbx_find no longer returns it). */
 int sbx_delete(struct sbx *s, struct err *err);
+/*
+ * Stopping. sbx_stop_begin sends init SIGKILL and returns; init's pidfd ends the
+ * session on the loop (at most SBX_STOP_TIMEOUT_MS later), and the slow rest, the
+ * overlays' unmount (which writes back the store's dirty data) and the commits of
+ * read-write drives, runs on the teardown thread. From the SIGKILL until that is over
+ * the sandbox is busy: calls that act on it wait (sbx_wait_quiet). reason is a string
+ * literal. sbx_stop does all of it before returning, on the loop (shutdown).
+ */
+void sbx_stop_begin(struct sbx *s, const char *reason);
 int sbx_stop(struct sbx *s, const char *reason, struct err *err);
+bool sbx_busy(const struct sbx *s);
+/* fn(d, id, arg) runs on the loop once sandbox id is not busy (or gone: look it up
+ * again), in the order the waits were made. The handle cancels it until then. */
+typedef void (*sbx_quiet_fn)(struct sbxd *d, const char *id, void *arg);
+struct sbx_waiter;
+struct sbx_waiter *sbx_wait_quiet(struct sbx *s, sbx_quiet_fn fn, void *arg);
+void sbx_wait_cancel(struct sbxd *d, struct sbx_waiter *w);
 int sbx_pause(struct sbx *s, struct err *err);
 int sbx_resume(struct sbx *s, struct err *err);
 int sbx_extend(struct sbx *s, int64_t ms, struct err *err);
@@ -220,6 +255,10 @@ void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
  * data_base (and image, for a snapshot). 0 or -1 with err. */
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
 void sbx_upper_remove(struct sbx *s);
+/* Limit s's tree to mb MiB and set s->disk_enforced (false, and 0, where the store has
+ * no quotas or the tree is not one of its subvolumes). -1 with err when quotas are on
+ * but the limit could not be set. */
+int sbx_disk_apply(struct sbx *s, int64_t mb, struct err *err);
 /* The row's ext JSON <-> the struct; the sandbox object's extra members. */
 void sbx_ext_load(struct sbx *s, const char *ext);
 char *sbx_ext_dump(const struct sbx *s);
@@ -241,10 +280,16 @@ void sbx_drives_register(struct sbxd *d);
  * form {"/path": {"drive_id", "mode"}}. */
 int sbx_mounts_parse(struct sbxd *d, const json_t *v, json_t **out, struct err *err);
 /* Mount the sandbox's drives for a new session (409 drive_attached when a read-write
- * drive has another writer); fills in->mounts. Released by sbx_mounts_release (at the
- * end of the session: read-write drives are committed). */
+ * drive has another writer, or is still being committed); fills in->mounts. Released
+ * by sbx_mounts_release at the end of the session, which returns the commits of its
+ * read-write drives (NULL: none): sbx_commits_work does the slow half (any thread),
+ * sbx_commits_finish the rest (the loop; frees c); sbx_commits_run both, on the loop. */
 int sbx_mounts_acquire(struct sbx *s, struct sbx_plan_input *in, struct err *err);
-void sbx_mounts_release(struct sbx *s);
+struct sbx_commits;
+struct sbx_commits *sbx_mounts_release(struct sbx *s);
+void sbx_commits_work(struct sbx_storage *st, struct sbx_commits *c);
+void sbx_commits_finish(struct sbxd *d, struct sbx_commits *c);
+void sbx_commits_run(struct sbxd *d, struct sbx_commits *c);
 json_t *sbx_mounts_json(struct sbxd *d, const json_t *mounts);
 
 /* ---- source.c: git and tarball sources, tar uploads ---- */
@@ -260,6 +305,14 @@ void sbx_sources_close(struct sbxd *d);
 
 /* ---- api.c ---- */
 void sbx_api_register(struct sbxd *d);
+/* While s is busy (stopping), park request r: fn(r, arg), its handler, runs again once
+ * the stop is over (503 if the daemon is shutting down by then). Returns whether r was
+ * parked; the handler then returns without replying. */
+bool sbx_api_park(struct sbx *s, struct http_req *r, http_handler_fn fn, void *arg);
+/* Answer r with status and the sandbox object (header: the ms since t0) once s is not
+ * busy; at once when it is not. */
+void sbx_api_reply_quiet(struct sbx *s, struct http_req *r, int status, const char *header,
+                         int64_t t0);
 
 /* images.c: imported images (POST/GET/DELETE /v1/images) */
 int sbx_images_open(struct sbxd *d, struct err *err); /* the table; sweep failed imports */

@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,19 @@ static bool in_store(const struct sbxd *d, const char *path)
     return path && !strncmp(path, d->storage->root, n) && path[n] == '/';
 }
 
+/* 507 no_space when e says the store (or a quota) is full, else 500 with code. */
+static int err_space(struct err *err, int e, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int err_space(struct err *err, int e, const char *code, const char *fmt, ...)
+{
+    bool full = e == -ENOSPC || e == -EDQUOT;
+    va_list ap;
+    va_start(ap, fmt);
+    err_vset(err, full ? 507 : 500, full ? "no_space" : code, "", fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 /* Clone s's upper tree to dst without stopping it (see the top of this file). */
 static int clone_live(struct sbx *s, const char *dst, bool readonly, int64_t *frozen_us,
                       struct err *err)
@@ -276,9 +290,8 @@ static int clone_live(struct sbx *s, const char *dst, bool readonly, int64_t *fr
         *frozen_us = now_us() - t0;
     }
     if (e < 0)
-        return err_set(err, e == -ENOSPC || e == -EDQUOT ? 507 : 500,
-                       e == -ENOSPC || e == -EDQUOT ? "no_space" : "snapshot_failed", "",
-                       "cannot copy the files of sandbox %s: %s", s->name, strerror(-e));
+        return err_space(err, e, "snapshot_failed", "cannot copy the files of sandbox %s: %s",
+                         s->name, strerror(-e));
     return 0;
 }
 
@@ -338,8 +351,8 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
         }
         int e = sbx_storage_clone(d->storage, n->path, path, false);
         if (e < 0) {
-            err_set(err, e == -ENOSPC ? 507 : 500, e == -ENOSPC ? "no_space" : "storage_error", "",
-                    "cannot restore snapshot %s: %s", n->id, strerror(-e));
+            err_space(err, e, "storage_error", "cannot restore snapshot %s: %s", n->id,
+                      strerror(-e));
             goto fail;
         }
         s->data_base = n->data_base;
@@ -351,7 +364,8 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
         if (!e) e = tree_make(path, s->uid_base);
         if (e < 0) {
             sbx_storage_remove(d->storage, path);
-            err_internal(err, "cannot create the files of sandbox %s: %s", s->name, strerror(-e));
+            err_space(err, e, "internal_error", "cannot create the files of sandbox %s: %s",
+                      s->name, strerror(-e));
             goto fail;
         }
         s->data_base = s->uid_base;
@@ -364,10 +378,30 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
     }
     free(s->fs_dir);
     s->fs_dir = path;
+    /* its own quota, whatever the tree was cloned from: a clone's shared extents stay
+     * charged to the tree that wrote them (simple quotas), so it starts near empty */
+    if (sbx_disk_apply(s, s->disk_mb, err) < 0) {
+        sbx_upper_remove(s);
+        return -1;
+    }
     return 0;
 fail:
     free(path);
     return -1;
+}
+
+int sbx_disk_apply(struct sbx *s, int64_t mb, struct err *err)
+{
+    struct sbx_storage *st = s->d->storage;
+    s->disk_enforced = false;
+    if (!st->quota || !in_store(s->d, s->fs_dir)) return 0; /* no quotas; an older tree */
+    int e = sbx_storage_set_limit(st, s->fs_dir, (uint64_t)mb << 20);
+    if (e == -EOPNOTSUPP) return 0; /* not a subvolume */
+    if (e < 0)
+        return err_set(err, 500, "storage_error", "resources", "cannot limit the files of "
+                       "sandbox %s to %lld MiB: %s", s->name, (long long)mb, strerror(-e));
+    s->disk_enforced = true;
+    return 0;
 }
 
 void sbx_upper_remove(struct sbx *s)
@@ -392,6 +426,8 @@ void sbx_ext_load(struct sbx *s, const char *ext)
     s->data_base = base > 0 && base < 0xffffffffLL ? (uint32_t)base : s->uid_base;
     json_t *m = json_object_get(o, "mounts");
     s->mounts = json_is_object(m) ? json_incref(m) : NULL;
+    s->nofile = json_integer_value(json_object_get(o, "nofile")); /* 0: the default */
+    s->disk_mb = json_integer_value(json_object_get(o, "disk_mb"));
     json_t *x = json_object_get(o, "snapshot_expiration_ms");
     s->snap_expiration_ms = json_is_integer(x) ? json_integer_value(x) : -1;
     json_t *origin = json_object_get(o, "origin");
@@ -409,6 +445,8 @@ char *sbx_ext_dump(const struct sbx *s)
     json_t *o = json_object();
     json_object_set_new(o, "fs", json_string(in_store(s->d, s->fs_dir) ? "store" : "dir"));
     json_object_set_new(o, "data_base", json_integer(s->data_base));
+    json_object_set_new(o, "nofile", json_integer(s->nofile));
+    json_object_set_new(o, "disk_mb", json_integer(s->disk_mb));
     if (s->mounts) json_object_set(o, "mounts", s->mounts);
     if (s->snap_expiration_ms >= 0)
         json_object_set_new(o, "snapshot_expiration_ms", json_integer(s->snap_expiration_ms));
@@ -581,7 +619,7 @@ static void h_snap_create(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     struct sbx *s = sbx_api_sandbox(d, r);
     json_t *body;
-    if (!s || !sbx_api_body(r, true, &body)) return;
+    if (!s || sbx_api_park(s, r, h_snap_create, d) || !sbx_api_body(r, true, &body)) return;
     struct err err = ERR_INIT;
     static const char *const known[] = {"expiration_ms", NULL};
     int64_t exp = -1;
@@ -701,7 +739,7 @@ static void h_fork(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     struct sbx *src = sbx_api_sandbox(d, r);
     json_t *body;
-    if (!src || !sbx_api_body(r, true, &body)) return;
+    if (!src || sbx_api_park(src, r, h_fork, d) || !sbx_api_body(r, true, &body)) return;
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "snapshot_expiration_ms", "mounts",
                                         "start", "network_policy", "network_id", "ports", NULL};
@@ -711,10 +749,15 @@ static void h_fork(struct http_req *r, void *arg)
         http_reply_err(r, &err);
         return;
     }
-    json_t *res = json_pack("{s:I, s:I, s:I}", "vcpus", (json_int_t)src->vcpus, "memory",
-                            (json_int_t)src->memory_mb, "pids", (json_int_t)src->pids_max);
+    json_t *res = json_pack("{s:I, s:I, s:I, s:I, s:I}", "vcpus", (json_int_t)src->vcpus,
+                            "memory", (json_int_t)src->memory_mb, "pids",
+                            (json_int_t)src->pids_max, "nofile", (json_int_t)src->nofile,
+                            "disk_mb", (json_int_t)src->disk_mb);
     json_t *over = json_object_get(body, "resources");
     if (json_is_object(over)) {
+        /* more processes than the source: the default nofile for them, unless named */
+        if (json_object_get(over, "pids") && !json_object_get(over, "nofile"))
+            json_object_del(res, "nofile");
         json_object_update(res, over); /* validated by create */
     } else if (over && !json_is_null(over)) {
         json_decref(res);

@@ -404,16 +404,13 @@ static void job_done(struct sbx_srcjob *j)
                 json_object_set_new(s->origin, "ready_ms",
                                     json_integer(clock_mono_ms() - j->t0));
             }
-            if (j->stop_after) sbx_stop(s, "stopped", &err);
             sbx_save(s, &err);
+            if (j->stop_after) sbx_stop_begin(s, "stopped");
             log_info("sandbox source ready", "sandbox=%s type=%s ms=%lld", s->id, j->what,
                      (long long)(clock_mono_ms() - j->t0));
-            if (j->req) {
+            if (j->req) { /* (once the stop is over, if any) */
                 http_req_on_close(j->req, NULL, NULL);
-                char ms[32];
-                snprintf(ms, sizeof ms, "%lld", (long long)(clock_mono_ms() - j->t0));
-                http_add_header(j->req, "X-Rebuno-Create-Ms", ms);
-                http_reply_json(j->req, 201, sbx_json(s, true));
+                sbx_api_reply_quiet(s, j->req, 201, "X-Rebuno-Create-Ms", j->t0);
             }
         } else {
             log_warn("sandbox source failed; sandbox deleted", "sandbox=%s type=%s error=\"%s\"",
@@ -523,7 +520,7 @@ static void h_extract(struct http_req *r, void *arg)
 {
     struct sbxd *d = arg;
     struct sbx *s = sbx_api_sandbox(d, r);
-    if (!s) return;
+    if (!s || sbx_api_park(s, r, h_extract, d)) return;
     size_t len;
     const char *body = http_req_body(r, &len);
     const char *path = http_req_query(r, "path");

@@ -1,8 +1,10 @@
 /*
  * spawn.c - clone and set up a session's init (see spawn.h).
  *
- * The zygote and sandboxd are single-threaded, so the raw clone3() below (fork-like:
- * no new stack) is safe: no other thread can hold a lock the child would need. The
+ * The zygote is single-threaded, so the raw clone3() below (fork-like: no new stack)
+ * is safe: no other thread can hold a lock the child would need. (Without a zygote
+ * sandboxd clones itself, and its worker threads, sandboxd_int.h, make that a risk: a
+ * child stuck on a lock a thread held fails the start after its timeout.) The
  * child never returns into the caller's code paths; it ends in sbx_init_main() or
  * _exit(). The zygote talks to sandboxd over a SOCK_SEQPACKET pair: one fixed-size
  * request (struct zreq), one reply with the pidfd and the control socket attached.
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -136,7 +139,7 @@ static int loopback_up(void)
 
 /* A spawn request: what the cloning process needs, flat (it crosses a socket). */
 struct zreq {
-    uint32_t uid_base, ncg;
+    uint32_t uid_base, ncg, nofile;
     uint64_t tmp_bytes;
     char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
     char cg[4][512]; /* cgroup.procs files the child joins */
@@ -212,6 +215,14 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
     }
     if (unshare(CLONE_NEWCGROUP) < 0) {
         report(ctl, errno, "unshare cgroup namespace: %s", strerror(errno));
+        _exit(1);
+    }
+    /* the host's file table (fs.file-max) is shared: pids x nofile bounds one sandbox.
+     * Set while still host root, which may raise the hard limit past the daemon's own;
+     * inside, without CAP_SYS_RESOURCE, nothing can raise it again. */
+    struct rlimit nofile = {q->nofile, q->nofile};
+    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
+        report(ctl, errno, "set RLIMIT_NOFILE to %u: %s", q->nofile, strerror(errno));
         _exit(1);
     }
     if (setns(userns, CLONE_NEWUSER) < 0) {
@@ -482,7 +493,7 @@ static bool zreq_ok(const struct zreq *q)
            memchr(q->image_dir, 0, sizeof q->image_dir) &&
            memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
            q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
-           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) &&
+           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) && q->nofile > 0 &&
            memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
            mounts_ok(q);
 }
@@ -647,11 +658,12 @@ gone:
 int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, struct err *err)
 {
     out->pid = -1;
-    out->pidfd = out->ctl = out->rootfd = -1;
+    out->pidfd = out->ctl = out->rootfd = out->usrfd = -1;
     struct zreq *q = calloc(1, sizeof *q);
     if (!q) return err_internal(err, "out of memory");
     q->uid_base = p->plan.uid_base;
     q->tmp_bytes = p->plan.tmp_bytes;
+    q->nofile = p->nofile;
     int ok = snprintf(q->sandbox_dir, sizeof q->sandbox_dir, "%s", p->plan.sandbox_dir) <
                  (int)sizeof q->sandbox_dir &&
              snprintf(q->image_dir, sizeof q->image_dir, "%s", p->plan.image_dir) <
@@ -697,7 +709,17 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/root", (int)out->pid);
     out->rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (out->rootfd < 0) {
+    /* Pin the /usr overlay too (rootfd pins the root one): the last reference to an
+     * overlay syncs its whole upper file system, the shared store, and without these
+     * that would be init's exit (which the daemon waits for). The daemon drops them
+     * where it chooses instead (sbx_session_unpin). No code of the tenant has run yet,
+     * so "usr" is still the overlay the plan mounted there. */
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                      RESOLVE_NO_MAGICLINKS};
+    if (out->rootfd >= 0)
+        out->usrfd = (int)syscall(SYS_openat2, out->rootfd, "usr", &how, sizeof how);
+    if (out->rootfd < 0 || out->usrfd < 0) {
         int err_no = errno;
         sbx_session_kill(out, 2000);
         return err_internal(err, "cannot open the sandbox root: %s", strerror(err_no));
@@ -710,8 +732,21 @@ static void close_fds(struct sbx_proc *p)
 {
     if (p->ctl >= 0) close(p->ctl);
     if (p->rootfd >= 0) close(p->rootfd);
+    if (p->usrfd >= 0) close(p->usrfd);
     if (p->pidfd >= 0) close(p->pidfd);
-    p->ctl = p->rootfd = p->pidfd = -1;
+    p->ctl = p->rootfd = p->usrfd = p->pidfd = -1;
+}
+
+int sbx_session_signal_kill(const struct sbx_proc *p)
+{
+    return p->pid > 0 && pidfd_signal(p->pidfd, SIGKILL) < 0 ? -errno : 0;
+}
+
+void sbx_session_unpin(struct sbx_proc *p, int pins[SBX_PINS])
+{
+    pins[0] = p->rootfd;
+    pins[1] = p->usrfd;
+    p->rootfd = p->usrfd = -1;
 }
 
 int sbx_session_kill(struct sbx_proc *p, int timeout_ms)

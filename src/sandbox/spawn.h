@@ -21,15 +21,18 @@
  *      on every other namespace belongs to the host's user namespace, so root
  *      inside cannot mount, change the network or sysctls, or load anything;
  *   6. keeps only a few capabilities (caps.h), sets no_new_privs, makes itself
- *      non-dumpable (so nothing inside can ptrace it or read its memory), and loads
- *      the seccomp filter (seccomp.h);
+ *      non-dumpable (so nothing inside can ptrace it or read its memory), sets
+ *      RLIMIT_NOFILE (soft and hard: without CAP_SYS_RESOURCE nothing inside can
+ *      raise it) and loads the seccomp filter (seccomp.h);
  *   7. becomes init (init.h).
- * The parent keeps a pidfd (for waiting), the control socket and an O_PATH
- * descriptor of the sandbox's root (for the files API).
+ * The parent keeps a pidfd (for waiting), the control socket and O_PATH descriptors
+ * of the sandbox's root (for the files API) and /usr, which keep its two overlays
+ * mounted after init has exited (sbx_session_unpin).
  */
 #ifndef REBUNO_SANDBOX_SPAWN_H
 #define REBUNO_SANDBOX_SPAWN_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "base/err.h"
@@ -41,14 +44,18 @@ struct sbx_spawn_params {
     const char *hostname;
     struct sbx_cgroup *cg; /* created with the session's limits */
     int timeout_ms;        /* for the child to report READY */
+    uint32_t nofile;       /* RLIMIT_NOFILE (soft = hard) of init and so of everything inside */
 };
 
 struct sbx_proc {
     pid_t pid;  /* host pid of init */
     int pidfd;  /* readable when init has exited */
     int ctl;    /* control socket (non-blocking) */
-    int rootfd; /* O_PATH of the sandbox's "/" */
+    int rootfd; /* O_PATH of the sandbox's "/" (and a pin on its overlay) */
+    int usrfd;  /* O_PATH of its "/usr": a pin on that overlay */
 };
+
+#define SBX_PINS 2 /* descriptors that keep a session's overlays alive */
 
 /* Remember the daemon's argv/environ area (from /proc/self/stat): a session's init
  * wipes it and renames itself "rebuno-init", so /proc/1/cmdline and environ inside
@@ -68,6 +75,13 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
  * exit, close the descriptors. Returns 0 or -ETIMEDOUT (descriptors closed anyway;
  * whoever is its parent reaps it). */
 int sbx_session_kill(struct sbx_proc *p, int timeout_ms);
+/* SIGKILL init without waiting (its pidfd becomes readable when it has exited). */
+int sbx_session_signal_kill(const struct sbx_proc *p);
+/* Take the descriptors that pin the session's overlays out of p (rootfd, usrfd).
+ * Closing the last of them unmounts the overlays, which syncs the file system under
+ * them: it blocks for as long as writing back the dirty data takes, so the caller
+ * closes them where waiting is harmless. */
+void sbx_session_unpin(struct sbx_proc *p, int pins[SBX_PINS]);
 /* Reap any of our children that exited (late inits, cleaners): waitpid(-1, WNOHANG). */
 void sbx_reap_zombies(void);
 

@@ -274,6 +274,8 @@ int sbx_storage_open(const char *state_dir, const char *mode, uint64_t size,
             log_warn("btrfs simple quotas unavailable; drive sizes are not enforced",
                      "error=\"%s\"", strerror(errno));
     }
+    struct statfs sf;
+    if (statfs(st->root, &sf) == 0) st->size = (uint64_t)sf.f_blocks * (uint64_t)sf.f_frsize;
     static const char *const dirs[] = {"fs", "snapshots", "drives", "mounts", ".trash"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         char p[PATH_MAX];
@@ -495,6 +497,13 @@ int sbx_storage_set_limit(struct sbx_storage *st, const char *path, uint64_t byt
     int e = ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &a) < 0 ? -errno : 0;
     close(fd);
     return e;
+}
+
+int64_t sbx_storage_free(const struct sbx_storage *st)
+{
+    struct statfs sf;
+    if (statfs(st->root, &sf) < 0) return -errno;
+    return (int64_t)(sf.f_bavail * (uint64_t)sf.f_frsize);
 }
 
 int sbx_storage_sync(const char *path)

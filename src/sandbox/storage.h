@@ -37,6 +37,7 @@ struct sbx_storage {
     bool mounted;      /* sandboxd mounted root and unmounts it on close */
     bool reflink;      /* copy backend: FICLONE works here */
     bool quota;        /* btrfs simple quotas are on: size limits are enforced */
+    uint64_t size;     /* bytes of the file system holding root (statfs at open) */
     char how[64];      /* "btrfs (loop image)", "btrfs (state folder)", "copy (reflink)" ... */
 };
 
@@ -66,6 +67,8 @@ int sbx_storage_clone(struct sbx_storage *st, const char *src, const char *dst, 
 int sbx_storage_remove(struct sbx_storage *st, const char *path);
 /* Limit a tree to `bytes` (0: no limit). -EOPNOTSUPP without quotas. */
 int sbx_storage_set_limit(struct sbx_storage *st, const char *path, uint64_t bytes);
+/* Bytes the store can still take (statfs f_bavail), or -errno. */
+int64_t sbx_storage_free(const struct sbx_storage *st);
 /* Flush the file system that holds path (syncfs). */
 int sbx_storage_sync(const char *path);
 /* Whether path is a tree the store can snapshot in O(1) (a btrfs subvolume). */

@@ -32,6 +32,12 @@
 #define SBX_MEMORY_MAX_MB (256 * 1024)
 #define SBX_PIDS_MIN 16
 #define SBX_PIDS_MAX 65536
+#define SBX_NOFILE_MIN 64        /* RLIMIT_NOFILE: a shell and its tools need a few dozen */
+#define SBX_NOFILE_MAX (1 << 20) /* the kernel's default fs.nr_open */
+#define SBX_NOFILE_DEFAULT 1024  /* lowered on hosts with a small file table (sandbox.c) */
+#define SBX_DISK_MIN_MB 64
+#define SBX_DISK_MAX_MB (1 << 20)       /* 1 TiB; also at most the store's size */
+#define SBX_DISK_DEFAULT_MAX_MB 10240   /* default: a quarter of the store, at most 10 GiB */
 #define SBX_TIMEOUT_MAX_MS (7LL * 24 * 3600 * 1000) /* a week */
 
 bool sbx_name_valid(const char *s);

@@ -10,7 +10,9 @@ def test_create_get_list_delete(sandboxd):
     sb = sandboxd.create("alpha", metadata={"team": "a", "env": "dev"}, env={"FOO": "bar"},
                          resources={"vcpus": 1, "memory": 512}, timeout_ms=60000)
     assert sb["name"] == "alpha" and sb["state"] == "running"
-    assert sb["resources"] == {"vcpus": 1, "memory": 512, "pids": 1024}
+    res = dict(sb["resources"])
+    assert 64 <= res.pop("nofile") <= 1024 and res.pop("disk_mb") > 0  # host-derived defaults
+    assert res == {"vcpus": 1, "memory": 512, "pids": 1024}
     assert sb["env_keys"] == ["FOO"] and sb["session"]["id"]
     assert sb["usage"]["pids"] >= 1
     assert sandboxd.get("alpha")["id"] == sb["id"]

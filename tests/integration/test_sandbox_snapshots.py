@@ -120,8 +120,10 @@ def test_fork_tree_three_levels_with_independent_changes(sandboxd):
         assert c["snapshot_expiration_ms"] == 3600000 and c["mounts"] == {}
         assert c["source"]["type"] == "fork" and c["source"]["sandbox_name"] == "root"
     assert c1["metadata"] == {"team": "a"} and c2["metadata"] == {"team": "b"}
-    assert c1["resources"] == {"vcpus": 1, "memory": 512, "pids": 256}
-    assert c2["resources"] == {"vcpus": 2, "memory": 512, "pids": 256}
+    inherited = {"memory": 512, "pids": 256, "nofile": d.get("root")["resources"]["nofile"],
+                 "disk_mb": d.get("root")["resources"]["disk_mb"]}
+    assert c1["resources"] == {"vcpus": 1, **inherited}
+    assert c2["resources"] == {"vcpus": 2, **inherited}
     assert d.sh("c1", "echo $K")["stdout"] == "v\n"
 
     d.sh("c1", "echo c1 > /root/level; rm /srv/x/del; echo c1 > /root/c1-only")

@@ -224,6 +224,10 @@ Test(sandbox_plan, builds_the_documented_layout)
     const struct sbx_op *tmp = find_op(&p, SBX_OP_TMPFS, "/mnt/root/tmp");
     cr_assert_not_null(tmp);
     cr_assert(strstr(tmp->data, "uid=165536") && strstr(tmp->data, "size=67108864"));
+    /* a private devpts with a cap on its ptys */
+    const struct sbx_op *pts = find_op(&p, SBX_OP_DEVPTS, "/mnt/root/dev/pts");
+    cr_assert_not_null(pts);
+    cr_assert(strstr(pts->data, "newinstance") && strstr(pts->data, ",max=128"), "%s", pts->data);
     /* only the six device nodes */
     int nodes = 0;
     for (size_t i = 0; i < p.n; i++) nodes += p.ops[i].kind == SBX_OP_MKNOD;

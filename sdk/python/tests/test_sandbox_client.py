@@ -237,10 +237,14 @@ def test_create_get_list_query_update_delete(sbx_url: str) -> None:
     async def main() -> None:
         async with SandboxClient.create(options=SandboxServiceOptions(region="local1")) as client:
             box = await client.create_sandbox(name="alpha", metadata={"team": "a", "env": "dev"}, env={"FOO": "bar"},
-                                              resources=SandboxResources(vcpus=1, memory=512), timeout=60)
+                                              resources=SandboxResources(vcpus=1, memory=512, disk_mb=256),
+                                              timeout=60)
             assert (box.name, box.status, box.region) == ("alpha", SandboxStatus.RUNNING, "local1")
             assert dict(box.metadata) == {"team": "a", "env": "dev"} and box.tags == box.metadata
-            assert box.resources == SandboxResources(vcpus=1, memory=512, pids=1024)
+            nofile = box.resources.nofile  # the server's default for 1024 pids on this host
+            assert nofile and box.resources == SandboxResources(vcpus=1, memory=512, pids=1024, nofile=nofile,
+                                                                disk_mb=256)
+            assert box.info.disk_enforced is True
             assert box.env_keys == ("FOO",) and box.timeout.total_seconds() == 60 and box.current_session_id
             assert box.image == "default-v1" and box.expires_at and box.usage and box.usage.pids >= 1
             data = box.model_dump(mode="json")

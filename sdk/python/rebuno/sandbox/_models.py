@@ -227,27 +227,34 @@ def resolve_region(region: Any) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class SandboxResources(_Model):
-    """CPU, memory and process limits of a sandbox.
+    """CPU, memory, process, open-file and disk limits of a sandbox.
 
     ``vcpus`` is a CFS quota (1-64), ``memory`` is in MiB (64-262144), ``pids`` the most
-    processes (16-65536). ``None`` leaves the server's default (1 vCPU, 2048 MiB, 1024 pids)
-    or, in ``update()``, the current value.
+    processes (16-65536), ``nofile`` the most open files per process (64-1048576; ``pids x
+    nofile`` may be at most a quarter of the host's ``fs.file-max``), ``disk_mb`` the quota
+    of the sandbox's files in MiB (64 to the store's size; enforced where
+    ``SandboxInfo.disk_enforced``). ``None`` leaves the server's default (1 vCPU, 2048 MiB,
+    1024 pids, 1024 files or fewer on a small host, a quarter of the store up to 10 GiB) or,
+    in ``update()``, the current value.
     """
 
     vcpus: int | None = None
     memory: int | None = None
     pids: int | None = None
+    nofile: int | None = None
+    disk_mb: int | None = None
+
+    _FIELDS = ("vcpus", "memory", "pids", "nofile", "disk_mb")
 
     def to_api(self) -> dict[str, int]:
         """The ``resources`` object of the API (unset fields left out)."""
-        return {k: v for k, v in (("vcpus", self.vcpus), ("memory", self.memory), ("pids", self.pids))
-                if v is not None}
+        return {k: getattr(self, k) for k in self._FIELDS if getattr(self, k) is not None}
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any] | None) -> SandboxResources:
         """Build from the API's ``resources`` object."""
         data = data or {}
-        return cls(vcpus=data.get("vcpus"), memory=data.get("memory"), pids=data.get("pids"))
+        return cls(**{k: data.get(k) for k in cls._FIELDS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,6 +305,7 @@ class SandboxInfo(_Model):
     mounts: Mapping[str, DriveMount] = dataclasses.field(default_factory=dict)
     source: Mapping[str, Any] | None = None
     snapshot_expiration_ms: int | None = None
+    disk_enforced: bool | None = None  # the store enforces resources.disk_mb (btrfs quotas)
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any], *, region: str | None = None) -> SandboxInfo:
@@ -333,6 +341,7 @@ class SandboxInfo(_Model):
                                      if isinstance(m, Mapping)}),
             source=MappingProxyType(dict(d["source"])) if isinstance(d.get("source"), Mapping) else None,
             snapshot_expiration_ms=d.get("snapshot_expiration_ms"),
+            disk_enforced=d.get("disk_enforced"),
         )
 
 
