@@ -224,7 +224,8 @@ static int write_etc(struct sbx *s, struct err *err)
         return 0;
     }
     if (etc < 0)
-        return err_internal(err, "cannot create %s/upper/etc: %s", s->fs_dir, strerror(-etc));
+        return sbx_err_space(err, etc, "internal_error", "cannot create %s/upper/etc: %s", s->fs_dir,
+                             strerror(-etc));
     char hosts[256], hn[80];
     snprintf(hosts, sizeof hosts,
              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
@@ -239,8 +240,8 @@ static int write_etc(struct sbx *s, struct err *err)
                      s->id, names[i]);
             e = 0;
         } else if (e < 0) {
-            err_internal(err, "cannot write %s/upper/etc/%s: %s", s->fs_dir, names[i],
-                         strerror(-e));
+            sbx_err_space(err, e, "internal_error", "cannot write %s/upper/etc/%s: %s", s->fs_dir,
+                          names[i], strerror(-e));
         }
     }
     close(etc);
@@ -262,7 +263,8 @@ static int make_dirs(struct sbx *s, struct err *err)
         int fd = sbx_safe_mkdir(top, rel, modes[i], 0, 0, NULL);
         if (fd < 0) {
             close(top);
-            return err_internal(err, "cannot create %s%s: %s", s->dir, dirs[i], strerror(-fd));
+            return sbx_err_space(err, fd, "internal_error", "cannot create %s%s: %s", s->dir, dirs[i],
+                                 strerror(-fd));
         }
         close(fd);
     }

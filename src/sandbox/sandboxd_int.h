@@ -255,6 +255,10 @@ void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
  * data_base (and image, for a snapshot). 0 or -1 with err. */
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
 void sbx_upper_remove(struct sbx *s);
+/* err for a failed tree operation (e: -errno): 507 no_space when e says the store or a
+ * quota is full (ENOSPC, EDQUOT), else 500 with code. Returns -1. */
+int sbx_err_space(struct err *err, int e, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Limit s's tree to mb MiB and set s->disk_enforced (false, and 0, where the store has
  * no quotas or the tree is not one of its subvolumes). -1 with err when quotas are on
  * but the limit could not be set. */

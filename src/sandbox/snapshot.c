@@ -250,10 +250,7 @@ static bool in_store(const struct sbxd *d, const char *path)
     return path && !strncmp(path, d->storage->root, n) && path[n] == '/';
 }
 
-/* 507 no_space when e says the store (or a quota) is full, else 500 with code. */
-static int err_space(struct err *err, int e, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int err_space(struct err *err, int e, const char *code, const char *fmt, ...)
+int sbx_err_space(struct err *err, int e, const char *code, const char *fmt, ...)
 {
     bool full = e == -ENOSPC || e == -EDQUOT;
     va_list ap;
@@ -290,7 +287,7 @@ static int clone_live(struct sbx *s, const char *dst, bool readonly, int64_t *fr
         *frozen_us = now_us() - t0;
     }
     if (e < 0)
-        return err_space(err, e, "snapshot_failed", "cannot copy the files of sandbox %s: %s",
+        return sbx_err_space(err, e, "snapshot_failed", "cannot copy the files of sandbox %s: %s",
                          s->name, strerror(-e));
     return 0;
 }
@@ -351,7 +348,7 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
         }
         int e = sbx_storage_clone(d->storage, n->path, path, false);
         if (e < 0) {
-            err_space(err, e, "storage_error", "cannot restore snapshot %s: %s", n->id,
+            sbx_err_space(err, e, "storage_error", "cannot restore snapshot %s: %s", n->id,
                       strerror(-e));
             goto fail;
         }
@@ -364,7 +361,7 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
         if (!e) e = tree_make(path, s->uid_base);
         if (e < 0) {
             sbx_storage_remove(d->storage, path);
-            err_space(err, e, "internal_error", "cannot create the files of sandbox %s: %s",
+            sbx_err_space(err, e, "internal_error", "cannot create the files of sandbox %s: %s",
                       s->name, strerror(-e));
             goto fail;
         }
