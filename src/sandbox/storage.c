@@ -180,8 +180,14 @@ static int mount_loop_image(struct sbx_storage *st, const char *image, uint64_t 
             close(fd);
             return err_internal(err, "cannot size the store image: %s", strerror(e));
         }
+        /* A small image gets mixed block groups (as mkfs.btrfs advises below 1 GiB): with
+         * data and metadata in separate chunks, filling it once hands every chunk to data,
+         * and after the files are deleted metadata still cannot grow, so statfs reports
+         * nothing free and new trees fail with ENOSPC until a balance. */
+        bool mixed = size < SBX_STORE_MIXED_BELOW;
         char *argv[] = {"mkfs.btrfs", "-q", "-f", "-K", "-m", "single", "-d", "single",
-                        "-L", "rebuno-store", (char *)image, NULL};
+                        "-L", "rebuno-store", mixed ? "--mixed" : (char *)image,
+                        mixed ? (char *)image : NULL, NULL};
         int rc = run_argv(argv);
         if (rc != 0 || !has_btrfs_magic(fd)) {
             close(fd);

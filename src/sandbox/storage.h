@@ -29,6 +29,7 @@
 enum sbx_storage_kind { SBX_STORAGE_BTRFS = 1, SBX_STORAGE_COPY = 2 };
 
 #define SBX_STORAGE_SIZE_DEFAULT (32ull << 30) /* sparse loop image */
+#define SBX_STORE_MIXED_BELOW (2ull << 30) /* smaller loop images get mixed block groups */
 
 struct sbx_storage {
     enum sbx_storage_kind kind;
