@@ -9,6 +9,12 @@
  * rest in wslay's queue. Everything wslay does happens in pump(), which only
  * libevent callbacks call, so the application's callbacks never run inside its
  * own ws_* calls; those queue and poke the `kick` event.
+ *
+ * Lingering close: when wslay is done with a connection whose peer has not closed (it
+ * refused an oversized message, say, with the rest of it still arriving), closing the
+ * socket over unread input would make the kernel answer with a reset, which can destroy
+ * our close frame before the peer reads it. So the write side is shut and input is read
+ * and dropped until the peer closes, WS_LINGER_BYTES arrived or the close timer ends.
  */
 #include "net/ws.h"
 
@@ -22,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <wslay/wslay.h>
 
 #include "base/xalloc.h"
@@ -30,6 +37,7 @@
 #define WS_DEF_MAX_MSG ((size_t)1 << 20)
 #define WS_DEF_HIGH ((size_t)256 * 1024)
 #define WS_READ_HIGH ((size_t)256 * 1024) /* unconsumed input held before TCP pushes back */
+#define WS_LINGER_BYTES ((size_t)16 << 20)  /* input dropped at most after we are done */
 
 struct ws_conn {
     struct bufferevent *bev;
@@ -40,6 +48,8 @@ struct ws_conn {
     size_t high;
     bool paused, want_drain;
     bool close_pending; /* ws_close() was called; the frame goes after the data */
+    bool lingering;     /* done: write side shut, input dropped until the peer closes */
+    size_t lingered;    /* bytes dropped so far */
     uint16_t close_code;
     char close_reason[124];
 };
@@ -184,6 +194,32 @@ size_t ws_pending(struct ws_conn *w)
     return n;
 }
 
+/* Start a lingering close (see the top of the file): false when the socket cannot. */
+static bool linger(struct ws_conn *w)
+{
+    if (w->lingering) return true;
+    evutil_socket_t fd = bufferevent_getfd(w->bev);
+    if (fd < 0 || shutdown(fd, SHUT_WR) < 0) return false;
+    w->lingering = true;
+    bufferevent_setwatermark(w->bev, EV_READ, 0, 0);
+    bufferevent_enable(w->bev, EV_READ);
+    if (!evtimer_pending(w->close_timer, NULL)) {
+        struct timeval tv = {WS_CLOSE_TIMEOUT_MS / 1000, (WS_CLOSE_TIMEOUT_MS % 1000) * 1000};
+        evtimer_add(w->close_timer, &tv);
+    }
+    return true;
+}
+
+/* While lingering: drop what arrived; true when the connection should end now. */
+static bool linger_drop(struct ws_conn *w)
+{
+    struct evbuffer *in = bufferevent_get_input(w->bev);
+    size_t n = evbuffer_get_length(in);
+    evbuffer_drain(in, n);
+    w->lingered += n;
+    return w->lingered >= WS_LINGER_BYTES;
+}
+
 /* Run wslay: read what is buffered, write what is queued, end when both directions are
  * closed and flushed. Returns false when the connection was freed. */
 static bool pump(struct ws_conn *w)
@@ -212,6 +248,7 @@ static bool pump(struct ws_conn *w)
     struct evbuffer *out = bufferevent_get_output(w->bev);
     if (!wslay_event_want_read(ctx) && !wslay_event_want_write(ctx) &&
         evbuffer_get_length(out) == 0) {
+        if (!wslay_event_get_close_received(ctx) && linger(w)) return true;
         end(w); /* closed both ways and flushed */
         return false;
     }
@@ -224,7 +261,12 @@ static bool pump(struct ws_conn *w)
 
 static void on_read(struct bufferevent *bev, void *arg)
 {
-    pump(arg);
+    struct ws_conn *w = arg;
+    if (w->lingering) {
+        if (linger_drop(w)) end(w);
+        return;
+    }
+    pump(w);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -239,6 +281,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         end(w);
         return;
     }
+    if (w->lingering) { /* the peer closed (or failed) while we dropped its input */
+        end(w);
+        return;
+    }
     if (what & BEV_EVENT_EOF) { /* the peer is gone: take what it sent, then end */
         w->paused = false;
         if (pump(w)) end(w);
@@ -247,7 +293,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
-    pump(arg);
+    struct ws_conn *w = arg;
+    if (!w->lingering) pump(w);
 }
 
 static void on_close_timer(evutil_socket_t fd, short what, void *arg)
