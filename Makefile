@@ -20,7 +20,7 @@ ASAN_CFLAGS := $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDHARDEN := -pie -Wl,-z,relro,-z,now
 
-SRC      := $(sort $(wildcard src/*/*.c))
+SRC      := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_SRC  := $(filter-out src/cli/main.c,$(SRC))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -87,7 +87,7 @@ lint:
 	  --suppress=missingIncludeSystem src/
 
 fmt:
-	clang-format -i $(SRC) $(wildcard src/*/*.h) $(UNIT_SRC) $(BENCH_SRC)
+	clang-format -i $(SRC) $(wildcard src/*/*.h src/*/*/*.h) $(UNIT_SRC) $(BENCH_SRC)
 
 clean:
 	rm -rf build

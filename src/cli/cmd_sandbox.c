@@ -27,7 +27,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/sandbox_sh.h"
-#include "sandbox/text.h"
+#include "sandbox/core/text.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8090"
 #define CHUNK (8u << 20)

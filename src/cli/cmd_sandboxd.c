@@ -26,10 +26,10 @@
 #include "cli/commands.h"
 #include "net/http.h"
 #include "net/local_auth.h"
-#include "sandbox/files.h"
-#include "sandbox/sandboxd.h"
-#include "sandbox/spawn.h"
-#include "sandbox/uidpool.h"
+#include "sandbox/storage/files.h"
+#include "sandbox/core/sandboxd.h"
+#include "sandbox/runtime/spawn.h"
+#include "sandbox/core/uidpool.h"
 
 struct daemon {
     struct event_base *base;

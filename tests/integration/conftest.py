@@ -283,7 +283,7 @@ def _fnv1a(s):
 
 
 def cgroup_name(state):
-    """The parent cgroup of the daemon on state (src/sandbox/daemons.h)."""
+    """The parent cgroup of the daemon on state (src/sandbox/core/daemons.h)."""
     return "rebuno-%012x" % (_fnv1a(os.path.realpath(state)) & 0xFFFFFFFFFFFF)
 
 
@@ -422,7 +422,7 @@ def processes_mentioning(text):
 
 
 def network_tag(state_dir):
-    """The tag in a daemon's nftables table and veth names (src/sandbox/netpool.h)."""
+    """The tag in a daemon's nftables table and veth names (src/sandbox/net/netpool.h)."""
     return "%06x" % (_fnv1a(os.path.realpath(state_dir)) & 0xFFFFFF)
 
 

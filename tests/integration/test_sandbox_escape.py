@@ -258,7 +258,7 @@ def test_init_memory_holds_no_other_tenant_data(sandboxd):
     assert _scan_memory(sandboxd.proc.pid, secrets)
 
 
-# --- seccomp: deny by default (src/sandbox/seccomp.c) -----------------------------------
+# --- seccomp: deny by default (src/sandbox/runtime/seccomp.c) -----------------------------------
 
 # f(nr, a, b, c): a system call through the i386 ABI (int 0x80) from a 64-bit process
 I386_SYSCALL = """

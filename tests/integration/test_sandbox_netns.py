@@ -1,5 +1,5 @@
 """Network namespaces of sandboxes (docs/sandbox.md, "Where create time goes"): the
-zygote keeps a small pool of ready namespaces (src/sandbox/spawn.c) and a session's
+zygote keeps a small pool of ready namespaces (src/sandbox/runtime/spawn.c) and a session's
 init is cloned into one of them, or into a new one when the pool is empty.
 
 Seen from the host, through /proc: every running sandbox has its own namespace,
@@ -20,7 +20,7 @@ from test_proxy import Upstream
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd needs root")
 
-POOL = 4  # NETNS_POOL in src/sandbox/spawn.c
+POOL = 4  # NETNS_POOL in src/sandbox/runtime/spawn.c
 
 # Inside: this process's network namespace, the interfaces, no namespace descriptor
 # open, and a TCP round trip over 127.0.0.1.

@@ -18,17 +18,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox/caps.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/idmap.h"
-#include "sandbox/paths.h"
-#include "sandbox/plan.h"
-#include "sandbox/proto.h"
-#include "sandbox/ring.h"
-#include "sandbox/seccomp.h"
-#include "sandbox/text.h"
-#include "sandbox/users.h"
-#include "sandbox/validate.h"
+#include "sandbox/runtime/caps.h"
+#include "sandbox/runtime/cgroup.h"
+#include "sandbox/runtime/idmap.h"
+#include "sandbox/core/paths.h"
+#include "sandbox/runtime/plan.h"
+#include "sandbox/runtime/proto.h"
+#include "sandbox/runtime/ring.h"
+#include "sandbox/runtime/seccomp.h"
+#include "sandbox/core/text.h"
+#include "sandbox/runtime/users.h"
+#include "sandbox/core/validate.h"
 
 static const char *norm(const char *in, const char *base)
 {

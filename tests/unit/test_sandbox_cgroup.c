@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox/cgroup.h"
-#include "sandbox/cgroup_int.h"
-#include "sandbox/image.h"
+#include "sandbox/runtime/cgroup.h"
+#include "sandbox/runtime/cgroup_int.h"
+#include "sandbox/storage/image.h"
 
 static const char *real_mode;
 

@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox/daemons.h"
-#include "sandbox/idmap.h"
-#include "sandbox/uidpool.h"
+#include "sandbox/core/daemons.h"
+#include "sandbox/runtime/idmap.h"
+#include "sandbox/core/uidpool.h"
 
 static char root[64];
 

@@ -1,4 +1,4 @@
-/* test_sandbox_nft.c - the sandbox network's nftables text (src/sandbox/nft.c): what a
+/* test_sandbox_nft.c - the sandbox network's nftables text (src/sandbox/net/nft.c): what a
  * sandbox's veth may reach, generated from integers only. Applying it is covered by
  * tests/integration/test_sandbox_network.py. */
 #include <arpa/inet.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandbox/nft.h"
+#include "sandbox/net/nft.h"
 
 static const struct sbx_nft_conf conf = {
     .table = "rebuno_abc123", .ifprefix = "rbabc123h", .proxy_port = 41000, .dns_port = 42000};

@@ -13,8 +13,8 @@
 
 #include "cli/sandbox_sh.h"
 #include "net/ws.h"
-#include "sandbox/proto.h"
-#include "sandbox/pty.h"
+#include "sandbox/runtime/proto.h"
+#include "sandbox/runtime/pty.h"
 
 static int parse(const char *s, struct sbx_pty_ctl *c, struct err *e)
 {

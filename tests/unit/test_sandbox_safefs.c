@@ -1,5 +1,5 @@
 /* test_sandbox_safefs.c - the host-side file primitives used in sandboxes' trees
- * (src/sandbox/safefs.c): nothing resolved through a symlink or above the directory
+ * (src/sandbox/storage/safefs.c): nothing resolved through a symlink or above the directory
  * descriptor, owners and modes set on what was made, files replaced instead of
  * written through a link, links followed only when their owner is trusted. Each test
  * builds a small tree in a temporary directory, with links pointing "out" at a second
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandbox/safefs.h"
+#include "sandbox/storage/safefs.h"
 
 #define TRUSTED 4242
 #define OTHER 4343

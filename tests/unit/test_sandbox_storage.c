@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox/plan.h"
-#include "sandbox/storage.h"
+#include "sandbox/runtime/plan.h"
+#include "sandbox/storage/storage.h"
 
 static const struct sbx_op *find_op(const struct sbx_plan *p, enum sbx_op_kind k, int nth)
 {
