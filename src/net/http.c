@@ -43,7 +43,8 @@
  * the table full, or its peer's share full, sheds the connection that has waited
  * longest (bodies only when nothing else is left), from anyone or from that peer; so a
  * fresh request always gets in while stuck connections are around, and a peer at its
- * cap only ever sheds its own. Running out of descriptors (EMFILE) sheds the same way.
+ * cap only ever sheds its own. A connection whose socket already holds a request we
+ * have not read (the loop is behind, the client is not) is passed over. Running out of descriptors (EMFILE) sheds the same way.
  */
 #include "net/http.h"
 
@@ -64,6 +65,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +83,8 @@ enum {
     HTTP_ACCEPT_BACKOFF_MS = 100,    /* pause accepting after EMFILE and friends */
     HTTP_SWEEP_SLACK_MS = 50,        /* deadlines may be this late, so sweeps batch */
     HTTP_SHED_LOG_MS = 10000,        /* one log line per this while shedding */
+    HTTP_STARVED_BYTES = 16,         /* unread bytes that make a waiting connection not idle */
+    HTTP_SHED_SCAN = 64,             /* connections a shed looks at, at most */
 };
 
 #define HTTP_DEF_MAX_BODY ((size_t)1024 * 1024)
@@ -742,21 +746,43 @@ static void overload_note(struct http_server *s, bool shed, const char *why)
     s->shed_logged = now;
 }
 
+/* A connection waiting for a request whose socket already holds one we have not read
+ * yet (the loop is behind, not the client): at least a request line's worth of bytes.
+ * Under a reconnecting flood every waiting connection is young, so age alone would shed
+ * a fresh, complete probe before the loop got to it. */
+static bool conn_starved(const struct http_conn *c)
+{
+    int n = 0;
+    return (c->wait == WAIT_HEAD || c->wait == WAIT_IDLE) &&
+           ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n >= HTTP_STARVED_BYTES;
+}
+
+/* The first connection from c on (along list link k) that may be shed: not in a body,
+ * not starved; at most HTTP_SHED_SCAN looked at. */
+static struct http_conn *shed_candidate(struct http_conn *c, int k)
+{
+    for (int i = 0; c && i < HTTP_SHED_SCAN; c = c->link[k].next, i++)
+        if (c->wait != WAIT_BODY && !conn_starved(c)) return c;
+    return NULL;
+}
+
 /* Make room by closing the connection that has waited longest for a request: of peer p,
- * or of anyone when p is NULL. Connections in a body go last, as they were sending
- * something. Returns false when every connection is being served. */
+ * or of anyone when p is NULL, passing over those whose request is already in their
+ * socket. Connections in a body go last, as they were sending something. Returns false
+ * when every connection is being served. */
 static bool conn_shed(struct http_server *s, struct http_peer *p, const char *why)
 {
     struct http_conn *victim = NULL;
     if (p) {
-        for (struct http_conn *c = p->waiting.first; c && !victim; c = c->link[LINK_PEER].next)
-            if (c->wait != WAIT_BODY) victim = c;
+        victim = shed_candidate(p->waiting.first, LINK_PEER);
         if (!victim) victim = p->waiting.first;
     } else {
         for (int w = WAIT_HEAD; w <= WAIT_LINGER; w++) {
-            struct http_conn *c = s->wait[w].first;
+            struct http_conn *c = shed_candidate(s->wait[w].first, LINK_WAIT);
             if (c && (!victim || c->wait_since < victim->wait_since)) victim = c;
         }
+        if (!victim) victim = s->wait[WAIT_HEAD].first;
+        if (!victim) victim = s->wait[WAIT_IDLE].first;
         if (!victim) victim = s->wait[WAIT_BODY].first;
     }
     if (!victim) return false;
