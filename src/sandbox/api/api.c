@@ -4,8 +4,9 @@
  * Handlers validate their input, find the sandbox (by id or name), resume it
  * lazily where the API says so, and call into sandbox.c / command.c / files.c.
  * Requests that wait (a command's start, its end, new output, stdin being
- * written, an SSE stream) become watches: small records in one list that command.c
- * notifies. A watch is freed right after its reply, or when its client goes away.
+ * written, an SSE stream) become watches: small records in one list, which the API's
+ * observer of command events (core/observe.h) goes through. A watch is freed right
+ * after its reply, or when its client goes away.
  * File content travels as raw bytes (application/octet-stream) in chunks of at
  * most 16 MiB addressed by offset, so no file is ever held whole in memory.
  * Every call but health must carry the daemon's local token (auth_filter).
@@ -14,6 +15,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,13 @@ struct watch {
     int stream; /* W_OUTPUT: 1 stdout, 2 stderr */
     uint64_t off_out, off_err;
     size_t limit;
+    struct sbx_stdin_waiter stdin_waiter; /* W_STDIN */
+};
+
+/* The API's observer of command events (observe.h). */
+struct api_observer {
+    struct sbx_observer o;
+    struct sbxd *d;
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -283,9 +292,7 @@ static void watch_free(struct watch *w)
     if (w->next) w->next->prev = w->prev;
     if (w->cmd) {
         w->cmd->watchers--;
-        if (w->kind == W_STDIN)
-            for (struct stdin_chunk *k = w->cmd->in_head; k; k = k->next)
-                if (k->w == w) k->w = NULL;
+        if (w->kind == W_STDIN) sbx_stdin_forget(w->cmd, &w->stdin_waiter);
     }
     if (w->timer) event_free(w->timer);
     free(w);
@@ -504,9 +511,9 @@ static void notify_one(struct watch *w, int ev)
     }
 }
 
-void sbx_watch_notify(struct sbxd *d, struct sbx_cmd *c, int ev)
+static void on_cmd_event(struct sbx_observer *o, struct sbx_cmd *c, int ev)
 {
-    sbx_source_on_event(d, c, ev);
+    struct sbxd *d = ((struct api_observer *)o)->d;
     for (struct watch *w = d->watches, *next; w; w = next) {
         next = w->next;
         if (w->cmd == c && w->kind != W_STDIN) {
@@ -516,8 +523,9 @@ void sbx_watch_notify(struct sbxd *d, struct sbx_cmd *c, int ev)
     }
 }
 
-void sbx_watch_stdin_done(struct watch *w, bool ok, size_t written)
+static void stdin_done(struct sbx_stdin_waiter *sw, bool ok, size_t written)
 {
+    struct watch *w = (struct watch *)((char *)sw - offsetof(struct watch, stdin_waiter));
     if (ok) {
         json_t *o = json_object();
         json_object_set_new(o, "written", json_integer((json_int_t)written));
@@ -902,8 +910,9 @@ static void h_cmd_stdin(struct http_req *r, void *arg)
     size_t len;
     const char *data = http_req_body(r, &len);
     struct watch *w = watch_new(d, r, c, W_STDIN);
+    w->stdin_waiter.done = stdin_done;
     struct err err = ERR_INIT;
-    if (sbx_cmd_stdin(c, data, len, close_after, w, &err) < 0) {
+    if (sbx_cmd_stdin(c, data, len, close_after, &w->stdin_waiter, &err) < 0) {
         watch_free(w);
         reply_err(r, &err);
     }
@@ -1238,9 +1247,19 @@ void sbxd_set_local_auth(struct sbxd *d, const struct local_auth *la)
     d->local = la;
 }
 
+static void observer_release(struct sbx_observer *o)
+{
+    free(o);
+}
+
 void sbx_api_register(struct sbxd *d)
 {
     struct http_server *h = d->http;
+    struct api_observer *obs = xcalloc(1, sizeof *obs);
+    obs->o.on_cmd = on_cmd_event;
+    obs->o.release = observer_release;
+    obs->d = d;
+    sbx_observe(d, &obs->o);
     http_set_filter(h, auth_filter, d);
     http_route(h, "GET", "/v1/health", h_health, d);
     http_route(h, "POST", "/v1/sandboxes", h_create, d);

@@ -1476,5 +1476,6 @@ void sbxd_free(struct sbxd *d)
     free(d->image_dir);
     free(d->sandboxes_dir);
     free(d->trash_dir);
+    sbx_observers_release(d);
     free(d);
 }

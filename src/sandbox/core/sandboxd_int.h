@@ -25,6 +25,7 @@
 #include "net/http.h"
 #include "sandbox/runtime/cgroup.h"
 #include "sandbox/storage/files.h"
+#include "sandbox/core/observe.h"
 #include "sandbox/core/paths.h"
 #include "sandbox/runtime/ring.h"
 #include "sandbox/core/sandboxd.h"
@@ -43,7 +44,6 @@
 
 enum sbx_state { SBX_RUNNING, SBX_PAUSED, SBX_STOPPED };
 enum sbx_cmd_status { CMD_STARTING, CMD_RUNNING, CMD_EXITED, CMD_FAILED };
-enum sbx_event { SBX_EV_STARTED = 1, SBX_EV_OUTPUT = 2, SBX_EV_DONE = 4, SBX_EV_GONE = 8 };
 
 struct sbx;
 struct sbx_cmd;
@@ -62,6 +62,7 @@ struct sbxd {
     bool shutting_down;
     struct event *reap_ev; /* periodic reaping of cleaner processes */
     struct watch *watches; /* api.c's waiting requests */
+    struct sbx_observer *observers, *observers_last; /* observe.h: front-ends, in order */
     struct sbx_storage *storage;   /* trees that snapshot cheaply (storage.h) */
     struct sbx_snaps *snaps;       /* snapshot.c */
     struct sbx_drives *drives;     /* drive.c */
@@ -132,7 +133,7 @@ struct stdin_chunk {
     char *data;
     size_t len, off;
     bool close_after;
-    struct watch *w; /* the request waiting for this chunk to be written, or NULL */
+    struct sbx_stdin_waiter *w; /* told when this chunk is written or dropped, or NULL */
 };
 
 struct sbx_cmd {
@@ -208,7 +209,7 @@ json_t *sbx_cmd_json(const struct sbx_cmd *c);
 int sbx_cmd_signal(struct sbx_cmd *c, int sig, bool group, struct err *err);
 /* Queue stdin bytes; w (may be NULL) is told when they are written. */
 int sbx_cmd_stdin(struct sbx_cmd *c, const char *data, size_t len, bool close_after,
-                  struct watch *w, struct err *err);
+                  struct sbx_stdin_waiter *w, struct err *err);
 bool sbx_cmd_done(const struct sbx_cmd *c);
 /* The session ended: every command of it that has not finished is finished now. */
 void sbx_cmds_session_ended(struct sbx *s);
@@ -302,10 +303,13 @@ int sbx_source_check(const json_t *source, struct err *err);
 /* After a create: if s has a pending git/tarball source, run it and answer r when it
  * is done (true); false: nothing to do, the caller answers. */
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r);
-/* A command of a source job changed state (called from sbx_watch_notify). */
+/* A command of a source job changed state (called from sbx_cmd_notify). */
 void sbx_source_on_event(struct sbxd *d, struct sbx_cmd *c, int ev);
 void sbx_sources_register(struct sbxd *d);
 void sbx_sources_close(struct sbxd *d);
+
+/* ---- observe.c ---- */
+void sbx_observers_release(struct sbxd *d); /* sbxd_free: every observer's release */
 
 /* ---- api.c ---- */
 void sbx_api_register(struct sbxd *d);
@@ -329,10 +333,6 @@ int sbx_image_resolve(struct sbxd *d, const char *ref, const char *field, char *
                       size_t outsz, struct err *err);
 /* The API name of a layer directory name ("sha256:<hex>" for imported ones). */
 void sbx_image_name(const char *image, char *out, size_t outsz);
-/* Tell every watcher of c about ev. */
-void sbx_watch_notify(struct sbxd *d, struct sbx_cmd *c, int ev);
-/* A stdin chunk a watcher waited for was written (ok) or dropped. */
-void sbx_watch_stdin_done(struct watch *w, bool ok, size_t written);
 void sbx_api_shutdown(struct sbxd *d);
 
 #endif

@@ -76,7 +76,7 @@ static void stdin_fail_all(struct sbx_cmd *c)
     while (c->in_head) {
         struct stdin_chunk *k = c->in_head;
         c->in_head = k->next;
-        if (k->w) sbx_watch_stdin_done(k->w, false, k->off);
+        if (k->w) k->w->done(k->w, false, k->off);
         free(k->data);
         free(k);
     }
@@ -111,7 +111,7 @@ static void on_stdin(evutil_socket_t fd, short what, void *arg)
         c->in_head = k->next;
         if (!c->in_head) c->in_tail = NULL;
         bool close_after = k->close_after;
-        if (k->w) sbx_watch_stdin_done(k->w, true, k->len);
+        if (k->w) k->w->done(k->w, true, k->len);
         free(k->data);
         free(k);
         if (close_after) {
@@ -123,7 +123,7 @@ static void on_stdin(evutil_socket_t fd, short what, void *arg)
 }
 
 int sbx_cmd_stdin(struct sbx_cmd *c, const char *data, size_t len, bool close_after,
-                  struct watch *w, struct err *err)
+                  struct sbx_stdin_waiter *w, struct err *err)
 {
     if (c->in_closed || c->fd_in < 0)
         return err_set(err, 409, "stdin_closed", "",
@@ -184,7 +184,7 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
         else
             close_ev(&c->err_ev, &c->fd_err);
     }
-    if (after != before) sbx_watch_notify(c->sbx->d, c, SBX_EV_OUTPUT);
+    if (after != before) sbx_cmd_notify(c->sbx->d, c, SBX_EV_OUTPUT);
     if (eof) maybe_finish(c);
 }
 
@@ -196,7 +196,7 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     if (c->fd_err >= 0) drain(c, c->fd_err, &c->err);
     close_ev(&c->out_ev, &c->fd_out);
     close_ev(&c->err_ev, &c->fd_err);
-    sbx_watch_notify(c->sbx->d, c, SBX_EV_OUTPUT);
+    sbx_cmd_notify(c->sbx->d, c, SBX_EV_OUTPUT);
     maybe_finish(c);
 }
 
@@ -221,7 +221,7 @@ static void finish(struct sbx_cmd *c)
     if (c->timeout_ev) event_del(c->timeout_ev);
     if (c->grace_ev) event_del(c->grace_ev);
     c->sbx->nrunning--;
-    sbx_watch_notify(c->sbx->d, c, SBX_EV_DONE);
+    sbx_cmd_notify(c->sbx->d, c, SBX_EV_DONE);
 }
 
 /* ------------------------------------------------------------------ retention */
@@ -274,7 +274,7 @@ void sbx_cmds_free(struct sbx *s)
 {
     while (s->cmds_first) {
         struct sbx_cmd *c = s->cmds_first;
-        sbx_watch_notify(s->d, c, SBX_EV_GONE);
+        sbx_cmd_notify(s->d, c, SBX_EV_GONE);
         unlink_cmd(s, c);
         if (!sbx_cmd_done(c)) s->nrunning--;
         cmd_free(c);
@@ -545,7 +545,7 @@ static void spawn_failed(struct sbx_cmd *c, int e, int stage)
     else
         err_set(&c->error, 500, "spawn_failed", "", "cannot start the command: %s", strerror(e));
     c->exit_code = -1;
-    sbx_watch_notify(c->sbx->d, c, SBX_EV_STARTED);
+    sbx_cmd_notify(c->sbx->d, c, SBX_EV_STARTED);
     finish(c);
 }
 
@@ -563,7 +563,7 @@ void sbx_cmd_on_msg(struct sbx *s, uint32_t type, uint64_t id, int32_t a, int32_
                                  (suseconds_t)((c->timeout_ms % 1000) * 1000)};
             event_add(c->timeout_ev, &tv);
         }
-        sbx_watch_notify(s->d, c, SBX_EV_STARTED);
+        sbx_cmd_notify(s->d, c, SBX_EV_STARTED);
         break;
     case SBX_MSG_SPAWN_FAILED:
         spawn_failed(c, a, b);
@@ -599,7 +599,7 @@ void sbx_cmds_session_ended(struct sbx *s)
             err_set(&c->error, 409, "session_ended", "", "the sandbox stopped before the command "
                                                          "started");
             c->status = CMD_FAILED;
-            sbx_watch_notify(s->d, c, SBX_EV_STARTED);
+            sbx_cmd_notify(s->d, c, SBX_EV_STARTED);
         }
         if (!c->exited) {
             c->exited = true;
