@@ -7,9 +7,10 @@
  * send the local token it makes at start (net/local_auth.h): any local user can reach
  * loopback.
  *
- * The first SIGINT or SIGTERM starts that shutdown and later ones are ignored: Ctrl-C in
- * a terminal and systemd signal every process of the group at once, and `rebuno dev`
- * then sends its own SIGTERM, none of which may cut the clean-up short. With
+ * The first SIGINT, SIGTERM or SIGHUP starts that shutdown and later ones are ignored:
+ * Ctrl-C in a terminal, systemd and a closing terminal signal every process of the group
+ * at once, and `rebuno dev` then sends its own SIGTERM, none of which may cut the
+ * clean-up short (stop_signals.c). With
  * --notify-fd, a supervisor is told "ready", "stopping", one "progress" per step of the
  * shutdown, and "stopped", one line each.
  */
@@ -36,25 +37,9 @@ struct daemon {
     struct http_server *http;
     struct sbxd *d;
     struct local_auth *local;
-    struct event *sigint, *sigterm;
+    struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
     int notify_fd; /* --notify-fd, or -1 */
 };
-
-void cli_stop_signals_ignore(struct event *sigint, struct event *sigterm)
-{
-    /* libevent puts the default action back when its signal events go: drop them with the
-     * signals blocked and ignore the signals before they can come through again */
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigprocmask(SIG_BLOCK, &set, &old);
-    event_del(sigint);
-    event_del(sigterm);
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-}
 
 static void notify(struct daemon *s, const char *what)
 {
@@ -74,7 +59,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct daemon *s = arg;
     log_info("shutting down", "signal=%d", (int)sig);
-    cli_stop_signals_ignore(s->sigint, s->sigterm);
+    cli_stop_signals_ignore(&s->stop);
     notify(s, "stopping");
     sbxd_shutdown(s->d);
     http_server_shutdown(s->http, 5000);
@@ -260,10 +245,7 @@ int cmd_sandboxd(int argc, char **argv)
                                  http_server_port(s.http)};
     if (!(s.local = local_auth_new(&lo, &err))) goto fail;
     sbxd_set_local_auth(s.d, s.local);
-    s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
-    s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
-    event_add(s.sigint, NULL);
-    event_add(s.sigterm, NULL);
+    cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s token_file=%s", listen,
              http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
@@ -275,8 +257,7 @@ int cmd_sandboxd(int argc, char **argv)
 fail:
     fprintf(stderr, "error: %s\n", err.msg);
 out:
-    if (s.sigint) event_free(s.sigint);
-    if (s.sigterm) event_free(s.sigterm);
+    cli_stop_signals_free(&s.stop);
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
     sbxd_free(s.d);

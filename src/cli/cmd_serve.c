@@ -52,7 +52,7 @@ struct serve {
     struct http_server *http;
     struct api *api;
     struct local_auth *local; /* no api_keys: the token callers must send */
-    struct event *sigint, *sigterm;
+    struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
     const struct config *cfg;
     /* dev: the sandbox service we started and supervise */
     pid_t sandboxd;             /* 0 when none runs */
@@ -253,7 +253,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct serve *s = arg;
     log_info("shutting down", "signal=%d", (int)sig);
-    cli_stop_signals_ignore(s->sigint, s->sigterm);
+    cli_stop_signals_ignore(&s->stop);
     s->stopping = true; /* sandboxd is stopped after the loop, and not restarted */
     if (s->sbx_exit) event_del(s->sbx_exit);
     if (s->sbx_restart) event_del(s->sbx_restart);
@@ -395,10 +395,7 @@ int cmd_serve(int argc, char **argv)
     s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
-    s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
-    s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
-    event_add(s.sigint, NULL);
-    event_add(s.sigterm, NULL);
+    cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
              dev ? "dev" : "server", c.listen, http_server_port(s.http), db, c.n_agents,
              c.n_keys ? "api_keys" : "local_token(loopback only)",
@@ -417,8 +414,7 @@ fail:
 out:
     stop_sandboxd(&s);
     if (s.sbx_restart) event_free(s.sbx_restart);
-    if (s.sigint) event_free(s.sigint);
-    if (s.sigterm) event_free(s.sigterm);
+    cli_stop_signals_free(&s.stop);
     if (s.http) http_server_free(s.http);
     api_free(s.api);
     local_auth_free(s.local);

@@ -13,9 +13,17 @@ int cmd_sandbox_image(int argc, char **argv); /* sandbox image import|images|ima
 int cmd_drive(int argc, char **argv);        /* drive: cmd_drive.c */
 int cmd_egress_proxy(int argc, char **argv); /* src/proxy/cmd_egress_proxy.c; hidden, for tests */
 
-struct event;
-/* After the first SIGINT or SIGTERM (cmd_sandboxd.c): drop the loop's signal events and
- * ignore both signals from now on, so a second one cannot cut a graceful stop short. */
-void cli_stop_signals_ignore(struct event *sigint, struct event *sigterm);
+/* stop_signals.c: SIGINT, SIGTERM and SIGHUP stop a daemon gracefully. add: each calls
+ * fn(sig, EV_SIGNAL, arg) on the loop; ignore (after the first): drop the events and
+ * ignore all three from now on, so a second one cannot cut the stop short. */
+#include <event2/event.h>
+#define CLI_STOP_SIGNALS 3
+struct cli_stop_signals {
+    struct event *ev[CLI_STOP_SIGNALS];
+};
+void cli_stop_signals_add(struct cli_stop_signals *s, struct event_base *base, event_callback_fn fn,
+                          void *arg);
+void cli_stop_signals_ignore(struct cli_stop_signals *s);
+void cli_stop_signals_free(struct cli_stop_signals *s);
 
 #endif

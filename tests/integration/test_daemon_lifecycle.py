@@ -102,7 +102,7 @@ def busy_and_paused(port):
     ok(port, "POST", "/v1/sandboxes/nap/pause")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signalled_to_the_whole_process_group_leaves_nothing(make_kernel, sig):
     """Ctrl-C in a terminal and systemd's default stop signal dev and sandboxd (and the
     zygote) together: it must be as clean as a stop of dev alone."""

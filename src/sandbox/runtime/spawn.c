@@ -547,10 +547,12 @@ static void zygote_main(int fd, pid_t parent)
 {
     for (int s = 1; s < NSIG; s++)
         signal(s, SIG_DFL);
-    /* a stop signalled to the whole process group (Ctrl-C, systemd) is the daemon's to
-     * carry out, session by session; the zygote dies with it (PDEATHSIG, EOF) */
+    /* a stop signalled to the whole process group (Ctrl-C, systemd, a closed terminal) is
+     * the daemon's to carry out, session by session; the zygote dies with it (PDEATHSIG,
+     * EOF) */
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(0);
     prctl(PR_SET_NAME, "rebuno-zygote");
