@@ -70,6 +70,12 @@ int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *med
                             sbx_layer_progress_fn progress, void *parg,
                             struct sbx_layer_info *info, struct err *err);
 
+/* Unpack the tar (plain, gzip or zstd) readable from fd into the directory dirfd, with
+ * the checks of a layer (an outer archive: `docker save`, an OCI layout as a tar).
+ * label names it in errors. */
+int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label,
+                       struct err *err);
+
 /* Remove the layer (a missing one is fine). The caller knows nothing uses it. */
 int sbx_layer_remove(const struct sbx_layers *ls, const char *digest);
 
