@@ -112,4 +112,15 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
                                  sbx_layer_progress_fn progress, void *parg,
                                  struct sbx_image_rec *rec, struct err *err);
 
+/*
+ * Install from a local source: type "oci-layout" (path: a layout directory, or a tar of
+ * one) or "docker-archive" (a `docker save` tar, legacy or OCI form: rewritten as an OCI
+ * layout whose blobs are the archive's own files). work: a path that does not exist yet,
+ * where an archive is unpacked (removed afterwards). ref: as for
+ * sbx_image_install_oci_layout (for a docker archive, also which RepoTags entry).
+ */
+int sbx_image_import(const struct sbx_layers *ls, const char *images_dir, const char *type,
+                     const char *path, const char *work, const char *ref, uint64_t max_bytes,
+                     struct sbx_image_rec *rec, struct err *err);
+
 #endif
