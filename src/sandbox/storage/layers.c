@@ -64,6 +64,7 @@ fail:
 
 void sbx_layers_close(struct sbx_layers *ls)
 {
+    if (!ls->dir) return; /* never opened */
     if (ls->dfd >= 0) close(ls->dfd);
     free(ls->dir);
     ls->dir = NULL;
@@ -398,7 +399,7 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e)
 static int fail_sys(struct err *err, int e, const char *label)
 {
     if (e == -ENOSPC || e == -EDQUOT)
-        return err_set(err, 507, "insufficient_storage", "",
+        return err_set(err, 507, "no_space", "",
                        "no space left for %s; free space or delete images", label);
     return err_internal(err, "cannot unpack %s: %s", label, strerror(-e));
 }
