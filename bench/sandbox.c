@@ -693,24 +693,34 @@ int main(int argc, char **argv)
         double ti = now_ms();
         must("POST", "/v1/images", body);
         printf("  %-44s %7.2f ms\n", "import of the 3-layer image (once)", now_ms() - ti);
+        /* interleaved with creates on the host image, so both see the same machine load */
+        double *hv = calloc((size_t)iters + 1, sizeof *hv);
+        int hn = 0;
         n = 0;
         for (int i = 0; i < iters; i++) {
-            snprintf(body, sizeof body,
-                     "{\"name\":\"m%d\",\"timeout_ms\":0,\"image\":\"bench/multi:1\"}", i);
-            double t0 = now_ms();
-            must("POST", "/v1/sandboxes", body);
-            snprintf(path, sizeof path, "/v1/sandboxes/m%d/commands", i);
-            must("POST", path, "{\"cmd\":\"echo\",\"args\":[\"ready\"],\"wait\":true}");
-            v[n++] = now_ms() - t0;
-            if (!strstr(resp, "ready")) fprintf(stderr, "bench: unexpected output: %s\n", resp);
+            for (int img = 0; img < 2; img++) {
+                snprintf(body, sizeof body, "{\"name\":\"%c%d\",\"timeout_ms\":0%s}",
+                         img ? 'm' : 'h', i, img ? ",\"image\":\"bench/multi:1\"" : "");
+                double t0 = now_ms();
+                must("POST", "/v1/sandboxes", body);
+                snprintf(path, sizeof path, "/v1/sandboxes/%c%d/commands", img ? 'm' : 'h', i);
+                must("POST", path, "{\"cmd\":\"echo\",\"args\":[\"ready\"],\"wait\":true}");
+                if (img) v[n++] = now_ms() - t0;
+                else hv[hn++] = now_ms() - t0;
+                if (!strstr(resp, "ready")) fprintf(stderr, "bench: unexpected output: %s\n", resp);
+            }
         }
+        double host_ms = report("create -> first output, host (interleaved)", hv, hn, NULL);
         double img_ms = report("create -> first output, 3-layer OCI image", v, n, NULL);
-        if (create_ms > 0)
+        free(hv);
+        if (host_ms > 0)
             printf("  %-44s %7.2fx of host (medians)  target <= 1.10x: %s\n",
-                   "3-layer image vs host image", img_ms / create_ms,
-                   img_ms <= 1.10 * create_ms ? "met" : "MISSED");
+                   "3-layer image vs host image", img_ms / host_ms,
+                   img_ms <= 1.10 * host_ms ? "met" : "MISSED");
         for (int i = 0; i < iters; i++) {
             snprintf(path, sizeof path, "/v1/sandboxes/m%d", i);
+            http("DELETE", path, NULL);
+            snprintf(path, sizeof path, "/v1/sandboxes/h%d", i);
             http("DELETE", path, NULL);
         }
     } else {
