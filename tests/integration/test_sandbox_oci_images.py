@@ -76,8 +76,20 @@ def test_oci_layout_layers_whiteouts_config_and_references(make_sandboxd, tmpdir
                            "ID=rebuno-test\nno-host\namd64\n"), r
     # the sandbox's own writes go to its upper layer; the image's layers stay as they are
     assert sh(d, "oci", "echo mine > /opt/a/z; cat /opt/a/z", user="root")["stdout"] == "mine\n"
-    d.create("oci2", image=amd["digest"])
+    d.create("oci2", image="example.test/team/tool@" + amd["digest"])  # the pinned form
     assert sh(d, "oci2", "cat /opt/a/z")["stdout"] == "z\n"
+    # the files API works in an image's root (one overlay, no /usr of the host's)
+    d.write("oci2", "/work/up.txt", b"uploaded\n")
+    assert sh(d, "oci2", "cat /work/up.txt")["stdout"] == "uploaded\n"
+    st, body = d.request("GET", "/v1/sandboxes/oci2/files/content?path=/opt/a/z")
+    assert st == 200, body
+    # a fork and a restored snapshot keep the image and the sandbox's changes
+    f = d.ok("POST", "/v1/sandboxes/oci/fork", {"name": "oci-fork"}, status=201)
+    assert f["image"] == s["image"]
+    assert sh(d, "oci-fork", "cat /opt/a/z; ls /opt/a")["stdout"] == "mine\nz\n"
+    snap = d.ok("POST", "/v1/sandboxes/oci/snapshots", {}, status=201)
+    d.create("oci-restored", source={"type": "snapshot", "snapshot_id": snap["id"]})
+    assert sh(d, "oci-restored", "cat /opt/a/z")["stdout"] == "mine\n"
     # a user the image lacks: the config's user is skipped, an explicit one refused
     assert sh(d, "oci2", "id -u", user="root")["stdout"] == "0\n"
 
