@@ -666,6 +666,8 @@ static void import_drop(void *arg) /* the daemon is shutting down */
     job_free(j);
 }
 
+static int gc_start(struct sbxd *d, struct http_req *r, struct err *err);
+
 static void import_done(void *arg)
 {
     struct import_job *j = arg;
@@ -682,7 +684,13 @@ static void import_done(void *arg)
         o = NULL;
     }
     json_decref(o);
+    struct sbxd *d = j->d;
+    bool failed = j->rc < 0;
     job_free(j);
+    if (failed) { /* complete layers of a failed import are collected too */
+        struct err ge = ERR_INIT;
+        gc_start(d, NULL, &ge);
+    }
 }
 
 static int ensure_worker(struct sbxd *d, struct err *err)

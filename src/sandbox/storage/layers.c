@@ -34,6 +34,7 @@
 #define BLOCK (256u << 10)
 #define OVL_OPAQUE "trusted.overlay.opaque"
 #define NAME_MAX_LEN 4096
+#define ENTRIES_MAX 2000000 /* entries of one archive (inodes are not bounded by max_bytes) */
 
 int sbx_layers_open(const char *state_dir, struct sbx_layers *ls, struct err *err)
 {
@@ -423,7 +424,13 @@ static int unpack_stream(struct unpack *u, struct reader *r, const char *label, 
     }
     struct archive_entry *e;
     int ar;
+    long entries = 0;
     while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK || ar == ARCHIVE_WARN) {
+        if (++entries > ENTRIES_MAX) {
+            err_set(err, 400, "invalid_image", "", "%s has more than %d entries", label,
+                    ENTRIES_MAX);
+            goto out;
+        }
         if (entry(u, a, e) < 0) {
             if (u->why[0]) err_set(err, 400, "invalid_image", "", "%s: %s", label, u->why);
             else fail_sys(err, u->sys, label);
