@@ -1,5 +1,5 @@
 /*
- * image.c - build the default image layer (see image.h).
+ * image.c - build the host image's layer and self-contained images' skeletons (image.h).
  */
 #include "sandbox/storage/image.h"
 
@@ -342,14 +342,6 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
     return 0;
 }
 
-int sbx_image_fill(const char *dir, struct err *err)
-{
-    int root = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (root < 0) return err_internal(err, "image: %s is not a directory", dir);
-    int rc = build(root, dir, true, err);
-    close(root);
-    return rc;
-}
 
 /* ------------------------------------------------------------------ skeletons */
 
