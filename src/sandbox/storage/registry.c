@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "base/xalloc.h"
+#include "sandbox/storage/oci.h"
 
 #define REG_TOKEN_MAX (64 << 10)   /* a token endpoint's answer */
-#define REG_CONFIG_MAX (8 << 20)   /* an image config blob */
 #define REG_BLOB_MAX (64LL << 30)  /* a layer */
 #define REG_ERRBODY_MAX (16 << 10) /* an error body kept for the message */
 #define REG_AUTHS_MAX 64
@@ -39,21 +39,7 @@ static const char *const accept_manifest =
     "application/vnd.docker.distribution.manifest.v2+json, "
     "application/vnd.docker.distribution.manifest.list.v2+json";
 
-#define MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
-#define MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
-#define MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
-#define MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
 
-static const char *const layer_types[] = {
-    "application/vnd.oci.image.layer.v1.tar",
-    "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.oci.image.layer.v1.tar+zstd",
-    "application/vnd.docker.image.rootfs.diff.tar.gzip",
-    "application/vnd.docker.image.rootfs.diff.tar",
-    NULL};
-static const char *const config_types[] = {"application/vnd.oci.image.config.v1+json",
-                                           "application/vnd.docker.container.image.v1+json",
-                                           NULL};
 
 struct reg_auth {
     char host[REG_HOST_MAX + 1];
@@ -936,41 +922,26 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, struct err *err)
 
 /* ------------------------------------------------------------------ manifests */
 
-static bool in_list(const char *s, const char *const *list)
+/* A registry's document failed oci.h's checks: its fault, not the caller's (502). */
+static int bad_doc(struct conn *k, struct err *err)
 {
-    for (; *list; list++)
-        if (!strcmp(s, *list)) return true;
-    return false;
+    if (err->status == 400) {
+        err->status = 502;
+        err->field[0] = '\0';
+    }
+    return err_wrap(err, "registry %s", k->p->ref.host);
 }
 
-/* {mediaType, digest, size} into b. 0 or -1 with err. */
-static int descriptor(struct conn *k, json_t *d, const char *const *types, const char *what,
-                      int64_t max, struct reg_blob *b, struct err *err)
+static int blob_of(struct conn *k, const struct sbx_oci_desc *d, const char *what, int64_t max,
+                   struct reg_blob *b, struct err *err)
 {
-    const char *mt = json_string_value(json_object_get(d, "mediaType"));
-    const char *dg = json_string_value(json_object_get(d, "digest"));
-    json_t *sz = json_object_get(d, "size");
-    if (!mt || !dg || !json_is_integer(sz))
-        return err_set(err, 502, "invalid_manifest", "",
-                       "the manifest from %s has a %s without mediaType, digest or size",
-                       k->p->ref.host, what);
-    if (!reg_digest_valid(dg))
-        return err_set(err, 502, "invalid_manifest", "",
-                       "the manifest from %s names a %s by \"%.80s\" (only sha256 digests are "
-                       "supported)",
-                       k->p->ref.host, what, dg);
-    if (!in_list(mt, types))
-        return err_set(err, 502, "unsupported_media_type", "",
-                       "the manifest from %s has a %s of type %.100s, which is not supported",
-                       k->p->ref.host, what, mt);
-    json_int_t n = json_integer_value(sz);
-    if (n < 0 || n > max)
-        return err_set(err, 502, "invalid_manifest", "",
-                       "the manifest from %s gives a %s a size of %lld (at most %lld)",
-                       k->p->ref.host, what, (long long)n, (long long)max);
-    snprintf(b->digest, sizeof b->digest, "%s", dg);
-    snprintf(b->media_type, sizeof b->media_type, "%s", mt);
-    b->size = n;
+    if (d->size > max)
+        return err_set(err, 502, "invalid_image", "",
+                       "registry %s: the manifest gives its %s a size of %lld (at most %lld)",
+                       k->p->ref.host, what, (long long)d->size, (long long)max);
+    snprintf(b->digest, sizeof b->digest, "%s", d->digest);
+    snprintf(b->media_type, sizeof b->media_type, "%s", d->media_type ? d->media_type : "");
+    b->size = d->size;
     return 0;
 }
 
@@ -1016,74 +987,6 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     return 0;
 }
 
-/* The media type of a manifest: its own mediaType field, else the header. */
-static const char *manifest_type(json_t *j, const char *header)
-{
-    const char *mt = json_string_value(json_object_get(j, "mediaType"));
-    return mt ? mt : header;
-}
-
-/* From an index: the digest of the linux/amd64 image manifest. 0 or -1. */
-static int pick_platform(struct conn *k, json_t *idx, char out[72], struct err *err)
-{
-    json_t *ms = json_object_get(idx, "manifests");
-    if (!json_is_array(ms))
-        return err_set(err, 502, "invalid_manifest", "", "the index from %s has no manifests",
-                       k->p->ref.host);
-    size_t i;
-    json_t *m;
-    json_array_foreach(ms, i, m)
-    {
-        json_t *pl = json_object_get(m, "platform");
-        const char *os = json_string_value(json_object_get(pl, "os"));
-        const char *arch = json_string_value(json_object_get(pl, "architecture"));
-        const char *mt = json_string_value(json_object_get(m, "mediaType"));
-        const char *dg = json_string_value(json_object_get(m, "digest"));
-        if (!os || !arch || strcmp(os, "linux") || strcmp(arch, "amd64")) continue;
-        if (mt && strcmp(mt, MT_OCI_MANIFEST) && strcmp(mt, MT_DOCKER_MANIFEST)) continue;
-        if (!reg_digest_valid(dg)) continue;
-        snprintf(out, 72, "%s", dg);
-        return 0;
-    }
-    char full[REG_REF_MAX + 1];
-    reg_ref_format(&k->p->ref, full, sizeof full);
-    return err_set(err, 404, "platform_not_found", "ref",
-                   "%s has no linux/amd64 image (its index lists %zu other platforms)", full,
-                   json_array_size(ms));
-}
-
-static int parse_image_manifest(struct conn *k, json_t *j, struct err *err)
-{
-    struct reg_pull *p = k->p;
-    json_t *sv = json_object_get(j, "schemaVersion");
-    if (json_integer_value(sv) != 2)
-        return err_set(err, 502, "unsupported_media_type", "",
-                       "registry %s sent a schema %lld manifest; only schema 2 (Docker v2, OCI) "
-                       "is supported",
-                       p->ref.host, (long long)json_integer_value(sv));
-    if (descriptor(k, json_object_get(j, "config"), config_types, "config", REG_CONFIG_MAX,
-                   &p->config, err) < 0)
-        return -1;
-    json_t *ls = json_object_get(j, "layers");
-    if (!json_is_array(ls))
-        return err_set(err, 502, "invalid_manifest", "", "the manifest from %s has no layers",
-                       p->ref.host);
-    if (json_array_size(ls) > REG_LAYERS_MAX)
-        return err_set(err, 502, "invalid_manifest", "",
-                       "the manifest from %s has %zu layers (at most %d)", p->ref.host,
-                       json_array_size(ls), REG_LAYERS_MAX);
-    size_t i;
-    json_t *l;
-    json_array_foreach(ls, i, l)
-    {
-        char what[32];
-        snprintf(what, sizeof what, "layer %zu", i + 1);
-        if (descriptor(k, l, layer_types, what, REG_BLOB_MAX, &p->layers[i], err) < 0) return -1;
-    }
-    atomic_store(&p->nlayers, (int)json_array_size(ls));
-    return 0;
-}
-
 int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
 {
     struct conn k;
@@ -1092,49 +995,67 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     char *body = NULL;
     size_t len = 0;
     char dg[72], mt[128];
-    json_t *j = NULL;
     int rc = -1;
     const char *first = p->ref.digest[0] ? p->ref.digest : p->ref.tag;
     if (fetch_manifest(&k, first, p->ref.digest[0] ? p->ref.digest : NULL, &body, &len, dg, mt,
                        err) < 0)
         goto out;
-    json_error_t je;
-    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(j)) {
-        err_set(err, 502, "invalid_manifest", "", "registry %s sent a manifest that is not JSON: %s",
-                p->ref.host, je.text);
-        goto out;
-    }
-    const char *type = manifest_type(j, mt);
-    if (!strcmp(type, MT_OCI_INDEX) || !strcmp(type, MT_DOCKER_LIST)) {
+    char what[REG_REF_MAX + 32];
+    snprintf(what, sizeof what, "the manifest of %s:%s", p->ref.repo, first);
+    enum sbx_oci_kind kind = sbx_oci_doc_kind(body, len);
+    if (kind == SBX_OCI_INDEX) {
         snprintf(p->index_digest, sizeof p->index_digest, "%s", dg);
-        if (store_bytes(c, dg, body, len, err) < 0) goto out;
+        struct sbx_oci_index ix;
+        if (sbx_oci_parse_index(body, len, what, &ix, err) < 0) {
+            bad_doc(&k, err);
+            goto out;
+        }
+        int at = sbx_oci_select(&ix, "linux", "amd64", err);
         char want[72];
-        if (pick_platform(&k, j, want, err) < 0) goto out;
-        json_decref(j);
-        j = NULL;
+        if (at >= 0) snprintf(want, sizeof want, "%s", ix.manifests[at].digest);
+        sbx_oci_index_fini(&ix);
+        if (at < 0) {
+            snprintf(err->field, sizeof err->field, "ref");
+            err_wrap(err, "registry %s", p->ref.host);
+            goto out;
+        }
+        if (store_bytes(c, dg, body, len, err) < 0) goto out;
         free(body);
         body = NULL;
         if (fetch_manifest(&k, want, want, &body, &len, dg, mt, err) < 0) goto out;
-        j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-        if (!json_is_object(j)) {
-            err_set(err, 502, "invalid_manifest", "",
-                    "registry %s sent a manifest that is not JSON: %s", p->ref.host, je.text);
-            goto out;
-        }
-        type = manifest_type(j, mt);
+        snprintf(what, sizeof what, "the linux/amd64 manifest of %s:%s", p->ref.repo, first);
+        kind = sbx_oci_doc_kind(body, len);
     }
-    if (strcmp(type, MT_OCI_MANIFEST) != 0 && strcmp(type, MT_DOCKER_MANIFEST) != 0) {
+    if (kind != SBX_OCI_MANIFEST) {
         err_set(err, 502, "unsupported_media_type", "",
-                "registry %s sent a manifest of type \"%.100s\"; supported: OCI and Docker v2 "
-                "image manifests and indexes",
-                p->ref.host, type);
+                "registry %s sent %s of type \"%.100s\"; supported: OCI and Docker v2 image "
+                "manifests and indexes",
+                p->ref.host, what, mt);
+        goto out;
+    }
+    struct sbx_oci_manifest m;
+    if (sbx_oci_parse_manifest(body, len, what, &m, err) < 0) {
+        bad_doc(&k, err);
+        goto out;
+    }
+    int bad = m.nlayers > REG_LAYERS_MAX ||
+              blob_of(&k, &m.config, "config", SBX_OCI_DOC_MAX, &p->config, err) < 0;
+    for (size_t i = 0; !bad && i < m.nlayers; i++) {
+        char lw[32];
+        snprintf(lw, sizeof lw, "layer %zu", i + 1);
+        bad = blob_of(&k, &m.layers[i], lw, REG_BLOB_MAX, &p->layers[i], err) < 0;
+    }
+    snprintf(p->manifest_type, sizeof p->manifest_type, "%s",
+             m.media_type ? m.media_type : (mt[0] ? mt : SBX_MT_OCI_MANIFEST));
+    if (!bad) atomic_store(&p->nlayers, (int)m.nlayers);
+    sbx_oci_manifest_fini(&m);
+    if (bad) {
+        if (!err->msg[0])
+            err_set(err, 502, "invalid_image", "", "registry %s: too many layers", p->ref.host);
         goto out;
     }
     snprintf(p->manifest_digest, sizeof p->manifest_digest, "%s", dg);
-    snprintf(p->manifest_type, sizeof p->manifest_type, "%s", type);
     p->manifest_size = (int64_t)len;
-    if (parse_image_manifest(&k, j, err) < 0) goto out;
     atomic_store(&p->phase, REG_FETCHING);
     if (blob_fetch(&k, &p->config, err) < 0) goto out;
     int n = atomic_load(&p->nlayers);
@@ -1144,7 +1065,6 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     atomic_store(&p->phase, REG_DONE);
     rc = 0;
 out:
-    json_decref(j);
     free(body);
     conn_fini(&k);
     return rc;
@@ -1215,7 +1135,7 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
     json_t *m = json_pack("{s:s, s:s, s:I, s:o}", "mediaType", p->manifest_type, "digest",
                           p->manifest_digest, "size", (json_int_t)p->manifest_size, "annotations",
                           ann);
-    json_t *idx = json_pack("{s:i, s:s, s:[o]}", "schemaVersion", 2, "mediaType", MT_OCI_INDEX,
+    json_t *idx = json_pack("{s:i, s:s, s:[o]}", "schemaVersion", 2, "mediaType", SBX_MT_OCI_INDEX,
                             "manifests", m);
     char *text = json_dumps(idx, JSON_COMPACT);
     json_decref(idx);

@@ -10,7 +10,8 @@
  *
  * A pull (reg_pull_run, blocking: it runs on a worker thread, never on the loop):
  * GET /v2/<name>/manifests/<tag|digest> with Accept for the OCI and Docker v2 manifest
- * and index/list types; an index picks linux/amd64; then every blob the manifest names
+ * and index/list types (parsed and checked by oci.h, the one manifest model); an index
+ * picks linux/amd64; then every blob the manifest names
  * (config, layers) is fetched unless the store already has it. Each blob streams into
  * <store>/tmp/, hashed (SHA-256) as it arrives, and is renamed to <store>/sha256/<hex>
  * only when its digest and size match: a blob in the store is always complete and
