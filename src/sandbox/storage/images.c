@@ -45,6 +45,7 @@
 #include "net/http.h"
 #include "proxy/worker.h"
 #include "sandbox/storage/image.h"
+#include "sandbox/storage/pull.h"
 #include "sandbox/storage/safefs.h"
 #include "sandbox/core/sandboxd_int.h"
 #include "sandbox/core/store.h"
@@ -552,6 +553,12 @@ static void h_import(struct http_req *r, void *arg)
     json_t *body;
     if (!sbx_api_body(r, false, &body)) return;
     struct err err = ERR_INIT;
+    const char *kind = json_string_value(json_object_get(body, "type"));
+    if (kind && !strcmp(kind, "pull")) { /* from a registry: pull.c */
+        sbx_pull_post(d, r, body);
+        json_decref(body);
+        return;
+    }
     static const char *const known[] = {"type", "path", NULL};
     const char *type = NULL, *path = NULL;
     if (sbx_json_known(body, known, "an image import", &err) < 0 ||

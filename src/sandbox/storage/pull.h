@@ -35,6 +35,8 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
 void sbx_pulls_register(struct sbxd *d);
 /* POST /v1/images with "type": "pull" (body: the request's, still owned by the caller). */
 void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body);
+/* sbxd_free: sbx_pulls_close, then forget every job. */
+void sbx_pulls_free(struct sbxd *d);
 /* Stop running pulls (they fail with 503 shutting_down), end their streams, join the
  * threads. Safe to call more than once. */
 void sbx_pulls_close(struct sbxd *d);

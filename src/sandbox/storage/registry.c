@@ -201,8 +201,9 @@ int reg_ref_parse(const char *s, const char *field, struct reg_ref *r, struct er
 
 void reg_ref_format(const struct reg_ref *r, char *out, size_t outsz)
 {
-    snprintf(out, outsz, "%s/%s%s%s%s%s", r->host, r->repo, r->tag[0] ? ":" : "", r->tag,
-             r->digest[0] ? "@" : "", r->digest);
+    int n = snprintf(out, outsz, "%s/%s%s%s%s%s", r->host, r->repo, r->tag[0] ? ":" : "", r->tag,
+                     r->digest[0] ? "@" : "", r->digest);
+    ASSERT(n >= 0 && (size_t)n < outsz); /* callers pass REG_REF_MAX + 1 */
 }
 
 /* ------------------------------------------------------------------ the client */

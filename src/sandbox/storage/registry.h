@@ -47,7 +47,7 @@
 #define REG_HOST_MAX 255
 #define REG_REPO_MAX 255
 #define REG_TAG_MAX 128
-#define REG_REF_MAX 700 /* a formatted reference */
+#define REG_REF_MAX 720 /* a formatted reference (host/repo:tag@digest fits) */
 #define REG_DOCKER_HUB "docker.io"
 
 struct reg_ref {
