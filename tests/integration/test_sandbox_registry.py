@@ -150,3 +150,183 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
     assert all(layer["cached"] for layer in job2["layers"])
     for layer in job["layers"]:
         assert reg.blob_gets(layer["digest"]) == 1
+
+
+def write_auth(workdir, host, user, password):
+    import base64
+    p = os.path.join(workdir, "auth.json")
+    with open(p, "w") as f:
+        json.dump({"auths": {host: {"auth": base64.b64encode(f"{user}:{password}".encode())
+                                    .decode()}}}, f)
+    return p
+
+
+def test_pull_tls_with_the_daemons_ca(make_sandboxd, registries, workdir):
+    reg = registries(tls=True)
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "tls/img:v1")
+    # without the CA: the certificate is not trusted, and the error says which registry
+    plain = make_sandboxd().start()
+    job, _ = pull(plain, f"{reg.host}/tls/img:v1", expect="error")
+    assert job["status"] == "failed"
+    assert reg.host in job["error"]["message"]
+    assert job["error"]["status"] == 502
+    sbx = make_sandboxd(["--registry-ca", reg.ca_crt]).start()
+    job, _ = pull(sbx, f"{reg.host}/tls/img:v1")
+    assert len(job["layers"]) == 2
+
+
+def test_pull_token_auth(make_sandboxd, registries, workdir):
+    reg = registries(token=True)
+    ts = reg.token
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "private/img:v1", creds=f"{ts.user}:{ts.password}")
+    # no credentials: the token server says 401; the error names the registry and the fix
+    anon = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(anon, f"{reg.host}/private/img:v1", expect="error")
+    err = job["error"]
+    assert err["status"] == 401 and err["code"] == "registry_unauthorized", err
+    assert reg.host in err["message"] and "401" in err["message"]
+    assert "--registry-auth" in err["message"]
+    # wrong credentials: 401 too
+    bad = write_auth(tempfile.mkdtemp(dir=workdir), reg.host, ts.user, "wrong")
+    sbx = make_sandboxd(["--registry-http", reg.host, "--registry-auth", bad]).start()
+    job, _ = pull(sbx, f"{reg.host}/private/img:v1", expect="error")
+    assert job["error"]["status"] == 401
+    # the right ones from the daemon's auth.json: bearer token, then the blobs
+    good = write_auth(tempfile.mkdtemp(dir=workdir), reg.host, ts.user, ts.password)
+    issued = ts.issued
+    sbx = make_sandboxd(["--registry-http", reg.host, "--registry-auth", good]).start()
+    job, _ = pull(sbx, f"{reg.host}/private/img:v1")
+    assert len(job["layers"]) == 2
+    assert ts.issued == issued + 1  # one token for the whole pull
+
+
+def test_pull_unknown_reference_is_404(make_sandboxd, registries):
+    reg = registries()
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/nobody/here:v9", expect="error")
+    err = job["error"]
+    assert err["status"] == 404 and err["code"] == "image_not_found", err
+    assert f"{reg.host}/nobody/here:v9" in err["message"]
+    # bad references are refused before any job, naming the field
+    for bad in ["", "UPPER/case", "a//b", "x@sha256:123", "../etc", "a:" + "t" * 200]:
+        st, out = sbx.request("POST", "/v1/images", {"type": "pull", "ref": bad})
+        assert st == 400 and out["error"]["field"] == "ref", (bad, st, out)
+    st, out = sbx.request("POST", "/v1/images", {"type": "pull"})
+    assert st == 400 and out["error"]["field"] == "ref"
+    st, out = sbx.request("POST", "/v1/images", {"type": "pull", "ref": "a", "path": "/x"})
+    assert st == 400 and out["error"]["field"] == "path"
+    st, out = sbx.request("GET", "/v1/images/jobs/nope")
+    assert st == 404 and out["error"]["code"] == "job_not_found"
+
+
+def test_pull_digest_mismatch_leaves_nothing(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=50000)
+    reg.push(lay.path, "v1", "bad/img:v1")
+    manifest = json.load(open(os.path.join(lay.path, "blobs", "sha256", desc["digest"][7:])))
+    big = manifest["layers"][1]["digest"]
+    path = reg.blob_data_path(big)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    with open(path, "wb") as f:
+        f.write(data)
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/bad/img:v1", expect="error")
+    err = job["error"]
+    assert err["code"] == "digest_mismatch" and err["status"] == 502, err
+    assert big in err["message"] and reg.host in err["message"]
+    assert not os.path.exists(os.path.join(blob_store(sbx), big[7:]))
+    assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
+    assert os.listdir(os.path.join(sbx.state, "pulls")) == []
+    assert sbx.ok("GET", "/v1/images")["images"] == []
+    # pinned by digest: the manifest itself is checked against the reference
+    job, _ = pull(sbx, f"{reg.host}/bad/img@{desc['digest']}", expect="error")
+    assert job["error"]["code"] == "digest_mismatch"
+    other = "sha256:" + "0" * 64
+    job, _ = pull(sbx, f"{reg.host}/bad/img@{other}", expect="error")
+    assert job["error"]["status"] == 404
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_pull_registry_error_status(make_sandboxd, fakes, status):
+    fake = fakes(("status", status))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()
+    job, _ = pull(sbx, f"{fake.host}/x/y:z", expect="error")
+    err = job["error"]
+    assert err["status"] == 502 and err["code"] == "registry_error", err
+    assert fake.host in err["message"] and f"HTTP {status}" in err["message"], err
+    assert "test says no" in err["message"]
+
+
+def test_pull_stalling_registry_times_out(make_sandboxd, fakes, workdir):
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": "sha256:" + "a" * 64, "size": 1 << 20}
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 1000}
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": cfg, "layers": [layer]}).encode()
+    fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
+    sbx = make_sandboxd(["--registry-http", fake.host, "--registry-stall-timeout", "2"]).start()
+    job, _ = pull(sbx, f"{fake.host}/slow/img:v1", expect="error")
+    err = job["error"]
+    assert err["status"] == 504 and err["code"] == "registry_timeout", err
+    assert fake.host in err["message"]
+    assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
+    # the daemon served other requests meanwhile (the pull ran on a worker): health works
+    assert sbx.request("GET", "/v1/health")[0] == 200
+
+
+def test_concurrent_pulls_download_once(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=4 << 20)
+    reg.push(lay.path, "v1", "conc/img:v1")
+    reg.push(lay.path, "v1", "conc/img:v2")  # the same image under another tag
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    refs = [f"{reg.host}/conc/img:v1"] * 3 + [f"{reg.host}/conc/img:v2"] * 2
+    jobs = [None] * len(refs)
+
+    def start(i):
+        jobs[i] = sbx.request("POST", "/v1/images", {"type": "pull", "ref": refs[i]})
+
+    ts = [threading.Thread(target=start, args=(i,)) for i in range(len(refs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert all(st == 202 for st, _ in jobs), jobs
+    ids = {j["id"] for _, j in jobs}
+    assert len(ids) <= 2  # one job per reference while it runs
+    for i in ids:
+        ev = read_stream(sbx, i)
+        assert ev[-1][0] == "done", ev[-1]
+    manifest = json.load(open(os.path.join(lay.path, "blobs", "sha256", desc["digest"][7:])))
+    for layer in manifest["layers"] + [manifest["config"]]:
+        assert reg.blob_gets(layer["digest"]) == 1, layer
+
+
+def test_pull_index_picks_linux_amd64_and_zstd_layers(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay = Layout(os.path.join(workdir, "multi"))
+    amd = lay.image([[("which", b"amd64\n")], [("more", b"x" * 1000)]], arch="amd64")
+    arm = lay.image([[("which", b"arm64\n")]], arch="arm64")
+    lay.tag_index([arm, amd], "latest")
+    reg.push_index(lay.path, "multi/img:latest")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/multi/img:latest")
+    assert job["manifest_digest"] == amd["digest"]
+    assert job["index_digest"] and job["index_digest"] != amd["digest"]
+    assert len(job["layers"]) == 2
+    # an index without linux/amd64
+    lay2 = Layout(os.path.join(workdir, "armonly"))
+    lay2.tag_index([lay2.image([[("which", b"arm\n")]], arch="arm64")], "latest")
+    reg.push_index(lay2.path, "arm/only:latest")
+    job, _ = pull(sbx, f"{reg.host}/arm/only:latest", expect="error")
+    assert job["error"]["code"] == "platform_not_found" and job["error"]["status"] == 404
+    # zstd: skopeo recompresses the layers on the way in
+    lay3, _ = simple_layout(os.path.join(workdir, "z"))
+    reg.push(lay3.path, "v1", "z/img:v1", zstd=True)
+    job, _ = pull(sbx, f"{reg.host}/z/img:v1")
+    assert all(layer["media_type"].endswith("+zstd") for layer in job["layers"]), job["layers"]
