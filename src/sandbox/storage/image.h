@@ -34,6 +34,18 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err);
  * the image (everything is made beneath dir's descriptor: safefs.h). 0 or -1 with
  * err. */
 int sbx_image_fill(const char *dir, struct err *err);
+/*
+ * The skeleton of a self-contained image: images_dir/<name>/, the top lower layer of
+ * its sessions, above its layers (layer_dirs: absolute, top first). It holds only what
+ * the layers lack (looked up top down; an overlay whiteout counts as absent): the mount
+ * points and standard directories, /etc with generated passwd, group, shadow, gshadow
+ * and nsswitch.conf when the image has none, and always the sandbox's own hosts,
+ * hostname and resolv.conf. Nothing of the host is copied. Built in a temporary and
+ * renamed into place; an existing skeleton is kept. 0 or -1 with err.
+ */
+int sbx_image_make_skeleton(const char *images_dir, const char *name,
+                            const char *const *layer_dirs, size_t n, struct err *err);
+
 /* rm -rf without following symlinks or entering mounts (best effort). */
 void sbx_image_remove_tree(const char *path);
 

@@ -389,3 +389,105 @@ void sbx_oci_config_fini(struct sbx_oci_config *c)
     free(c->diff_ids);
     memset(c, 0, sizeof *c);
 }
+
+/* ------------------------------------------------------------------ references */
+
+static bool repo_component_ok(const char *c, size_t n)
+{
+    if (!n) return false;
+    bool sep = true; /* at a start or after a separator: an alphanumeric must come */
+    for (size_t i = 0; i < n; i++) {
+        char ch = c[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) {
+            sep = false;
+        } else if (ch == '.' || ch == '-' || ch == '_') {
+            if (sep && !(ch == '_' && i > 0 && c[i - 1] == '_')) return false;
+            if (ch == '-') { /* runs of '-' are allowed */
+                sep = false;
+                if (i + 1 == n) return false;
+                continue;
+            }
+            sep = true;
+        } else {
+            return false;
+        }
+    }
+    return !sep;
+}
+
+static bool registry_ok(const char *c, size_t n)
+{
+    if (!n || n >= 256) return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = c[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == ':' || ch == '[' || ch == ']'))
+            return false;
+    }
+    return c[0] != '.' && c[0] != '-' && c[0] != ':';
+}
+
+int sbx_oci_ref_parse(const char *s, struct sbx_oci_ref *r, struct err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!s || !*s || strlen(s) > 500)
+        return err_invalid(err, "image", "an image reference must be 1 to 500 characters");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *at = strchr(buf, '@');
+    if (at) {
+        *at = '\0';
+        if (!sbx_oci_digest_ok(at + 1))
+            return err_invalid(err, "image",
+                               "image reference %.200s: the part after @ must be sha256:<64 "
+                               "lowercase hex>",
+                               s);
+        snprintf(r->digest, sizeof r->digest, "%s", at + 1);
+    }
+    /* the tag: after the last ':' that follows the last '/' */
+    char *slash = strrchr(buf, '/');
+    char *colon = strrchr(slash ? slash : buf, ':');
+    if (colon) {
+        *colon = '\0';
+        const char *t = colon + 1;
+        size_t n = strlen(t);
+        bool ok = n >= 1 && n <= 128 && t[0] != '.' && t[0] != '-';
+        for (size_t i = 0; ok && i < n; i++)
+            ok = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z') ||
+                 (t[i] >= '0' && t[i] <= '9') || t[i] == '_' || t[i] == '.' || t[i] == '-';
+        if (!ok)
+            return err_invalid(err, "image", "image reference %.200s: tag \"%.130s\" must be "
+                               "[A-Za-z0-9_.-], at most 128", s, t);
+        snprintf(r->tag, sizeof r->tag, "%s", t);
+    }
+    const char *repo = buf;
+    char *first = strchr(buf, '/');
+    if (first && (memchr(buf, '.', (size_t)(first - buf)) || memchr(buf, ':', (size_t)(first - buf)) ||
+                  (first - buf == 9 && !strncmp(buf, "localhost", 9)))) {
+        if (!registry_ok(buf, (size_t)(first - buf)))
+            return err_invalid(err, "image", "image reference %.200s: bad registry name", s);
+        snprintf(r->registry, sizeof r->registry, "%.*s", (int)(first - buf), buf);
+        repo = first + 1;
+    } else {
+        snprintf(r->registry, sizeof r->registry, "docker.io");
+    }
+    for (const char *c = repo;;) {
+        size_t n = strcspn(c, "/");
+        if (!repo_component_ok(c, n))
+            return err_invalid(err, "image",
+                               "image reference %.200s: repository \"%.200s\" must be lowercase "
+                               "[a-z0-9] words joined by . _ - and /",
+                               s, repo);
+        if (!c[n]) break;
+        c += n + 1;
+    }
+    bool lib = !strcmp(r->registry, "docker.io") && !strchr(repo, '/');
+    if (snprintf(r->repository, sizeof r->repository, "%s%s", lib ? "library/" : "", repo) >=
+        (int)sizeof r->repository)
+        return err_invalid(err, "image", "image reference %.200s is too long", s);
+    if (!r->tag[0] && !r->digest[0]) snprintf(r->tag, sizeof r->tag, "latest");
+    snprintf(r->name, sizeof r->name, "%s/%s", r->registry, r->repository);
+    snprintf(r->canonical, sizeof r->canonical, "%s%s%s%s%s", r->name, r->tag[0] ? ":" : "",
+             r->tag, r->digest[0] ? "@" : "", r->digest);
+    return 0;
+}

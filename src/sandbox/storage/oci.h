@@ -114,4 +114,21 @@ int sbx_oci_parse_config(const char *buf, size_t len, const char *what, struct s
                          struct err *err);
 void sbx_oci_config_fini(struct sbx_oci_config *c);
 
+/*
+ * Image references: [registry/]repository[:tag][@sha256:hex]. The registry is the
+ * first component when it has a '.' or ':' or is "localhost" (else "docker.io", whose
+ * one-component repositories get "library/"); repository components are lowercase
+ * [a-z0-9] runs joined by '.', '_', "__" or '-'; a tag is [A-Za-z0-9_][A-Za-z0-9_.-]*
+ * (at most 128); without tag and digest the tag is "latest". canonical is the full
+ * form ("docker.io/library/alpine:latest"), name the part before ':' / '@'.
+ */
+struct sbx_oci_ref {
+    char registry[256], repository[256], tag[129];
+    char digest[SBX_OCI_DIGEST_LEN + 1]; /* "" when none */
+    char name[520];                      /* registry/repository */
+    char canonical[740];
+};
+/* 0 or -1 with err (400 validation_error, field "image"). */
+int sbx_oci_ref_parse(const char *s, struct sbx_oci_ref *r, struct err *err);
+
 #endif
