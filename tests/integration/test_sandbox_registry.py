@@ -138,6 +138,16 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
                               text=True).stdout.split()[0] == layer["digest"][7:]
     assert job["bytes_done"] == job["bytes_total"] > 300000
     assert job["image"] and job["error"] is None
+    img = job["image"]
+    assert img["digest"] == job["manifest_digest"]
+    assert img["layers"] == [layer["digest"] for layer in job["layers"]]
+    assert img["source"] == {"type": "registry", "ref": job["ref"]}
+    # unpacked into the shared layer store, with a skeleton of its own
+    top = os.path.join(sbx.state, "layers", job["layers"][1]["digest"][7:])
+    assert os.path.getsize(os.path.join(top, "app", "data.bin")) == 300000
+    base = os.path.join(sbx.state, "layers", job["layers"][0]["digest"][7:])
+    assert open(os.path.join(base, "bin", "tool")).read() == "#!/bin/sh\necho base\n"
+    assert os.path.isdir(os.path.join(sbx.state, "images", img["digest"][7:]))
     # nothing half-made is left: no temp files, no layout of the pull
     assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
     assert [n for n in os.listdir(os.path.join(sbx.state, "pulls"))] == []
@@ -330,3 +340,55 @@ def test_pull_index_picks_linux_amd64_and_zstd_layers(make_sandboxd, registries,
     reg.push(lay3.path, "v1", "z/img:v1", zstd=True)
     job, _ = pull(sbx, f"{reg.host}/z/img:v1")
     assert all(layer["media_type"].endswith("+zstd") for layer in job["layers"]), job["layers"]
+
+
+def test_pull_multi_layer_with_whiteouts(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay = Layout(os.path.join(workdir, "wh"))
+    desc = lay.image([
+        [("a", "dir"), ("a/gone", b"old\n"), ("a/keep", b"keep\n"), ("b", "dir"),
+         ("b/old1", b"1"), ("b/old2", b"2")],
+        [("a", "dir"), ("a/.wh.gone", b""), ("b", "dir"), ("b/.wh..wh..opq", b""),
+         ("b/new", b"new\n")],
+        [("c", "dir"), ("c/link", ("link", "../a/keep"))],
+    ])
+    lay.tag(desc, "v1")
+    reg.push(lay.path, "v1", "wh/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, events = pull(sbx, f"{reg.host}/wh/img:v1")
+    assert len(job["layers"]) == 3
+    l2 = os.path.join(sbx.state, "layers", job["layers"][1]["digest"][7:])
+    st = os.lstat(os.path.join(l2, "a", "gone"))  # an overlay whiteout: char device 0/0
+    import stat
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    assert not os.path.exists(os.path.join(l2, "a", ".wh.gone"))
+    assert os.getxattr(os.path.join(l2, "b"), "trusted.overlay.opaque") == b"y"
+    assert open(os.path.join(l2, "b", "new")).read() == "new\n"
+    l3 = os.path.join(sbx.state, "layers", job["layers"][2]["digest"][7:])
+    assert os.readlink(os.path.join(l3, "c", "link")) == "../a/keep"
+    # progress went up layer by layer and ended complete
+    done = [e[1]["bytes_done"] for e in events]
+    assert done == sorted(done)
+    assert events[-1][1]["bytes_done"] == events[-1][1]["bytes_total"]
+
+
+def test_second_pull_of_an_image_sharing_base_layers_fetches_only_the_new_one(
+        make_sandboxd, registries, workdir):
+    reg = registries()
+    base_layers = [[("base", "dir"), ("base/big", os.urandom(1 << 20))],
+                   [("mid", "dir"), ("mid/f", os.urandom(1 << 18))]]
+    lay = Layout(os.path.join(workdir, "share"))
+    d1 = lay.image(base_layers)
+    lay.tag(d1, "one")
+    d2 = lay.image(base_layers + [[("top", "dir"), ("top/new", b"only me\n" * 1000)]])
+    lay.tag(d2, "two")
+    reg.push(lay.path, "one", "share/img:one")
+    reg.push(lay.path, "two", "share/img:two")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    j1, _ = pull(sbx, f"{reg.host}/share/img:one")
+    j2, _ = pull(sbx, f"{reg.host}/share/img:two")
+    assert [layer["cached"] for layer in j2["layers"]] == [True, True, False]
+    new = j2["layers"][2]["size"]
+    # what moved: the new layer, the config and the manifest, nothing of the base
+    assert new <= j2["bytes_fetched"] < new + 4096, j2
+    assert j1["bytes_fetched"] > 1 << 20

@@ -33,6 +33,7 @@
 #include "sandbox/core/sandboxd_int.h"
 #include "sandbox/core/validate.h"
 #include "sandbox/storage/image.h"
+#include "sandbox/storage/layers.h"
 #include "sandbox/storage/registry.h"
 
 #define PULL_TICK_MS 200
@@ -69,11 +70,16 @@ struct sbx_pull_job {
     int nwatches;
     struct proxy_job *job;
     char layout[PATH_MAX];
+    struct sbx_image_rec rec; /* what the install made (installed) */
+    bool installed;
+    _Atomic int64_t unpacking; /* bytes of the current layer's blob unpacked */
 };
 
 struct sbx_pulls {
     struct sbxd *d;
     struct reg_client *reg;
+    struct sbx_layers layers; /* the shared layer store (layers.h) */
+    bool layers_open;
     struct proxy_worker *worker;
     struct sbx_pull_job *jobs; /* newest first */
     char *pulls_dir;
@@ -125,6 +131,7 @@ static json_t *job_json(struct sbx_pull_job *j)
     json_object_set_new(o, "bytes_total", json_integer(total));
     json_object_set_new(o, "bytes_done", json_integer(done));
     json_object_set_new(o, "bytes_fetched", json_integer(atomic_load(&j->p.fetched)));
+    json_object_set_new(o, "bytes_unpacking", json_integer(atomic_load(&j->unpacking)));
     json_object_set_new(o, "created_at", json_integer(j->created_at));
     json_object_set_new(o, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null());
@@ -142,7 +149,8 @@ static json_t *job_json(struct sbx_pull_job *j)
 
 static int64_t progress_sum(struct sbx_pull_job *j)
 {
-    int64_t s = atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched);
+    int64_t s = atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched) +
+                atomic_load(&j->unpacking);
     int n = atomic_load(&j->p.nlayers);
     for (int i = 0; i < n; i++) s += atomic_load(&j->p.layers[i].done);
     return s;
@@ -242,6 +250,7 @@ static void job_free(struct sbx_pull_job *j)
     if (j->tick) event_free(j->tick);
     if (j->layout[0]) sbx_image_remove_tree(j->layout);
     json_decref(j->image);
+    sbx_image_rec_fini(&j->rec);
     free(j);
 }
 
@@ -261,20 +270,44 @@ static void trim(struct sbx_pulls *ps)
     }
 }
 
-/* Worker thread: make the image from the OCI layout at j->layout (layers.h). */
+static void on_unpack(void *arg, const char *digest, int64_t done, int64_t total)
+{
+    (void)digest;
+    (void)total;
+    struct sbx_pull_job *j = arg;
+    atomic_store(&j->unpacking, done);
+}
+
+/* Worker thread: make the image from the OCI layout at j->layout (layers.h): the
+ * layers are verified again as they are unpacked, from the store's hard links. */
 static int install_layout(struct sbx_pull_job *j, struct err *err)
 {
-    (void)j;
-    (void)err;
-    return 0; /* until the layer store's install lands (img-core): the blobs are stored */
+    int dfd = open(j->layout, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dfd < 0) return err_internal(err, "cannot open %s: %s", j->layout, strerror(errno));
+    int rc = sbx_image_install_oci_layout(&j->ps->layers, j->ps->d->image_dir, dfd, j->ref, 0,
+                                          on_unpack, j, &j->rec, err);
+    close(dfd);
+    if (rc < 0) return -1;
+    j->installed = true;
+    free(j->rec.source_type);
+    free(j->rec.source_path);
+    j->rec.source_type = xstrdup("registry");
+    j->rec.source_path = xstrdup(j->ref);
+    return 0;
 }
 
 /* Loop: record the installed image; j->image is what the API shows. */
 static int record(struct sbx_pull_job *j, struct err *err)
 {
     (void)err;
-    j->image = json_pack("{s:s, s:s, s:b}", "digest", j->p.manifest_digest, "ref", j->ref,
-                         "installed", 0);
+    json_t *layers = json_array();
+    for (size_t i = 0; i < j->rec.nlayers; i++)
+        json_array_append_new(layers, json_string(j->rec.layers[i]));
+    json_t *cfg = j->rec.config_json ? json_loads(j->rec.config_json, 0, NULL) : NULL;
+    j->image = json_pack("{s:s, s:s, s:o, s:I, s:o, s:{s:s, s:s}}", "digest", j->rec.digest,
+                         "ref", j->ref, "layers", layers, "size_bytes",
+                         (json_int_t)j->rec.size_bytes, "config", cfg ? cfg : json_null(),
+                         "source", "type", "registry", "ref", j->ref);
     return 0;
 }
 
@@ -471,6 +504,8 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
     ps->reg = reg_client_new(&ro, store, err);
     free(store);
     if (!ps->reg) return -1;
+    if (sbx_layers_open(d->state_dir, &ps->layers, err) < 0) return -1;
+    ps->layers_open = true;
     /* leftovers of interrupted downloads */
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/blobs/tmp", d->state_dir);
@@ -504,6 +539,7 @@ void sbx_pulls_free(struct sbxd *d)
         job_free(j);
     }
     reg_client_free(ps->reg);
+    if (ps->layers_open) sbx_layers_close(&ps->layers);
     free(ps->pulls_dir);
     free(ps);
     d->pulls = NULL;
