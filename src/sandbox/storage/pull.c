@@ -375,7 +375,7 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
     struct err err = ERR_INIT;
     static const char *const known[] = {"type", "ref", NULL};
     const char *ref = NULL;
-    struct reg_ref rr;
+    struct sbx_oci_ref rr;
     if (sbx_json_known(body, known, "an image pull", &err) < 0 ||
         sbx_json_str(body, "ref", REG_REF_MAX, &ref, &err) < 0)
         goto fail;
@@ -384,13 +384,15 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
                                  "\"debian:bookworm\" or \"registry.example:5000/team/name:tag\"");
         goto fail;
     }
-    if (reg_ref_parse(ref, "ref", &rr, &err) < 0) goto fail;
+    if (sbx_oci_ref_parse(ref, &rr, &err) < 0) {
+        snprintf(err.field, sizeof err.field, "ref");
+        goto fail;
+    }
     if (!ps || !ps->reg || ps->closed) {
         err_set(&err, 503, "shutting_down", "", "the daemon is shutting down");
         goto fail;
     }
-    char norm[REG_REF_MAX + 1];
-    reg_ref_format(&rr, norm, sizeof norm);
+    const char *norm = rr.canonical;
     for (struct sbx_pull_job *j = ps->jobs; j; j = j->next) {
         int st = atomic_load(&j->state);
         if ((st == PULL_RUNNING || st == PULL_INSTALLING) && !strcmp(j->ref, norm)) {

@@ -66,146 +66,6 @@ struct reg_client {
     _Atomic int64_t bytes, blob_gets;
 };
 
-/* ------------------------------------------------------------------ references */
-
-bool reg_digest_valid(const char *d)
-{
-    if (!d || strncmp(d, "sha256:", 7) != 0) return false;
-    size_t n = strlen(d + 7);
-    return n == 64 && strspn(d + 7, "0123456789abcdef") == 64;
-}
-
-static bool is_lower_alnum(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-}
-
-/* A repository path: components of [a-z0-9] runs joined by '.', '_', '__' or '-'s. */
-static bool repo_valid(const char *s)
-{
-    if (!*s) return false;
-    for (const char *c = s; *c;) {
-        size_t n = strcspn(c, "/");
-        if (n == 0) return false;
-        if (!is_lower_alnum(c[0]) || !is_lower_alnum(c[n - 1])) return false;
-        for (size_t i = 0; i < n; i++) {
-            char ch = c[i];
-            if (is_lower_alnum(ch)) continue;
-            if (ch != '.' && ch != '_' && ch != '-') return false;
-            if (ch == '.' && (c[i + 1] == '.' || c[i + 1] == '_' || c[i + 1] == '-')) return false;
-        }
-        c += n;
-        if (*c == '/') {
-            c++;
-            if (!*c) return false;
-        }
-    }
-    return true;
-}
-
-static bool host_valid(const char *h)
-{
-    size_t n = strlen(h);
-    if (!n || n > REG_HOST_MAX) return false;
-    const char *colon = strchr(h, ':');
-    size_t hn = colon ? (size_t)(colon - h) : n;
-    if (!hn) return false;
-    for (size_t i = 0; i < hn; i++) {
-        char ch = h[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '-'))
-            return false;
-    }
-    if (h[0] == '-' || h[0] == '.') return false;
-    if (colon) {
-        const char *p = colon + 1;
-        size_t pn = strlen(p);
-        if (!pn || pn > 5 || strspn(p, "0123456789") != pn) return false;
-        long port = strtol(p, NULL, 10);
-        if (port < 1 || port > 65535) return false;
-    }
-    return true;
-}
-
-static bool tag_valid(const char *t)
-{
-    size_t n = strlen(t);
-    if (!n || n > REG_TAG_MAX) return false;
-    if (t[0] == '.' || t[0] == '-') return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = t[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '-'))
-            return false;
-    }
-    return true;
-}
-
-int reg_ref_parse(const char *s, const char *field, struct reg_ref *r, struct err *err)
-{
-    memset(r, 0, sizeof *r);
-    if (!s || !*s) return err_invalid(err, field, "%s must be an image reference (name[:tag])", field);
-    size_t len = strlen(s);
-    if (len > REG_REF_MAX)
-        return err_invalid(err, field, "%s is longer than %d characters", field, REG_REF_MAX);
-    char buf[REG_REF_MAX + 1];
-    memcpy(buf, s, len + 1);
-    char *at = strrchr(buf, '@');
-    if (at) {
-        *at = '\0';
-        if (!reg_digest_valid(at + 1))
-            return err_invalid(err, field,
-                               "%s: the digest after '@' must be sha256: and 64 lowercase hex "
-                               "digits",
-                               field);
-        snprintf(r->digest, sizeof r->digest, "%s", at + 1);
-    }
-    char *name = buf;
-    char *slash = strchr(name, '/');
-    if (slash && (memchr(name, '.', (size_t)(slash - name)) ||
-                  memchr(name, ':', (size_t)(slash - name)) ||
-                  ((size_t)(slash - name) == 9 && !strncmp(name, "localhost", 9)))) {
-        *slash = '\0';
-        if (!host_valid(name))
-            return err_invalid(err, field, "%s: \"%.80s\" is not a registry host[:port]", field,
-                               name);
-        memcpy(r->host, name, strlen(name) + 1); /* host_valid: at most REG_HOST_MAX */
-        name = slash + 1;
-    } else {
-        snprintf(r->host, sizeof r->host, "%s", REG_DOCKER_HUB);
-    }
-    char *lastslash = strrchr(name, '/');
-    char *colon = strrchr(lastslash ? lastslash : name, ':');
-    if (colon) {
-        *colon = '\0';
-        if (!tag_valid(colon + 1))
-            return err_invalid(err, field,
-                               "%s: the tag must be 1-128 of [A-Za-z0-9_.-], not starting with "
-                               "'.' or '-'",
-                               field);
-        memcpy(r->tag, colon + 1, strlen(colon + 1) + 1); /* tag_valid: at most REG_TAG_MAX */
-    }
-    if (!repo_valid(name))
-        return err_invalid(err, field,
-                           "%s: \"%.80s\" is not a repository name (lowercase letters, digits and "
-                           "separators . _ - between path components)",
-                           field, name);
-    bool hub = !strcmp(r->host, REG_DOCKER_HUB);
-    int n = snprintf(r->repo, sizeof r->repo, "%s%s", hub && !strchr(name, '/') ? "library/" : "",
-                     name);
-    if (n < 0 || (size_t)n >= sizeof r->repo)
-        return err_invalid(err, field, "%s: the repository name is too long", field);
-    if (!r->tag[0] && !r->digest[0]) snprintf(r->tag, sizeof r->tag, "latest");
-    return 0;
-}
-
-void reg_ref_format(const struct reg_ref *r, char *out, size_t outsz)
-{
-    int n = snprintf(out, outsz, "%s/%s%s%s%s%s", r->host, r->repo, r->tag[0] ? ":" : "", r->tag,
-                     r->digest[0] ? "@" : "", r->digest);
-    ASSERT(n >= 0 && (size_t)n < outsz); /* callers pass REG_REF_MAX + 1 */
-}
-
 /* ------------------------------------------------------------------ the client */
 
 /* "https://index.docker.io/v1/" -> "docker.io"; "host:port/..." -> "host:port" */
@@ -523,13 +383,13 @@ static void conn_init(struct conn *k, struct reg_client *c, struct reg_pull *p)
     k->h = curl_easy_init();
     ASSERT(k->h);
     setup_handle(k, k->h);
-    const char *host = p->ref.host;
+    const char *host = p->ref.registry;
     bool plain = false;
     for (int i = 0; i < c->nplain; i++)
         if (!strcmp(c->plain[i], host)) plain = true;
     if (!strcmp(host, REG_DOCKER_HUB)) host = "registry-1.docker.io";
     snprintf(k->base, sizeof k->base, "%s://%s", plain ? "http" : "https", host);
-    k->cred = find_cred(c, p->ref.host);
+    k->cred = find_cred(c, p->ref.registry);
 }
 
 static void conn_fini(struct conn *k)
@@ -559,7 +419,7 @@ static const char *status_text(long st)
 static int curl_fail(struct conn *k, CURLcode cc, const struct sink *s, const char *what,
                      struct err *err)
 {
-    const char *host = k->p->ref.host;
+    const char *host = k->p->ref.registry;
     if (atomic_load(&k->p->cancel))
         return err_set(err, 503, "shutting_down", "", "the pull of %s was stopped", what);
     if (s && s->write_errno == ENOSPC)
@@ -599,7 +459,7 @@ static void error_detail(const char *body, size_t len, char *out, size_t outsz)
 static int status_fail(struct conn *k, long st, const char *what, const struct sink *s,
                        struct err *err)
 {
-    const char *host = k->p->ref.host;
+    const char *host = k->p->ref.registry;
     char detail[220];
     error_detail(s ? s->mem : NULL, s ? s->len : 0, detail, sizeof detail);
     if (st == 401 || st == 403)
@@ -649,7 +509,7 @@ static bool chal_param(const char *ch, const char *key, char *out, size_t outsz)
 static int authenticate(struct conn *k, const struct resp *r, const char *what, struct err *err)
 {
     const char *ch = r->www_auth;
-    const char *host = k->p->ref.host;
+    const char *host = k->p->ref.registry;
     if (!strncasecmp(ch, "Basic", 5)) {
         if (!k->cred || k->basic) return status_fail(k, 401, what, NULL, err);
         k->basic = true;
@@ -666,7 +526,7 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
                        "registry %s asked for a token without a usable realm", host);
     chal_param(ch + 7, "service", service, sizeof service);
     if (!chal_param(ch + 7, "scope", scope, sizeof scope))
-        snprintf(scope, sizeof scope, "repository:%s:pull", k->p->ref.repo);
+        snprintf(scope, sizeof scope, "repository:%s:pull", k->p->ref.repository);
     CURL *t = curl_easy_init();
     ASSERT(t);
     setup_handle(k, t);
@@ -886,14 +746,14 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, struct err *err)
     EVP_DigestInit_ex(s.md, EVP_sha256(), NULL);
     atomic_fetch_add(&c->blob_gets, 1);
     char path[REG_REPO_MAX + 128];
-    snprintf(path, sizeof path, "/v2/%s/blobs/%s", k->p->ref.repo, b->digest);
+    snprintf(path, sizeof path, "/v2/%s/blobs/%s", k->p->ref.repository, b->digest);
     struct resp r;
     int rc = get(k, path, NULL, &s, &r, what, err);
     if (rc == 0 && (r.status < 200 || r.status >= 300)) rc = status_fail(k, r.status, what, &s, err);
     int64_t got = b->size - s.limit;
     if (rc == 0 && got != b->size)
         rc = err_set(err, 502, "registry_error", "",
-                     "registry %s sent %lld bytes of %s, its manifest says %lld", k->p->ref.host,
+                     "registry %s sent %lld bytes of %s, its manifest says %lld", k->p->ref.registry,
                      (long long)got, what, (long long)b->size);
     if (rc == 0) {
         unsigned char md[32];
@@ -905,7 +765,7 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, struct err *err)
             rc = err_set(err, 502, "digest_mismatch", "",
                          "registry %s sent %s with the wrong content (its sha256 is %.16s...); "
                          "the registry's storage is corrupt or something altered the transfer",
-                         k->p->ref.host, b->digest, hex);
+                         k->p->ref.registry, b->digest, hex);
     }
     if (rc == 0 && fdatasync(fd) < 0) rc = storage_fail(errno, what, err);
     close(fd);
@@ -930,7 +790,7 @@ static int bad_doc(struct conn *k, struct err *err)
         err->status = 502;
         err->field[0] = '\0';
     }
-    return err_wrap(err, "registry %s", k->p->ref.host);
+    return err_wrap(err, "registry %s", k->p->ref.registry);
 }
 
 static int blob_of(struct conn *k, const struct sbx_oci_desc *d, const char *what, int64_t max,
@@ -939,7 +799,7 @@ static int blob_of(struct conn *k, const struct sbx_oci_desc *d, const char *wha
     if (d->size > max)
         return err_set(err, 502, "invalid_image", "",
                        "registry %s: the manifest gives its %s a size of %lld (at most %lld)",
-                       k->p->ref.host, what, (long long)d->size, (long long)max);
+                       k->p->ref.registry, what, (long long)d->size, (long long)max);
     snprintf(b->digest, sizeof b->digest, "%s", d->digest);
     snprintf(b->media_type, sizeof b->media_type, "%s", d->media_type ? d->media_type : "");
     b->size = d->size;
@@ -952,23 +812,21 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
                           size_t *outlen, char dg[72], char mt[128], struct err *err)
 {
     char path[REG_REPO_MAX + 256];
-    snprintf(path, sizeof path, "/v2/%s/manifests/%s", k->p->ref.repo, ref);
+    snprintf(path, sizeof path, "/v2/%s/manifests/%s", k->p->ref.repository, ref);
     struct sink s = {.k = k, .fd = -1, .max = REG_MANIFEST_MAX};
     struct resp r;
     char what[REG_REF_MAX + 64];
-    snprintf(what, sizeof what, "manifest %s:%s", k->p->ref.repo, ref);
+    snprintf(what, sizeof what, "manifest %s:%s", k->p->ref.repository, ref);
     int rc = get(k, path, accept_manifest, &s, &r, what, err);
     if (rc == 0 && r.status == 404) {
-        char full[REG_REF_MAX + 1];
-        reg_ref_format(&k->p->ref, full, sizeof full);
         rc = err_set(err, 404, "image_not_found", "ref",
-                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.host, full, what);
+                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.registry, k->p->ref.canonical, what);
     } else if (rc == 0 && r.status != 200) {
         rc = status_fail(k, r.status, what, &s, err);
     }
     if (rc == 0 && s.too_big)
         rc = err_set(err, 502, "registry_error", "", "registry %s: %s is over %d bytes",
-                     k->p->ref.host, what, REG_MANIFEST_MAX);
+                     k->p->ref.registry, what, REG_MANIFEST_MAX);
     if (rc < 0) {
         free(s.mem);
         return -1;
@@ -979,7 +837,7 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     if (want && strcmp(dg, want) != 0) {
         free(s.mem);
         return err_set(err, 502, "digest_mismatch", "",
-                       "registry %s sent a manifest for %s whose digest is %s", k->p->ref.host,
+                       "registry %s sent a manifest for %s whose digest is %s", k->p->ref.registry,
                        want, dg);
     }
     snprintf(mt, 128, "%s", r.content_type);
@@ -1002,7 +860,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
                        err) < 0)
         goto out;
     char what[REG_REF_MAX + 32];
-    snprintf(what, sizeof what, "the manifest of %s:%s", p->ref.repo, first);
+    snprintf(what, sizeof what, "the manifest of %s:%s", p->ref.repository, first);
     enum sbx_oci_kind kind = sbx_oci_doc_kind(body, len);
     if (kind == SBX_OCI_INDEX) {
         snprintf(p->index_digest, sizeof p->index_digest, "%s", dg);
@@ -1017,21 +875,21 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
         sbx_oci_index_fini(&ix);
         if (at < 0) {
             snprintf(err->field, sizeof err->field, "ref");
-            err_wrap(err, "registry %s", p->ref.host);
+            err_wrap(err, "registry %s", p->ref.registry);
             goto out;
         }
         if (store_bytes(c, dg, body, len, err) < 0) goto out;
         free(body);
         body = NULL;
         if (fetch_manifest(&k, want, want, &body, &len, dg, mt, err) < 0) goto out;
-        snprintf(what, sizeof what, "the linux/amd64 manifest of %s:%s", p->ref.repo, first);
+        snprintf(what, sizeof what, "the linux/amd64 manifest of %s:%s", p->ref.repository, first);
         kind = sbx_oci_doc_kind(body, len);
     }
     if (kind != SBX_OCI_MANIFEST) {
         err_set(err, 502, "unsupported_media_type", "",
                 "registry %s sent %s of type \"%.100s\"; supported: OCI and Docker v2 image "
                 "manifests and indexes",
-                p->ref.host, what, mt);
+                p->ref.registry, what, mt);
         goto out;
     }
     struct sbx_oci_manifest m;
@@ -1052,7 +910,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     sbx_oci_manifest_fini(&m);
     if (bad) {
         if (!err->msg[0])
-            err_set(err, 502, "invalid_image", "", "registry %s: too many layers", p->ref.host);
+            err_set(err, 502, "invalid_image", "", "registry %s: too many layers", p->ref.registry);
         goto out;
     }
     snprintf(p->manifest_digest, sizeof p->manifest_digest, "%s", dg);
@@ -1125,8 +983,7 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
         if (link_blob(c, p->layers[i].digest, dir, err) < 0) return -1;
     snprintf(sub, sizeof sub, "%s/oci-layout", dir);
     if (write_file(sub, "{\"imageLayoutVersion\":\"1.0.0\"}\n", err) < 0) return -1;
-    char ref[REG_REF_MAX + 1];
-    reg_ref_format(&p->ref, ref, sizeof ref);
+    const char *ref = p->ref.canonical;
     json_t *ann = json_object();
     json_object_set_new(ann, "org.opencontainers.image.ref.name",
                         json_string(p->ref.tag[0] ? p->ref.tag : p->manifest_digest));

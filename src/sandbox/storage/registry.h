@@ -2,11 +2,9 @@
  * registry.h - a client of the OCI distribution API (v2) on libcurl: pulls an
  * image's manifest, config and layers into a shared content-addressed blob store.
  *
- * References (reg_ref_parse): `name`, `name:tag`, `name@sha256:<hex>`,
- * `host[:port]/path/name:tag`; the first component is a registry host when it holds
- * a '.' or a ':' or is `localhost`; otherwise the registry is Docker Hub (`docker.io`,
- * reached at registry-1.docker.io) and a one-component name gets `library/`. No tag and
- * no digest means `:latest`; with a digest, the digest is what is fetched.
+ * References are oci.h's (sbx_oci_ref_parse: `name`, `name:tag`, `name@sha256:<hex>`,
+ * `host[:port]/path/name:tag`, Docker Hub and `library/` by default); Docker Hub is
+ * reached at registry-1.docker.io. With a digest, the digest is what is fetched.
  *
  * A pull (reg_pull_run, blocking: it runs on a worker thread, never on the loop):
  * GET /v2/<name>/manifests/<tag|digest> with Accept for the OCI and Docker v2 manifest
@@ -41,28 +39,14 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "sandbox/storage/oci.h"
 
 #define REG_MANIFEST_MAX (4 << 20)
 #define REG_LAYERS_MAX 128
 #define REG_HOST_MAX 255
 #define REG_REPO_MAX 255
-#define REG_TAG_MAX 128
-#define REG_REF_MAX 720 /* a formatted reference (host/repo:tag@digest fits) */
+#define REG_REF_MAX 739 /* a canonical reference (struct sbx_oci_ref) */
 #define REG_DOCKER_HUB "docker.io"
-
-struct reg_ref {
-    char host[REG_HOST_MAX + 1]; /* "docker.io", "ghcr.io", "127.0.0.1:5000" */
-    char repo[REG_REPO_MAX + 1]; /* "library/debian", "team/name" */
-    char tag[REG_TAG_MAX + 1];   /* "" when only a digest was given */
-    char digest[72];             /* "sha256:<64 hex>" or "" */
-};
-
-/* Parse s into r. 0, or -1 with a 400 validation_error on field. */
-int reg_ref_parse(const char *s, const char *field, struct reg_ref *r, struct err *err);
-/* "host/repo:tag", "host/repo@sha256:...", or both ("host/repo:tag@sha256:...") */
-void reg_ref_format(const struct reg_ref *r, char *out, size_t outsz);
-/* Whether d is "sha256:" and 64 lowercase hex digits. */
-bool reg_digest_valid(const char *d);
 
 struct reg_opts {
     const char *auth_file;               /* docker-style auth.json, or NULL */
@@ -100,7 +84,7 @@ struct reg_blob {
 enum reg_phase { REG_RESOLVING, REG_FETCHING, REG_DONE };
 
 struct reg_pull {
-    struct reg_ref ref;
+    struct sbx_oci_ref ref; /* parsed by sbx_oci_ref_parse (oci.h) */
     /* filled by reg_pull_run */
     char index_digest[72];    /* the index the reference named, or "" */
     char manifest_digest[72]; /* the linux/amd64 image manifest */
