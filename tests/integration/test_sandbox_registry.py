@@ -392,3 +392,27 @@ def test_second_pull_of_an_image_sharing_base_layers_fetches_only_the_new_one(
     # what moved: the new layer, the config and the manifest, nothing of the base
     assert new <= j2["bytes_fetched"] < new + 4096, j2
     assert j1["bytes_fetched"] > 1 << 20
+
+
+def test_full_disk_during_pull_is_507_and_leaves_no_image(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay, _ = simple_layout(os.path.join(workdir, "img"), size=24 << 20)  # incompressible
+    reg.push(lay.path, "v1", "big/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host, "--storage", "copy"])
+    os.makedirs(sbx.state)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", sbx.state],
+                   check=True)
+    try:
+        sbx.start()
+        job, _ = pull(sbx, f"{reg.host}/big/img:v1", expect="error")
+        err = job["error"]
+        assert err["status"] == 507 and err["code"] == "insufficient_storage", err
+        assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
+        assert os.listdir(os.path.join(sbx.state, "pulls")) == []
+        assert sbx.ok("GET", "/v1/images")["images"] == []
+        # the daemon goes on working, and says so
+        assert sbx.request("GET", "/v1/health")[0] == 200
+        sbx.stop()
+    finally:
+        sbx.stop()
+        subprocess.run(["umount", "-l", sbx.state], capture_output=True)
