@@ -416,3 +416,31 @@ def test_full_disk_during_pull_is_507_and_leaves_no_image(make_sandboxd, registr
     finally:
         sbx.stop()
         subprocess.run(["umount", "-l", sbx.state], capture_output=True)
+
+
+def test_cli_image_pull(make_sandboxd, registries, workdir):
+    from conftest import BIN
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=100000)
+    reg.push(lay.path, "v1", "cli/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    url = ["--url", sbx.url]
+    r = subprocess.run([BIN, "sandbox", "image", "pull", f"{reg.host}/cli/img:v1", *url],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == desc["digest"]
+    # not a terminal: plain lines, the last one complete
+    lines = r.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("done:") and "layers 2/2" in lines[-1], r.stderr
+    r = subprocess.run([BIN, "sandbox", "image", "pull", f"{reg.host}/cli/img:v1", "--json",
+                        *url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert job["status"] == "done" and all(layer["cached"] for layer in job["layers"])
+    # failure: the job's error, exit 1
+    r = subprocess.run([BIN, "sandbox", "image", "pull", f"{reg.host}/cli/none:v1", *url],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "no image" in r.stderr and reg.host in r.stderr, r.stderr
+    r = subprocess.run([BIN, "sandbox", "image", "pull", *url], capture_output=True, text=True)
+    assert r.returncode == 2 and "REF" in r.stderr
