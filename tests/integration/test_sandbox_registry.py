@@ -444,3 +444,35 @@ def test_cli_image_pull(make_sandboxd, registries, workdir):
     assert "no image" in r.stderr and reg.host in r.stderr, r.stderr
     r = subprocess.run([BIN, "sandbox", "image", "pull", *url], capture_output=True, text=True)
     assert r.returncode == 2 and "REF" in r.stderr
+
+
+def test_python_client_pull_image(make_sandboxd, registries, workdir):
+    import asyncio
+    from rebuno.sandbox import SandboxApiError, SandboxClient, SyncSandboxClient
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=200000)
+    reg.push(lay.path, "v1", "py/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    seen = []
+    with SyncSandboxClient(sbx.url) as c:
+        img = c.pull_image(f"{reg.host}/py/img:v1", on_progress=seen.append)
+        assert img["digest"] == desc["digest"]
+        assert img["source"] == {"type": "registry", "ref": f"{reg.host}/py/img:v1"}
+        assert seen and seen[-1]["status"] == "done"
+        assert seen[-1]["bytes_done"] == seen[-1]["bytes_total"] > 200000
+        with pytest.raises(SandboxApiError) as ei:
+            c.pull_image(f"{reg.host}/py/missing:v1")
+        assert ei.value.status == 404 and ei.value.code == "image_not_found"
+
+    async def run():
+        calls = []
+
+        async def progress(job):
+            calls.append(job["status"])
+
+        async with SandboxClient(sbx.url) as ac:
+            img = await ac.pull_image(f"{reg.host}/py/img:v1", on_progress=progress)
+        return img, calls
+
+    img, calls = asyncio.run(run())
+    assert img["digest"] == desc["digest"] and calls[-1] == "done"
