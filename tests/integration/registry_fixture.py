@@ -242,7 +242,7 @@ class Registry:
 
 def tar_bytes(entries):
     """entries: list of (name, spec); spec is bytes (a file), "dir", ("link", target),
-    ("hard", target). Deterministic (mtime 0, root-owned)."""
+    ("hard", target), ("exec", bytes) (a 0755 file). Deterministic (mtime 0, root-owned)."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
         for name, spec in entries:
@@ -257,6 +257,10 @@ def tar_bytes(entries):
                 ti.type = tarfile.SYMTYPE
                 ti.linkname = spec[1]
                 t.addfile(ti)
+            elif isinstance(spec, tuple) and spec[0] == "exec":
+                ti.size = len(spec[1])
+                ti.mode = 0o755
+                t.addfile(ti, io.BytesIO(spec[1]))
             elif isinstance(spec, tuple) and spec[0] == "hard":
                 ti.type = tarfile.LNKTYPE
                 ti.linkname = spec[1]

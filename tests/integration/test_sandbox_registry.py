@@ -116,6 +116,11 @@ def simple_layout(d, tag="v1", size=0, layers=None):
     return lay, desc
 
 
+def layer_dir(sbx, digest):
+    """Where sandboxd unpacked a layer: the layer store on its storage (store/layers)."""
+    return os.path.join(sbx.state, "store", "layers", digest[7:])
+
+
 def blob_store(sbx):
     return os.path.join(sbx.state, "blobs", "sha256")
 
@@ -141,11 +146,13 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
     img = job["image"]
     assert img["digest"] == job["manifest_digest"]
     assert img["layers"] == [layer["digest"] for layer in job["layers"]]
-    assert img["source"] == {"type": "registry", "ref": job["ref"]}
+    assert img["source"] == {"type": "registry", "path": job["ref"]}
+    assert job["ref"] in img["references"]
+    assert [i["digest"] for i in sbx.ok("GET", "/v1/images")["images"]] == [img["digest"]]
     # unpacked into the shared layer store, with a skeleton of its own
-    top = os.path.join(sbx.state, "layers", job["layers"][1]["digest"][7:])
+    top = layer_dir(sbx, job["layers"][1]["digest"])
     assert os.path.getsize(os.path.join(top, "app", "data.bin")) == 300000
-    base = os.path.join(sbx.state, "layers", job["layers"][0]["digest"][7:])
+    base = layer_dir(sbx, job["layers"][0]["digest"])
     assert open(os.path.join(base, "bin", "tool")).read() == "#!/bin/sh\necho base\n"
     assert os.path.isdir(os.path.join(sbx.state, "images", img["digest"][7:]))
     # nothing half-made is left: no temp files, no layout of the pull
@@ -357,14 +364,14 @@ def test_pull_multi_layer_with_whiteouts(make_sandboxd, registries, workdir):
     sbx = make_sandboxd(["--registry-http", reg.host]).start()
     job, events = pull(sbx, f"{reg.host}/wh/img:v1")
     assert len(job["layers"]) == 3
-    l2 = os.path.join(sbx.state, "layers", job["layers"][1]["digest"][7:])
+    l2 = layer_dir(sbx, job["layers"][1]["digest"])
     st = os.lstat(os.path.join(l2, "a", "gone"))  # an overlay whiteout: char device 0/0
     import stat
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
     assert not os.path.exists(os.path.join(l2, "a", ".wh.gone"))
     assert os.getxattr(os.path.join(l2, "b"), "trusted.overlay.opaque") == b"y"
     assert open(os.path.join(l2, "b", "new")).read() == "new\n"
-    l3 = os.path.join(sbx.state, "layers", job["layers"][2]["digest"][7:])
+    l3 = layer_dir(sbx, job["layers"][2]["digest"])
     assert os.readlink(os.path.join(l3, "c", "link")) == "../a/keep"
     # progress went up layer by layer and ended complete
     done = [e[1]["bytes_done"] for e in events]
@@ -457,7 +464,7 @@ def test_python_client_pull_image(make_sandboxd, registries, workdir):
     with SyncSandboxClient(sbx.url) as c:
         img = c.pull_image(f"{reg.host}/py/img:v1", on_progress=seen.append)
         assert img["digest"] == desc["digest"]
-        assert img["source"] == {"type": "registry", "ref": f"{reg.host}/py/img:v1"}
+        assert img["source"] == {"type": "registry", "path": f"{reg.host}/py/img:v1"}
         assert seen and seen[-1]["status"] == "done"
         assert seen[-1]["bytes_done"] == seen[-1]["bytes_total"] > 200000
         with pytest.raises(SandboxApiError) as ei:
@@ -476,3 +483,26 @@ def test_python_client_pull_image(make_sandboxd, registries, workdir):
 
     img, calls = asyncio.run(run())
     assert img["digest"] == desc["digest"] and calls[-1] == "done"
+
+
+def test_sandbox_runs_on_a_pulled_image(make_sandboxd, registries, workdir):
+    """End to end: push, pull, create a sandbox from the reference, run the image's own
+    binary (a static busybox), see the image's files and none of the host's /usr."""
+    reg = registries()
+    lay = Layout(os.path.join(workdir, "bb"))
+    bb = open("/bin/busybox", "rb").read()
+    desc = lay.image([
+        [("bin", "dir"), ("bin/busybox", ("exec", bb)), ("bin/sh", ("link", "busybox")),
+         ("etc", "dir"), ("etc/os-release", b"ID=pulled\n")],
+        [("etc", "dir"), ("etc/.wh.os-release", b""), ("etc/motd", b"from layer 2\n")],
+    ], compress=True)
+    lay.tag(desc, "v1")
+    reg.push(lay.path, "v1", "bb/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/bb/img:v1")
+    box = sbx.create("pulled", image=f"{reg.host}/bb/img:v1")
+    assert desc["digest"] in box["image"], box["image"]
+    out = sbx.run("pulled", "/bin/busybox", ["sh", "-c",
+                  "cat /etc/motd; test -e /etc/os-release && echo os; test -e /usr/bin/python3 && echo hostusr; echo end"])
+    assert out["stdout"] == "from layer 2\nend\n", out
+    sbx.ok("DELETE", "/v1/sandboxes/pulled", status=(200, 204))

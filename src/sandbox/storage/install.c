@@ -282,3 +282,214 @@ out:
     sbx_oci_config_fini(&cf);
     return rc;
 }
+
+/* ------------------------------------------------------------------ archives */
+
+/* sha256 and size of the file rel beneath dirfd, and its first bytes. */
+static int hash_file(int dirfd, const char *rel, char hex[65], int64_t *size, unsigned char magic[4])
+{
+    int fd = sbx_safe_open(dirfd, rel, O_RDONLY);
+    if (fd < 0) return fd;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    char *b = xmalloc(1 << 18);
+    int64_t n = 0;
+    int e = 0;
+    memset(magic, 0, 4);
+    for (;;) {
+        ssize_t r = read(fd, b, 1 << 18);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            e = -errno;
+            break;
+        }
+        if (r == 0) break;
+        if (n == 0) memcpy(magic, b, r < 4 ? (size_t)r : 4);
+        EVP_DigestUpdate(md, b, (size_t)r);
+        n += r;
+    }
+    unsigned char h[32];
+    unsigned hl = 0;
+    EVP_DigestFinal_ex(md, h, &hl);
+    EVP_MD_CTX_free(md);
+    free(b);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+    *size = n;
+    /* into the blobs of the layout being made (a hard link: no copy) */
+    int bl = e ? e : sbx_safe_open(dirfd, "blobs/sha256", O_PATH | O_DIRECTORY);
+    if (bl >= 0) {
+        if (linkat(fd, "", bl, hex, AT_EMPTY_PATH) < 0 && errno != EEXIST) e = -errno;
+        close(bl);
+    } else {
+        e = bl;
+    }
+    close(fd);
+    return e;
+}
+
+static json_t *desc_json(const char *mt, const char *hex, int64_t size)
+{
+    char dg[80];
+    snprintf(dg, sizeof dg, "sha256:%s", hex);
+    return json_pack("{s:s,s:s,s:I}", "mediaType", mt, "digest", dg, "size", (json_int_t)size);
+}
+
+static bool tag_matches(json_t *tags, const char *ref)
+{
+    struct sbx_oci_ref want, have;
+    struct err e = ERR_INIT;
+    if (!ref || sbx_oci_ref_parse(ref, &want, &e) < 0) return false;
+    for (size_t i = 0; i < json_array_size(tags); i++) {
+        const char *t = json_string_value(json_array_get(tags, i));
+        if (t && sbx_oci_ref_parse(t, &have, &e) == 0 && !strcmp(have.canonical, want.canonical))
+            return true;
+    }
+    return false;
+}
+
+/* Rewrite the unpacked `docker save` archive in dirfd as an OCI layout. */
+static int docker_to_oci(int dirfd, const char *ref, struct err *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int e = read_small(dirfd, "manifest.json", SBX_OCI_DOC_MAX, &buf, &len);
+    if (e < 0)
+        return err_set(err, 400, "invalid_image", "path",
+                       "not a docker archive: cannot read manifest.json (%s)", strerror(-e));
+    json_t *mj = json_loadb(buf, len, JSON_REJECT_DUPLICATES, NULL);
+    free(buf);
+    int rc = -1;
+    json_t *layers = json_array(), *pick = NULL;
+    if (!json_is_array(mj) || json_array_size(mj) == 0) {
+        err_set(err, 400, "invalid_image", "path", "manifest.json must be a non-empty array");
+        goto out;
+    }
+    for (size_t i = 0; i < json_array_size(mj) && !pick; i++)
+        if (tag_matches(json_object_get(json_array_get(mj, i), "RepoTags"), ref))
+            pick = json_array_get(mj, i);
+    if (!pick) pick = json_array_get(mj, 0);
+    const char *cfg = json_string_value(json_object_get(pick, "Config"));
+    json_t *ls = json_object_get(pick, "Layers");
+    if (!cfg || !json_is_array(ls) || json_array_size(ls) > SBX_OCI_LAYERS_MAX) {
+        err_set(err, 400, "invalid_image", "path",
+                "manifest.json: an entry needs Config and at most %d Layers", SBX_OCI_LAYERS_MAX);
+        goto out;
+    }
+    int bfd = sbx_safe_mkdir(dirfd, "blobs", 0755, (uid_t)-1, (gid_t)-1, NULL);
+    if (bfd >= 0) close(bfd);
+    bfd = bfd < 0 ? bfd : sbx_safe_mkdir(dirfd, "blobs/sha256", 0755, (uid_t)-1, (gid_t)-1, NULL);
+    if (bfd < 0) {
+        err_set(err, 400, "invalid_image", "path", "cannot make blobs/sha256: %s",
+                strerror(-bfd));
+        goto out;
+    }
+    close(bfd);
+    char hex[65];
+    int64_t size;
+    unsigned char mg[4];
+    if ((e = hash_file(dirfd, cfg, hex, &size, mg)) < 0) {
+        err_set(err, 400, "invalid_image", "path", "config %.200s: %s", cfg,
+                e == -ELOOP ? "a symlink (not supported)" : strerror(-e));
+        goto out;
+    }
+    json_t *cdesc = desc_json(SBX_MT_OCI_CONFIG, hex, size);
+    for (size_t i = 0; i < json_array_size(ls); i++) {
+        const char *lp = json_string_value(json_array_get(ls, i));
+        if (!lp || (e = hash_file(dirfd, lp, hex, &size, mg)) < 0) {
+            json_decref(cdesc);
+            err_set(err, 400, "invalid_image", "path", "layer %.200s: %s", lp ? lp : "?",
+                    !lp ? "not a string" : e == -ELOOP ? "a symlink (not supported)"
+                                                       : strerror(-e));
+            goto out;
+        }
+        const char *mt = mg[0] == 0x1f && mg[1] == 0x8b ? SBX_MT_OCI_LAYER_GZIP
+                         : mg[0] == 0x28 && mg[1] == 0xb5 && mg[2] == 0x2f && mg[3] == 0xfd
+                             ? SBX_MT_OCI_LAYER_ZSTD
+                             : SBX_MT_OCI_LAYER;
+        json_array_append_new(layers, desc_json(mt, hex, size));
+    }
+    json_t *man = json_pack("{s:i,s:s,s:o,s:O}", "schemaVersion", 2, "mediaType",
+                            SBX_MT_OCI_MANIFEST, "config", cdesc, "layers", layers);
+    char *mtext = json_dumps(man, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(man);
+    char mhex[65];
+    sha256_hex(mtext, strlen(mtext), mhex);
+    int blobs = sbx_safe_open(dirfd, "blobs/sha256", O_PATH | O_DIRECTORY);
+    e = blobs < 0 ? blobs
+                  : sbx_safe_replace(blobs, mhex, mtext, strlen(mtext), 0644, (uid_t)-1, (gid_t)-1,
+                                     false);
+    if (blobs >= 0) close(blobs);
+    json_t *ix = json_pack("{s:i,s:[o]}", "schemaVersion", 2, "manifests",
+                           desc_json(SBX_MT_OCI_MANIFEST, mhex, (int64_t)strlen(mtext)));
+    free(mtext);
+    char *itext = json_dumps(ix, JSON_COMPACT);
+    json_decref(ix);
+    static const char layout[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
+    if (!e) e = sbx_safe_replace(dirfd, "index.json", itext, strlen(itext), 0644, (uid_t)-1,
+                                 (gid_t)-1, false);
+    if (!e) e = sbx_safe_replace(dirfd, "oci-layout", layout, strlen(layout), 0644, (uid_t)-1,
+                                 (gid_t)-1, false);
+    free(itext);
+    if (e < 0) {
+        err_internal(err, "cannot write the image layout: %s", strerror(-e));
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(layers);
+    json_decref(mj);
+    return rc;
+}
+
+int sbx_image_import(const struct sbx_layers *ls, const char *images_dir, const char *type,
+                     const char *path, const char *work, const char *ref, uint64_t max_bytes,
+                     struct sbx_image_rec *rec, struct err *err)
+{
+    memset(rec, 0, sizeof *rec);
+    bool docker = !strcmp(type, "docker-archive");
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return err_invalid(err, "path", "cannot use %s: %s", path, strerror(errno));
+    int rc = -1, dfd = -1;
+    if (!docker && S_ISDIR(st.st_mode)) {
+        dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0) return err_invalid(err, "path", "cannot open %s: %s", path, strerror(errno));
+        rc = sbx_image_install_oci_layout(ls, images_dir, dfd, ref, max_bytes, NULL, NULL, rec,
+                                          err);
+        close(dfd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode))
+        return err_invalid(err, "path", "%s is not a %s", path,
+                           docker ? "file (a docker save archive)"
+                                  : "directory or tar file (an OCI image layout)");
+    int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0) return err_invalid(err, "path", "cannot read %s: %s", path, strerror(errno));
+    if (mkdir(work, 0700) < 0) {
+        close(in);
+        return err_internal(err, "cannot create %s: %s", work, strerror(errno));
+    }
+    dfd = open(work, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        err_internal(err, "cannot open %s: %s", work, strerror(errno));
+        goto out;
+    }
+    if (sbx_archive_unpack(dfd, in, max_bytes, docker ? "the docker archive" : "the OCI layout tar",
+                           err) < 0)
+        goto out;
+    struct stat ls_st;
+    bool is_layout = fstatat(dfd, "oci-layout", &ls_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                     fstatat(dfd, "index.json", &ls_st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (docker && !is_layout && docker_to_oci(dfd, ref, err) < 0) goto out;
+    rc = sbx_image_install_oci_layout(ls, images_dir, dfd, ref, max_bytes, NULL, NULL, rec, err);
+out:
+    if (dfd >= 0) close(dfd);
+    close(in);
+    sbx_image_remove_tree(work);
+    return rc;
+}

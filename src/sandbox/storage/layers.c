@@ -64,6 +64,7 @@ fail:
 
 void sbx_layers_close(struct sbx_layers *ls)
 {
+    if (!ls->dir) return; /* never opened */
     if (ls->dfd >= 0) close(ls->dfd);
     free(ls->dir);
     ls->dir = NULL;
@@ -395,12 +396,67 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e)
     }
 }
 
-static int fail_sys(struct err *err, int e, const char *digest)
+static int fail_sys(struct err *err, int e, const char *label)
 {
     if (e == -ENOSPC || e == -EDQUOT)
-        return err_set(err, 507, "insufficient_storage", "",
-                       "no space left for layer %s; free space or delete images", digest);
-    return err_internal(err, "cannot unpack layer %s: %s", digest, strerror(-e));
+        return err_set(err, 507, "no_space", "",
+                       "no space left for %s; free space or delete images", label);
+    return err_internal(err, "cannot unpack %s: %s", label, strerror(-e));
+}
+
+/* Read the archive from r into u->root: 0, or -1 with err (label names it). */
+static int unpack_stream(struct unpack *u, struct reader *r, const char *label, struct err *err)
+{
+    struct archive *a = archive_read_new();
+    archive_read_support_filter_gzip(a);
+    archive_read_support_filter_zstd(a);
+    archive_read_support_format_tar(a);
+    archive_read_support_format_gnutar(a);
+    int rc = -1;
+    if (archive_read_open(a, r, NULL, rd, NULL) != ARCHIVE_OK) {
+        if (r->error) fail_sys(err, -r->error, label);
+        else if (r->done == 0) rc = 0; /* an empty blob: an empty layer */
+        else
+            err_set(err, 400, "invalid_image", "", "%s is not a tar archive (%s)", label,
+                    archive_error_string(a) ? archive_error_string(a) : "?");
+        goto out;
+    }
+    struct archive_entry *e;
+    int ar;
+    while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK || ar == ARCHIVE_WARN) {
+        if (entry(u, a, e) < 0) {
+            if (u->why[0]) err_set(err, 400, "invalid_image", "", "%s: %s", label, u->why);
+            else fail_sys(err, u->sys, label);
+            goto out;
+        }
+    }
+    if (ar != ARCHIVE_EOF) {
+        if (r->error) fail_sys(err, -r->error, label);
+        else
+            err_set(err, 400, "invalid_image", "", "%s is damaged: %s", label,
+                    archive_error_string(a) ? archive_error_string(a) : "?");
+        goto out;
+    }
+    rc = 0;
+out:
+    archive_read_free(a);
+    if (rc == 0 && drain(r) < 0) rc = fail_sys(err, -r->error, label);
+    return rc;
+}
+
+int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label, struct err *err)
+{
+    struct unpack u = {.root = dirfd, .pfd = -1, .max_bytes = max_bytes};
+    struct reader r = {.fd = fd, .total = -1, .digest = label};
+    r.md = EVP_MD_CTX_new();
+    r.buf = xmalloc(BLOCK);
+    int rc = r.md && EVP_DigestInit_ex(r.md, EVP_sha256(), NULL)
+                 ? unpack_stream(&u, &r, label, err)
+                 : err_internal(err, "sha256 unavailable");
+    if (u.pfd >= 0) close(u.pfd);
+    EVP_MD_CTX_free(r.md);
+    free(r.buf);
+    return rc;
 }
 
 int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *media_type,
@@ -423,18 +479,18 @@ int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *med
         return 0;
     }
     static atomic_uint seq;
-    char tmp[128];
+    char tmp[128], label[100];
     snprintf(tmp, sizeof tmp, ".tmp-%.64s-%d-%u", digest + 7, (int)getpid(),
              atomic_fetch_add(&seq, 1));
-    if (mkdirat(ls->dfd, tmp, 0755) < 0) return fail_sys(err, -errno, digest);
+    snprintf(label, sizeof label, "layer %s", digest);
+    if (mkdirat(ls->dfd, tmp, 0755) < 0) return fail_sys(err, -errno, label);
     struct unpack u = {.root = -1, .pfd = -1, .max_bytes = max_bytes};
     u.root = sbx_safe_open(ls->dfd, tmp, O_RDONLY | O_DIRECTORY);
     struct reader r = {.fd = fd, .total = size, .digest = digest, .progress = progress,
                        .parg = parg};
-    struct archive *a = NULL;
     int rc = -1;
     if (u.root < 0) {
-        fail_sys(err, u.root, digest);
+        fail_sys(err, u.root, label);
         goto out;
     }
     fchmod(u.root, 0755);
@@ -444,41 +500,7 @@ int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *med
         err_internal(err, "sha256 unavailable");
         goto out;
     }
-    a = archive_read_new();
-    archive_read_support_filter_gzip(a);
-    archive_read_support_filter_zstd(a);
-    archive_read_support_format_tar(a);
-    archive_read_support_format_gnutar(a);
-    if (archive_read_open(a, &r, NULL, rd, NULL) != ARCHIVE_OK) {
-        if (r.error) fail_sys(err, -r.error, digest);
-        else if (r.done == 0) { /* an empty blob: an empty layer, if the digest says so */
-            goto verify;
-        } else
-            err_set(err, 400, "invalid_image", "", "layer %s is not a tar archive (%s)", digest,
-                    archive_error_string(a) ? archive_error_string(a) : "?");
-        goto out;
-    }
-    struct archive_entry *e;
-    int ar;
-    while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK || ar == ARCHIVE_WARN) {
-        if (entry(&u, a, e) < 0) {
-            if (u.why[0]) err_set(err, 400, "invalid_image", "", "layer %s: %s", digest, u.why);
-            else fail_sys(err, u.sys, digest);
-            goto out;
-        }
-    }
-    if (ar != ARCHIVE_EOF) {
-        if (r.error) fail_sys(err, -r.error, digest);
-        else
-            err_set(err, 400, "invalid_image", "", "layer %s is damaged: %s", digest,
-                    archive_error_string(a) ? archive_error_string(a) : "?");
-        goto out;
-    }
-verify:
-    if (drain(&r) < 0) {
-        fail_sys(err, -r.error, digest);
-        goto out;
-    }
+    if (unpack_stream(&u, &r, label, err) < 0) goto out;
     unsigned char md[32];
     unsigned mdlen = 0;
     char hex[65];
@@ -496,12 +518,12 @@ verify:
         goto out;
     }
     if (syncfs(u.root) < 0) {
-        fail_sys(err, -errno, digest);
+        fail_sys(err, -errno, label);
         goto out;
     }
     if (renameat(ls->dfd, tmp, ls->dfd, digest + 7) < 0) {
         if (errno != EEXIST && errno != ENOTEMPTY) {
-            fail_sys(err, -errno, digest);
+            fail_sys(err, -errno, label);
             goto out;
         }
         info->existed = true; /* a concurrent unpack won: its copy is as good */
@@ -513,7 +535,6 @@ verify:
     if (progress) progress(parg, digest, r.done, size >= 0 ? size : r.done);
     rc = 0;
 out:
-    if (a) archive_read_free(a);
     if (u.pfd >= 0) close(u.pfd);
     if (u.root >= 0) close(u.root);
     EVP_MD_CTX_free(r.md);

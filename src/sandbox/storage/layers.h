@@ -2,8 +2,10 @@
  * layers.h - the content-addressed layer store, and installing an image from an OCI
  * image layout.
  *
- * A layer is one image layer's tar, unpacked once into <state>/layers/<sha256 hex>/
- * where the hex is the digest of the blob as delivered (compressed or not). Unpacked
+ * A layer is one image layer's tar, unpacked once into <layers>/<sha256 hex>/, the hex
+ * being the digest of the blob as delivered (compressed or not). sandboxd's <layers> is
+ * <state>/store/layers: in the sandbox store, so images and sandboxes share one space
+ * (and one 507), on btrfs when the store is. Unpacked
  * layers are read-only lower directories of sessions' overlays, shared by every image
  * that has them: a layer present is never unpacked (or downloaded) again.
  *
@@ -41,8 +43,8 @@ struct sbx_layers {
     int dfd;   /* O_PATH descriptor of it */
 };
 
-/* Open (making it) <state_dir>/layers; sweep leftovers of interrupted unpacks. */
-int sbx_layers_open(const char *state_dir, struct sbx_layers *ls, struct err *err);
+/* Open (making it) <parent>/layers; sweep leftovers of interrupted unpacks. */
+int sbx_layers_open(const char *parent, struct sbx_layers *ls, struct err *err);
 void sbx_layers_close(struct sbx_layers *ls);
 
 /* Whether the layer "sha256:<hex>" is unpacked in the store. */
@@ -61,14 +63,20 @@ struct sbx_layer_info {
  * Unpack the blob readable from fd (read to its end; not closed) as the layer
  * `digest`, media_type one of the layer types (oci.h; NULL: detect the compression).
  * size: the descriptor's size, -1 when unknown (checked when known). max_bytes: 0, or
- * the most bytes of files the layer may unpack to (beyond: 507 "insufficient_storage").
+ * the most bytes of files the layer may unpack to (beyond: 507 "no_space").
  * A layer already present returns at once (info->existed). A digest mismatch is 400
- * "digest_mismatch"; a full disk 507 "insufficient_storage"; both leave nothing.
+ * "digest_mismatch"; a full disk 507 "no_space"; both leave nothing.
  */
 int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *media_type,
                             const char *digest, int64_t size, uint64_t max_bytes,
                             sbx_layer_progress_fn progress, void *parg,
                             struct sbx_layer_info *info, struct err *err);
+
+/* Unpack the tar (plain, gzip or zstd) readable from fd into the directory dirfd, with
+ * the checks of a layer (an outer archive: `docker save`, an OCI layout as a tar).
+ * label names it in errors. */
+int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label,
+                       struct err *err);
 
 /* Remove the layer (a missing one is fine). The caller knows nothing uses it. */
 int sbx_layer_remove(const struct sbx_layers *ls, const char *digest);
@@ -105,5 +113,16 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
                                  const char *ref, uint64_t max_bytes,
                                  sbx_layer_progress_fn progress, void *parg,
                                  struct sbx_image_rec *rec, struct err *err);
+
+/*
+ * Install from a local source: type "oci-layout" (path: a layout directory, or a tar of
+ * one) or "docker-archive" (a `docker save` tar, legacy or OCI form: rewritten as an OCI
+ * layout whose blobs are the archive's own files). work: a path that does not exist yet,
+ * where an archive is unpacked (removed afterwards). ref: as for
+ * sbx_image_install_oci_layout (for a docker archive, also which RepoTags entry).
+ */
+int sbx_image_import(const struct sbx_layers *ls, const char *images_dir, const char *type,
+                     const char *path, const char *work, const char *ref, uint64_t max_bytes,
+                     struct sbx_image_rec *rec, struct err *err);
 
 #endif

@@ -78,8 +78,6 @@ struct sbx_pull_job {
 struct sbx_pulls {
     struct sbxd *d;
     struct reg_client *reg;
-    struct sbx_layers layers; /* the shared layer store (layers.h) */
-    bool layers_open;
     struct proxy_worker *worker;
     struct sbx_pull_job *jobs; /* newest first */
     char *pulls_dir;
@@ -284,7 +282,7 @@ static int install_layout(struct sbx_pull_job *j, struct err *err)
 {
     int dfd = open(j->layout, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (dfd < 0) return err_internal(err, "cannot open %s: %s", j->layout, strerror(errno));
-    int rc = sbx_image_install_oci_layout(&j->ps->layers, j->ps->d->image_dir, dfd, j->ref, 0,
+    int rc = sbx_image_install_oci_layout(&j->ps->d->layers, j->ps->d->image_dir, dfd, j->ref, 0,
                                           on_unpack, j, &j->rec, err);
     close(dfd);
     if (rc < 0) return -1;
@@ -296,19 +294,11 @@ static int install_layout(struct sbx_pull_job *j, struct err *err)
     return 0;
 }
 
-/* Loop: record the installed image; j->image is what the API shows. */
+/* Loop: record the installed image (images.c); j->image is what the API shows. */
 static int record(struct sbx_pull_job *j, struct err *err)
 {
-    (void)err;
-    json_t *layers = json_array();
-    for (size_t i = 0; i < j->rec.nlayers; i++)
-        json_array_append_new(layers, json_string(j->rec.layers[i]));
-    json_t *cfg = j->rec.config_json ? json_loads(j->rec.config_json, 0, NULL) : NULL;
-    j->image = json_pack("{s:s, s:s, s:o, s:I, s:o, s:{s:s, s:s}}", "digest", j->rec.digest,
-                         "ref", j->ref, "layers", layers, "size_bytes",
-                         (json_int_t)j->rec.size_bytes, "config", cfg ? cfg : json_null(),
-                         "source", "type", "registry", "ref", j->ref);
-    return 0;
+    bool created;
+    return sbx_images_commit(j->ps->d, &j->rec, &j->image, &created, err);
 }
 
 /* Worker thread: download, lay out, install. Files only. */
@@ -329,6 +319,7 @@ static void finish(struct sbx_pull_job *j)
     struct sbx_pulls *ps = j->ps;
     j->job = NULL;
     j->finished_at = clock_now_ms();
+    sbx_images_busy(ps->d, -1); /* garbage collection may run again */
     if (j->tick) {
         event_free(j->tick);
         j->tick = NULL;
@@ -416,6 +407,7 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
     event_add(j->tick, &tv);
     j->next = ps->jobs;
     ps->jobs = j;
+    sbx_images_busy(d, +1); /* its layers have no row until it ends */
     log_info("image pull started", "job=%s ref=%s req=%s", j->id, j->ref, http_req_id(r));
     j->job = proxy_worker_submit(ps->worker, pull_work, pull_done, pull_drop, j);
     http_reply_json(r, 202, job_json(j));
@@ -506,8 +498,6 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
     ps->reg = reg_client_new(&ro, store, err);
     free(store);
     if (!ps->reg) return -1;
-    if (sbx_layers_open(d->state_dir, &ps->layers, err) < 0) return -1;
-    ps->layers_open = true;
     /* leftovers of interrupted downloads */
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/blobs/tmp", d->state_dir);
@@ -541,7 +531,6 @@ void sbx_pulls_free(struct sbxd *d)
         job_free(j);
     }
     reg_client_free(ps->reg);
-    if (ps->layers_open) sbx_layers_close(&ps->layers);
     free(ps->pulls_dir);
     free(ps);
     d->pulls = NULL;

@@ -226,14 +226,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static json_t *snap_json(const struct sbx_snap *n)
+static json_t *snap_json(struct sbxd *d, const struct sbx_snap *n)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(n->id));
     json_object_set_new(o, "sandbox_id", json_string(n->sandbox_id));
     json_object_set_new(o, "sandbox_name", json_string(n->sandbox_name));
-    char iname[80];
-    sbx_image_name(n->image, iname, sizeof iname);
+    char iname[900];
+    sbx_image_name(d, n->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
     json_object_set_new(o, "status", json_string("created"));
     json_object_set_new(o, "created_at", iso(n->created_at));
@@ -663,7 +663,7 @@ static void h_snap_create(struct http_req *r, void *arg)
     http_add_header(r, "X-Rebuno-Snapshot-Ms", v);
     snprintf(v, sizeof v, "%.3f", frozen / 1000.0);
     http_add_header(r, "X-Rebuno-Frozen-Ms", v);
-    http_reply_json(r, 201, snap_json(n));
+    http_reply_json(r, 201, snap_json(d, n));
 }
 
 static void h_snap_list(struct http_req *r, void *arg)
@@ -699,7 +699,7 @@ static void h_snap_list(struct http_req *r, void *arg)
             next = n->prev ? n->prev->id : NULL;
             break;
         }
-        json_array_append_new(arr, snap_json(n));
+        json_array_append_new(arr, snap_json(d, n));
     }
     json_t *o = json_object();
     json_object_set_new(o, "snapshots", arr);
@@ -719,7 +719,7 @@ static struct sbx_snap *get_snap(struct sbxd *d, struct http_req *r)
 static void h_snap_get(struct http_req *r, void *arg)
 {
     struct sbx_snap *n = get_snap(arg, r);
-    if (n) http_reply_json(r, 200, snap_json(n));
+    if (n) http_reply_json(r, 200, snap_json(arg, n));
 }
 
 static void h_snap_delete(struct http_req *r, void *arg)

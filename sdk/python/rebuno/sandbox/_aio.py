@@ -2756,7 +2756,8 @@ class SandboxClient:
                          on_progress: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
         """Pull ``ref`` (``name[:tag]``, ``name@sha256:...``, ``host[:port]/path/name:tag``)
         from its OCI registry into sandboxd and return the image (``{"digest", "ref",
-        "layers", "size_bytes", "config", "source"}``) once it is installed. The daemon
+        "reference", "references", "layers", "size_bytes", "config", "source"}``) once it is
+        installed (then ``create_sandbox(image=ref)``). The daemon
         downloads it (credentials are the daemon's ``--registry-auth``, never sent from
         here); ``on_progress(job)`` (sync or async) gets the job object of each progress
         event: ``status``, ``layers`` (``digest``, ``size``, ``done``, ``cached``),
