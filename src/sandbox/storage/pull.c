@@ -72,6 +72,7 @@ struct sbx_pull_job {
     char layout[PATH_MAX];
     struct sbx_image_rec rec; /* what the install made (installed) */
     bool installed;
+    int64_t install_ms; /* written by the worker before done() */
     _Atomic int64_t unpacking; /* bytes of the current layer's blob unpacked */
 };
 
@@ -131,6 +132,11 @@ static json_t *job_json(struct sbx_pull_job *j)
     json_object_set_new(o, "bytes_fetched", json_integer(atomic_load(&j->p.fetched)));
     json_object_set_new(o, "bytes_unpacking", json_integer(atomic_load(&j->unpacking)));
     json_object_set_new(o, "created_at", json_integer(j->created_at));
+    bool over = st == PULL_DONE || st == PULL_FAILED; /* the worker's fields are final */
+    json_object_set_new(o, "download_ms", over && j->p.download_ms ? json_integer(j->p.download_ms)
+                                                                   : json_null());
+    json_object_set_new(o, "install_ms", over && j->installed ? json_integer(j->install_ms)
+                                                              : json_null());
     json_object_set_new(o, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null());
     json_object_set_new(o, "image", j->image ? json_incref(j->image) : json_null());
@@ -311,7 +317,9 @@ static void pull_work(void *arg)
     j->rc = reg_layout_write(ps->reg, &j->p, j->layout, &j->err);
     if (j->rc < 0) return;
     atomic_store(&j->state, PULL_INSTALLING);
+    int64_t t0 = clock_mono_ms();
     j->rc = install_layout(j, &j->err);
+    j->install_ms = clock_mono_ms() - t0;
 }
 
 static void finish(struct sbx_pull_job *j)

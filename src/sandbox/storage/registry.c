@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "sandbox/storage/oci.h"
 
@@ -851,6 +852,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     struct conn k;
     conn_init(&k, c, p);
     atomic_store(&p->phase, REG_RESOLVING);
+    int64_t t0 = clock_mono_ms();
     char *body = NULL;
     size_t len = 0;
     char dg[72], mt[128];
@@ -922,6 +924,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
         if (blob_fetch(&k, &p->layers[i], err) < 0) goto out;
     if (store_bytes(c, dg, body, len, err) < 0) goto out; /* last: the image is complete */
     atomic_store(&p->phase, REG_DONE);
+    p->download_ms = clock_mono_ms() - t0;
     rc = 0;
 out:
     free(body);

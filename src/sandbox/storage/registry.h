@@ -96,6 +96,7 @@ struct reg_pull {
     _Atomic int phase;         /* enum reg_phase */
     _Atomic int64_t fetched;   /* bytes this pull downloaded itself */
     _Atomic bool cancel;       /* set by the loop: stop at the next chunk */
+    int64_t download_ms;       /* how long reg_pull_run took (when it succeeded) */
 };
 
 /* Run a whole pull (blocking; a worker thread). 0, or -1 with err. */
