@@ -506,3 +506,36 @@ def test_sandbox_runs_on_a_pulled_image(make_sandboxd, registries, workdir):
                   "cat /etc/motd; test -e /etc/os-release && echo os; test -e /usr/bin/python3 && echo hostusr; echo end"])
     assert out["stdout"] == "from layer 2\nend\n", out
     sbx.ok("DELETE", "/v1/sandboxes/pulled", status=(200, 204))
+
+
+def test_rebuno_dev_passes_the_registry_settings(make_kernel, registries, workdir):
+    """sandbox_registry_http / _auth / _ca are `rebuno dev` settings for its sandboxd."""
+    import time
+    from conftest import free_port
+    reg = registries(token=True)
+    ts = reg.token
+    lay, desc = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "dev/img:v1", creds=f"{ts.user}:{ts.password}")
+    auth = write_auth(workdir, reg.host, ts.user, ts.password)
+    port = free_port()
+    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{port}",
+                          "--sandbox-registry-http", reg.host,
+                          "--sandbox-registry-auth", auth]).start()
+
+    class Dev:  # enough of Sandboxd for pull()
+        pass
+    dev = Dev()
+    dev.port = port
+    from conftest import Sandboxd
+    dev.request = lambda *a, **kw: Sandboxd.request(dev, *a, **kw)
+    end = time.time() + 20
+    while True:
+        try:
+            if dev.request("GET", "/v1/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        assert time.time() < end, k.read_log()
+        time.sleep(0.05)
+    job, _ = pull(dev, f"{reg.host}/dev/img:v1")
+    assert job["image"]["digest"] == desc["digest"]
