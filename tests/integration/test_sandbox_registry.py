@@ -539,3 +539,45 @@ def test_rebuno_dev_passes_the_registry_settings(make_kernel, registries, workdi
         time.sleep(0.05)
     job, _ = pull(dev, f"{reg.host}/dev/img:v1")
     assert job["image"]["digest"] == desc["digest"]
+
+
+@pytest.mark.parametrize("evil", ["dotdot", "absolute", "device", "hardlink_out"])
+def test_pull_refuses_hostile_layers(make_sandboxd, registries, workdir, evil):
+    import io
+    import tarfile
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as t:
+        ti = tarfile.TarInfo("ok")
+        ti.size = 2
+        t.addfile(ti, io.BytesIO(b"ok"))
+        if evil == "dotdot":
+            ti = tarfile.TarInfo("a/../../escape")
+            ti.size = 1
+            t.addfile(ti, io.BytesIO(b"x"))
+        elif evil == "absolute":
+            ti = tarfile.TarInfo("/etc/evil")
+            ti.size = 1
+            t.addfile(ti, io.BytesIO(b"x"))
+        elif evil == "device":
+            ti = tarfile.TarInfo("dev-sda")
+            ti.type = tarfile.BLKTYPE
+            ti.devmajor, ti.devminor = 8, 0
+            t.addfile(ti)
+        else:
+            ti = tarfile.TarInfo("link")
+            ti.type = tarfile.LNKTYPE
+            ti.linkname = "../../etc/shadow"
+            t.addfile(ti)
+    reg = registries()
+    lay = Layout(os.path.join(workdir, evil))
+    lay.tag(lay.image([out.getvalue()]), "v1")
+    reg.push(lay.path, "v1", f"evil/{evil.replace('_', '-')}:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/evil/{evil.replace('_', '-')}:v1", expect="error")
+    err = job["error"]
+    assert err["code"] == "invalid_image" and err["status"] == 502, err
+    assert reg.host in err["message"]
+    assert sbx.ok("GET", "/v1/images")["images"] == []
+    assert not os.path.exists(os.path.join(workdir, "escape"))
+    store = os.path.join(sbx.state, "store", "layers")
+    assert [n for n in os.listdir(store) if not n.startswith(".")] == []

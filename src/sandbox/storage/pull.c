@@ -291,7 +291,13 @@ static int install_layout(struct sbx_pull_job *j, struct err *err)
     int rc = sbx_image_install_oci_layout(&j->ps->d->layers, j->ps->d->image_dir, dfd, j->ref, 0,
                                           on_unpack, j, &j->rec, err);
     close(dfd);
-    if (rc < 0) return -1;
+    if (rc < 0) {
+        if (err->status == 400) { /* the registry's image is at fault, not the request */
+            err->status = 502;
+            err->field[0] = '\0';
+        }
+        return err_wrap(err, "the image from registry %s is refused", j->p.ref.registry);
+    }
     j->installed = true;
     free(j->rec.source_type);
     free(j->rec.source_path);

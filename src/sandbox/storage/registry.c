@@ -432,7 +432,9 @@ static int curl_fail(struct conn *k, CURLcode cc, const struct sink *s, const ch
                        strerror(s->write_errno));
     if (s && s->too_big)
         return err_set(err, 502, "registry_error", "",
-                       "registry %s sent more bytes for %s than its manifest declares", host, what);
+                       "registry %s sent more bytes for %s than its manifest declares (or than "
+                       "the %d-byte limit of a manifest)",
+                       host, what, REG_MANIFEST_MAX);
     if (cc == CURLE_OPERATION_TIMEDOUT)
         return err_set(err, 504, "registry_timeout", "",
                        "registry %s stalled while sending %s (under 1 KiB/s for %d s)", host, what,
@@ -519,7 +521,13 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         curl_easy_setopt(k->h, CURLOPT_PASSWORD, k->cred->pass);
         return 0;
     }
-    if (strncasecmp(ch, "Bearer ", 7) != 0 || k->token) return status_fail(k, 401, what, NULL, err);
+    if (strncasecmp(ch, "Bearer ", 7) != 0) return status_fail(k, 401, what, NULL, err);
+    if (k->token) { /* expired during a long pull, or another scope: get a new one (once per
+                     * request, see get()) */
+        explicit_bzero(k->token, strlen(k->token));
+        free(k->token);
+        k->token = NULL;
+    }
     char realm[1024], service[256] = "", scope[600] = "";
     if (!chal_param(ch + 7, "realm", realm, sizeof realm) ||
         (strncmp(realm, "https://", 8) != 0 && strncmp(realm, "http://", 7) != 0))
