@@ -286,14 +286,26 @@ def test_pull_stalling_registry_times_out(make_sandboxd, fakes, workdir):
                            "mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "config": cfg, "layers": [layer]}).encode()
     fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
-    sbx = make_sandboxd(["--registry-http", fake.host, "--registry-stall-timeout", "2"]).start()
-    job, _ = pull(sbx, f"{fake.host}/slow/img:v1", expect="error")
+    sbx = make_sandboxd(["--registry-http", fake.host, "--registry-stall-timeout", "5"]).start()
+    st, job = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/slow/img:v1"})
+    assert st == 202
+    # while the registry stalls, the daemon serves other requests (the pull is on a worker)
+    import time
+    end = time.time() + 10
+    while sbx.ok("GET", f"/v1/images/jobs/{job['id']}")["status"] != "downloading":
+        assert time.time() < end
+        time.sleep(0.05)
+    assert sbx.request("GET", "/v1/health")[0] == 200
+    assert sbx.request("GET", "/v1/images")[0] == 200
+    # answered during the stall, not after it: the pull is still waiting on the registry
+    assert sbx.ok("GET", f"/v1/images/jobs/{job['id']}")["status"] == "downloading"
+    events = read_stream(sbx, job["id"])
+    assert events[-1][0] == "error"
+    job = events[-1][1]
     err = job["error"]
     assert err["status"] == 504 and err["code"] == "registry_timeout", err
     assert fake.host in err["message"]
     assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
-    # the daemon served other requests meanwhile (the pull ran on a worker): health works
-    assert sbx.request("GET", "/v1/health")[0] == 200
 
 
 def test_concurrent_pulls_download_once(make_sandboxd, registries, workdir):
