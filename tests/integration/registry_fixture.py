@@ -393,3 +393,95 @@ class FakeRegistry:
         self.stop_event.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class RedirectingRegistry:
+    """A registry that wants a bearer token (from its own /token) and sends every blob
+    GET, with 307, to a separate blob server on another port (as registries backed by
+    object storage do). The blob server records the Authorization headers it got, so a
+    test can check that credentials never follow the redirect. Serves the images of an
+    OCI layout directory (tags from its index.json)."""
+
+    TOKEN = "sekret-token"
+
+    def __init__(self, layout_dir):
+        self.layout = layout_dir
+        self.port, self.blob_port = free_port(), free_port()
+        self.blob_auth = []  # Authorization headers the blob server saw ("" when none)
+        self.registry_auth = []
+        idx = json.load(open(os.path.join(layout_dir, "index.json")))
+        self.tags = {m["annotations"]["org.opencontainers.image.ref.name"]: m
+                     for m in idx["manifests"]}
+        outer = self
+
+        def blob(digest):
+            p = os.path.join(outer.layout, "blobs", "sha256", digest.split(":")[1])
+            return open(p, "rb").read() if os.path.isfile(p) else None
+
+        class Reg(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, st, body, ct="application/json", extra=()):
+                self.send_response(st)
+                self.send_header("Content-Type", ct)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in extra:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.startswith("/token"):
+                    return self.reply(200, json.dumps({"token": outer.TOKEN}).encode())
+                got = self.headers.get("Authorization", "")
+                outer.registry_auth.append(got)
+                if got != f"Bearer {outer.TOKEN}":
+                    chal = (f'Bearer realm="http://127.0.0.1:{outer.port}/token",'
+                            f'service="redirecting",scope="repository:r/x:pull"')
+                    return self.reply(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+                                      extra=[("WWW-Authenticate", chal)])
+                m = re.match(r"^/v2/r/x/(manifests|blobs)/(.+)$", self.path)
+                if not m:
+                    return self.reply(404, b'{"errors":[]}')
+                kind, ref = m.groups()
+                if kind == "blobs":
+                    loc = f"http://127.0.0.1:{outer.blob_port}/storage/{ref}"
+                    return self.reply(307, b"", extra=[("Location", loc)])
+                desc = outer.tags.get(ref) or {"digest": ref}
+                data = blob(desc["digest"])
+                if data is None:
+                    return self.reply(404, b'{"errors":[]}')
+                mt = json.loads(data).get("mediaType", "application/vnd.oci.image.manifest.v1+json")
+                self.reply(200, data, mt)
+
+        class Store(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.blob_auth.append(self.headers.get("Authorization", ""))
+                data = blob(self.path.rsplit("/", 1)[-1])
+                self.send_response(200 if data is not None else 404)
+                self.send_header("Content-Length", str(len(data or b"")))
+                self.end_headers()
+                self.wfile.write(data or b"")
+
+        self.servers = [http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Reg),
+                        http.server.ThreadingHTTPServer(("127.0.0.1", self.blob_port), Store)]
+        for s in self.servers:
+            s.daemon_threads = True
+            threading.Thread(target=s.serve_forever, daemon=True).start()
+
+    @property
+    def host(self):
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        for s in self.servers:
+            s.shutdown()
+            s.server_close()

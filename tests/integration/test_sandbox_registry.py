@@ -593,3 +593,18 @@ def test_pull_refuses_hostile_layers(make_sandboxd, registries, workdir, evil):
     assert not os.path.exists(os.path.join(workdir, "escape"))
     store = os.path.join(sbx.state, "store", "layers")
     assert [n for n in os.listdir(store) if not n.startswith(".")] == []
+
+
+def test_blob_redirects_are_followed_without_the_token(make_sandboxd, workdir):
+    from registry_fixture import RedirectingRegistry
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=10000)
+    fake = RedirectingRegistry(lay.path)
+    try:
+        sbx = make_sandboxd(["--registry-http", fake.host]).start()
+        job, _ = pull(sbx, f"{fake.host}/r/x:v1")
+        assert job["image"]["digest"] == desc["digest"]
+        assert len(fake.blob_auth) == 3  # config + 2 layers, each from the blob server
+        assert fake.blob_auth == [""] * 3, "the registry's token followed a redirect"
+        assert f"Bearer {fake.TOKEN}" in fake.registry_auth
+    finally:
+        fake.stop()
