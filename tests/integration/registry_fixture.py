@@ -335,6 +335,7 @@ class Layout:
 class FakeRegistry:
     """Answers /v2/ 200 and then, for manifests and blobs, what `mode` says:
     ("status", 429|500): that status with a registry error body;
+    ("manifest", bytes, content_type): that body for every manifest;
     ("stall", manifest_bytes, blob_digest, size): serves manifest_bytes, then the blob's
     first 100 bytes and nothing more (the connection stays open)."""
 
@@ -360,6 +361,8 @@ class FakeRegistry:
                     body = json.dumps({"errors": [{"code": "TOOMANYREQUESTS" if m[1] == 429
                                                    else "UNKNOWN", "message": "test says no"}]})
                     self.reply(m[1], body.encode(), "application/json")
+                elif m[0] == "manifest" and "/manifests/" in self.path:
+                    self.reply(200, m[1], m[2])
                 elif m[0] == "stall" and "/manifests/" in self.path:
                     self.reply(200, m[1], "application/vnd.oci.image.manifest.v1+json")
                 elif m[0] == "stall" and "/blobs/" in self.path:

@@ -608,3 +608,34 @@ def test_blob_redirects_are_followed_without_the_token(make_sandboxd, workdir):
         assert f"Bearer {fake.TOKEN}" in fake.registry_auth
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("case", ["too_big", "schema1", "not_json", "unknown_layer_type"])
+def test_pull_refuses_bad_manifests(make_sandboxd, fakes, case):
+    oci = "application/vnd.oci.image.manifest.v1+json"
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 10}
+    if case == "too_big":
+        body = json.dumps({"schemaVersion": 2, "mediaType": oci, "config": cfg, "layers": [],
+                           "annotations": {"pad": "x" * (5 << 20)}}).encode()
+        ct, code = oci, "registry_error"
+    elif case == "schema1":
+        body = json.dumps({"schemaVersion": 1, "name": "x/y", "tag": "z", "fsLayers": []}).encode()
+        ct, code = "application/vnd.docker.distribution.manifest.v1+prettyjws", None
+    elif case == "not_json":
+        body, ct, code = b"<html>hello</html>", "text/html", None
+    else:
+        layer = {"mediaType": "application/x-not-a-layer",
+                 "digest": "sha256:" + "c" * 64, "size": 10}
+        body = json.dumps({"schemaVersion": 2, "mediaType": oci, "config": cfg,
+                           "layers": [layer]}).encode()
+        ct, code = oci, "invalid_image"
+    fake = fakes(("manifest", body, ct))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()
+    job, _ = pull(sbx, f"{fake.host}/x/y:z", expect="error")
+    err = job["error"]
+    assert err["status"] == 502, err
+    if code:
+        assert err["code"] == code, err
+    assert fake.host in err["message"], err
+    assert not any("/blobs/" in p for p in fake.requests)  # nothing fetched after it
