@@ -3,6 +3,7 @@ code passed through, stdin with -i), cp both ways, stop/pause/resume/rm, --json 
 cp's summary, and errors as the API's error object), --region."""
 import json
 import os
+import shutil
 import re
 import subprocess
 
@@ -74,6 +75,9 @@ def test_cli_images(sandboxd, tmp_path):
     tree = tmp_path / "img"
     (tmp_path / "img" / "app").mkdir(parents=True)
     (tree / "app" / "hello.txt").write_text("from the image\n")
+    (tree / "bin").mkdir()  # images are self-contained: they bring their tools
+    shutil.copy("/bin/busybox", tree / "bin" / "busybox")
+    os.symlink("busybox", tree / "bin" / "cat")
     cwd = os.getcwd()
     os.chdir(tmp_path)       # a relative path is made absolute for the daemon
     try:
@@ -83,12 +87,16 @@ def test_cli_images(sandboxd, tmp_path):
     digest = out.split()[0]
     assert digest.startswith("sha256:") and f"dir {tree}" in out, out
     assert digest in cli(sandboxd, "images").stdout.decode()
+    listed = cli(sandboxd, "image", "ls").stdout.decode()
+    assert listed.startswith("default: host\n") and digest in listed, listed
+    assert json.loads(cli(sandboxd, "image", "get", digest, "--json").stdout)["layers"] == [digest]
     cli(sandboxd, "create", "im", "--image", digest)
     assert cli(sandboxd, "exec", "im", "--", "cat", "/app/hello.txt").stdout == b"from the image\n"
     p = cli(sandboxd, "image-rm", digest, check=False)
     assert p.returncode == 1 and b"is used by a sandbox" in p.stderr, p.stderr
     cli(sandboxd, "rm", "im")
-    assert cli(sandboxd, "image-rm", digest).stdout.decode() == f"{digest} deleted\n"
+    assert cli(sandboxd, "image", "rm", digest).stdout.decode() == f"{digest} deleted\n"
+    assert cli(sandboxd, "image", "gc").stdout.decode() == "0 layer(s) removed\n"
     assert json.loads(cli(sandboxd, "images", "--json").stdout)["images"] == []
     p = cli(sandboxd, "image", "import", str(tmp_path / "missing"), check=False)
     assert p.returncode == 1 and b"cannot use" in p.stderr and b"No such file" in p.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -516,6 +517,9 @@ def test_images_import_use_and_delete(tmp_path: Path) -> None:
 
     (tmp_path / "img" / "app").mkdir(parents=True)
     (tmp_path / "img" / "app" / "hello.txt").write_text("from the image\n")
+    (tmp_path / "img" / "bin").mkdir()  # images are self-contained: bring a cat
+    shutil.copy("/bin/busybox", tmp_path / "img" / "bin" / "busybox")
+    os.symlink("busybox", tmp_path / "img" / "bin" / "cat")
 
     async def main() -> str:
         async with sandbox.SandboxClient() as client:
@@ -535,5 +539,7 @@ def test_images_import_use_and_delete(tmp_path: Path) -> None:
     digest = run(main())
     with sync_sandbox.SyncSandboxClient() as client:
         assert [i["digest"] for i in client.list_images()] == [digest]
+        assert client.get_image(digest)["layers"] == [digest]
+        assert client.get_image("host")["reference"] == "host"
         client.delete_image(digest)
         assert client.list_images() == []

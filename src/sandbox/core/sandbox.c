@@ -978,7 +978,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     if (sbx_json_known(body, known, "a sandbox", err) < 0) return NULL;
     const char *name, *image;
     if (sbx_json_str(body, "name", SBX_NAME_MAX, &name, err) < 0 ||
-        sbx_json_str(body, "image", 80, &image, err) < 0)
+        sbx_json_str(body, "image", 500, &image, err) < 0)
         return NULL;
     if (name && (!sbx_name_valid(name) || uuid_valid(name))) {
         err_invalid(err, "name",
