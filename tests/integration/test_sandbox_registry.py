@@ -425,7 +425,7 @@ def test_full_disk_during_pull_is_507_and_leaves_no_image(make_sandboxd, registr
         sbx.start()
         job, _ = pull(sbx, f"{reg.host}/big/img:v1", expect="error")
         err = job["error"]
-        assert err["status"] == 507 and err["code"] == "insufficient_storage", err
+        assert err["status"] == 507 and err["code"] == "no_space", err
         assert os.listdir(os.path.join(sbx.state, "blobs", "tmp")) == []
         assert os.listdir(os.path.join(sbx.state, "pulls")) == []
         assert sbx.ok("GET", "/v1/images")["images"] == []

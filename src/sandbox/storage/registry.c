@@ -424,7 +424,7 @@ static int curl_fail(struct conn *k, CURLcode cc, const struct sink *s, const ch
     if (atomic_load(&k->p->cancel))
         return err_set(err, 503, "shutting_down", "", "the pull of %s was stopped", what);
     if (s && s->write_errno == ENOSPC)
-        return err_set(err, 507, "insufficient_storage", "",
+        return err_set(err, 507, "no_space", "",
                        "no space left for %s from %s; free some (delete unused images)", what,
                        host);
     if (s && s->write_errno)
@@ -696,7 +696,7 @@ static int tmp_open(struct reg_client *c, const char *digest, char *tmp, size_t 
 static int storage_fail(int e, const char *what, struct err *err)
 {
     if (e == ENOSPC || e == EDQUOT)
-        return err_set(err, 507, "insufficient_storage", "",
+        return err_set(err, 507, "no_space", "",
                        "no space left to store %s; free some (delete unused images)", what);
     return err_set(err, 500, "storage_error", "", "cannot store %s: %s", what, strerror(e));
 }

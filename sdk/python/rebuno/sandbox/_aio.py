@@ -2786,7 +2786,7 @@ class SandboxClient:
         event: ``status``, ``layers`` (``digest``, ``size``, ``done``, ``cached``),
         ``bytes_total``, ``bytes_done``, ``bytes_fetched``. A failed pull raises the
         ``SandboxApiError`` of its error (404 ``image_not_found``, 401
-        ``registry_unauthorized``, 502 ``digest_mismatch``, 507 ``insufficient_storage``, ...).
+        ``registry_unauthorized``, 502 ``digest_mismatch``, 507 ``no_space``, ...).
         A pull of a reference already being pulled joins it (one download)."""
         if not isinstance(ref, str) or not ref:
             raise TypeError("pull_image() needs an image reference, e.g. 'debian:bookworm'")
