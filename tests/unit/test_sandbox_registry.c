@@ -6,6 +6,7 @@
  * tests/integration/test_sandbox_registry.py.
  */
 #include "sandbox/storage/oci.h"
+#include "sandbox/storage/registry.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -96,4 +97,47 @@ Test(registry_ref, refused)
     cr_assert(sbx_oci_digest_ok("sha256:" HEX64));
     cr_assert(!sbx_oci_digest_ok("sha256:" HEX64 "a"));
     cr_assert(!sbx_oci_digest_ok("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
+}
+
+Test(registry_auth, challenge_params)
+{
+    const char *ch = "realm=\"https://auth.docker.io/token\",service=\"registry.docker.io\","
+                     "scope=\"repository:library/debian:pull\"";
+    char v[256];
+    cr_assert(reg_challenge_param(ch, "realm", v, sizeof v));
+    cr_assert_str_eq(v, "https://auth.docker.io/token");
+    cr_assert(reg_challenge_param(ch, "service", v, sizeof v));
+    cr_assert_str_eq(v, "registry.docker.io");
+    cr_assert(reg_challenge_param(ch, "scope", v, sizeof v));
+    cr_assert_str_eq(v, "repository:library/debian:pull");
+    cr_assert(!reg_challenge_param(ch, "error", v, sizeof v));
+    /* commas inside quotes, escapes, unquoted tokens, case-insensitive keys, spaces */
+    const char *odd = "Realm=\"http://h/t?a=1,b=2\", error=insufficient_scope ,x=\"q\\\"uote\"";
+    cr_assert(reg_challenge_param(odd, "realm", v, sizeof v));
+    cr_assert_str_eq(v, "http://h/t?a=1,b=2");
+    cr_assert(reg_challenge_param(odd, "error", v, sizeof v));
+    cr_assert_str_eq(v, "insufficient_scope");
+    cr_assert(reg_challenge_param(odd, "x", v, sizeof v));
+    cr_assert_str_eq(v, "q\"uote");
+    /* truncation, never an overflow; an unterminated quote ends the value */
+    char small[5];
+    cr_assert(reg_challenge_param(ch, "realm", small, sizeof small));
+    cr_assert_str_eq(small, "http");
+    cr_assert(reg_challenge_param("realm=\"abc", "realm", v, sizeof v));
+    cr_assert_str_eq(v, "abc");
+    cr_assert(!reg_challenge_param("", "realm", v, sizeof v));
+    cr_assert(!reg_challenge_param("garbage without equals", "realm", v, sizeof v));
+}
+
+Test(registry_auth, auth_json_keys)
+{
+    char h[256];
+    reg_auth_key_host("https://index.docker.io/v1/", h, sizeof h);
+    cr_assert_str_eq(h, "docker.io");
+    reg_auth_key_host("registry-1.docker.io", h, sizeof h);
+    cr_assert_str_eq(h, "docker.io");
+    reg_auth_key_host("ghcr.io", h, sizeof h);
+    cr_assert_str_eq(h, "ghcr.io");
+    reg_auth_key_host("http://127.0.0.1:5000/v2/", h, sizeof h);
+    cr_assert_str_eq(h, "127.0.0.1:5000");
 }

@@ -69,8 +69,7 @@ struct reg_client {
 
 /* ------------------------------------------------------------------ the client */
 
-/* "https://index.docker.io/v1/" -> "docker.io"; "host:port/..." -> "host:port" */
-static void auth_key_host(const char *key, char *out, size_t outsz)
+void reg_auth_key_host(const char *key, char *out, size_t outsz)
 {
     if (!strncmp(key, "https://", 8)) key += 8;
     else if (!strncmp(key, "http://", 7)) key += 7;
@@ -130,7 +129,7 @@ static int load_auths(struct reg_client *c, const char *path, struct err *err)
             goto out;
         }
         struct reg_auth *e = &c->auths[c->nauths++];
-        auth_key_host(key, e->host, sizeof e->host);
+        reg_auth_key_host(key, e->host, sizeof e->host);
         e->user = user;
         e->pass = pass;
     }
@@ -476,8 +475,7 @@ static int status_fail(struct conn *k, long st, const char *what, const struct s
 
 /* ------------------------------------------------------------------ auth */
 
-/* The value of key="..." (or key=token) in a challenge's parameters. */
-static bool chal_param(const char *ch, const char *key, char *out, size_t outsz)
+bool reg_challenge_param(const char *ch, const char *key, char *out, size_t outsz)
 {
     size_t kl = strlen(key);
     for (const char *c = ch; *c;) {
@@ -490,13 +488,15 @@ static bool chal_param(const char *ch, const char *key, char *out, size_t outsz)
         char val[1024];
         if (*v == '"') {
             v++;
-            while (*v && *v != '"' && n < sizeof val - 1) {
+            while (*v && *v != '"') { /* past the end even when val is full */
                 if (*v == '\\' && v[1]) v++;
-                val[n++] = *v++;
+                if (n < sizeof val - 1) val[n++] = *v;
+                v++;
             }
             if (*v == '"') v++;
         } else {
-            while (*v && *v != ',' && n < sizeof val - 1) val[n++] = *v++;
+            for (; *v && *v != ',' && *v != ' '; v++)
+                if (n < sizeof val - 1) val[n++] = *v;
         }
         val[n] = '\0';
         if (match) {
@@ -529,12 +529,12 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         k->token = NULL;
     }
     char realm[1024], service[256] = "", scope[600] = "";
-    if (!chal_param(ch + 7, "realm", realm, sizeof realm) ||
+    if (!reg_challenge_param(ch + 7, "realm", realm, sizeof realm) ||
         (strncmp(realm, "https://", 8) != 0 && strncmp(realm, "http://", 7) != 0))
         return err_set(err, 502, "registry_error", "",
                        "registry %s asked for a token without a usable realm", host);
-    chal_param(ch + 7, "service", service, sizeof service);
-    if (!chal_param(ch + 7, "scope", scope, sizeof scope))
+    reg_challenge_param(ch + 7, "service", service, sizeof service);
+    if (!reg_challenge_param(ch + 7, "scope", scope, sizeof scope))
         snprintf(scope, sizeof scope, "repository:%s:pull", k->p->ref.repository);
     CURL *t = curl_easy_init();
     ASSERT(t);

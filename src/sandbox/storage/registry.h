@@ -109,4 +109,13 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err);
 int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char *dir,
                      struct err *err);
 
+/* Parsing helpers (exposed for tests/unit/test_sandbox_registry.c). */
+/* The value of key="..." (or key=token) among a WWW-Authenticate challenge's parameters
+ * (after the scheme), quotes and backslash escapes undone; false when absent. out is
+ * truncated to outsz. */
+bool reg_challenge_param(const char *params, const char *key, char *out, size_t outsz);
+/* The registry an auth.json key names: "https://index.docker.io/v1/" -> "docker.io",
+ * "http://host:port/path" -> "host:port". */
+void reg_auth_key_host(const char *key, char *out, size_t outsz);
+
 #endif
