@@ -137,10 +137,15 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
     assert len(job["layers"]) == 2
     for layer in job["layers"]:
         assert layer["done"] == layer["size"] and not layer["cached"]
-        path = os.path.join(blob_store(sbx), layer["digest"][7:])
-        assert os.path.getsize(path) == layer["size"]
+        # unpacked into the layer store, so the compressed blob is not kept twice
+        assert os.path.isdir(layer_dir(sbx, layer["digest"]))
+        assert not os.path.exists(os.path.join(blob_store(sbx), layer["digest"][7:]))
+    # the manifest and the config stay in the blob store, verified
+    manifest = json.load(open(os.path.join(lay.path, "blobs", "sha256", desc["digest"][7:])))
+    for d in (desc["digest"], manifest["config"]["digest"]):
+        path = os.path.join(blob_store(sbx), d[7:])
         assert subprocess.run(["sha256sum", path], capture_output=True,
-                              text=True).stdout.split()[0] == layer["digest"][7:]
+                              text=True).stdout.split()[0] == d[7:]
     assert job["bytes_done"] == job["bytes_total"] > 300000
     assert job["image"] and job["error"] is None
     img = job["image"]

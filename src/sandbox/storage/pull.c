@@ -326,6 +326,7 @@ static void pull_work(void *arg)
     int64_t t0 = clock_mono_ms();
     j->rc = install_layout(j, &j->err);
     j->install_ms = clock_mono_ms() - t0;
+    if (j->rc == 0) reg_drop_layer_blobs(ps->reg, &j->p); /* unpacked: the layer store has them */
 }
 
 static void finish(struct sbx_pull_job *j)
@@ -484,6 +485,11 @@ void sbx_pulls_register(struct sbxd *d)
 
 /* ------------------------------------------------------------------ open, close */
 
+static bool have_layer(void *arg, const char *digest)
+{
+    return sbx_layer_have(arg, digest);
+}
+
 int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *err)
 {
     struct sbx_pulls *ps = xcalloc(1, sizeof *ps);
@@ -508,7 +514,9 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
                           .ca_file = o ? o->ca_file : NULL,
                           .plain_http = o ? o->plain_http : NULL,
                           .n_plain_http = o ? o->n_plain_http : 0,
-                          .stall_sec = o ? o->stall_sec : 0};
+                          .stall_sec = o ? o->stall_sec : 0,
+                          .have_layer = have_layer,
+                          .have_arg = &d->layers};
     ps->reg = reg_client_new(&ro, store, err);
     free(store);
     if (!ps->reg) return -1;

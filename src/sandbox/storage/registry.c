@@ -58,6 +58,8 @@ struct reg_client {
     char **plain;
     int nplain;
     int stall_sec, connect_sec;
+    bool (*have_layer)(void *arg, const char *digest);
+    void *have_arg;
     struct reg_auth auths[REG_AUTHS_MAX];
     int nauths;
     pthread_mutex_t mu;
@@ -160,6 +162,8 @@ struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_di
     c->ca_file = o->ca_file && o->ca_file[0] ? xstrdup(o->ca_file) : NULL;
     c->stall_sec = o->stall_sec > 0 ? o->stall_sec : 30;
     c->connect_sec = o->connect_timeout_sec > 0 ? o->connect_timeout_sec : 15;
+    c->have_layer = o->have_layer;
+    c->have_arg = o->have_arg;
     if (o->n_plain_http > 0) {
         c->plain = xcalloc((size_t)o->n_plain_http, sizeof *c->plain);
         for (int i = 0; i < o->n_plain_http; i++) c->plain[c->nplain++] = xstrdup(o->plain_http[i]);
@@ -732,9 +736,19 @@ static int store_bytes(struct reg_client *c, const char *digest, const char *b, 
 }
 
 /* Fetch one blob into the store, verified, unless it is there. 0 or -1 with err. */
-static int blob_fetch(struct conn *k, struct reg_blob *b, struct err *err)
+static bool layer_unpacked(struct reg_client *c, const char *digest)
+{
+    return c->have_layer && c->have_layer(c->have_arg, digest);
+}
+
+static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err *err)
 {
     struct reg_client *c = k->c;
+    if (layer && layer_unpacked(c, b->digest)) { /* pulled before: never again */
+        atomic_store(&b->cached, true);
+        atomic_store(&b->done, b->size);
+        return 0;
+    }
     int cl = blob_claim(c, k->p, b->digest, b->size);
     if (cl < 0) return err_set(err, 503, "shutting_down", "", "the pull was stopped");
     if (cl == 0) {
@@ -926,10 +940,10 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     snprintf(p->manifest_digest, sizeof p->manifest_digest, "%s", dg);
     p->manifest_size = (int64_t)len;
     atomic_store(&p->phase, REG_FETCHING);
-    if (blob_fetch(&k, &p->config, err) < 0) goto out;
+    if (blob_fetch(&k, &p->config, false, err) < 0) goto out;
     int n = atomic_load(&p->nlayers);
     for (int i = 0; i < n; i++)
-        if (blob_fetch(&k, &p->layers[i], err) < 0) goto out;
+        if (blob_fetch(&k, &p->layers[i], true, err) < 0) goto out;
     if (store_bytes(c, dg, body, len, err) < 0) goto out; /* last: the image is complete */
     atomic_store(&p->phase, REG_DONE);
     p->download_ms = clock_mono_ms() - t0;
@@ -942,12 +956,14 @@ out:
 
 /* ------------------------------------------------------------------ OCI layout */
 
-static int link_blob(struct reg_client *c, const char *digest, const char *dir, struct err *err)
+static int link_blob(struct reg_client *c, const char *digest, bool layer, const char *dir,
+                     struct err *err)
 {
     char src[PATH_MAX], dst[PATH_MAX];
     reg_blob_path(c, digest, src, sizeof src);
     snprintf(dst, sizeof dst, "%s/blobs/sha256/%s", dir, digest + 7);
     if (link(src, dst) == 0 || errno == EEXIST) return 0;
+    if (errno == ENOENT && layer && layer_unpacked(c, digest)) return 0; /* install skips it */
     if (errno != EXDEV) return storage_fail(errno, "an image layout", err);
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, e = 0;
     if (in < 0) return storage_fail(errno, "an image layout", err);
@@ -987,11 +1003,12 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
     if (mkdir(sub, 0700) < 0) return storage_fail(errno, "an image layout", err);
     snprintf(sub, sizeof sub, "%s/blobs/sha256", dir);
     if (mkdir(sub, 0700) < 0) return storage_fail(errno, "an image layout", err);
-    if (link_blob(c, p->manifest_digest, dir, err) < 0 || link_blob(c, p->config.digest, dir, err) < 0)
+    if (link_blob(c, p->manifest_digest, false, dir, err) < 0 ||
+        link_blob(c, p->config.digest, false, dir, err) < 0)
         return -1;
     int n = atomic_load(&p->nlayers);
     for (int i = 0; i < n; i++)
-        if (link_blob(c, p->layers[i].digest, dir, err) < 0) return -1;
+        if (link_blob(c, p->layers[i].digest, true, dir, err) < 0) return -1;
     snprintf(sub, sizeof sub, "%s/oci-layout", dir);
     if (write_file(sub, "{\"imageLayoutVersion\":\"1.0.0\"}\n", err) < 0) return -1;
     const char *ref = p->ref.canonical;
@@ -1012,4 +1029,15 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
     int rc = write_file(sub, text, err);
     free(text);
     return rc;
+}
+
+void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p)
+{
+    int n = atomic_load(&p->nlayers);
+    for (int i = 0; i < n; i++) {
+        if (!layer_unpacked(c, p->layers[i].digest)) continue;
+        char path[PATH_MAX];
+        reg_blob_path(c, p->layers[i].digest, path, sizeof path);
+        unlink(path); /* missing already: fine */
+    }
 }

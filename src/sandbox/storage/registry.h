@@ -55,6 +55,11 @@ struct reg_opts {
     int n_plain_http;
     int stall_sec;                       /* below 1 KiB/s this long: fail (0: 30) */
     int connect_timeout_sec;             /* 0: 15 */
+    /* Whether a layer is already unpacked (any thread; NULL: never): such a layer is
+     * neither downloaded nor linked into a layout, so the blob store may drop layer
+     * blobs once they are unpacked (reg_drop_layer_blobs). */
+    bool (*have_layer)(void *arg, const char *digest);
+    void *have_arg;
 };
 
 struct reg_client;
@@ -102,10 +107,16 @@ struct reg_pull {
 /* Run a whole pull (blocking; a worker thread). 0, or -1 with err. */
 int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err);
 
+/* After the pull's image is installed: remove its layer blobs from the store (the layer
+ * store holds them unpacked; manifests and config stay). A layout that linked one
+ * keeps its own link. */
+void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p);
+
 /* Write an OCI image layout at dir (which must not exist; made here): `oci-layout`,
  * `index.json` naming the pulled manifest (annotated with the reference), and
  * `blobs/sha256/` holding hard links to the store's blobs of this image (a copy when
- * the store is on another file system). 0, or -1 with err. */
+ * the store is on another file system; none for a layer already unpacked, which the
+ * install skips). 0, or -1 with err. */
 int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char *dir,
                      struct err *err);
 
