@@ -92,11 +92,12 @@ static int start_sandboxd(struct serve *s, struct err *err)
      * comma/space separated list (each HOST=ADDR:PORT; sandboxd checks the rest) */
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
-    enum { MAX_OVERRIDES = 64, FIXED = 10 };
-    char *argv[FIXED + 2 * MAX_OVERRIDES + 1];
+    char *rlist = xstrdup(c->sandbox_registry_http);
+    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 14 };
+    char *argv[FIXED + 2 * MAX_OVERRIDES + 2 * MAX_REGISTRIES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        free(state), free(list);
+        free(state), free(list), free(rlist);
         return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
     }
     char fdstr[16];
@@ -105,13 +106,29 @@ static int start_sandboxd(struct serve *s, struct err *err)
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
     argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
+    if (c->sandbox_registry_auth[0])
+        argv[n++] = "--registry-auth", argv[n++] = c->sandbox_registry_auth;
+    if (c->sandbox_registry_ca[0]) argv[n++] = "--registry-ca", argv[n++] = c->sandbox_registry_ca;
+    int nreg = 0;
     char *save = NULL;
+    for (char *item = strtok_r(rlist, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
+        if (++nreg > MAX_REGISTRIES) {
+            err_invalid(err, "sandbox_registry_http",
+                        "sandbox_registry_http: at most %d registries (HOST[:PORT], comma separated)",
+                        MAX_REGISTRIES);
+            free(state), free(list), free(rlist);
+            close(pfd[0]), close(pfd[1]);
+            return -1;
+        }
+        argv[n++] = "--registry-http", argv[n++] = item;
+    }
+    save = NULL;
     for (char *item = strtok_r(list, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
         if (!strchr(item, '=') || n >= FIXED + 2 * MAX_OVERRIDES) {
             err_invalid(err, "sandbox_upstream_overrides",
                         "sandbox_upstream_overrides: at most %d items, each HOST=ADDR:PORT (got \"%s\")",
                         MAX_OVERRIDES, item);
-            free(state), free(list);
+            free(state), free(list), free(rlist);
             close(pfd[0]), close(pfd[1]);
             return -1;
         }
@@ -135,7 +152,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
         _exit(127);
     }
     int e = errno;
-    free(state), free(list);
+    free(state), free(list), free(rlist);
     close(pfd[1]);
     if (pid < 0) {
         close(pfd[0]);
