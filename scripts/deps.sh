@@ -6,8 +6,10 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
       libyaml-dev libsqlite3-dev libssl-dev libseccomp-dev libcap-dev libcurl4-openssl-dev
       libcriterion-dev python3 python3-pytest python3-pip python3-venv python3-httpx
       sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
-      btrfs-progs tmux curl cppcheck)
+      btrfs-progs tmux curl cppcheck libpq-dev postgresql-15)
 # python3-pip/python3-venv: the SDK's offline `pip install ./sdk/python` test;
+# libpq-dev: the PostgreSQL store (store: postgres://...); postgresql-15: the real server its tests
+# start (initdb + pg_ctl in a temp folder), never a system service.
 # python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
 missing=()
 for p in "${PKGS[@]}"; do
