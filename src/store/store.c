@@ -198,6 +198,11 @@ int store_counters_clear(struct store *st, const char *exec_id)
     return st->vt->counters_clear(st, exec_id);
 }
 
+int store_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg)
+{
+    return st->vt->counters_each(st, exec_id, fn, arg);
+}
+
 int store_approval_insert(struct store *st, const struct approval *a)
 {
     return st->vt->approval_insert(st, a);

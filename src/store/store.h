@@ -109,6 +109,10 @@ int store_counter_get(struct store *st, const char *exec_id, const char *kind, c
 int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
                       const char *args_hash, int64_t consumed, const char *request_id);
 int store_counters_clear(struct store *st, const char *exec_id);
+typedef int (*store_counter_fn)(const char *kind, const char *target, const char *args_hash,
+                                int64_t consumed, const char *last_request, void *arg);
+/* Every counter of exec_id (store copy). last_request NULL when none. */
+int store_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg);
 
 /* approvals */
 int store_approval_insert(struct store *st, const struct approval *a);

@@ -42,6 +42,7 @@ struct store_vt {
     int (*counter_get)(struct store *st, const char *exec_id, const char *kind, const char *target, const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len);
     int (*counter_set)(struct store *st, const char *exec_id, const char *kind, const char *target, const char *args_hash, int64_t consumed, const char *request_id);
     int (*counters_clear)(struct store *st, const char *exec_id);
+    int (*counters_each)(struct store *st, const char *exec_id, store_counter_fn fn, void *arg);
     int (*approval_insert)(struct store *st, const struct approval *a);
     int (*approval_get)(struct store *st, const char *id, struct approval *out);
     int (*approval_update)(struct store *st, const struct approval *a);

@@ -123,7 +123,7 @@ enum stmt_id {
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
-    S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR,
+    S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
     S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
@@ -177,6 +177,8 @@ static const char *stmt_sql[S_COUNT] = {
                       " consumed = greatest(step_counters.consumed, excluded.consumed),"
                       " last_request = excluded.last_request",
     [S_COUNTERS_CLEAR] = "DELETE FROM step_counters WHERE execution_id=$1",
+    [S_COUNTERS] = "SELECT kind, target, args_hash, consumed, last_request FROM step_counters"
+                   " WHERE execution_id=$1 ORDER BY kind, target, args_hash",
     [S_APPROVAL_INSERT] = "INSERT INTO approvals(" APPROVAL_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,"
                           "$8,$9,$10,$11,$12,$13)",
     /* An approval changes only together with its execution: lock that. */
@@ -1160,6 +1162,20 @@ static int pg_counters_clear(struct store *st, const char *exec_id)
     return run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
 }
 
+static int pg_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_COUNTERS, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++)
+        rc = fn(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), g_int(r, i, 3),
+                PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), arg);
+    PQclear(r);
+    return rc;
+}
+
 /* --- approvals --- */
 
 static void read_approval(PGresult *r, int i, struct approval *a)
@@ -1492,6 +1508,7 @@ static const struct store_vt pg_vt = {
     .counter_get = pg_counter_get,
     .counter_set = pg_counter_set,
     .counters_clear = pg_counters_clear,
+    .counters_each = pg_counters_each,
     .approval_insert = pg_approval_insert,
     .approval_get = pg_approval_get,
     .approval_update = pg_approval_update,

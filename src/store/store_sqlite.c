@@ -1059,6 +1059,23 @@ static int sq_counters_clear(struct store *base_, const char *exec_id)
     return run(s);
 }
 
+static int sq_counters_each(struct store *base_, const char *exec_id, store_counter_fn fn, void *arg)
+{
+    struct sq *st = (struct sq *)base_;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT kind, target, args_hash, consumed, last_request FROM step_counters"
+                           " WHERE execution_id = ?1 ORDER BY kind, target, args_hash", -1, &s, NULL) != SQLITE_OK)
+        return -EIO;
+    bind_text(s, 1, exec_id);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = fn((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1),
+               (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
+               (const char *)sqlite3_column_text(s, 4), arg);
+    sqlite3_finalize(s);
+    return r;
+}
+
 /* --- approvals --- */
 
 static void bind_approval(sqlite3_stmt *s, const struct approval *a)
@@ -1410,6 +1427,7 @@ static const struct store_vt sqlite_vt = {
     .counter_get = sq_counter_get,
     .counter_set = sq_counter_set,
     .counters_clear = sq_counters_clear,
+    .counters_each = sq_counters_each,
     .approval_insert = sq_approval_insert,
     .approval_get = sq_approval_get,
     .approval_update = sq_approval_update,
