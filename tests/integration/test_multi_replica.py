@@ -6,6 +6,8 @@ gap-free seq whoever appends, one winner per claim/step/approval, long-polls and
 by other replicas' commits, re-dispatch after a replica dies, 503 (never a wrong 2xx) while
 the database restarts, and nothing acknowledged lost.
 """
+import json
+import os
 import re
 import threading
 import time
@@ -363,3 +365,38 @@ def test_unknown_store_scheme_is_refused(make_kernel):
     k.start(wait=False)
     assert k.proc.wait(30) != 0
     assert "postgres://" in k.read_log()
+
+
+# --- clients given several replicas ---------------------------------------------------------------
+
+KEYS_CONFIG = """
+api_keys:
+  - key: admin-key-for-the-replica-tests
+    role: admin
+agents:
+  - name: coder
+"""
+
+
+def test_sdk_and_cli_fail_over_between_replicas(make_kernel, pg):
+    import subprocess
+    import sys
+
+    from conftest import BIN
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+    from rebuno import SyncClient
+
+    a, b = replicas(make_kernel, pg, 2, config=KEYS_CONFIG)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: the client must move on
+    urls = f"{dead},{a.url},{b.url}"
+    key = "admin-key-for-the-replica-tests"
+    with SyncClient(urls, key) as c:
+        ex = c.create("coder", {"n": 1})
+        a.kill9()  # the replica it was talking to dies
+        assert c.get(ex.id).status == "pending"
+        assert c.create("coder", {"n": 2}).status == "pending"
+    env = dict(os.environ, REBUNO_URL=f"{dead},{a.url},{b.url}", REBUNO_API_KEY=key)
+    out = subprocess.run([BIN, "exec", "--json", "get", ex.id], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.loads(out.stdout)["id"] == ex.id
