@@ -143,10 +143,27 @@ static int op_begin(struct api *a, struct err *err)
     return 0;
 }
 
-static void op_end(struct api *a, bool ok)
+/* End the operation; false when it succeeded but its writes then failed in the store
+ * (the PostgreSQL store sends an operation's writes at its end): it was rolled back, and
+ * err says why. */
+static bool op_end(struct api *a, bool ok, struct err *err)
 {
-    if (store_op_end(a->st, ok) < 0) log_error("savepoint failed", "error=\"%s\"", store_errmsg(a->st));
+    int r = store_op_end(a->st, ok);
+    bool done = true;
+    if (r < 0) {
+        log_error("savepoint failed", "error=\"%s\"", store_errmsg(a->st));
+        if (ok) {
+            done = false;
+            *err = (struct err)ERR_INIT;
+            if (r == -ENOTCONN || r == -EAGAIN)
+                err_set(err, 503, r == -EAGAIN ? "storage_conflict" : "storage_unavailable", "",
+                        "storage error: %s; retry shortly", store_errmsg(a->st));
+            else
+                err_internal(err, "storage error: %s", store_errmsg(a->st));
+        }
+    }
     if (++a->batch_ops >= MAX_BATCH) flush(a);
+    return done;
 }
 
 static void wake_agent(struct api *a, const char *agent);
@@ -218,7 +235,10 @@ static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, voi
         return;
     }
     int rc = fn(a, r, ctx, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        rc = -1;
+    }
     if (rc < 0) reply_err(a, r, &err);
     else reply(a, r, out ? status : 204, out);
 }
@@ -810,7 +830,11 @@ static bool waiter_try(struct waiter *w)
     if (op_begin(a, &err) < 0) return false;
     struct caller who = {NULL};
     int rc = kernel_claim(a->k, &who, w->agent, w->worker_id, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
     if (rc == 0 && !out) return false;
     struct http_req *r = w->req;
     http_req_on_close(r, NULL, NULL);
@@ -860,7 +884,11 @@ static void h_claim(struct api *a, struct http_req *r)
     if (op_begin(a, &err) < 0) goto fail;
     struct caller who = caller_of(r);
     int rc = kernel_claim(a->k, &who, http_req_param(r, "agent"), c.worker_id, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
     if (rc < 0) goto fail;
     if (out) {
         reply(a, r, 200, out);
@@ -1365,7 +1393,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     int n = kernel_sweep(a->k, now, &err);
-    op_end(a, n >= 0);
+    if (!op_end(a, n >= 0, &err)) n = -1;
     if (n < 0) log_error("sweep failed", "error=\"%s\"", err.msg);
 }
 

@@ -222,7 +222,7 @@ struct pg {
     char *uri;
     PGconn *c;  /* statements */
     PGconn *lc; /* LISTEN rebuno */
-    bool in_tx, release_pending;
+    bool in_tx, in_op, release_pending;
     int64_t next_connect, next_listen; /* monotonic ms before which no reconnect is tried */
     bool listen_gap;                   /* the listener was down: changes may have been missed */
     char replica[UUID_STR_LEN];        /* tags our own notifications */
@@ -231,6 +231,17 @@ struct pg {
     char *notes;
     size_t notes_len, notes_cap;
     bool notes_any, notes_overflow;
+    /* Statements not sent yet (see "Deferred writes" below): SQL text, and per statement
+     * what its result must be */
+    char *q;
+    size_t q_len, q_cap;
+    unsigned char *expect;
+    int n_expect, cap_expect;
+    uint64_t sends;                     /* q_send calls, to tell whether an operation sent anything */
+    size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
+    int op_x0, op_x1;
+    uint64_t op_sends;
+    bool op_release_was;
     /* executions this batch has locked, as it last wrote or read them */
     struct execution *locked;
     int n_locked, cap_locked;
@@ -242,6 +253,8 @@ static struct pg *PG(struct store *st)
 }
 
 /* --- helpers --- */
+
+enum expect { X_OK, X_ONE_ROW };
 
 struct params {
     const char *v[26];
@@ -303,9 +316,17 @@ static int ensure(struct pg *p)
 }
 
 /* Run prepared statement id; *rc = 0 with the result (caller clears), or -errno and NULL. */
+static int q_send(struct pg *p, PGresult **last);
+static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x);
+
 static PGresult *exec_stmt(struct pg *p, enum stmt_id id, const struct params *ps, int *rc)
 {
     if ((*rc = ensure(p)) < 0) return NULL;
+    if (p->n_expect > 0) { /* the queued writes and this statement in one round trip */
+        PGresult *r = NULL;
+        if ((*rc = q_stmt(p, (int)id, ps, X_OK)) < 0 || (*rc = q_send(p, &r)) < 0) return NULL;
+        return r;
+    }
     char name[16];
     snprintf(name, sizeof name, "r%d", (int)id);
     PGresult *r = PQexecPrepared(p->c, name, ps ? ps->n : 0, ps ? ps->v : NULL, NULL, NULL, 0);
@@ -317,9 +338,16 @@ static PGresult *exec_stmt(struct pg *p, enum stmt_id id, const struct params *p
 }
 
 /* A statement whose rows do not matter; *changed (if not NULL) = rows affected. */
+static bool deferrable(enum stmt_id id);
+
 static int run(struct pg *p, enum stmt_id id, const struct params *ps, int64_t *changed)
 {
     int rc;
+    if (p->in_op && deferrable(id)) { /* checked when it is sent */
+        if ((rc = ensure(p)) < 0) return rc;
+        if (changed) *changed = 1;
+        return q_stmt(p, (int)id, ps, changed ? X_ONE_ROW : X_OK);
+    }
     PGresult *r = exec_stmt(p, id, ps, &rc);
     if (!r) return rc;
     if (changed) *changed = strtoll(PQcmdTuples(r), NULL, 10);
@@ -353,6 +381,131 @@ static void g_copy(PGresult *r, int row, int col, char *dst, size_t n)
 static int64_t g_int(PGresult *r, int row, int col)
 {
     return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+/* --- deferred writes ---
+ *
+ * Inside a batch, statements whose result the kernel does not read (inserts, updates,
+ * BEGIN, SAVEPOINT) are not sent one by one: they are queued as SQL text (EXECUTE of the
+ * prepared statement with quoted literals) and go out in one simple-query message with
+ * the next statement whose rows are needed, or at the end of the operation, or with the
+ * COMMIT. Each queued statement's result is still checked (success, and exactly one row
+ * for an update that must find its row); a failure fails the statement that carried it,
+ * or the end of the operation, which then rolls the operation back (api.c answers it with
+ * an error). A round trip per read instead of one per statement. */
+
+static void q_add(struct pg *p, const char *text, size_t n)
+{
+    if (p->q_len + n + 1 > p->q_cap) {
+        size_t cap = p->q_cap ? p->q_cap : 4096;
+        while (cap < p->q_len + n + 1) cap *= 2;
+        p->q = xrealloc(p->q, p->q_cap = cap);
+    }
+    memcpy(p->q + p->q_len, text, n);
+    p->q_len += n;
+    p->q[p->q_len] = 0;
+}
+
+static void q_expect(struct pg *p, enum expect x)
+{
+    if (p->n_expect == p->cap_expect)
+        p->expect = xrealloc(p->expect, (size_t)(p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64));
+    p->expect[p->n_expect++] = (unsigned char)x;
+}
+
+/* Queue one statement of plain SQL (no parameters). */
+static void q_sql(struct pg *p, const char *sql, enum expect x)
+{
+    q_add(p, sql, strlen(sql));
+    q_add(p, ";", 1);
+    q_expect(p, x);
+}
+
+/* Queue EXECUTE of prepared statement id with ps as literals; -ENOMEM if quoting failed. */
+static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
+{
+    char head[24];
+    int n = snprintf(head, sizeof head, "EXECUTE r%d", id);
+    q_add(p, head, (size_t)n);
+    for (int i = 0; ps && i < ps->n; i++) {
+        q_add(p, i ? "," : "(", 1);
+        if (!ps->v[i]) {
+            q_add(p, "NULL", 4);
+            continue;
+        }
+        char *lit = PQescapeLiteral(p->c, ps->v[i], strlen(ps->v[i]));
+        if (!lit) return -ENOMEM;
+        q_add(p, lit, strlen(lit));
+        PQfreemem(lit);
+    }
+    if (ps && ps->n) q_add(p, ")", 1);
+    q_add(p, ";", 1);
+    q_expect(p, x);
+    return 0;
+}
+
+static void q_reset(struct pg *p)
+{
+    p->q_len = 0;
+    if (p->q) p->q[0] = 0;
+    p->n_expect = 0;
+}
+
+/* Send what is queued (and whatever the caller queued last); *last = the last statement's
+ * result when asked (caller clears). Each result is checked against its expectation. */
+static int q_send(struct pg *p, PGresult **last)
+{
+    if (last) *last = NULL;
+    if (p->n_expect == 0) return 0;
+    p->sends++;
+    if (!p->c || PQstatus(p->c) != CONNECTION_OK) {
+        q_reset(p);
+        set_err(p, "the connection to PostgreSQL is lost");
+        return -ENOTCONN;
+    }
+    int rc = 0, i = 0;
+    if (!PQsendQuery(p->c, p->q)) {
+        q_reset(p);
+        return result_errno(p, NULL);
+    }
+    PGresult *r, *keep = NULL;
+    while ((r = PQgetResult(p->c)) != NULL) {
+        ExecStatusType s = PQresultStatus(r);
+        if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+            rc = result_errno(p, r);
+        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_ONE_ROW &&
+                   strtoll(PQcmdTuples(r), NULL, 10) != 1) {
+            set_err(p, "a row to update was not found");
+            rc = -ENOENT;
+        }
+        i++;
+        if (last && rc == 0) {
+            PQclear(keep);
+            keep = r;
+        } else {
+            PQclear(r);
+        }
+    }
+    if (rc == 0 && i < p->n_expect) { /* fewer results than statements: cut off */
+        rc = result_errno(p, NULL);
+        if (rc == 0) rc = -EIO;
+    }
+    q_reset(p);
+    if (rc == 0 && last) *last = keep;
+    else PQclear(keep);
+    return rc;
+}
+
+static bool deferrable(enum stmt_id id)
+{
+    switch (id) {
+    case S_AGENT_UPSERT: case S_EXEC_INSERT: case S_EXEC_UPDATE: case S_EVENT_INSERT: case S_STEP_INSERT:
+    case S_STEP_UPDATE: case S_COUNTER_SET: case S_COUNTERS_CLEAR: case S_APPROVAL_INSERT:
+    case S_APPROVAL_UPDATE: case S_RESOURCE_UPDATE: case S_CHECKPOINT_INSERT: case S_CHECKPOINT_INVALIDATE:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* --- connections, schema --- */
@@ -528,6 +681,8 @@ static void pg_close(struct store *st)
     PQfinish(p->c);
     PQfinish(p->lc);
     free(p->notes);
+    free(p->q);
+    free(p->expect);
     free(p->uri);
     free(p);
 }
@@ -554,8 +709,9 @@ static int pg_begin(struct store *st)
 {
     struct pg *p = PG(st);
     int r = ensure(p);
-    if (r == 0) r = simple(p, "BEGIN");
     if (r < 0) return r;
+    q_reset(p);
+    q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
     p->release_pending = false;
     notes_reset(p);
@@ -565,23 +721,22 @@ static int pg_begin(struct store *st)
 static int pg_commit(struct store *st)
 {
     struct pg *p = PG(st);
-    int r;
-    if (p->notes_any && !p->notes_overflow) {
-        char *lit = PQescapeLiteral(p->c, p->notes, p->notes_len);
-        if (!lit) return -ENOMEM;
-        char *sql = xasprintf("SELECT pg_notify('rebuno', %s); COMMIT", lit);
-        PQfreemem(lit);
-        r = simple(p, sql);
-        free(sql);
-    } else if (p->notes_overflow) {
-        char *sql = xasprintf("SELECT pg_notify('rebuno', '%s\n* \n'); COMMIT", p->replica);
-        r = simple(p, sql);
-        free(sql);
-    } else {
-        r = simple(p, "COMMIT");
-    }
+    int r = ensure(p);
     if (r < 0) return r;
-    p->in_tx = false;
+    if (p->notes_any || p->notes_overflow) {
+        char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
+        const char *text = payload ? payload : p->notes;
+        char *lit = PQescapeLiteral(p->c, text, strlen(text));
+        free(payload);
+        if (!lit) return -ENOMEM;
+        char *sql = xasprintf("SELECT pg_notify('rebuno', %s)", lit);
+        PQfreemem(lit);
+        q_sql(p, sql, X_OK);
+        free(sql);
+    }
+    q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
+    if ((r = q_send(p, NULL)) < 0) return r;
+    p->in_tx = p->in_op = false;
     unlock_all(p);
     notes_reset(p);
     return 0;
@@ -592,7 +747,8 @@ static int pg_rollback(struct store *st)
     struct pg *p = PG(st);
     unlock_all(p);
     notes_reset(p);
-    p->in_tx = false;
+    q_reset(p);
+    p->in_tx = p->in_op = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
 }
@@ -605,21 +761,51 @@ static bool pg_in_tx(const struct store *st)
 static int pg_op_begin(struct store *st)
 {
     struct pg *p = PG(st);
-    /* The previous operation's RELEASE rides with this SAVEPOINT: one round trip. */
-    int r = simple(p, p->release_pending ? "RELEASE SAVEPOINT op; SAVEPOINT op" : "SAVEPOINT op");
+    int r = ensure(p);
+    if (r < 0) return r;
+    p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
+    /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
+    if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    q_sql(p, "SAVEPOINT op", X_OK);
+    p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
     p->release_pending = false;
-    return r;
+    p->in_op = true;
+    return 0;
+}
+
+/* The operation reached the store with nothing: forget its SAVEPOINT. */
+static bool op_untouched(struct pg *p)
+{
+    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1) return false;
+    p->q_len = p->op_q0, p->n_expect = p->op_x0;
+    if (p->q) p->q[p->q_len] = 0;
+    p->release_pending = p->op_release_was;
+    return true;
 }
 
 static int pg_op_end(struct store *st, bool ok)
 {
     struct pg *p = PG(st);
+    p->in_op = false;
+    if (op_untouched(p)) return 0;
+    int r = 0;
     if (ok) {
-        p->release_pending = true;
-        return 0;
+        if ((r = q_send(p, NULL)) == 0) { /* this operation's writes, checked now */
+            p->release_pending = true;
+            return 0;
+        }
+    } else {
+        q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
+        q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+        if (q_send(p, NULL) == 0) {
+            unlock_all(p); /* the locks taken since the savepoint are gone */
+            return 0;
+        }
     }
-    unlock_all(p); /* the locks taken since the savepoint are gone */
-    return simple(p, "ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op");
+    /* A queued write failed (the rest was skipped): undo the operation. */
+    unlock_all(p);
+    int r2 = simple(p, "ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op");
+    return r < 0 ? r : r2;
 }
 
 /* --- notifications between replicas --- */
@@ -844,7 +1030,11 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     struct params ps = {0};
     p_str(&ps, id);
     int rc;
-    if (p->in_tx) { /* lock, then read what the last holder committed */
+    /* Inside an operation: lock, then read what the last holder committed. A read between
+     * operations (GET while a batch is open) locks nothing: a lock error there would
+     * abort the whole batch, not one savepoint. */
+    bool lock = p->in_tx && p->in_op;
+    if (lock) {
         int64_t n = 0;
         if ((rc = run(p, S_EXEC_LOCK, &ps, &n)) < 0) return rc;
         if (n == 0) return -ENOENT;
@@ -854,7 +1044,7 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     if (PQntuples(r) == 0) rc = -ENOENT;
     else read_exec(r, 0, out);
     PQclear(r);
-    if (rc == 0 && p->in_tx) locked_put(p, out);
+    if (rc == 0 && lock) locked_put(p, out);
     return rc;
 }
 
@@ -872,6 +1062,7 @@ static int pg_exec_list(struct store *st, const char *agent, const char *status,
     p_int(&ps, limit);
     snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY id DESC LIMIT $%d", ps.n);
     int rc = ensure(p);
+    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
     if (rc < 0) return rc;
     PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -1221,7 +1412,7 @@ static int pg_approval_get(struct store *st, const char *id, struct approval *ou
     struct params ps = {0};
     p_str(&ps, id);
     int rc;
-    if (p->in_tx && (rc = run(p, S_APPROVAL_LOCK, &ps, NULL)) < 0) return rc;
+    if (p->in_tx && p->in_op && (rc = run(p, S_APPROVAL_LOCK, &ps, NULL)) < 0) return rc;
     PGresult *r = exec_stmt(p, S_APPROVAL_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
@@ -1254,6 +1445,7 @@ static int pg_approvals_each(struct store *st, const char *status, const char *e
     p_int(&ps, limit);
     snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id LIMIT $%d", ps.n);
     int rc = ensure(p);
+    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
     if (rc < 0) return rc;
     PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -1276,7 +1468,7 @@ static int pg_approvals_each(struct store *st, const char *status, const char *e
 /* Inside a batch, admissions to one session queue behind each other on every replica. */
 static int session_lock(struct pg *p, const char *session)
 {
-    if (!p->in_tx) return 0;
+    if (!p->in_tx || !p->in_op) return 0;
     struct params ps = {0};
     p_str(&ps, session);
     return run(p, S_SESSION_LOCK, &ps, NULL);
