@@ -1034,10 +1034,8 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
      * operations (GET while a batch is open) locks nothing: a lock error there would
      * abort the whole batch, not one savepoint. */
     bool lock = p->in_tx && p->in_op;
-    if (lock) {
-        int64_t n = 0;
-        if ((rc = run(p, S_EXEC_LOCK, &ps, &n)) < 0) return rc;
-        if (n == 0) return -ENOENT;
+    if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
+        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -1412,7 +1410,8 @@ static int pg_approval_get(struct store *st, const char *id, struct approval *ou
     struct params ps = {0};
     p_str(&ps, id);
     int rc;
-    if (p->in_tx && p->in_op && (rc = run(p, S_APPROVAL_LOCK, &ps, NULL)) < 0) return rc;
+    if (p->in_tx && p->in_op && ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_APPROVAL_LOCK, &ps, X_OK)) < 0))
+        return rc;
     PGresult *r = exec_stmt(p, S_APPROVAL_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
@@ -1471,7 +1470,8 @@ static int session_lock(struct pg *p, const char *session)
     if (!p->in_tx || !p->in_op) return 0;
     struct params ps = {0};
     p_str(&ps, session);
-    return run(p, S_SESSION_LOCK, &ps, NULL);
+    int rc = ensure(p);
+    return rc < 0 ? rc : q_stmt(p, S_SESSION_LOCK, &ps, X_OK); /* sent with the query it guards */
 }
 
 static int pg_session_active(struct store *st, const char *session, char id_out[UUID_STR_LEN])
