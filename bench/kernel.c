@@ -116,7 +116,7 @@ static volatile sig_atomic_t interrupted;
  * next kernels get */
 static char pg_dir[PATH_MAX], pg_bindir[PATH_MAX];
 static int pg_port;
-static char kernel_store_uri[PATH_MAX];
+static char kernel_store_uri[2 * PATH_MAX];
 static void pg_stop(void);
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -1703,12 +1703,9 @@ static void pg_start(void)
 
 static PGconn *pg_connect(const char *schema)
 {
-    char uri[256];
-    if (schema)
-        snprintf(uri, sizeof uri, "postgres://rebuno@127.0.0.1:%d/postgres?options=-csearch_path%%3D%s", pg_port,
-                 schema);
-    else
-        snprintf(uri, sizeof uri, "postgres://rebuno@127.0.0.1:%d/postgres", pg_port);
+    char uri[2 * PATH_MAX];
+    snprintf(uri, sizeof uri, "postgres://rebuno@/postgres?host=%s&port=%d%s%s", pg_dir, pg_port,
+             schema ? "&options=-csearch_path%3D" : "", schema ? schema : "");
     PGconn *c = PQconnectdb(uri);
     if (PQstatus(c) != CONNECTION_OK) die("cannot connect to the benchmark's PostgreSQL: %s", PQerrorMessage(c));
     return c;
@@ -1722,7 +1719,8 @@ static void pg_exec(PGconn *c, const char *sql)
     PQclear(r);
 }
 
-/* The naive loop: one INSERT per autocommit (durable) transaction. */
+/* The naive loop: one INSERT per autocommit (durable) transaction, over the Unix socket
+ * like the kernels. */
 static struct baseline run_pg_naive(double seconds)
 {
     PGconn *c = pg_connect(NULL);
@@ -1781,8 +1779,9 @@ static struct level_result run_pg_level(int n, int replicas)
     char sql[96];
     snprintf(sql, sizeof sql, "CREATE SCHEMA %s", schema);
     pg_exec(admin, sql);
+    /* over the server's Unix socket, as a kernel on the database's host would connect */
     snprintf(kernel_store_uri, sizeof kernel_store_uri,
-             "postgres://rebuno@127.0.0.1:%d/postgres?options=-csearch_path%%3D%s", pg_port, schema);
+             "postgres://rebuno@/postgres?host=%s&port=%d&options=-csearch_path%%3D%s", pg_dir, pg_port, schema);
     struct kproc k[PG_MAX_REPLICAS];
     for (int i = 0; i < replicas; i++) kernel_start(&k[i], NULL);
     kernel_store_uri[0] = '\0';

@@ -1360,7 +1360,13 @@ static void on_change(char kind, const char *name, void *arg)
 static void watch_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct api *a = arg;
-    if (store_watch_read(a->st, on_change, a) < 0) log_warn("lost the PostgreSQL listener; reconnecting", "%s", "");
+    if (store_watch_read(a->st, on_change, a) < 0) {
+        log_warn("lost the PostgreSQL listener; reconnecting", "%s", "");
+        /* its descriptor is closed: a new one may get the same number, so always re-add */
+        event_free(a->watch_ev);
+        a->watch_ev = NULL;
+        a->watch_fd = -1;
+    }
     watch_arm(a);
 }
 
