@@ -58,7 +58,8 @@ static int collect(struct execution *e, void *arg)
 
 struct copy {
     struct store *src, *dst;
-    struct execution *e; /* the target's view while its events are appended */
+    struct execution view; /* the target's view while its events are appended (strings borrowed) */
+    struct execution *e;   /* &view */
     int64_t events, steps, counters, approvals, resources, checkpoints, agents;
     const char *what; /* what failed, for the message */
 };
@@ -128,16 +129,16 @@ static int copy_exec(struct copy *c, const char *id)
     int64_t last = e.last_seq;
     c->what = "an execution";
     if ((r = store_exec_insert(c->dst, &e)) < 0) goto out;
-    struct execution view = e; /* appends count from 0 again; the strings stay e's */
-    view.last_seq = 0;
-    c->e = &view;
+    c->view = e; /* appends count from 0 again; the strings stay e's */
+    c->view.last_seq = 0;
+    c->e = &c->view;
     c->what = "an event";
-    while (r == 0 && view.last_seq < last) {
-        int64_t before = view.last_seq;
-        r = store_events_each(c->src, id, view.last_seq, 1000, copy_event, c);
-        if (r == 0 && view.last_seq == before) break;
+    while (r == 0 && c->view.last_seq < last) {
+        int64_t before = c->view.last_seq;
+        r = store_events_each(c->src, id, c->view.last_seq, 1000, copy_event, c);
+        if (r == 0 && c->view.last_seq == before) break;
     }
-    if (r == 0 && view.last_seq != last) {
+    if (r == 0 && c->view.last_seq != last) {
         c->what = "the events (fewer than the execution's last seq)";
         r = -EPROTO;
     }
