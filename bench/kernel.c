@@ -1708,6 +1708,7 @@ static PGconn *pg_connect(const char *schema)
              schema ? "&options=-csearch_path%3D" : "", schema ? schema : "");
     PGconn *c = PQconnectdb(uri);
     if (PQstatus(c) != CONNECTION_OK) die("cannot connect to the benchmark's PostgreSQL: %s", PQerrorMessage(c));
+    PQclear(PQexec(c, "SET client_min_messages = warning")); /* no NOTICE per dropped table */
     return c;
 }
 
@@ -1851,7 +1852,7 @@ static void print_level(const char *label, const struct level_result *r, double 
 static int run_postgres(void)
 {
     const int agents = 32;
-    char n1[32], n2[32];
+    char n1[32], n2[32], n3[32];
     pg_start();
     printf("rebuno kernel benchmark, PostgreSQL store (%ld cores shared by the database, the replicas "
            "and the client;\n  PostgreSQL from %s, fsync=on, synchronous_commit=on, data in %s%s)\n",
@@ -1884,6 +1885,27 @@ static int run_postgres(void)
     printf("  2 replicas kernel CPU per round trip within 20%% of one replica's -> %.2fx (%s); 3 replicas: "
            "%.2fx\n", cpu2, cpu2 <= PG_AIM_CPU ? "met" : "MISSED", cpu3);
     printf("  PostgreSQL 1 replica vs SQLite round trips/s: %.2fx\n", pr[0].rt_per_s / sq.rt_per_s);
+    struct replay_result small = {0}, big = {0}, big_start = {0}, big_end = {0};
+    double build_s = 0, build_rate = 0;
+    if (!O.no_replay) { /* the replay lookups of the SQLite run, on one replica */
+        PGconn *admin = pg_connect(NULL);
+        pg_exec(admin, "CREATE SCHEMA bench_replay");
+        snprintf(kernel_store_uri, sizeof kernel_store_uri,
+                 "postgres://rebuno@/postgres?host=%s&port=%d&options=-csearch_path%%3Dbench_replay", pg_dir,
+                 pg_port);
+        run_replay(&small, &big, &big_start, &big_end, &build_s, &build_rate);
+        kernel_store_uri[0] = '\0';
+        pg_exec(admin, "DROP SCHEMA bench_replay CASCADE");
+        PQfinish(admin);
+        double r50 = small.p50_us > 0 ? big.p50_us / small.p50_us : 0;
+        double r99 = small.p99_us > 0 ? big.p99_us / small.p99_us : 0;
+        printf("  replay lookups flat in history length: %s events p50 %.0f us p99 %.0f us vs %s events "
+               "p50 %.0f us p99 %.0f us -> %.2fx / %.2fx (aim ~1x; the history was built at %s rt/s)\n",
+               commas((double)big.events, n1, sizeof n1), big.p50_us, big.p99_us,
+               commas((double)small.events, n2, sizeof n2), small.p50_us, small.p99_us, r50, r99,
+               commas(build_rate, n3, sizeof n3));
+        printf("bench.pg.replay_p50_ratio=%.3f\n", r50);
+    }
     printf("durability: after each run every kernel was killed with SIGKILL; acknowledged / found: SQLite %s/%s",
            commas((double)sq.acked, n1, sizeof n1), commas((double)sq.found, n2, sizeof n2));
     for (int r = 0; r < PG_MAX_REPLICAS; r++)
