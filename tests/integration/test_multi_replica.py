@@ -400,3 +400,56 @@ def test_sdk_and_cli_fail_over_between_replicas(make_kernel, pg):
                          stderr=subprocess.PIPE, timeout=60)
     assert out.returncode == 0, out.stderr.decode()
     assert json.loads(out.stdout)["id"] == ex.id
+
+
+SWEEP_CONFIG = """
+agents:
+  - name: sleepy
+    lease_timeout_seconds: 1
+    max_attempts: 100
+    policy: |
+      default_action: allow
+      rules:
+        - id: ask
+          when:
+            target: deploy
+          then:
+            decision: require_approval
+            reason: quick
+            approval:
+              timeout: 1s
+"""
+
+
+def test_sweeps_on_every_replica_expire_each_lease_and_approval_once(make_kernel, pg):
+    ks = replicas(make_kernel, pg, 3, config=SWEEP_CONFIG)
+    w = ks[0].worker("sleepy")
+    leased = []
+    for i in range(12):
+        ks[i % 3].create("sleepy", {"i": i})
+        leased.append(Dispatch(ks[0], ks[1].claim("sleepy", w)))
+    held = []
+    for i in range(6):
+        ex = ks[2].create("sleepy", {"approval": i})
+        d = Dispatch(ks[2], ks[2].claim("sleepy", w))
+        dec = d.submit("deploy", {"i": i}, idempotency="at_most_once")
+        assert dec["decision"] == "blocked"
+        held.append((ex["id"], dec["approval_id"]))
+    # nobody heartbeats: every replica's sweep sees the same expired leases and approvals
+    end = time.time() + 20
+    while time.time() < end:
+        done = all(any(e["type"] == "dispatch.expired" for e in ks[0].events(d.exec_id)) for d in leased) and \
+            all(ks[0].ok("GET", f"/v0/approvals/{a}")["status"] == "expired" for _, a in held)
+        if done:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)  # let every replica sweep again, past the expiry
+    for d in leased:
+        events = ks[0].events(d.exec_id)
+        expired = [e for e in events if e["type"] == "dispatch.expired" and e["payload"]["attempt"] == 1]
+        assert len(expired) == 1, [e["type"] for e in events]  # the first lease expired once
+        seqs = [e["seq"] for e in events]
+        assert seqs == list(range(1, len(seqs) + 1))
+    for ex_id, approval_id in held:
+        types = [e["type"] for e in ks[0].events(ex_id)]
+        assert types.count("approval.expired") == 1, types
