@@ -254,11 +254,12 @@ static int find(struct sbxd *d, const char *ref, const char *field, char hex[65]
     struct sbx_oci_ref r;
     if (!h) {
         if (sbx_oci_ref_parse(ref, &r, err) < 0) {
-            snprintf(err->field, sizeof err->field, "%s", field);
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg); /* not formatted into itself */
             return err_invalid(err, field,
                                "%s must be \"host\", \"default\", \"sha256:<64 hex>\" or an image "
-                               "reference (name:tag, name@sha256:...): %s",
-                               field, err->msg);
+                               "reference (name:tag, name@sha256:...): %.300s",
+                               field, why);
         }
         if (r.digest[0]) h = r.digest + 7;
         else if (ref_lookup(d, r.canonical, hex)) h = hex;
