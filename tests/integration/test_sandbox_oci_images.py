@@ -275,3 +275,20 @@ def test_a_full_store_refuses_an_import_with_507(make_sandboxd, tmpdir_path):
     assert os.listdir(layers) == []
     assert d.ok("GET", "/v1/images")["images"] == []
     assert not [n for n in os.listdir(os.path.join(d.state, "images")) if n.startswith(".")]
+
+
+def test_an_image_whose_etc_is_a_symlink_keeps_it(make_sandboxd, tmpdir_path):
+    """The skeleton never puts a directory over an image's own /etc symlink (which would
+    hide the image's /etc), and the default user falls back to root when the config's
+    user is not in the image."""
+    from oci_fixtures import busybox_entries
+    d = make_sandboxd().start()
+    lay = Layout(os.path.join(tmpdir_path, "etclink"))
+    entries = busybox_entries() + [
+        ("conf", "d", None), ("conf/os-release", "f", "ID=linked\n"),
+        ("conf/passwd", "f", "root:x:0:0:root:/root:/bin/sh\n"), ("etc", "l", "conf")]
+    lay.add(lay.image([(entries, "gzip")], {"Env": ["PATH=/bin"], "User": "ghost"}))
+    img = d.ok("POST", "/v1/images", {"type": "oci-layout", "path": lay.path}, status=201)
+    d.create("el", image=img["digest"])
+    r = sh(d, "el", "cat /etc/os-release; id -u")
+    assert r["stdout"] == "ID=linked\n0\n", r
