@@ -309,3 +309,21 @@ def test_an_image_of_a_hundred_layers_mounts(make_sandboxd, tmpdir_path):
     d.create("deep", image=img["digest"])
     r = sh(d, "deep", "ls /many | wc -l; cat /many/f000 /many/f098")
     assert r["stdout"].split() == ["99", "0", "98"], r
+
+
+def test_the_default_image_is_rebuno_default_when_there_is_one(make_sandboxd, tmpdir_path):
+    d = make_sandboxd().start()
+    assert d.create("before")["image"] == "host"
+    lay = Layout(os.path.join(tmpdir_path, "def"))
+    desc = lay.image([(base_layer([("etc/motd", "f", "default image\n")]), "gzip")],
+                     {"Env": ["PATH=/bin"]})
+    lay.add(desc)
+    d.ok("POST", "/v1/images", {"type": "oci-layout", "path": lay.path,
+                                "ref": "rebuno/default:latest"}, status=201)
+    pinned = "docker.io/rebuno/default@" + desc["digest"]
+    assert d.ok("GET", "/v1/images")["default"] == pinned
+    assert d.create("after")["image"] == pinned
+    assert d.create("explicit", image="default")["image"] == pinned
+    assert sh(d, "after", "cat /etc/motd")["stdout"] == "default image\n"
+    assert d.get("before")["image"] == "host"  # pinned when created
+    assert d.create("still-host", image="host")["image"] == "host"
