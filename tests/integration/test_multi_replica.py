@@ -453,3 +453,14 @@ def test_sweeps_on_every_replica_expire_each_lease_and_approval_once(make_kernel
     for ex_id, approval_id in held:
         types = [e["type"] for e in ks[0].events(ex_id)]
         assert types.count("approval.expired") == 1, types
+
+
+def test_store_setting_env_and_flag_select_the_same_database(make_kernel, pg):
+    uri = pg.schema_uri(pg.schema_for(uuid.uuid4().hex))
+    by_config = make_kernel(f"store: {uri}\n").start()
+    by_env = make_kernel(env={"REBUNO_STORE": uri}).start()
+    by_flag = make_kernel(args=["--store", uri]).start()
+    ex = by_config.create("hello", {})
+    assert by_env.ok("GET", f"/v0/executions/{ex['id']}")["id"] == ex["id"]
+    assert by_flag.ok("GET", f"/v0/executions/{ex['id']}")["id"] == ex["id"]
+    assert "store postgres://" in by_env.read_log()
