@@ -816,6 +816,13 @@ static int pg_op_end(struct store *st, bool ok)
         p->release_pending = true;
         return 0;
     }
+    if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
+        p->q_len = p->op_q0, p->n_expect = p->op_x0;
+        if (p->q) p->q[p->q_len] = 0;
+        p->release_pending = p->op_release_was;
+        unlock_all(p); /* rows it inserted were cached */
+        return 0;
+    }
     q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
     q_sql(p, "RELEASE SAVEPOINT op", X_OK);
     p->release_pending = false;
