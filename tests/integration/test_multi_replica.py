@@ -335,6 +335,15 @@ def test_postgres_restart_under_load(make_kernel, pg):
             time.sleep(0.2)
         assert st == 201
     check_acks(a, acks)
+    # The listeners reconnected too: a long-poll on a is woken by b's commit again.
+    w = a.worker("woken")
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("c", a.claim("woken", w, wait=30)))
+    t.start()
+    time.sleep(1.5)  # past the listener's reconnect delay, and the claim parked
+    ex = b.create("woken", {})
+    t.join(35)
+    assert got["c"] is not None and got["c"]["execution"]["id"] == ex["id"]
 
 
 # --- bad stores ---------------------------------------------------------------------------------
