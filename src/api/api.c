@@ -143,9 +143,9 @@ static int op_begin(struct api *a, struct err *err)
     return 0;
 }
 
-/* End the operation; false when it succeeded but its writes then failed in the store
- * (the PostgreSQL store sends an operation's writes at its end): it was rolled back, and
- * err says why. */
+/* End the operation; false when it succeeded but the store could not keep it (it was
+ * rolled back) and err says why. The PostgreSQL store reports a late failure of an
+ * operation's queued writes by failing the batch's commit instead. */
 static bool op_end(struct api *a, bool ok, struct err *err)
 {
     int r = store_op_end(a->st, ok);

@@ -137,7 +137,8 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
     [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
-    [S_EXEC_GET] = "SELECT " EXEC_SELECT " FROM executions WHERE id = $1",
+    [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
+                   " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
                       " state=$7, failure_reason=$8, created_at=$9, updated_at=$10,"
                       " deadline_at=$11, last_seq=$12, dispatch_id=$13, attempt=$14, dstate=$15,"
@@ -242,8 +243,11 @@ struct pg {
     int op_x0, op_x1;
     uint64_t op_sends;
     bool op_release_was;
+    int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
+    bool broken; /* a write of an earlier operation failed: the batch can only roll back */
     /* executions this batch has locked, as it last wrote or read them */
     struct execution *locked;
+    bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
     int n_locked, cap_locked;
 };
 
@@ -302,7 +306,11 @@ static int connect_main(struct pg *p, char *errbuf, size_t errlen);
 /* A usable connection, reconnecting when it broke outside a batch (rate-limited). */
 static int ensure(struct pg *p)
 {
-    if (p->c && PQstatus(p->c) == CONNECTION_OK) return 0;
+    if (p->c && PQstatus(p->c) == CONNECTION_OK) {
+        if (!p->broken) return 0;
+        set_err(p, "a write of an earlier request in this batch failed; the batch is rolled back");
+        return -EIO;
+    }
     if (p->in_tx) return -ENOTCONN; /* the batch died with its connection */
     int64_t now = clock_mono_ms();
     if (now < p->next_connect) return -ENOTCONN;
@@ -334,6 +342,7 @@ static PGresult *exec_stmt(struct pg *p, enum stmt_id id, const struct params *p
     if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) return r;
     *rc = result_errno(p, r);
     PQclear(r);
+    if (p->in_tx && !p->in_op) p->broken = true; /* no savepoint to go back to */
     return NULL;
 }
 
@@ -386,14 +395,15 @@ static int64_t g_int(PGresult *r, int row, int col)
 /* --- deferred writes ---
  *
  * Inside a batch, statements whose result the kernel does not read (inserts, updates,
- * BEGIN, SAVEPOINT) are not sent one by one: they are queued as SQL text (EXECUTE of the
- * prepared statement with quoted literals) and go out in one simple-query message with
- * the next statement whose rows are needed, or at the end of the operation, or with the
- * COMMIT. Each queued statement's result is still checked (success, and exactly one row
- * for an update that must find its row); a failure fails the statement that carried it,
- * or the end of the operation, which then rolls the operation back (api.c answers it with
- * an error). A round trip per read instead of one per statement. */
-
+ * BEGIN, SAVEPOINT/RELEASE/ROLLBACK TO, the row lock before a read) are not sent one by
+ * one: they are queued as SQL text (EXECUTE of the prepared statement with quoted
+ * literals) and go out in one simple-query message with the next statement whose rows are
+ * needed, which may be the next request's first read, or with the COMMIT. Each queued
+ * statement's result is still checked (success, and exactly one row for an update that
+ * must find its row). A failure after the current request's SAVEPOINT is that request's
+ * (it rolls back to it); one before it belongs to a request already answered as done,
+ * so the batch is marked broken: its COMMIT fails and every reply in it becomes an error,
+ * never a wrong 2xx. A round trip per read instead of one per statement. */
 static void q_add(struct pg *p, const char *text, size_t n)
 {
     if (p->q_len + n + 1 > p->q_cap) {
@@ -463,7 +473,8 @@ static int q_send(struct pg *p, PGresult **last)
         set_err(p, "the connection to PostgreSQL is lost");
         return -ENOTCONN;
     }
-    int rc = 0, i = 0;
+    int rc = 0, i = 0, failed_at = -1, sp = p->op_sp;
+    p->op_sp = -1;
     if (!PQsendQuery(p->c, p->q)) {
         q_reset(p);
         return result_errno(p, NULL);
@@ -473,10 +484,12 @@ static int q_send(struct pg *p, PGresult **last)
         ExecStatusType s = PQresultStatus(r);
         if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             rc = result_errno(p, r);
+            failed_at = i;
         } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_ONE_ROW &&
                    strtoll(PQcmdTuples(r), NULL, 10) != 1) {
             set_err(p, "a row to update was not found");
             rc = -ENOENT;
+            failed_at = i;
         }
         i++;
         if (last && rc == 0) {
@@ -493,6 +506,10 @@ static int q_send(struct pg *p, PGresult **last)
     q_reset(p);
     if (rc == 0 && last) *last = keep;
     else PQclear(keep);
+    /* A failure after the current operation's SAVEPOINT is that operation's (it rolls
+     * back to it); one before it hit an earlier operation, already answered as done:
+     * only the whole batch can go now (its COMMIT fails, every reply becomes an error). */
+    if (rc < 0 && p->in_tx && !(p->in_op && (sp < 0 || failed_at > sp))) p->broken = true;
     return rc;
 }
 
@@ -678,6 +695,7 @@ static void pg_close(struct store *st)
     struct pg *p = PG(st);
     unlock_all(p);
     free(p->locked);
+    free(p->nores);
     PQfinish(p->c);
     PQfinish(p->lc);
     free(p->notes);
@@ -711,6 +729,8 @@ static int pg_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     q_reset(p);
+    p->broken = false;
+    p->op_sp = -1;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
     p->release_pending = false;
@@ -721,7 +741,7 @@ static int pg_begin(struct store *st)
 static int pg_commit(struct store *st)
 {
     struct pg *p = PG(st);
-    int r = ensure(p);
+    int r = ensure(p); /* -EIO when broken */
     if (r < 0) return r;
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
@@ -748,7 +768,7 @@ static int pg_rollback(struct store *st)
     unlock_all(p);
     notes_reset(p);
     q_reset(p);
-    p->in_tx = p->in_op = false;
+    p->in_tx = p->in_op = p->broken = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
 }
@@ -768,6 +788,7 @@ static int pg_op_begin(struct store *st)
     if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
     q_sql(p, "SAVEPOINT op", X_OK);
     p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
+    p->op_sp = p->n_expect - 1;
     p->release_pending = false;
     p->in_op = true;
     return 0;
@@ -787,25 +808,26 @@ static int pg_op_end(struct store *st, bool ok)
 {
     struct pg *p = PG(st);
     p->in_op = false;
+    p->op_sp = -1;
     if (op_untouched(p)) return 0;
-    int r = 0;
     if (ok) {
-        if ((r = q_send(p, NULL)) == 0) { /* this operation's writes, checked now */
-            p->release_pending = true;
-            return 0;
-        }
-    } else {
-        q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
-        q_sql(p, "RELEASE SAVEPOINT op", X_OK);
-        if (q_send(p, NULL) == 0) {
-            unlock_all(p); /* the locks taken since the savepoint are gone */
-            return 0;
-        }
+        /* Its writes stay queued: they go out with the next request's first read or the
+         * COMMIT, RELEASE first; a failure then fails the batch (q_send). */
+        p->release_pending = true;
+        return 0;
     }
-    /* A queued write failed (the rest was skipped): undo the operation. */
-    unlock_all(p);
-    int r2 = simple(p, "ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op");
-    return r < 0 ? r : r2;
+    if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
+        p->q_len = p->op_q0, p->n_expect = p->op_x0;
+        if (p->q) p->q[p->q_len] = 0;
+        p->release_pending = p->op_release_was;
+        unlock_all(p); /* rows it inserted were cached */
+        return 0;
+    }
+    q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
+    q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    p->release_pending = false;
+    unlock_all(p); /* the locks taken since the savepoint are gone */
+    return 0;
 }
 
 /* --- notifications between replicas --- */
@@ -991,9 +1013,12 @@ static void locked_put(struct pg *p, const struct execution *e)
         if (seq > c->last_seq) c->last_seq = seq;
         return;
     }
-    if (p->n_locked == p->cap_locked)
-        p->locked = xrealloc(p->locked, (size_t)(p->cap_locked = p->cap_locked ? p->cap_locked * 2 : 16) *
-                                            sizeof *p->locked);
+    if (p->n_locked == p->cap_locked) {
+        p->cap_locked = p->cap_locked ? p->cap_locked * 2 : 16;
+        p->locked = xrealloc(p->locked, (size_t)p->cap_locked * sizeof *p->locked);
+        p->nores = xrealloc(p->nores, (size_t)p->cap_locked * sizeof *p->nores);
+    }
+    p->nores[p->n_locked] = false;
     exec_copy(&p->locked[p->n_locked++], e);
 }
 
@@ -1003,7 +1028,10 @@ static int pg_exec_insert(struct store *st, const struct execution *e)
     struct params ps = {0};
     bind_exec(&ps, e);
     int r = run(p, S_EXEC_INSERT, &ps, NULL);
-    if (r == 0 && p->in_tx) locked_put(p, e); /* a new row is ours until commit */
+    if (r == 0 && p->in_tx) {
+        locked_put(p, e); /* a new row is ours until commit */
+        p->nores[locked_find(p, e->id) - p->locked] = true;
+    }
     return r;
 }
 
@@ -1039,10 +1067,18 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
-    if (PQntuples(r) == 0) rc = -ENOENT;
-    else read_exec(r, 0, out);
+    bool nores = false;
+    if (PQntuples(r) == 0) {
+        rc = -ENOENT;
+    } else {
+        read_exec(r, 0, out);
+        nores = strcmp(PQgetvalue(r, 0, 24), "f") == 0;
+    }
     PQclear(r);
-    if (rc == 0 && lock) locked_put(p, out);
+    if (rc == 0 && lock) {
+        locked_put(p, out);
+        p->nores[locked_find(p, id) - p->locked] = nores;
+    }
     return rc;
 }
 
@@ -1556,7 +1592,10 @@ static int pg_resource_insert(struct store *st, const struct resource *res)
     p_str(&ps, res->binding);
     p_str(&ps, res->checkpoint_ref);
     int64_t n = 0;
-    int r = run(PG(st), S_RESOURCE_INSERT, &ps, &n);
+    struct pg *p = PG(st);
+    struct execution *c = p->in_tx ? locked_find(p, res->exec_id) : NULL;
+    if (c) p->nores[c - p->locked] = false;
+    int r = run(p, S_RESOURCE_INSERT, &ps, &n);
     return r == 0 && n == 0 ? -EEXIST : r;
 }
 
@@ -1576,10 +1615,13 @@ static int pg_resource_update(struct store *st, const struct resource *res)
 
 static int pg_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg)
 {
+    struct pg *p = PG(st);
+    struct execution *c = p->in_tx ? locked_find(p, exec_id) : NULL;
+    if (c && p->nores[c - p->locked]) return 0; /* most executions have none: no round trip */
     struct params ps = {0};
     p_str(&ps, exec_id);
     int rc;
-    PGresult *r = exec_stmt(PG(st), S_RESOURCES, &ps, &rc);
+    PGresult *r = exec_stmt(p, S_RESOURCES, &ps, &rc);
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct resource res;

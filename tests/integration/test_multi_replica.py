@@ -335,6 +335,15 @@ def test_postgres_restart_under_load(make_kernel, pg):
             time.sleep(0.2)
         assert st == 201
     check_acks(a, acks)
+    # The listeners reconnected too: a long-poll on a is woken by b's commit again.
+    w = a.worker("woken")
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("c", a.claim("woken", w, wait=30)))
+    t.start()
+    time.sleep(1.5)  # past the listener's reconnect delay, and the claim parked
+    ex = b.create("woken", {})
+    t.join(35)
+    assert got["c"] is not None and got["c"]["execution"]["id"] == ex["id"]
 
 
 # --- bad stores ---------------------------------------------------------------------------------
@@ -453,3 +462,14 @@ def test_sweeps_on_every_replica_expire_each_lease_and_approval_once(make_kernel
     for ex_id, approval_id in held:
         types = [e["type"] for e in ks[0].events(ex_id)]
         assert types.count("approval.expired") == 1, types
+
+
+def test_store_setting_env_and_flag_select_the_same_database(make_kernel, pg):
+    uri = pg.schema_uri(pg.schema_for(uuid.uuid4().hex))
+    by_config = make_kernel(f"store: {uri}\n").start()
+    by_env = make_kernel(env={"REBUNO_STORE": uri}).start()
+    by_flag = make_kernel(args=["--store", uri]).start()
+    ex = by_config.create("hello", {})
+    assert by_env.ok("GET", f"/v0/executions/{ex['id']}")["id"] == ex["id"]
+    assert by_flag.ok("GET", f"/v0/executions/{ex['id']}")["id"] == ex["id"]
+    assert "store postgres://" in by_env.read_log()
