@@ -215,3 +215,41 @@ def test_a_taken_port_costs_the_endpoint_not_the_service(make_sandboxd):
         d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{busy}"]).start()
         assert d.request("GET", "/v1/health")[0] == 200
         assert "Vercel-compatible endpoint cannot listen" in d.read_log()
+
+
+def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk, tmp_path):
+    import base64
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    if not shutil.which("nft"):
+        pytest.skip("sandbox networking needs nft")
+    token = "ghs_" + "VercelT0kenVercel" * 2
+    rotated = "ghs_" + "R0tatedR0tated" * 2
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    up = Upstream(pki)
+    try:
+        port = free_port()
+        d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+                                "--upstream-override", f"github.example:443=127.0.0.1:{up.port}"]).start()
+        d.vercel_port = port
+        os.environ["NET_TOKEN"], os.environ["NET_ROTATED"] = token, rotated
+        try:
+            r = run_case(d, "network")
+        finally:
+            del os.environ["NET_TOKEN"], os.environ["NET_ROTATED"]
+        auths = [[v for k, v in q["headers"] if k.lower() == "authorization"] for q in up.requests]
+        # the proxy replaced the sandbox's own header with the policy's, then the rotated one
+        assert auths == [[token], [rotated]], auths
+        assert "ok GET /vercel" in r["first"]["out"] and "ok GET /vercel" in r["second"]["out"]
+        assert r["other"]["exit"] != 0
+        assert r["denied"]["exit"] != 0 and r["deniedPolicy"] == "deny-all"
+        # the SDK's view of the policy: the rule, with the value redacted
+        assert r["policy"] == {"allow": {"github.example": [
+            {"transform": [{"headers": {"Authorization": "<redacted>"}}]}]}}, r["policy"]
+        for where in (r["inside"], r["rawGet"], json.dumps(r), d.read_log()):
+            assert token not in where and rotated not in where
+        assert r["subnets"]["status"] == 400
+    finally:
+        up.close()

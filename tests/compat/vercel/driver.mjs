@@ -257,6 +257,30 @@ const cases = {
     return res;
   },
 
+  // header transforms applied by the egress proxy, outside the sandbox: the upstream sees
+  // the token (checked by the test), the sandbox and the API answers never do
+  async network() {
+    const token = process.env.NET_TOKEN, rotated = process.env.NET_ROTATED;
+    const rule = (v) => ({ allow: { "github.example": [{ transform: [{ headers: { Authorization: v } }] }] } });
+    const sb = await Sandbox.create({ ...o, timeout: 120000, networkPolicy: rule(token) });
+    const curl = ["-sS", "--max-time", "20", "-H", "Authorization: Bearer made-up-inside",
+                  "https://github.example/vercel"];
+    const res = { policy: sb.networkPolicy };
+    res.first = await text(await sb.runCommand("curl", curl));
+    res.inside = (await text(await sb.runCommand("sh", ["-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"]))).out;
+    res.other = await text(await sb.runCommand("curl", ["-sS", "--max-time", "10", "https://not-allowed.example/"]));
+    await sb.updateNetworkPolicy(rule(rotated));
+    res.second = await text(await sb.runCommand("curl", curl));
+    await sb.updateNetworkPolicy("deny-all");
+    res.denied = await text(await sb.runCommand("curl", curl));
+    res.deniedPolicy = (await Sandbox.get({ ...o, name: sb.name })).networkPolicy;
+    const r = await raw("GET", `/v2/sandboxes/${sb.name}`);
+    res.rawGet = r.text;
+    res.subnets = await errOf(sb.updateNetworkPolicy({ subnets: { deny: ["10.0.0.0/8"] } }));
+    await sb.stop();
+    return res;
+  },
+
   async errors() {
     const res = {};
     res.getUnknown = await errOf(Sandbox.get({ ...o, name: "no-such-sandbox-" + uniq() }));
