@@ -26,6 +26,8 @@
 
 #define CHUNK (32u * 1024)
 #define KEEPALIVE_SEC 15
+#define GRACE_MS 20             /* a command done this soon gets one plain (keep-alive) reply */
+#define PENDING_MAX (256u << 10) /* or sooner, once this much is waiting */
 
 enum vs_kind { VS_RUN, VS_LOGS, VS_WAIT };
 
@@ -37,6 +39,8 @@ struct vc_stream {
     enum vs_kind kind;
     bool started; /* NDJSON head sent */
     bool told;    /* why the command could not start: said on stderr */
+    struct buf pend;     /* lines made before the head is sent (the grace) */
+    struct event *grace; /* ends the grace: the head goes out, streaming begins */
     uint64_t off_out, off_err;
     struct event *timer; /* keep-alive of a long-poll or a quiet stream */
 };
@@ -53,6 +57,7 @@ static struct vc_stream *stream_new(struct vc *v, struct http_req *r, struct sbx
     st->r = r;
     st->cmd = c;
     st->kind = kind;
+    buf_init(&st->pend, 0); /* ours, bounded by PENDING_MAX plus one chunk */
     st->next = v->streams;
     if (v->streams) v->streams->prev = st;
     v->streams = st;
@@ -71,6 +76,8 @@ static void stream_free(struct vc_stream *st)
     if (st->next) st->next->prev = st->prev;
     if (st->cmd) st->cmd->watchers--;
     if (st->timer) event_free(st->timer);
+    if (st->grace) event_free(st->grace);
+    buf_fini(&st->pend);
     free(st);
 }
 
@@ -87,10 +94,12 @@ static int put_line(struct vc_stream *st, json_t *o)
     json_decref(o);
     size_t n = strlen(s);
     s[n] = '\n';
-    int rc = http_stream_write(st->r, s, n + 1);
+    int rc = st->started ? http_stream_write(st->r, s, n + 1) : buf_append(&st->pend, s, n + 1);
     free(s);
     return rc;
 }
+
+static void stream_begin(struct vc_stream *st);
 
 /* How many of p[0..n) end with complete UTF-8 characters (a split one waits). */
 static size_t utf8_whole(const unsigned char *p, size_t n)
@@ -147,8 +156,20 @@ static void pump(struct vc_stream *st)
             put_line(st, json_pack("{s:o}", "command", vc_cmd_json(c))) == -EAGAIN)
             goto blocked;
         free(tmp);
-        http_sse_end(st->r);
+        if (st->started) {
+            http_sse_end(st->r);
+        } else { /* done within the grace: one reply with a length, the connection stays */
+            http_add_header(st->r, "Cache-Control", "no-cache");
+            http_reply_raw(st->r, 200, "application/x-ndjson", st->pend.data ? st->pend.data : "",
+                           st->pend.len);
+        }
         stream_free(st);
+        return;
+    }
+    if (!st->started && st->pend.len >= PENDING_MAX) {
+        free(tmp);
+        stream_begin(st);
+        pump(st);
         return;
     }
 out:
@@ -176,9 +197,42 @@ static void stream_begin(struct vc_stream *st)
 {
     http_stream_start(st->r, "application/x-ndjson");
     st->started = true;
+    if (st->grace) {
+        event_free(st->grace);
+        st->grace = NULL;
+    }
+    if (st->pend.len) { /* a few lines: under the back-pressure limit of a new stream */
+        http_stream_write(st->r, st->pend.data, st->pend.len);
+        buf_reset(&st->pend);
+    }
     st->timer = event_new(st->v->d->base, -1, EV_PERSIST, keepalive, st);
     struct timeval tv = {KEEPALIVE_SEC, 0};
     event_add(st->timer, &tv);
+}
+
+static void grace_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct vc_stream *st = arg;
+    stream_begin(st);
+    pump(st);
+}
+
+/* Start answering: at once for a finished command (one reply), after GRACE_MS for one
+ * still running (a short command still gets one reply, with keep-alive). */
+static void stream_open(struct vc_stream *st, int64_t grace_ms)
+{
+    if (sbx_cmd_done(st->cmd)) {
+        pump(st);
+        return;
+    }
+    if (grace_ms <= 0) {
+        stream_begin(st);
+        pump(st);
+        return;
+    }
+    st->grace = evtimer_new(st->v->d->base, grace_over, st);
+    struct timeval tv = {0, (suseconds_t)(grace_ms * 1000)};
+    event_add(st->grace, &tv);
 }
 
 void vc_on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev)
@@ -188,7 +242,7 @@ void vc_on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev)
         next = st->next;
         if (st->cmd != c) continue;
         if (ev & SBX_EV_GONE) {
-            if (st->kind == VS_WAIT) {
+            if (st->kind == VS_WAIT || !st->started) {
                 http_reply_error(st->r, 404, "not_found", "cmdId",
                                  "the command went away (its sandbox was deleted)");
             } else {
@@ -294,12 +348,11 @@ static void h_run(struct http_req *r, void *arg)
         return;
     }
     struct vc_stream *st = stream_new(v, r, c, VS_RUN);
-    stream_begin(st);
     json_t *first = vc_cmd_json(c);
     json_object_set_new(first, "exitCode", json_null()); /* the first line: not finished */
     json_object_del(first, "durationMs");
     put_line(st, json_pack("{s:o}", "command", first));
-    if (sbx_cmd_done(c)) pump(st);
+    stream_open(st, GRACE_MS);
 }
 
 static void h_cmd_get(struct http_req *r, void *arg)
@@ -342,8 +395,7 @@ static void h_logs(struct http_req *r, void *arg)
     struct vc_stream *st = stream_new(v, r, c, VS_LOGS);
     st->off_out = oo;
     st->off_err = oe;
-    stream_begin(st);
-    pump(st);
+    stream_open(st, 0);
 }
 
 static void h_kill(struct http_req *r, void *arg)
