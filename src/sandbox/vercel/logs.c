@@ -102,7 +102,7 @@ static int put_line(struct vc_stream *st, json_t *o)
 static void stream_begin(struct vc_stream *st);
 
 /* How many of p[0..n) end with complete UTF-8 characters (a split one waits). */
-static size_t utf8_whole(const unsigned char *p, size_t n)
+size_t vc_utf8_whole(const unsigned char *p, size_t n)
 {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         unsigned char b = p[n - k];
@@ -132,7 +132,7 @@ static void pump(struct vc_stream *st)
                 if (from > *off) *off = from; /* dropped from the ring */
                 continue;
             }
-            size_t whole = done ? n : utf8_whole((unsigned char *)tmp, n);
+            size_t whole = done ? n : vc_utf8_whole((unsigned char *)tmp, n);
             if (whole == 0) continue;
             json_t *line = json_pack("{s:s, s:o}", "stream", k == 1 ? "stdout" : "stderr", "data",
                                      sbx_json_text(tmp, whole));

@@ -26,9 +26,9 @@ int vc_sid_parse(const char *sid, char id[40], int64_t *seq)
     if (!sid || strncmp(sid, "sbs_", 4) != 0) return -1;
     const char *p = sid + 4, *us = strrchr(p, '_');
     if (!us || us == p || (size_t)(us - p) >= 40) return -1;
-    char *end;
-    long long n = strtoll(us + 1, &end, 10);
-    if (!us[1] || *end || n < 0) return -1;
+    if (!us[1] || strlen(us + 1) > 18 || strspn(us + 1, "0123456789") != strlen(us + 1))
+        return -1;
+    long long n = strtoll(us + 1, NULL, 10);
     snprintf(id, 40, "%.*s", (int)(us - p), p);
     *seq = n;
     return 0;
@@ -114,8 +114,9 @@ json_t *vc_policy_out(struct sbx *s)
                     json_array_foreach(json_object_get(rule, "transform"), j, t) {
                         const char *h;
                         json_t *hv;
-                        json_object_foreach(json_object_get(t, "headers"), h, hv)
+                        json_object_foreach(json_object_get(t, "headers"), h, hv) {
                             json_array_append_new(names, json_string(h));
+                        }
                     }
                 }
                 if (json_array_size(names))

@@ -517,7 +517,9 @@ static void h_snap_list(struct http_req *r, void *arg)
     json_t *arr = sbx_snapshot_list(v->d, name, cursor, limit, &next), *out = json_array();
     size_t i;
     json_t *n;
-    json_array_foreach(arr, i, n) json_array_append_new(out, vc_snapshot_json(v->d, json_incref(n)));
+    json_array_foreach(arr, i, n) {
+        json_array_append_new(out, vc_snapshot_json(v->d, json_incref(n)));
+    }
     json_t *o = json_pack("{s:o, s:{s:I, s:s?}}", "snapshots", out, "pagination", "count",
                           (json_int_t)json_array_size(out), "next", next);
     json_decref(arr);

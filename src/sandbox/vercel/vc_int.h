@@ -58,6 +58,8 @@ json_t *vc_policy_out(struct sbx *s);
 int64_t vc_iso_ms(const json_t *v);
 
 /* ---- logs.c ---- */
+/* How many bytes of p[0..n) end with whole UTF-8 characters (a split last one waits). */
+size_t vc_utf8_whole(const unsigned char *p, size_t n);
 void vc_cmd_routes(struct vc *v);
 void vc_on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev);
 
