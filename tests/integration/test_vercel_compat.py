@@ -253,3 +253,44 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
         assert r["subnets"]["status"] == 400
     finally:
         up.close()
+
+
+def test_git_source_cloned_through_the_injected_credential(make_sandboxd, sdk, tmp_path):
+    import base64
+    from conftest import git_http_backend
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    if not shutil.which("nft"):
+        pytest.skip("sandbox networking needs nft")
+    token = "ghs_" + "GitS0urceT0ken" * 2
+    cred = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    (tmp_path / "pki").mkdir()
+    pki = _make_pki(str(tmp_path / "pki"))
+    srv, work = tmp_path / "srv", tmp_path / "work"
+    srv.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "README.md").write_text("cloned through the proxy\n")
+    subprocess.run([*git, "-C", str(work), "add", "README.md"], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-qm", "first"], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(srv / "repo.git")], check=True)
+    up = Upstream(pki, handler=lambda h, body: git_http_backend(h, body, str(srv), cred))
+    try:
+        port = free_port()
+        d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+                                "--upstream-override", f"git.example:443=127.0.0.1:{up.port}"]).start()
+        d.vercel_port = port
+        os.environ["NET_CRED"] = cred
+        try:
+            r = run_case(d, "git")
+        finally:
+            del os.environ["NET_CRED"]
+        assert r["status"] == "running"
+        assert r["readme"] == "cloned through the proxy\n"  # into the session cwd
+        assert r["log"].strip().endswith("first")
+        assert token not in r["config"] and "Basic" not in r["config"]
+        assert r["bad"]["status"] == 400
+        assert r["failed"]["status"] == 400 and r["failed"]["code"] == "source_failed"
+        assert token not in d.read_log()
+    finally:
+        up.close()

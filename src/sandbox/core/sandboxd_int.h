@@ -317,6 +317,11 @@ int sbx_source_check(const json_t *source, struct err *err);
 /* After a create: if s has a pending git/tarball source, run it and answer r when it
  * is done (true); false: nothing to do, the caller answers. */
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r);
+/* The same, answered by done: s once its source is set up (and any stop after it is
+ * over), or NULL and why it failed (the sandbox is deleted then). */
+typedef void (*sbx_source_done_fn)(struct http_req *r, struct sbx *s, const char *error);
+bool sbx_source_begin_ex(struct sbxd *d, struct sbx *s, struct http_req *r,
+                         sbx_source_done_fn done);
 /* A command of a source job changed state (called from sbx_cmd_notify). */
 void sbx_source_on_event(struct sbxd *d, struct sbx_cmd *c, int ev);
 /* Extract a tar (plain, gzip, xz, bzip2 or zstd: by its first bytes) of len bytes into

@@ -69,6 +69,7 @@ struct sbx_srcjob {
     char errmsg[1024];
     int64_t t0;
     sbx_extract_done_fn done; /* JOB_EXTRACT: answers the request */
+    sbx_source_done_fn created; /* JOB_CREATE: answers it, or NULL for /v1's answers */
 };
 
 /* ------------------------------------------------------------------ validation */
@@ -411,7 +412,10 @@ static void job_done(struct sbx_srcjob *j)
                      (long long)(clock_mono_ms() - j->t0));
             if (j->req) { /* (once the stop is over, if any) */
                 http_req_on_close(j->req, NULL, NULL);
-                sbx_api_reply_quiet(s, j->req, 201, "X-Rebuno-Create-Ms", j->t0);
+                if (j->created)
+                    j->created(j->req, s, NULL);
+                else
+                    sbx_api_reply_quiet(s, j->req, 201, "X-Rebuno-Create-Ms", j->t0);
             }
         } else {
             log_warn("sandbox source failed; sandbox deleted", "sandbox=%s type=%s error=\"%s\"",
@@ -419,8 +423,13 @@ static void job_done(struct sbx_srcjob *j)
             if (s) sbx_delete(s, &err);
             if (j->req) {
                 http_req_on_close(j->req, NULL, NULL);
-                http_reply_error(j->req, 400, "source_failed", "source",
-                                 "the %s source could not be set up: %s", j->what, j->errmsg);
+                char msg[1100];
+                snprintf(msg, sizeof msg, "the %s source could not be set up: %s", j->what,
+                         j->errmsg);
+                if (j->created)
+                    j->created(j->req, NULL, msg);
+                else
+                    http_reply_error(j->req, 400, "source_failed", "source", "%s", msg);
             }
         }
     } else if (j->req) {
@@ -454,10 +463,17 @@ static void job_start(struct sbx_srcjob *j)
 
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
 {
+    return sbx_source_begin_ex(d, s, r, NULL);
+}
+
+bool sbx_source_begin_ex(struct sbxd *d, struct sbx *s, struct http_req *r,
+                         sbx_source_done_fn done)
+{
     if (!s->origin || !json_is_true(json_object_get(s->origin, "pending"))) return false;
     json_t *src = s->origin;
     const char *type = json_string_value(json_object_get(src, "type"));
     struct sbx_srcjob *j = job_new(d, s, r, JOB_CREATE);
+    j->created = done;
     snprintf(j->what, sizeof j->what, "%s", type);
     j->stop_after = json_is_true(json_object_get(src, "stop_after"));
     json_object_del(src, "stop_after");

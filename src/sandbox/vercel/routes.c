@@ -173,8 +173,14 @@ static json_t *map_body(const json_t *in, bool create, struct err *err)
             json_object_set_new(o, "source", json_pack("{s:s, s:O}", "type", "snapshot",
                                                        "snapshot_id", id));
         } else if (type && !strcmp(type, "git")) {
-            json_t *g = json_pack("{s:s}", "type", "git");
+            json_t *g = json_pack("{s:s, s:s}", "type", "git", "path", VC_CWD);
             json_t *x;
+            const char *url = json_string_value(json_object_get(v, "url"));
+            if (url && (url[0] == '/' || !strncmp(url, "file:", 5))) {
+                json_decref(g);
+                err_invalid(err, "source.url", "source.url must be a remote repository URL");
+                goto fail;
+            }
             if ((x = json_object_get(v, "url"))) json_object_set(g, "url", x);
             if ((x = json_object_get(v, "depth"))) json_object_set(g, "depth", x);
             if ((x = json_object_get(v, "revision"))) json_object_set(g, "branch", x);
@@ -201,6 +207,14 @@ fail:
 
 /* ------------------------------------------------------------------ sandboxes */
 
+static void source_done(struct http_req *r, struct sbx *s, const char *error)
+{
+    if (s)
+        reply_sandbox(r, s, 200, -1);
+    else
+        http_reply_error(r, 400, "source_failed", "source", "%s", error);
+}
+
 static void h_create(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
@@ -213,21 +227,13 @@ static void h_create(struct http_req *r, void *arg)
         vc_reply_err(r, &err);
         return;
     }
-    bool git = json_object_get(body, "source") &&
-               !strcmp(json_string_value(json_object_get(json_object_get(body, "source"), "type")), "git");
-    if (git) {
-        json_decref(body);
-        http_reply_error(r, 400, "unsupported", "source.type",
-                         "a git source is not supported through this endpoint yet: create the "
-                         "sandbox, then run git clone in it");
-        return;
-    }
     struct sbx *s = sbx_create(v->d, body, &err);
     json_decref(body);
     if (!s) {
         vc_reply_err(r, &err);
         return;
     }
+    if (sbx_source_begin_ex(v->d, s, r, source_done)) return; /* git: answered when cloned */
     reply_sandbox(r, s, 200, -1);
 }
 

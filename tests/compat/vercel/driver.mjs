@@ -281,6 +281,24 @@ const cases = {
     return res;
   },
 
+  // a git source cloned inside the sandbox, its credential injected by the egress proxy
+  async git() {
+    const cred = process.env.NET_CRED;
+    const sb = await Sandbox.create({ ...o, timeout: 120000,
+      source: { type: "git", url: "https://git.example/repo.git", depth: 1 },
+      networkPolicy: { allow: { "git.example": [{ transform: [{ headers: { Authorization: cred } }] }] } } });
+    const res = { status: sb.status };
+    res.readme = (await sb.readFileToBuffer({ path: "README.md" }))?.toString();
+    res.log = (await text(await sb.runCommand("git", ["log", "--oneline"]))).out;
+    res.config = (await text(await sb.runCommand("sh", ["-c", "cat .git/config; env"]))).out;
+    res.bad = await errOf(Sandbox.create({ ...o, source: { type: "git", url: "file:///etc" } }));
+    res.failed = await errOf(Sandbox.create({ ...o, timeout: 60000,
+      source: { type: "git", url: "https://git.example/missing.git" },
+      networkPolicy: { allow: { "git.example": [{ transform: [{ headers: { Authorization: cred } }] }] } } }));
+    await sb.stop();
+    return res;
+  },
+
   async errors() {
     const res = {};
     res.getUnknown = await errOf(Sandbox.get({ ...o, name: "no-such-sandbox-" + uniq() }));
