@@ -294,3 +294,14 @@ def test_git_source_cloned_through_the_injected_credential(make_sandboxd, sdk, t
         assert token not in d.read_log()
     finally:
         up.close()
+
+
+def test_drives_and_mounts(vd):
+    r = run_case(vd, "drives")
+    assert r["sameId"] and r["listed"] == [r["name"]] and r["max"] == 64 << 20
+    assert r["mounts"] == {"/data": {"drive": r["name"], "mode": "read-write"}}
+    assert r["busy"]["status"] == 409 and r["busy"]["code"] == "drive_attached"
+    assert r["read"] == "on the drive"  # committed when the writer stopped
+    assert r["roWrite"] != 0  # a snapshot mount is read-only
+    assert r["gone"] == 0
+    assert r["badMode"]["status"] == 400

@@ -310,6 +310,13 @@ void sbx_commits_work(struct sbx_storage *st, struct sbx_commits *c);
 void sbx_commits_finish(struct sbxd *d, struct sbx_commits *c);
 void sbx_commits_run(struct sbxd *d, struct sbx_commits *c);
 json_t *sbx_mounts_json(struct sbxd *d, const json_t *mounts);
+/* The operations behind the drive routes, for every front-end; drives in the /v1 shape.
+ * ensure: the drive of that name, or a new one of max bytes (0: the default), *created
+ * saying which. delete: by id or name, 404 / 409 drive_attached; the object it was. */
+json_t *sbx_drive_ensure(struct sbxd *d, const char *name, int64_t max, bool *created,
+                         struct err *err);
+json_t *sbx_drive_list_json(struct sbxd *d, const char *prefix); /* in creation order */
+json_t *sbx_drive_delete(struct sbxd *d, const char *ref, struct err *err);
 
 /* ---- source.c: git and tarball sources, tar uploads ---- */
 /* Validate a create body's git/tarball "source" (others are handled elsewhere). */

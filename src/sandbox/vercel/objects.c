@@ -183,6 +183,7 @@ json_t *vc_sandbox_json(struct sbx *s)
     json_object_set_new(o, "status", json_string(status_of(s)));
     json_object_set_new(o, "cwd", json_string(VC_CWD));
     json_object_set_new(o, "tags", json_deep_copy(s->metadata));
+    if (json_object_size(s->mounts)) json_object_set_new(o, "mounts", vc_mounts_out(s));
     if (s->snap_expiration_ms >= 0)
         json_object_set_new(o, "snapshotExpiration", json_integer(s->snap_expiration_ms));
     json_object_set_new(o, "id", json_string(s->id)); /* ours, beside Vercel's fields */

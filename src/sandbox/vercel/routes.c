@@ -2,7 +2,7 @@
  * routes.c - the Vercel-compatible endpoint's routes (docs/vercel.md): sandboxes
  * (create, get with resume, list, update, delete, fork), sessions (get, list, stop,
  * extend-timeout, network-policy, snapshot), snapshots; the command routes are in
- * logs.c, the file routes in files.c.
+ * logs.c, the file routes in files.c, the drive routes in drives.c.
  *
  * Every handler maps the SDK's request onto the core operation /v1 uses (sbx_create,
  * sbx_update, sbx_stop_begin, sbx_extend, sbx_fork, sbx_snapshot_take ...) and the
@@ -142,7 +142,11 @@ static json_t *map_body(const json_t *in, bool create, struct err *err)
     if ((v = json_object_get(in, "ports")) && !json_is_null(v)) json_object_set(o, "ports", v);
     if ((v = json_object_get(in, "networkId")) && !json_is_null(v)) json_object_set(o, "network_id", v);
     if ((v = json_object_get(in, "image")) && !json_is_null(v)) json_object_set(o, "image", v);
-    if ((v = json_object_get(in, "mounts")) && !json_is_null(v)) json_object_set(o, "mounts", v);
+    if ((v = json_object_get(in, "mounts")) && !json_is_null(v)) {
+        json_t *m = vc_mounts_in(v, err);
+        if (!m) goto fail;
+        json_object_set_new(o, "mounts", m);
+    }
     if ((v = json_object_get(in, "resources")) && !json_is_null(v)) {
         if (!json_is_object(v)) {
             err_invalid(err, "resources", "resources must be an object like {\"vcpus\": 2}");
@@ -589,6 +593,7 @@ void sbx_vercel_register(struct sbxd *d, struct http_server *h)
     http_route(h, "POST", "/v2/sandboxes/sessions/:sid/snapshot", h_snapshot, v);
     vc_cmd_routes(v);
     vc_file_routes(v);
+    vc_drive_routes(v); /* before /v2/sandboxes/:name/fork */
     http_route(h, "POST", "/v3/sandboxes", h_create, v);
     http_route(h, "POST", "/v2/sandboxes", h_create, v);
     http_route(h, "GET", "/v2/sandboxes", h_list, v);

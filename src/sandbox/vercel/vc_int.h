@@ -63,6 +63,12 @@ size_t vc_utf8_whole(const unsigned char *p, size_t n);
 void vc_cmd_routes(struct vc *v);
 void vc_on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev);
 
+/* ---- drives.c ---- */
+void vc_drive_routes(struct vc *v);
+/* The SDK's mounts -> /v1's (new reference), or NULL with err; and back, for s. */
+json_t *vc_mounts_in(const json_t *m, struct err *err);
+json_t *vc_mounts_out(struct sbx *s);
+
 /* ---- files.c ---- */
 void vc_file_routes(struct vc *v);
 

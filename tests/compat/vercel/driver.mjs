@@ -3,7 +3,7 @@
 // and REBUNO_SANDBOX_TOKEN_FILE set. Each case drives the official SDK (and, where the
 // point is the wire itself, the same rewritten fetch) and prints one line
 // `RESULT <json>` with what it saw; the Python side asserts on it.
-import { Sandbox, APIError } from "@vercel/sandbox";
+import { Sandbox, Drive, APIError } from "@vercel/sandbox";
 import { Writable } from "node:stream";
 import { rebuno } from "./rebuno-vercel.mjs";
 
@@ -296,6 +296,30 @@ const cases = {
       source: { type: "git", url: "https://git.example/missing.git" },
       networkPolicy: { allow: { "git.example": [{ transform: [{ headers: { Authorization: cred } }] }] } } }));
     await sb.stop();
+    return res;
+  },
+
+  // drives: get-or-create, mount read-write (committed at stop), mount as a snapshot
+  async drives() {
+    const dname = uniq();
+    const drive = await Drive.getOrCreate({ ...o, name: dname, maxSize: 64 << 20 });
+    const again = await Drive.getOrCreate({ ...o, name: dname });
+    const res = { name: drive.name, sameId: again.id === drive.id, max: drive.maxSizeBytes ?? drive.maxSize };
+    res.listed = (await Drive.list({ ...o, namePrefix: dname })).drives.map((d) => d.name);
+    const w = await Sandbox.create({ ...o, timeout: 60000, mounts: { "/data": drive } });
+    res.mounts = w.mounts;
+    await w.writeFiles([{ path: "/data/kept.txt", content: Buffer.from("on the drive") }]);
+    res.busy = await errOf(drive.delete());
+    await w.stop(); // commits the drive
+    const r = await Sandbox.create({ ...o, timeout: 60000, mounts: { "/ro": drive.snapshot() } });
+    res.read = (await r.readFileToBuffer({ path: "/ro/kept.txt" }))?.toString();
+    res.roWrite = (await text(await r.runCommand("sh", ["-c", "echo x > /ro/new.txt"]))).exit;
+    await r.stop();
+    await w.delete();
+    await r.delete();
+    await drive.delete();
+    res.gone = (await Drive.list({ ...o, namePrefix: dname })).drives.length;
+    res.badMode = await errOf(Sandbox.create({ ...o, mounts: { "/x": { drive: dname, mode: "weird" } } }));
     return res;
   },
 
