@@ -305,3 +305,78 @@ def test_drives_and_mounts(vd):
     assert r["roWrite"] != 0  # a snapshot mount is read-only
     assert r["gone"] == 0
     assert r["badMode"]["status"] == 400
+
+
+def test_hostile_input_gets_4xx_naming_the_field(vd):
+    """Raw requests, not the SDK: what a hostile client can send."""
+    import gzip
+    import http.client
+    import io
+    import tarfile
+    from conftest import local_auth
+    tok = local_auth(vd.port, "sandboxd")
+
+    def req(method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", vd.vercel_port, timeout=60)
+        h = {"Content-Type": "application/json", **tok, **(headers or {})}
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        raw = r.read()
+        ctype = r.getheader("Content-Type", "")
+        c.close()
+        return r.status, (json.loads(raw) if raw and ctype.startswith("application/json") else raw), ctype
+
+    st, out, _ = req("POST", "/v3/sandboxes", {"name": "hostile", "timeout": 60000})
+    assert st == 200, out
+    sid = out["session"]["id"]
+    base = f"/v2/sandboxes/sessions/{sid}"
+    cases = [
+        ("POST", "/v3/sandboxes", b"{not json", 400, None),
+        ("POST", "/v3/sandboxes", b"[1,2]", 400, "body"),
+        ("POST", "/v3/sandboxes", {"name": "../../etc"}, 400, "name"),
+        ("POST", "/v3/sandboxes", {"env": {"A": 1}}, 400, "env"),
+        ("POST", "/v3/sandboxes", {"tags": "x"}, 400, "tags"),
+        ("POST", "/v3/sandboxes", {"resources": 3}, 400, "resources"),
+        ("POST", "/v3/sandboxes", {"networkPolicy": {"mode": "open"}}, 400, "networkPolicy.mode"),
+        ("POST", "/v3/sandboxes", {"source": {"type": "tarball", "url": "http://x/y.tgz"}}, 400, "source.type"),
+        ("POST", "/v3/sandboxes", {"mounts": {"/etc": {"drive": "nope"}}}, 400, "mounts"),
+        ("POST", "/v3/sandboxes", b"{" + b'"a":"' + b"x" * (2 << 20) + b'"}', 413, "body"),
+        ("POST", f"{base}/cmd", {"command": 5}, 400, "command"),
+        ("POST", f"{base}/cmd", {"command": "ls", "args": "-la"}, 400, "args"),
+        ("POST", f"{base}/cmd", {"command": "ls", "cwd": "x" * 5000}, 400, "cwd"),
+        ("POST", f"{base}/cmd", {"command": "sudo", "args": ["-u", "../../root", "--", "id"]}, None, None),
+        ("POST", f"{base}/fs/read", {"path": "a\u0000b"}, 400, None),  # refused as JSON
+        ("POST", f"{base}/fs/read", {}, 400, "path"),
+        ("POST", f"{base}/fs/mkdir", {"path": 7}, 400, "path"),
+        ("POST", f"{base}/fs/write", b"plain text, not gzip", 400, "body"),
+        ("POST", f"{base}/extend-timeout", {"duration": -5}, 400, "duration"),
+        ("POST", f"{base}/cmd/nope/kill", {"signal": 99}, 404, None),
+        ("GET", f"{base}/cmd/nope/logs?stdoutOffset=-1", None, 404, None),
+        ("GET", "/v2/sandboxes?limit=100000", None, 400, "limit"),
+        ("GET", "/v2/sandboxes?tags=novalue", None, 400, "tags"),
+        ("GET", "/v2/sandboxes/sessions/sbs_x_999999999999999999999/cmd/x", None, 404, None),
+        ("POST", "/v2/sandboxes/drives/..%2F..", {}, 400, "name"),
+    ]
+    for method, path, body, status, field in cases:
+        st, out, _ = req(method, path, body)
+        if status is None:  # a user that does not exist: 4xx, never a command as someone else
+            assert 400 <= st < 500, (path, body, st, out)
+            continue
+        assert st == status, (method, path, str(body)[:80], st, out)
+        assert isinstance(out, dict) and out["error"]["code"], out
+        if field:
+            assert out["error"].get("field", "").startswith(field), (path, body, out)
+    # a tar that tries to leave: its names stay inside the sandbox's root (tar runs inside)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in (("../../../../escape.txt", b"x"), ("/abs.txt", b"y")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    st, out, _ = req("POST", f"{base}/fs/write", gzip.compress(buf.getvalue()),
+                     {"Content-Type": "application/gzip", "x-cwd": "/tmp/../tmp"})
+    assert st in (200, 400), (st, out)
+    assert not os.path.exists("/escape.txt") and not os.path.exists("/tmp/escape.txt")
+    st, out, _ = req("POST", f"{base}/fs/read", {"path": "/proc/../../../../etc/hostname"})
+    assert st == 200 and out.strip() != open("/etc/hostname", "rb").read().strip() or st == 404

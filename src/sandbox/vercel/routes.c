@@ -427,6 +427,17 @@ static void h_stop(struct http_req *r, void *arg)
     struct vc *v = arg;
     struct sbx *s = vc_sid_sbx(v, r);
     if (!s || sbx_api_park(s, r, h_stop, v)) return;
+    char id[40];
+    int64_t seq = 0;
+    vc_sid_parse(http_req_param(r, "sid"), id, &seq);
+    if (seq != s->session_seq) { /* an earlier session: over already; the current one runs on */
+        json_t *sess = vc_session_json(s);
+        json_object_set_new(sess, "id", json_string(http_req_param(r, "sid")));
+        json_object_set_new(sess, "status", json_string("stopped"));
+        http_reply_json(r, 200, json_pack("{s:o, s:o}", "session", sess, "sandbox",
+                                          vc_sandbox_json(s)));
+        return;
+    }
     if (s->state != SBX_STOPPED) sbx_stop_begin(s, "stopped");
     if (!sbx_busy(s)) {
         http_reply_json(r, 200, json_pack("{s:o, s:o}", "session", vc_session_json(s), "sandbox",
