@@ -26,4 +26,35 @@ for (let i = 0; i < rounds; i++) {
   }
   await sb.delete();
 }
-console.log(JSON.stringify({ client: "@vercel/sandbox 3.5.0", create, rtt }));
+// the same wire without the SDK's client work (its validation and stream parsing): one
+// fetch per command, the body read whole
+const raw = [];
+{
+  const sb = await Sandbox.create({ ...o, timeout: 120000 });
+  const url = `https://vercel.com/api/v2/sandboxes/sessions/${sb.currentSession().sessionId}/cmd?teamId=t`;
+  const headers = { authorization: `Bearer ${o.token}`, "content-type": "application/json" };
+  const body = JSON.stringify({ command: "true", args: [], env: {}, sudo: false, wait: true, logs: true });
+  for (let k = 0; k < rounds * cmds; k++) {
+    const t = performance.now();
+    const r = await o.fetch(url, { method: "POST", headers, body });
+    await r.text();
+    raw.push(performance.now() - t);
+  }
+  await sb.delete();
+}
+// and /v1 with the same plain fetch: what is the endpoint's, what is the client's
+const rawV1 = [];
+if (process.env.REBUNO_SANDBOX_URL) {
+  const v1 = process.env.REBUNO_SANDBOX_URL.replace(/\/+$/, "") + "/v1";
+  const headers = { authorization: `Bearer ${o.token}`, "content-type": "application/json" };
+  const sb = await (await fetch(`${v1}/sandboxes`, { method: "POST", headers, body: "{}" })).json();
+  const body = JSON.stringify({ cmd: "true", args: [], wait: true });
+  for (let k = 0; k < rounds * cmds; k++) {
+    const t = performance.now();
+    const r = await fetch(`${v1}/sandboxes/${sb.id}/commands`, { method: "POST", headers, body });
+    await r.text();
+    rawV1.push(performance.now() - t);
+  }
+  await fetch(`${v1}/sandboxes/${sb.id}`, { method: "DELETE", headers });
+}
+console.log(JSON.stringify({ client: "@vercel/sandbox 3.5.0", create, rtt, raw, rawV1 }));

@@ -47,6 +47,9 @@ print(f"Vercel-compatible endpoint vs /v1 ({sys.argv[3]} sandboxes, {sys.argv[4]
 print(f"{'':32}{'create->first output':>22}{'command round trip':>20}")
 for r in (v, p):
     print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}")
+print(f"{'plain fetch, this endpoint':32}{'':>22}{med(v['raw']):>20.2f}")
+if v["rawV1"]:
+    print(f"{'plain fetch, /v1':32}{'':>22}{med(v['rawV1']):>20.2f}")
 cr, rr = med(v["create"]) / med(p["create"]), med(v["rtt"]) / med(p["rtt"])
 print(f"{'ratio SDK / v1 (aim <= 1.2)':32}{cr:>22.2f}{rr:>20.2f}")
 print(f"{'Vercel published create':32}{1750.0:>22.1f}{'':>20}   (ours {1750.0 / med(v['create']):.1f}x faster through the SDK)")
