@@ -159,11 +159,24 @@ def test_ports_routes_are_loopback_urls(vd):
     assert route["port"] == 3000 and route["url"].startswith("http://127.0.0.1:")
 
 
-def test_image_default_and_digest(vd):
-    r = run_case(vd, "image")
+def test_image_default_and_digest(vd, tmp_path):
+    tree = tmp_path / "img"
+    (tree / "app").mkdir(parents=True)
+    (tree / "etc").mkdir()
+    (tree / "app" / "hello.txt").write_text("from the image\n")
+    img = vd.ok("POST", "/v1/images", {"type": "dir", "path": str(tree)}, status=(200, 201))
+    digest = img["digest"]
+    os.environ["IMAGE_DIGEST"] = digest
+    try:
+        r = run_case(vd, "image")
+    finally:
+        del os.environ["IMAGE_DIGEST"]
     assert r["image"].startswith("default")
     assert r["unknown"]["status"] == 404 and r["unknown"]["code"] == "image_not_found"
     assert r["bad"]["status"] == 400
+    # the sandbox reports the digest it was pinned to, has the image's files, and so do forks
+    assert r["pinned"] == digest and r["forkImage"] == digest
+    assert r["fromImage"] == "from the image\n"
 
 
 def test_error_paths(vd):

@@ -254,6 +254,15 @@ const cases = {
     await d.stop();
     res.unknown = await errOf(Sandbox.create({ ...o, image: "sha256:" + "0".repeat(64) }));
     res.bad = await errOf(Sandbox.create({ ...o, image: "node:22" }));
+    if (process.env.IMAGE_DIGEST) { // imported through /v1 by the test: pinned by digest
+      const p = await Sandbox.create({ ...o, timeout: 60000, image: process.env.IMAGE_DIGEST });
+      res.pinned = p.image;
+      res.fromImage = (await p.readFileToBuffer({ path: "/app/hello.txt" }))?.toString();
+      const f = await Sandbox.fork({ ...o, sourceSandbox: p.name });
+      res.forkImage = f.image;
+      await f.stop();
+      await p.stop();
+    }
     return res;
   },
 
