@@ -78,6 +78,16 @@ def test_lifecycle_create_get_list_extend_stop_resume(vd):
     assert st == 404
 
 
+def test_list_pages_sessions_update(vd):
+    r = run_case(vd, "paging")
+    tag = r["asc"][0][:-2]
+    assert r["asc"] == [f"{tag}-0", f"{tag}-1", f"{tag}-2"]
+    assert r["firstPage"] == [f"{tag}-2", f"{tag}-1"] and r["next"]  # newest first
+    assert r["secondPage"] == [f"{tag}-0"] and r["secondNext"] is None
+    assert r["sessions"] == ["running"]
+    assert r["updated"] == {"timeout": 90000, "tags": {"page": tag, "updated": "yes"}}
+
+
 def test_ndjson_stream_of_a_long_command(vd):
     r = run_case(vd, "stream")
     assert r["type"] == "application/x-ndjson"  # exactly: the SDK compares with !==

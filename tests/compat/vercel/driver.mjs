@@ -332,6 +332,28 @@ const cases = {
     return res;
   },
 
+  // list pages (the SDK follows pagination.next as cursor), sessions, update
+  async paging() {
+    const tag = uniq();
+    const made = [];
+    for (let i = 0; i < 3; i++)
+      made.push((await Sandbox.create({ ...o, name: `${tag}-${i}`, timeout: 60000, tags: { page: tag } })).name);
+    const first = await Sandbox.list({ ...o, tags: { page: tag }, limit: 2 });
+    const res = { firstPage: first.sandboxes.map((s) => s.name), next: first.pagination.next };
+    const second = await Sandbox.list({ ...o, tags: { page: tag }, limit: 2, cursor: first.pagination.next });
+    res.secondPage = second.sandboxes.map((s) => s.name);
+    res.secondNext = second.pagination.next;
+    res.asc = (await Sandbox.list({ ...o, tags: { page: tag }, sortOrder: "asc" })).sandboxes.map((s) => s.name);
+    const sb = await Sandbox.get({ ...o, name: made[0] });
+    const sessions = await sb.listSessions();
+    res.sessions = (sessions.sessions ?? sessions.json?.sessions ?? []).map((x) => x.status);
+    await sb.update({ timeout: 90000, tags: { page: tag, updated: "yes" } });
+    const after = await Sandbox.get({ ...o, name: made[0] });
+    res.updated = { timeout: after.timeout, tags: after.tags };
+    for (const n of made) await (await Sandbox.get({ ...o, name: n })).delete();
+    return res;
+  },
+
   async errors() {
     const res = {};
     res.getUnknown = await errOf(Sandbox.get({ ...o, name: "no-such-sandbox-" + uniq() }));
