@@ -9,6 +9,10 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
       btrfs-progs tmux curl cppcheck)
 # python3-pip/python3-venv: the SDK's offline `pip install ./sdk/python` test;
 # python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
+# nodejs/npm: the @vercel/sandbox conformance tests (tests/compat/vercel, npm ci from the
+# registry). Only when there is no node at all: a newer one (the SDK wants >= 20.18.1,
+# Debian 12 has 18) is left alone, and with an older one those tests skip, saying why.
+command -v node >/dev/null || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

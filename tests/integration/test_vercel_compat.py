@@ -22,7 +22,10 @@ COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat"
 @pytest.fixture(scope="session")
 def sdk():
     if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node and npm are needed for the @vercel/sandbox tests")
+        pytest.skip("node and npm are needed for the @vercel/sandbox tests (scripts/deps.sh)")
+    ver = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    if tuple(int(x) for x in ver.lstrip("v").split(".")[:3]) < (20, 18, 1):
+        pytest.skip(f"@vercel/sandbox 3.5.0 needs Node >= 20.18.1 (its undici); this node is {ver}")
     mod = os.path.join(COMPAT, "node_modules", "@vercel", "sandbox", "package.json")
     stamp = os.path.join(COMPAT, "node_modules", ".package-lock.json")
     lock = os.path.join(COMPAT, "package-lock.json")
