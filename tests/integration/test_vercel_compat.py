@@ -118,6 +118,7 @@ def test_kill_and_missing_program(vd):
     r = run_case(vd, "kill")
     assert r["term"] == 128 + 15 and r["kill"] == 128 + 9
     assert r["missing"]["exit"] == 127 and "no-such-program-here" in r["missing"]["err"]
+    assert r["timedOut"] == 128 + 9  # timeoutMs: SIGKILL to the command's group
 
 
 def test_files_tar_uploads_reads_mkdir(vd):
@@ -130,6 +131,8 @@ def test_files_tar_uploads_reads_mkdir(vd):
     assert r["mkdirAgain"]["status"] == 409
     assert r["mkdirDeep"]["status"] == 404  # not recursive, as the SDK asks
     assert r["escape"]  # ../../.. stays inside the sandbox's root
+    assert r["facade"] == {"read": "via the facade", "listed": True, "size": 14, "moved": True,
+                           "removed": True}
 
 
 def test_users_create_as_user_sudo(vd):

@@ -145,8 +145,9 @@ const cases = {
     await k9.kill("SIGKILL");
     const d9 = await k9.wait();
     const missing = await text(await sb.runCommand("no-such-program-here", []));
+    const timed = await sb.runCommand({ cmd: "sleep", args: ["60"], timeoutMs: 300 });
     await sb.stop();
-    return { term: done.exitCode, kill: d9.exitCode, missing };
+    return { term: done.exitCode, kill: d9.exitCode, missing, timedOut: timed.exitCode };
   },
 
   async files() {
@@ -170,6 +171,17 @@ const cases = {
     res.mkdirAgain = await errOf(sb.mkDir("newdir"));
     res.mkdirDeep = await errOf(sb.mkDir("a/b/c"));
     res.escape = (await sb.readFileToBuffer({ path: "../../../etc/hostname" }))?.toString().trim().length > 0;
+    // the SDK's fs facade runs commands (ls, stat, mv, rm ...) in the sandbox
+    await sb.fs.writeFile("/vercel/sandbox/facade.txt", "via the facade");
+    res.facade = {
+      read: (await sb.fs.readFile("/vercel/sandbox/facade.txt", "utf8")).toString(),
+      listed: (await sb.fs.readdir("/vercel/sandbox")).includes("facade.txt"),
+      size: (await sb.fs.stat("/vercel/sandbox/facade.txt")).size,
+    };
+    await sb.fs.rename("/vercel/sandbox/facade.txt", "/vercel/sandbox/moved.txt");
+    res.facade.moved = await sb.fs.exists("/vercel/sandbox/moved.txt");
+    await sb.fs.rm("/vercel/sandbox/moved.txt");
+    res.facade.removed = !(await sb.fs.exists("/vercel/sandbox/moved.txt"));
     await sb.stop();
     return res;
   },
