@@ -55,3 +55,12 @@ if [[ $(id -u) -eq 0 && -x /usr/bin/docker-registry && -x /usr/bin/skopeo ]]; th
 else
     echo "bench/run.sh: skipped the image pull benchmark (needs root, docker-registry, skopeo)"
 fi
+
+# The Vercel-compatible endpoint through the official SDK beside the /v1 Python client
+# (root, node; the SDK is installed by npm ci in tests/compat/vercel when missing).
+if [[ $(id -u) -eq 0 ]] && command -v node >/dev/null && command -v npm >/dev/null; then
+    bash bench/vercel_compat.sh | tee build/bench/vercel_compat.txt
+    echo "bench/run.sh: report saved to build/bench/vercel_compat.txt"
+else
+    echo "bench/run.sh: skipped the Vercel-compatible endpoint benchmark (needs root and node)"
+fi

@@ -16,6 +16,10 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
 # libpq-dev: the PostgreSQL store (store: postgres://...); postgresql-15: the real server its tests
 # start (initdb + pg_ctl in a temp folder), never a system service.
 # python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
+# nodejs/npm: the @vercel/sandbox conformance tests (tests/compat/vercel, npm ci from the
+# registry). Only when there is no node at all: a newer one (the SDK wants >= 20.18.1,
+# Debian 12 has 18) is left alone, and with an older one those tests skip, saying why.
+command -v node >/dev/null || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -93,7 +93,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
     char *rlist = xstrdup(c->sandbox_registry_http);
-    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 14 };
+    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 16 };
     char *argv[FIXED + 2 * MAX_OVERRIDES + 2 * MAX_REGISTRIES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
@@ -110,6 +110,8 @@ static int start_sandboxd(struct serve *s, struct err *err)
         argv[n++] = "--registry-auth", argv[n++] = c->sandbox_registry_auth;
     if (c->sandbox_registry_ca[0]) argv[n++] = "--registry-ca", argv[n++] = c->sandbox_registry_ca;
     int nreg = 0;
+    if (c->sandbox_vercel_listen[0] && strcmp(c->sandbox_vercel_listen, "off") != 0)
+        argv[n++] = "--vercel-listen", argv[n++] = c->sandbox_vercel_listen;
     char *save = NULL;
     for (char *item = strtok_r(rlist, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
         if (++nreg > MAX_REGISTRIES) {
@@ -425,7 +427,9 @@ int cmd_serve(int argc, char **argv)
            http_server_port(s.http), shown);
     free(shown);
     if (s.sandboxd)
-        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
+        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)%s%s\n", c.sandbox_listen,
+               c.state_dir, strcmp(c.sandbox_vercel_listen, "off") ? ", Vercel-compatible on http://" : "",
+               strcmp(c.sandbox_vercel_listen, "off") ? c.sandbox_vercel_listen : "");
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;
