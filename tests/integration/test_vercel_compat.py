@@ -187,8 +187,10 @@ def test_image_default_and_digest(vd, tmp_path):
         r = run_case(vd, "image")
     finally:
         del os.environ["IMAGE_DIGEST"]
-    assert r["image"].startswith("default")
+    # "default" is the image tagged docker.io/rebuno/default:latest, else the built-in host
+    assert r["image"] == "host"
     assert r["unknown"]["status"] == 404 and r["unknown"]["code"] == "image_not_found"
+    assert r["absent"]["status"] == 404 and r["absent"]["code"] == "image_not_found"
     assert r["bad"]["status"] == 400
     # the sandbox reports the digest it was pinned to, has the image's files, and so do forks
     assert r["pinned"] == digest and r["forkImage"] == digest

@@ -265,7 +265,8 @@ const cases = {
     const res = { image: d.image };
     await d.stop();
     res.unknown = await errOf(Sandbox.create({ ...o, image: "sha256:" + "0".repeat(64) }));
-    res.bad = await errOf(Sandbox.create({ ...o, image: "node:22" }));
+    res.bad = await errOf(Sandbox.create({ ...o, image: "Not a reference!" }));
+    res.absent = await errOf(Sandbox.create({ ...o, image: "node:22" }));
     if (process.env.IMAGE_DIGEST) { // imported through /v1 by the test: pinned by digest
       const p = await Sandbox.create({ ...o, timeout: 60000, image: process.env.IMAGE_DIGEST });
       res.pinned = p.image;
