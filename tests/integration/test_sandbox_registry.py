@@ -644,3 +644,25 @@ def test_pull_refuses_bad_manifests(make_sandboxd, fakes, case):
         assert err["code"] == code, err
     assert fake.host in err["message"], err
     assert not any("/blobs/" in p for p in fake.requests)  # nothing fetched after it
+
+
+def test_a_damaged_blob_in_the_store_is_dropped_and_fetched_again(make_sandboxd, registries,
+                                                                  workdir):
+    """Layer blobs are not fsynced (they are verified again while unpacked): one a crash
+    damaged fails that check, is removed, and the next pull downloads it."""
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=20000)
+    reg.push(lay.path, "v1", "dmg/img:v1")
+    manifest = json.load(open(os.path.join(lay.path, "blobs", "sha256", desc["digest"][7:])))
+    layer = manifest["layers"][1]
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    bad = os.path.join(blob_store(sbx), layer["digest"][7:])
+    with open(bad, "wb") as f:
+        f.write(b"\0" * layer["size"])  # right size, wrong bytes
+    job, _ = pull(sbx, f"{reg.host}/dmg/img:v1", expect="error")
+    assert job["error"]["code"] == "digest_mismatch", job["error"]
+    assert not os.path.exists(bad)
+    assert reg.blob_gets(layer["digest"]) == 0
+    job, _ = pull(sbx, f"{reg.host}/dmg/img:v1")
+    assert reg.blob_gets(layer["digest"]) == 1
+    assert job["image"]["digest"] == desc["digest"]

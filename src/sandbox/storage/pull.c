@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,12 +314,101 @@ static int record(struct sbx_pull_job *j, struct err *err)
     return sbx_images_commit(j->ps->d, &j->rec, &j->image, &created, err);
 }
 
-/* Worker thread: download, lay out, install. Files only. */
+/* ------------------------------------------------------------------ pipelined unpack */
+
+/* While the pulling thread downloads layer i+1, a helper thread unpacks layer i from the
+ * blob store (layers.h), so a pull takes about the longer of the two, not their sum.
+ * The install that follows finds the layers there and only makes the skeleton. */
+struct unpacker {
+    struct sbx_pull_job *j;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ready;   /* layers [0, ready) are in the store */
+    bool closed; /* no more will come */
+    struct err err;
+    int rc;
+};
+
+static void layer_ready(void *arg, int i)
+{
+    struct unpacker *u = arg;
+    pthread_mutex_lock(&u->mu);
+    u->ready = i + 1;
+    pthread_cond_signal(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void *unpack_main(void *arg)
+{
+    struct unpacker *u = arg;
+    struct sbx_pull_job *j = u->j;
+    struct sbx_pulls *ps = j->ps;
+    for (int i = 0;; i++) {
+        pthread_mutex_lock(&u->mu);
+        while (u->ready <= i && !u->closed) pthread_cond_wait(&u->cv, &u->mu);
+        bool have = u->ready > i;
+        pthread_mutex_unlock(&u->mu);
+        if (!have) break;
+        const struct reg_blob *b = &j->p.layers[i];
+        if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
+        char path[PATH_MAX];
+        reg_blob_path(ps->reg, b->digest, path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) { /* gone: another pull unpacked it and dropped the blob */
+            if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
+            u->rc = err_internal(&u->err, "layer blob %s vanished: %s", b->digest,
+                                 strerror(errno));
+            break;
+        }
+        struct sbx_layer_info info;
+        atomic_store(&j->unpacking, 0);
+        int rc = sbx_layer_add_from_blob(&ps->d->layers, fd, b->media_type, b->digest, b->size, 0,
+                                         on_unpack, j, &info, &u->err);
+        close(fd);
+        if (rc < 0) {
+            if (!strcmp(u->err.code, "digest_mismatch")) reg_forget_blob(ps->reg, b->digest);
+            u->rc = -1;
+            break;
+        }
+    }
+    if (u->rc < 0) atomic_store(&j->p.abort, true); /* stop the download too */
+    return NULL;
+}
+
+/* Worker thread: download (unpacking behind it), lay out, install. Files only. */
 static void pull_work(void *arg)
 {
     struct sbx_pull_job *j = arg;
     struct sbx_pulls *ps = j->ps;
+    struct unpacker u = {.j = j, .err = ERR_INIT};
+    pthread_mutex_init(&u.mu, NULL);
+    pthread_cond_init(&u.cv, NULL);
+    pthread_t th;
+    bool threaded = pthread_create(&th, NULL, unpack_main, &u) == 0;
+    if (threaded) {
+        j->p.on_layer = layer_ready;
+        j->p.on_layer_arg = &u;
+    }
     j->rc = reg_pull_run(ps->reg, &j->p, &j->err);
+    if (threaded) {
+        pthread_mutex_lock(&u.mu);
+        u.closed = true;
+        pthread_cond_signal(&u.cv);
+        pthread_mutex_unlock(&u.mu);
+        pthread_join(th, NULL);
+    }
+    pthread_mutex_destroy(&u.mu);
+    pthread_cond_destroy(&u.cv);
+    if (u.rc < 0) { /* the unpack's error is the cause (the download was stopped for it) */
+        j->err = u.err;
+        if (j->err.status == 400) { /* the registry's image is at fault, not the request */
+            j->err.status = 502;
+            j->err.field[0] = '\0';
+        }
+        err_wrap(&j->err, "the image from registry %s is refused", j->p.ref.registry);
+        j->rc = -1;
+        return;
+    }
     if (j->rc < 0) return;
     j->rc = reg_layout_write(ps->reg, &j->p, j->layout, &j->err);
     if (j->rc < 0) return;

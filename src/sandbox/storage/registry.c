@@ -292,7 +292,7 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
 {
     struct sink *s = arg;
     size_t len = sz * n;
-    if (atomic_load(&s->k->p->cancel)) return 0;
+    if (atomic_load(&s->k->p->cancel) || atomic_load(&s->k->p->abort)) return 0;
     long st = s->status ? *s->status : 200;
     if (s->fd >= 0 && st >= 200 && st < 300) {
         if ((int64_t)len > s->limit) {
@@ -790,7 +790,10 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err
                          "the registry's storage is corrupt or something altered the transfer",
                          k->p->ref.registry, b->digest, hex);
     }
-    if (rc == 0 && fdatasync(fd) < 0) rc = storage_fail(errno, what, err);
+    /* A config is synced; a layer blob is not: it is unpacked (and verified again while
+     * unpacked) and then dropped, and one damaged by a crash fails that check and is
+     * removed (reg_forget_blob), so the next pull fetches it again. */
+    if (rc == 0 && !layer && fdatasync(fd) < 0) rc = storage_fail(errno, what, err);
     close(fd);
     EVP_MD_CTX_free(s.md);
     free(s.mem);
@@ -942,8 +945,10 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     atomic_store(&p->phase, REG_FETCHING);
     if (blob_fetch(&k, &p->config, false, err) < 0) goto out;
     int n = atomic_load(&p->nlayers);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (blob_fetch(&k, &p->layers[i], true, err) < 0) goto out;
+        if (p->on_layer) p->on_layer(p->on_layer_arg, i);
+    }
     if (store_bytes(c, dg, body, len, err) < 0) goto out; /* last: the image is complete */
     atomic_store(&p->phase, REG_DONE);
     p->download_ms = clock_mono_ms() - t0;
@@ -1040,4 +1045,11 @@ void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p)
         reg_blob_path(c, p->layers[i].digest, path, sizeof path);
         unlink(path); /* missing already: fine */
     }
+}
+
+void reg_forget_blob(struct reg_client *c, const char *digest)
+{
+    char path[PATH_MAX];
+    reg_blob_path(c, digest, path, sizeof path);
+    unlink(path);
 }

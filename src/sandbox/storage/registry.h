@@ -101,6 +101,11 @@ struct reg_pull {
     _Atomic int phase;         /* enum reg_phase */
     _Atomic int64_t fetched;   /* bytes this pull downloaded itself */
     _Atomic bool cancel;       /* set by the loop: stop at the next chunk */
+    _Atomic bool abort;        /* set by the caller's helper (a failed unpack): stop too */
+    /* Called (on the pulling thread) as each layer is in the store or known unpacked, in
+     * order, so the caller can unpack it while the next one downloads. May be NULL. */
+    void (*on_layer)(void *arg, int i);
+    void *on_layer_arg;
     int64_t download_ms;       /* how long reg_pull_run took (when it succeeded) */
 };
 
@@ -111,6 +116,9 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err);
  * store holds them unpacked; manifests and config stay). A layout that linked one
  * keeps its own link. */
 void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p);
+
+/* Remove one blob from the store (its unpack found it damaged: the next pull fetches it). */
+void reg_forget_blob(struct reg_client *c, const char *digest);
 
 /* Write an OCI image layout at dir (which must not exist; made here): `oci-layout`,
  * `index.json` naming the pulled manifest (annotated with the reference), and
