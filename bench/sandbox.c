@@ -678,8 +678,8 @@ int main(int argc, char **argv)
                create_ms / bwrap_ms, create_ms <= 1.5 * bwrap_ms ? "met" : "MISSED");
 
     /* the same on an imported, self-contained 3-layer image (issue 14) */
-    char layout[200];
-    snprintf(layout, sizeof layout, "%s-image", state);
+    char layout[200]; /* inside the state folder: the janitor's cleanup covers it */
+    snprintf(layout, sizeof layout, "%s/bench-image-layout", state);
     pid_t mk = fork();
     if (mk == 0) {
         execl("/usr/bin/python3", "python3", "bench/make_image.py", layout, (char *)NULL);

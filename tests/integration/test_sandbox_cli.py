@@ -205,3 +205,27 @@ def test_cli_cp_json_summary_and_region(sandboxd, tmp_path):
     p = cli(sandboxd, "cp", "-", "rg:/root/empty", "--json", input=b"")
     assert json.loads(p.stdout) == {"source": "-", "destination": "rg:/root/empty", "bytes": 0}
     assert sandboxd.read("rg", "/root/empty") == (200, b"")
+
+
+def test_cli_oci_image_by_reference(sandboxd, tmp_path):
+    """`image import` of an OCI layout with --ref, `create --image REF`, `image get REF`,
+    and `image rm REF` (issue 14)."""
+    from oci_fixtures import Layout, base_layer
+    lay = Layout(str(tmp_path / "layout"))
+    desc = lay.image([(base_layer([("etc/motd", "f", "oci via cli\n")]), "gzip")],
+                     {"Env": ["PATH=/bin"]})
+    lay.add(desc)
+    out = cli(sandboxd, "image", "import", str(tmp_path / "layout"), "--ref", "team/tool:v1")
+    text = out.stdout.decode()
+    assert text.startswith(f"docker.io/team/tool@{desc['digest']}  ") and "oci-layout" in text, text
+    assert "  tag docker.io/team/tool:v1\n" in text, text
+    got = json.loads(cli(sandboxd, "image", "get", "team/tool:v1", "--json").stdout)
+    assert got["digest"] == desc["digest"]
+    cli(sandboxd, "create", "o1", "--image", "team/tool:v1")
+    assert cli(sandboxd, "exec", "o1", "--", "cat", "/etc/motd").stdout == b"oci via cli\n"
+    assert json.loads(cli(sandboxd, "get", "o1", "--json").stdout)["image"] == \
+        f"docker.io/team/tool@{desc['digest']}"
+    p = cli(sandboxd, "image", "get", "team/nope:v1", check=False)
+    assert p.returncode == 1 and b"team/nope:v1" in p.stderr, p.stderr
+    cli(sandboxd, "rm", "o1")
+    assert cli(sandboxd, "image", "rm", "team/tool:v1").stdout == b"team/tool:v1 deleted\n"

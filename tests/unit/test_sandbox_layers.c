@@ -101,13 +101,15 @@ static int blob(const struct ent *es, size_t n, int filter, char digest[80])
     EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     char b[4096];
     ssize_t r;
-    while ((r = read(fd, b, sizeof b)) > 0) EVP_DigestUpdate(md, b, (size_t)r);
+    while ((r = read(fd, b, sizeof b)) > 0)
+        EVP_DigestUpdate(md, b, (size_t)r);
     unsigned char h[32];
     unsigned hl;
     EVP_DigestFinal_ex(md, h, &hl);
     EVP_MD_CTX_free(md);
     strcpy(digest, "sha256:");
-    for (int i = 0; i < 32; i++) snprintf(digest + 7 + 2 * i, 3, "%02x", h[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(digest + 7 + 2 * i, 3, "%02x", h[i]);
     lseek(fd, 0, SEEK_SET);
     return fd;
 }
@@ -147,14 +149,10 @@ TestSuite(layers, .init = setup, .fini = teardown);
 
 Test(layers, unpacks_gzip_zstd_and_whiteouts)
 {
-    static const struct ent es[] = {{'d', "etc/", ""},
-                                    {'f', "etc/os-release", "ID=test\n"},
-                                    {'f', "etc/.wh.passwd", ""},
-                                    {'d', "opt/", ""},
-                                    {'f', "opt/.wh..wh..opq", ""},
-                                    {'l', "bin", "usr/bin"},
-                                    {'f', "deep/a/b/c", "x"},
-                                    {'h', "deep/link", "deep/a/b/c"}};
+    static const struct ent es[] = {
+        {'d', "etc/", ""},        {'f', "etc/os-release", "ID=test\n"}, {'f', "etc/.wh.passwd", ""},
+        {'d', "opt/", ""},        {'f', "opt/.wh..wh..opq", ""},        {'l', "bin", "usr/bin"},
+        {'f', "deep/a/b/c", "x"}, {'h', "deep/link", "deep/a/b/c"}};
     for (int filter = 0; filter < 3; filter++) {
         char dg[80], p[256];
         int fd = blob(es, sizeof es / sizeof es[0], filter, dg);
@@ -304,10 +302,11 @@ Test(oci, config_and_references)
     cr_assert_str_eq(r.registry, "registry.example:5000");
     cr_assert_str_eq(r.repository, "team/name");
     cr_assert_str_eq(r.tag, "v1");
-    cr_assert_eq(sbx_oci_ref_parse("rebuno/default@sha256:"
-                                   "4444444444444444444444444444444444444444444444444444444444444444",
-                                   &r, &e),
-                 0);
+    cr_assert_eq(
+        sbx_oci_ref_parse("rebuno/default@sha256:"
+                          "4444444444444444444444444444444444444444444444444444444444444444",
+                          &r, &e),
+        0);
     cr_assert_str_eq(r.repository, "rebuno/default");
     cr_assert_eq(r.tag[0], '\0');
     cr_assert_eq(sbx_oci_ref_parse("UPPER/case", &r, &e), -1);

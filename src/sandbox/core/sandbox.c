@@ -218,6 +218,16 @@ static int write_etc(struct sbx *s, struct err *err)
     if (tree >= 0) close(tree);
     if (upper < 0)
         return err_internal(err, "cannot open %s/upper: %s", s->fs_dir, strerror(-upper));
+    /* an image whose /etc is a symlink has no /etc in its skeleton (image.h): a
+     * directory here would hide the image's */
+    struct stat est;
+    char *skel_etc = xasprintf("%s/%s/etc", s->d->image_dir, s->image);
+    bool image_etc = lstat(skel_etc, &est) == 0 && S_ISDIR(est.st_mode);
+    free(skel_etc);
+    if (!image_etc && fstatat(upper, "etc", &est, AT_SYMLINK_NOFOLLOW) < 0) {
+        close(upper);
+        return 0;
+    }
     int etc = sbx_safe_mkdir(upper, "etc", 0755, B, B, NULL);
     close(upper);
     if (etc == -ELOOP || etc == -ENOTDIR || etc == -EEXIST) {

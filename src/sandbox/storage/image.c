@@ -1,5 +1,5 @@
 /*
- * image.c - build the default image layer (see image.h).
+ * image.c - build the host image's layer and self-contained images' skeletons (image.h).
  */
 #include "sandbox/storage/image.h"
 
@@ -342,33 +342,35 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
     return 0;
 }
 
-int sbx_image_fill(const char *dir, struct err *err)
-{
-    int root = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (root < 0) return err_internal(err, "image: %s is not a directory", dir);
-    int rc = build(root, dir, true, err);
-    close(root);
-    return rc;
-}
 
 /* ------------------------------------------------------------------ skeletons */
 
 /* Whether rel exists in the stack of layers (top first): the first layer that has it
  * decides; a whiteout there means absent. A symlink or file on the way counts as
  * present (the image has something of its own there). */
-static bool in_layers(const int *fds, size_t n, const char *rel)
+enum { IN_NONE = 0, IN_DIR = 1, IN_OTHER = 2 };
+
+static int layer_kind(const int *fds, size_t n, const char *rel)
 {
     for (size_t i = 0; i < n; i++) {
         int fd = sbx_safe_open(fds[i], rel, O_PATH);
         if (fd >= 0) {
             struct stat st;
-            bool wh = fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == 0;
+            int k = fstat(fd, &st) < 0                              ? IN_OTHER
+                    : S_ISCHR(st.st_mode) && st.st_rdev == 0         ? IN_NONE /* whiteout */
+                    : S_ISDIR(st.st_mode)                            ? IN_DIR
+                                                                     : IN_OTHER;
             close(fd);
-            return !wh;
+            return k;
         }
-        if (fd != -ENOENT) return true;
+        if (fd != -ENOENT) return IN_OTHER;
     }
-    return false;
+    return IN_NONE;
+}
+
+static bool in_layers(const int *fds, size_t n, const char *rel)
+{
+    return layer_kind(fds, n, rel) != IN_NONE;
 }
 
 static int skeleton(int root, const char *dir, const int *fds, size_t n, struct err *err)
@@ -387,7 +389,9 @@ static int skeleton(int root, const char *dir, const int *fds, size_t n, struct 
             return err_internal(err, "image: cannot create %s/%s: %s", dir, dirs[i].path,
                                 strerror(-fd));
     }
-    /* /etc: the layers' own (or the skeleton's) */
+    /* /etc: the layers' own (or the skeleton's). An image whose /etc is a symlink or a
+     * file keeps it: a directory above would hide it. */
+    if (layer_kind(fds, n, "etc") == IN_OTHER) return 0;
     int etc = sbx_safe_mkdir(root, "etc", 0755, (uid_t)-1, (gid_t)-1, NULL);
     if (etc < 0) return err_internal(err, "image: cannot create %s/etc: %s", dir, strerror(-etc));
     static const struct {

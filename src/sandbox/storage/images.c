@@ -255,11 +255,12 @@ static int find(struct sbxd *d, const char *ref, const char *field, char hex[65]
     struct sbx_oci_ref r;
     if (!h) {
         if (sbx_oci_ref_parse(ref, &r, err) < 0) {
-            snprintf(err->field, sizeof err->field, "%s", field);
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg); /* not formatted into itself */
             return err_invalid(err, field,
                                "%s must be \"host\", \"default\", \"sha256:<64 hex>\" or an image "
-                               "reference (name:tag, name@sha256:...): %s",
-                               field, err->msg);
+                               "reference (name:tag, name@sha256:...): %.300s",
+                               field, why);
         }
         if (r.digest[0]) h = r.digest + 7;
         else if (ref_lookup(d, r.canonical, hex)) h = hex;
@@ -667,6 +668,8 @@ static void import_drop(void *arg) /* the daemon is shutting down */
     job_free(j);
 }
 
+static int gc_start(struct sbxd *d, struct http_req *r, struct err *err);
+
 static void import_done(void *arg)
 {
     struct import_job *j = arg;
@@ -683,7 +686,13 @@ static void import_done(void *arg)
         o = NULL;
     }
     json_decref(o);
+    struct sbxd *d = j->d;
+    bool failed = j->rc < 0;
     job_free(j);
+    if (failed) { /* complete layers of a failed import are collected too */
+        struct err ge = ERR_INIT;
+        gc_start(d, NULL, &ge);
+    }
 }
 
 static int ensure_worker(struct sbxd *d, struct err *err)

@@ -67,7 +67,8 @@ static void sha256_hex(const void *p, size_t n, char hex[65])
     unsigned char md[32];
     unsigned ml = 0;
     EVP_Digest(p, n, md, &ml, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
 /* A blob of the layout (sha256:<hex>), verified against its digest and size. */
@@ -101,7 +102,8 @@ static json_t *strv_json(char **v, size_t n)
 {
     if (!v) return json_null();
     json_t *a = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_string(v[i]));
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_string(v[i]));
     return a;
 }
 
@@ -193,8 +195,10 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
         if (k == SBX_OCI_UNKNOWN) k = sbx_oci_doc_kind(mbuf, mlen);
         if (k == SBX_OCI_MANIFEST) break;
         if (k != SBX_OCI_INDEX || depth >= 2) {
-            err_set(err, 400, "invalid_image", "path", "%s is neither an image manifest nor an "
-                    "index", md.digest);
+            err_set(err, 400, "invalid_image", "path",
+                    "%s is neither an image manifest nor an "
+                    "index",
+                    md.digest);
             goto out;
         }
         struct sbx_oci_index ix;
@@ -212,8 +216,7 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
         sbx_oci_index_fini(&ix);
     }
     if (sbx_oci_parse_manifest(mbuf, mlen, md.digest, &m, err) < 0) goto out;
-    if (read_blob(dirfd, m.config.digest, m.config.size, "config", &cbuf, &clen, err) < 0)
-        goto out;
+    if (read_blob(dirfd, m.config.digest, m.config.size, "config", &cbuf, &clen, err) < 0) goto out;
     if (sbx_oci_parse_config(cbuf, clen, m.config.digest, &cf, err) < 0) goto out;
     if (cf.os && strcmp(cf.os, "linux") != 0) {
         err_set(err, 400, "invalid_image", "path", "the image is for %.32s, not linux", cf.os);
@@ -224,8 +227,8 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
         goto out;
     }
     if (cf.diff_ids && cf.ndiff_ids != m.nlayers) {
-        err_set(err, 400, "invalid_image", "path",
-                "the config lists %zu diff_ids for %zu layers", cf.ndiff_ids, m.nlayers);
+        err_set(err, 400, "invalid_image", "path", "the config lists %zu diff_ids for %zu layers",
+                cf.ndiff_ids, m.nlayers);
         goto out;
     }
     rec->layers = xcalloc(m.nlayers + 1, sizeof *rec->layers);
@@ -272,7 +275,8 @@ int sbx_image_install_oci_layout(const struct sbx_layers *ls, const char *images
     rc = 0;
 out:
     if (rc < 0) sbx_image_rec_fini(rec);
-    for (size_t i = 0; dirs && i < m.nlayers; i++) free(dirs[i]);
+    for (size_t i = 0; dirs && i < m.nlayers; i++)
+        free(dirs[i]);
     free(dirs);
     free(lay);
     free(mbuf);
@@ -286,7 +290,8 @@ out:
 /* ------------------------------------------------------------------ archives */
 
 /* sha256 and size of the file rel beneath dirfd, and its first bytes. */
-static int hash_file(int dirfd, const char *rel, char hex[65], int64_t *size, unsigned char magic[4])
+static int hash_file(int dirfd, const char *rel, char hex[65], int64_t *size,
+                     unsigned char magic[4])
 {
     int fd = sbx_safe_open(dirfd, rel, O_RDONLY);
     if (fd < 0) return fd;
@@ -318,7 +323,8 @@ static int hash_file(int dirfd, const char *rel, char hex[65], int64_t *size, un
     EVP_DigestFinal_ex(md, h, &hl);
     EVP_MD_CTX_free(md);
     free(b);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", h[i]);
     *size = n;
     /* into the blobs of the layout being made (a hard link: no copy) */
     int bl = e ? e : sbx_safe_open(dirfd, "blobs/sha256", O_PATH | O_DIRECTORY);
@@ -384,8 +390,7 @@ static int docker_to_oci(int dirfd, const char *ref, struct err *err)
     if (bfd >= 0) close(bfd);
     bfd = bfd < 0 ? bfd : sbx_safe_mkdir(dirfd, "blobs/sha256", 0755, (uid_t)-1, (gid_t)-1, NULL);
     if (bfd < 0) {
-        err_set(err, 400, "invalid_image", "path", "cannot make blobs/sha256: %s",
-                strerror(-bfd));
+        err_set(err, 400, "invalid_image", "path", "cannot make blobs/sha256: %s", strerror(-bfd));
         goto out;
     }
     close(bfd);
@@ -403,8 +408,9 @@ static int docker_to_oci(int dirfd, const char *ref, struct err *err)
         if (!lp || (e = hash_file(dirfd, lp, hex, &size, mg)) < 0) {
             json_decref(cdesc);
             err_set(err, 400, "invalid_image", "path", "layer %.200s: %s", lp ? lp : "?",
-                    !lp ? "not a string" : e == -ELOOP ? "a symlink (not supported)"
-                                                       : strerror(-e));
+                    !lp           ? "not a string"
+                    : e == -ELOOP ? "a symlink (not supported)"
+                                  : strerror(-e));
             goto out;
         }
         const char *mt = mg[0] == 0x1f && mg[1] == 0x8b ? SBX_MT_OCI_LAYER_GZIP
@@ -430,10 +436,12 @@ static int docker_to_oci(int dirfd, const char *ref, struct err *err)
     char *itext = json_dumps(ix, JSON_COMPACT);
     json_decref(ix);
     static const char layout[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
-    if (!e) e = sbx_safe_replace(dirfd, "index.json", itext, strlen(itext), 0644, (uid_t)-1,
-                                 (gid_t)-1, false);
-    if (!e) e = sbx_safe_replace(dirfd, "oci-layout", layout, strlen(layout), 0644, (uid_t)-1,
-                                 (gid_t)-1, false);
+    if (!e)
+        e = sbx_safe_replace(dirfd, "index.json", itext, strlen(itext), 0644, (uid_t)-1, (gid_t)-1,
+                             false);
+    if (!e)
+        e = sbx_safe_replace(dirfd, "oci-layout", layout, strlen(layout), 0644, (uid_t)-1,
+                             (gid_t)-1, false);
     free(itext);
     if (e < 0) {
         err_internal(err, "cannot write the image layout: %s", strerror(-e));
@@ -459,8 +467,8 @@ int sbx_image_import(const struct sbx_layers *ls, const char *images_dir, const 
     if (!docker && S_ISDIR(st.st_mode)) {
         dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0) return err_invalid(err, "path", "cannot open %s: %s", path, strerror(errno));
-        rc = sbx_image_install_oci_layout(ls, images_dir, dfd, ref, max_bytes, NULL, NULL, rec,
-                                          err);
+        rc =
+            sbx_image_install_oci_layout(ls, images_dir, dfd, ref, max_bytes, NULL, NULL, rec, err);
         close(dfd);
         return rc;
     }

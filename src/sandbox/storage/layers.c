@@ -34,6 +34,7 @@
 #define BLOCK (256u << 10)
 #define OVL_OPAQUE "trusted.overlay.opaque"
 #define NAME_MAX_LEN 4096
+#define ENTRIES_MAX 2000000 /* entries of one archive (inodes are not bounded by max_bytes) */
 
 int sbx_layers_open(const char *state_dir, struct sbx_layers *ls, struct err *err)
 {
@@ -92,8 +93,7 @@ int sbx_layer_remove(const struct sbx_layers *ls, const char *digest)
     char aside[128];
     snprintf(aside, sizeof aside, ".tmp-rm-%.16s-%d-%u", digest + 7, (int)getpid(),
              atomic_fetch_add(&seq, 1));
-    if (renameat(ls->dfd, digest + 7, ls->dfd, aside) < 0)
-        return errno == ENOENT ? 0 : -errno;
+    if (renameat(ls->dfd, digest + 7, ls->dfd, aside) < 0) return errno == ENOENT ? 0 : -errno;
     sbx_safe_remove_tree(ls->dfd, aside);
     return 0;
 }
@@ -116,7 +116,8 @@ static la_ssize_t rd(struct archive *a, void *arg, const void **out)
     (void)a;
     struct reader *r = arg;
     ssize_t n;
-    do n = read(r->fd, r->buf, BLOCK);
+    do
+        n = read(r->fd, r->buf, BLOCK);
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         r->error = errno;
@@ -140,7 +141,8 @@ static int drain(struct reader *r)
 {
     const void *p;
     la_ssize_t n;
-    while ((n = rd(NULL, r, &p)) > 0) {}
+    while ((n = rd(NULL, r, &p)) > 0) {
+    }
     return n < 0 ? -r->error : 0;
 }
 
@@ -151,14 +153,13 @@ struct unpack {
     char pdir[PATH_MAX]; /* the parent directory cached in pfd ("" : root) */
     int pfd;
     uint64_t bytes, max_bytes;
-    char why[400];       /* a refusal, for the 400 */
-    int sys;             /* -errno of a failure of ours (500, or 507 for ENOSPC) */
+    char why[400]; /* a refusal, for the 400 */
+    int sys;       /* -errno of a failure of ours (500, or 507 for ENOSPC) */
 };
 
 /* Clean an entry's name: strip "./" and trailing slashes; refuse absolute names and
  * ".." components. "" for the root itself. 0, or -1 with u->why. */
-static int clean_name(struct unpack *u, const char *raw, char *out, size_t outsz,
-                      const char *what)
+static int clean_name(struct unpack *u, const char *raw, char *out, size_t outsz, const char *what)
 {
     if (!raw) {
         snprintf(u->why, sizeof u->why, "a layer entry has no name");
@@ -185,7 +186,8 @@ static int clean_name(struct unpack *u, const char *raw, char *out, size_t outsz
             w += n;
         }
         c += n;
-        while (*c == '/') c++;
+        while (*c == '/')
+            c++;
     }
     out[w] = '\0';
     return 0;
@@ -390,8 +392,8 @@ static int entry(struct unpack *u, struct archive *a, struct archive_entry *e)
         snprintf(u->why, sizeof u->why,
                  "entry \"%.200s\" is a %s: device nodes, fifos and sockets are refused", name,
                  type == AE_IFCHR || type == AE_IFBLK ? "device node"
-                 : type == AE_IFIFO                  ? "fifo"
-                                                     : "socket");
+                 : type == AE_IFIFO                   ? "fifo"
+                                                      : "socket");
         return -1;
     }
 }
@@ -414,8 +416,10 @@ static int unpack_stream(struct unpack *u, struct reader *r, const char *label, 
     archive_read_support_format_gnutar(a);
     int rc = -1;
     if (archive_read_open(a, r, NULL, rd, NULL) != ARCHIVE_OK) {
-        if (r->error) fail_sys(err, -r->error, label);
-        else if (r->done == 0) rc = 0; /* an empty blob: an empty layer */
+        if (r->error)
+            fail_sys(err, -r->error, label);
+        else if (r->done == 0)
+            rc = 0; /* an empty blob: an empty layer */
         else
             err_set(err, 400, "invalid_image", "", "%s is not a tar archive (%s)", label,
                     archive_error_string(a) ? archive_error_string(a) : "?");
@@ -423,15 +427,24 @@ static int unpack_stream(struct unpack *u, struct reader *r, const char *label, 
     }
     struct archive_entry *e;
     int ar;
+    long entries = 0;
     while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK || ar == ARCHIVE_WARN) {
+        if (++entries > ENTRIES_MAX) {
+            err_set(err, 400, "invalid_image", "", "%s has more than %d entries", label,
+                    ENTRIES_MAX);
+            goto out;
+        }
         if (entry(u, a, e) < 0) {
-            if (u->why[0]) err_set(err, 400, "invalid_image", "", "%s: %s", label, u->why);
-            else fail_sys(err, u->sys, label);
+            if (u->why[0])
+                err_set(err, 400, "invalid_image", "", "%s: %s", label, u->why);
+            else
+                fail_sys(err, u->sys, label);
             goto out;
         }
     }
     if (ar != ARCHIVE_EOF) {
-        if (r->error) fail_sys(err, -r->error, label);
+        if (r->error)
+            fail_sys(err, -r->error, label);
         else
             err_set(err, 400, "invalid_image", "", "%s is damaged: %s", label,
                     archive_error_string(a) ? archive_error_string(a) : "?");
@@ -461,13 +474,13 @@ int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label,
 
 int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *media_type,
                             const char *digest, int64_t size, uint64_t max_bytes,
-                            sbx_layer_progress_fn progress, void *parg,
-                            struct sbx_layer_info *info, struct err *err)
+                            sbx_layer_progress_fn progress, void *parg, struct sbx_layer_info *info,
+                            struct err *err)
 {
     memset(info, 0, sizeof *info);
     if (!sbx_oci_digest_ok(digest))
-        return err_set(err, 400, "invalid_image", "digest", "layer digest %.80s is not sha256:<hex>",
-                       digest ? digest : "(none)");
+        return err_set(err, 400, "invalid_image", "digest",
+                       "layer digest %.80s is not sha256:<hex>", digest ? digest : "(none)");
     if (media_type) {
         enum sbx_oci_kind k = sbx_oci_media_kind(media_type);
         if (k != SBX_OCI_LAYER_TAR && k != SBX_OCI_LAYER_GZIP && k != SBX_OCI_LAYER_ZSTD)
@@ -486,8 +499,8 @@ int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *med
     if (mkdirat(ls->dfd, tmp, 0755) < 0) return fail_sys(err, -errno, label);
     struct unpack u = {.root = -1, .pfd = -1, .max_bytes = max_bytes};
     u.root = sbx_safe_open(ls->dfd, tmp, O_RDONLY | O_DIRECTORY);
-    struct reader r = {.fd = fd, .total = size, .digest = digest, .progress = progress,
-                       .parg = parg};
+    struct reader r = {
+        .fd = fd, .total = size, .digest = digest, .progress = progress, .parg = parg};
     int rc = -1;
     if (u.root < 0) {
         fail_sys(err, u.root, label);
@@ -505,7 +518,8 @@ int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *med
     unsigned mdlen = 0;
     char hex[65];
     EVP_DigestFinal_ex(r.md, md, &mdlen);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
     if (strcmp(hex, digest + 7) != 0) {
         err_set(err, 400, "digest_mismatch", "",
                 "layer %s: its content has digest sha256:%s (damaged or not the blob named)",

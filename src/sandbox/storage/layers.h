@@ -69,14 +69,13 @@ struct sbx_layer_info {
  */
 int sbx_layer_add_from_blob(const struct sbx_layers *ls, int fd, const char *media_type,
                             const char *digest, int64_t size, uint64_t max_bytes,
-                            sbx_layer_progress_fn progress, void *parg,
-                            struct sbx_layer_info *info, struct err *err);
+                            sbx_layer_progress_fn progress, void *parg, struct sbx_layer_info *info,
+                            struct err *err);
 
 /* Unpack the tar (plain, gzip or zstd) readable from fd into the directory dirfd, with
  * the checks of a layer (an outer archive: `docker save`, an OCI layout as a tar).
  * label names it in errors. */
-int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label,
-                       struct err *err);
+int sbx_archive_unpack(int dirfd, int fd, uint64_t max_bytes, const char *label, struct err *err);
 
 /* Remove the layer (a missing one is fine). The caller knows nothing uses it. */
 int sbx_layer_remove(const struct sbx_layers *ls, const char *digest);
@@ -88,14 +87,14 @@ int sbx_layer_path(const struct sbx_layers *ls, const char *digest, char *out, s
 
 /* An installed image, as the file work leaves it for the loop to record. */
 struct sbx_image_rec {
-    char digest[SBX_OCI_DIGEST_LEN + 1]; /* the manifest's digest: the image's identity */
-    char *ref;                           /* "name:tag" it was imported as, or NULL */
+    char digest[SBX_OCI_DIGEST_LEN + 1];    /* the manifest's digest: the image's identity */
+    char *ref;                              /* "name:tag" it was imported as, or NULL */
     char (*layers)[SBX_OCI_DIGEST_LEN + 1]; /* bottom first */
     size_t nlayers;
-    int64_t size_bytes;                  /* sum of the layers' blob sizes */
-    char *config_json;                   /* {"env":[..],"workdir":..,"user":..,"cmd":..,
-                                          *  "entrypoint":..}: what sessions apply */
-    char *source_type, *source_path;     /* how it came ("oci-layout", "registry", ...) */
+    int64_t size_bytes;              /* sum of the layers' blob sizes */
+    char *config_json;               /* {"env":[..],"workdir":..,"user":..,"cmd":..,
+                                      *  "entrypoint":..}: what sessions apply */
+    char *source_type, *source_path; /* how it came ("oci-layout", "registry", ...) */
 };
 void sbx_image_rec_fini(struct sbx_image_rec *r);
 

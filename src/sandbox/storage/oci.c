@@ -55,15 +55,14 @@ bool sbx_oci_digest_ok(const char *s)
 static json_t *load(const char *buf, size_t len, const char *what, struct err *err)
 {
     if (len > SBX_OCI_DOC_MAX) {
-        err_set(err, 400, "invalid_image", "", "%s is larger than %u bytes", what,
-                SBX_OCI_DOC_MAX);
+        err_set(err, 400, "invalid_image", "", "%s is larger than %u bytes", what, SBX_OCI_DOC_MAX);
         return NULL;
     }
     json_error_t je;
     json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!o || !json_is_object(o)) {
-        err_set(err, 400, "invalid_image", "", "%s is not a JSON object%s%s", what,
-                o ? "" : ": ", o ? "" : je.text);
+        err_set(err, 400, "invalid_image", "", "%s is not a JSON object%s%s", what, o ? "" : ": ",
+                o ? "" : je.text);
         json_decref(o);
         return NULL;
     }
@@ -71,8 +70,7 @@ static json_t *load(const char *buf, size_t len, const char *what, struct err *e
 }
 
 /* A bounded string member, or NULL (absent or null). -1 with err when of another type. */
-static int str_of(json_t *o, const char *key, const char *what, const char **out,
-                  struct err *err)
+static int str_of(json_t *o, const char *key, const char *what, const char **out, struct err *err)
 {
     json_t *v = json_object_get(o, key);
     *out = NULL;
@@ -112,15 +110,16 @@ static int desc_parse(json_t *o, const char *what, struct sbx_oci_desc *d, struc
                        "%s: digest must be \"sha256:<64 lowercase hex>\"", what);
     json_t *sz = json_object_get(o, "size");
     if (!json_is_integer(sz) || json_integer_value(sz) < 0)
-        return err_set(err, 400, "invalid_image", "size",
-                       "%s: size must be a non-negative integer", what);
+        return err_set(err, 400, "invalid_image", "size", "%s: size must be a non-negative integer",
+                       what);
     snprintf(d->digest, sizeof d->digest, "%s", dg);
     d->size = json_integer_value(sz);
     d->media_type = dup_or_null(mt);
     json_t *p = json_object_get(o, "platform");
     if (json_is_object(p)) {
         const char *os, *arch, *var;
-        if (str_of(p, "os", what, &os, err) < 0 || str_of(p, "architecture", what, &arch, err) < 0 ||
+        if (str_of(p, "os", what, &os, err) < 0 ||
+            str_of(p, "architecture", what, &arch, err) < 0 ||
             str_of(p, "variant", what, &var, err) < 0) {
             desc_fini(d);
             return -1;
@@ -148,8 +147,10 @@ enum sbx_oci_kind sbx_oci_doc_kind(const char *buf, size_t len)
     if (!o) return SBX_OCI_UNKNOWN;
     enum sbx_oci_kind k = sbx_oci_media_kind(json_string_value(json_object_get(o, "mediaType")));
     if (k == SBX_OCI_UNKNOWN) {
-        if (json_is_array(json_object_get(o, "manifests"))) k = SBX_OCI_INDEX;
-        else if (json_is_array(json_object_get(o, "layers"))) k = SBX_OCI_MANIFEST;
+        if (json_is_array(json_object_get(o, "manifests")))
+            k = SBX_OCI_INDEX;
+        else if (json_is_array(json_object_get(o, "layers")))
+            k = SBX_OCI_MANIFEST;
     }
     json_decref(o);
     return k == SBX_OCI_INDEX || k == SBX_OCI_MANIFEST ? k : SBX_OCI_UNKNOWN;
@@ -193,7 +194,8 @@ out:
 
 void sbx_oci_index_fini(struct sbx_oci_index *ix)
 {
-    for (size_t i = 0; i < ix->n; i++) desc_fini(&ix->manifests[i]);
+    for (size_t i = 0; i < ix->n; i++)
+        desc_fini(&ix->manifests[i]);
     free(ix->manifests);
     memset(ix, 0, sizeof *ix);
 }
@@ -215,8 +217,7 @@ int sbx_oci_select(const struct sbx_oci_index *ix, const char *os, const char *a
         if (n > 0) w += (size_t)n;
     }
     return err_set(err, 404, "platform_not_found", "",
-                   "the image has no %s/%s manifest (it has: %s)", os, arch,
-                   ix->n ? have : "none");
+                   "the image has no %s/%s manifest (it has: %s)", os, arch, ix->n ? have : "none");
 }
 
 int sbx_oci_parse_manifest(const char *buf, size_t len, const char *what,
@@ -244,8 +245,7 @@ int sbx_oci_parse_manifest(const char *buf, size_t len, const char *what,
     if (desc_parse(json_object_get(o, "config"), w2, &m->config, err) < 0) goto out;
     if (m->config.media_type && sbx_oci_media_kind(m->config.media_type) != SBX_OCI_CONFIG) {
         err_set(err, 400, "invalid_image", "config.mediaType",
-                "%s: config media type %.100s is not an image config", what,
-                m->config.media_type);
+                "%s: config media type %.100s is not an image config", what, m->config.media_type);
         goto out;
     }
     json_t *arr = json_object_get(o, "layers");
@@ -266,8 +266,8 @@ int sbx_oci_parse_manifest(const char *buf, size_t len, const char *what,
         enum sbx_oci_kind k = sbx_oci_media_kind(m->layers[i].media_type);
         if (k != SBX_OCI_LAYER_TAR && k != SBX_OCI_LAYER_GZIP && k != SBX_OCI_LAYER_ZSTD) {
             err_set(err, 400, "invalid_image", "layers.mediaType",
-                    "%s: layer media type %.100s is not supported (tar, tar+gzip, tar+zstd)",
-                    w2, m->layers[i].media_type ? m->layers[i].media_type : "(none)");
+                    "%s: layer media type %.100s is not supported (tar, tar+gzip, tar+zstd)", w2,
+                    m->layers[i].media_type ? m->layers[i].media_type : "(none)");
             goto out;
         }
     }
@@ -282,22 +282,25 @@ void sbx_oci_manifest_fini(struct sbx_oci_manifest *m)
 {
     free(m->media_type);
     desc_fini(&m->config);
-    for (size_t i = 0; i < m->nlayers; i++) desc_fini(&m->layers[i]);
+    for (size_t i = 0; i < m->nlayers; i++)
+        desc_fini(&m->layers[i]);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
 
 /* A string array member into *out (NULL when absent or null). */
-static int strv_of(json_t *o, const char *key, size_t max, const char *what, char ***out,
-                   size_t *n, struct err *err)
+static int strv_of(json_t *o, const char *key, size_t max, const char *what, char ***out, size_t *n,
+                   struct err *err)
 {
     *out = NULL;
     *n = 0;
     json_t *a = json_object_get(o, key);
     if (!a || json_is_null(a)) return 0;
     if (!json_is_array(a) || json_array_size(a) > max)
-        return err_set(err, 400, "invalid_image", key, "%s: %s must be an array of at most %zu "
-                       "strings", what, key, max);
+        return err_set(err, 400, "invalid_image", key,
+                       "%s: %s must be an array of at most %zu "
+                       "strings",
+                       what, key, max);
     *out = xcalloc(json_array_size(a) + 1, sizeof **out);
     for (size_t i = 0; i < json_array_size(a); i++) {
         json_t *v = json_array_get(a, i);
@@ -333,7 +336,8 @@ int sbx_oci_parse_config(const char *buf, size_t len, const char *what, struct s
             strv_of(cf, "Cmd", SBX_OCI_ARGS_MAX, what, &c->cmd, &c->ncmd, err) < 0 ||
             strv_of(cf, "Entrypoint", SBX_OCI_ARGS_MAX, what, &c->entrypoint, &c->nentrypoint,
                     err) < 0 ||
-            str_of(cf, "WorkingDir", what, &wd, err) < 0 || str_of(cf, "User", what, &user, err) < 0)
+            str_of(cf, "WorkingDir", what, &wd, err) < 0 ||
+            str_of(cf, "User", what, &user, err) < 0)
             goto out;
         for (size_t i = 0; i < c->nenv; i++)
             if (!strchr(c->env[i], '=') || c->env[i][0] == '=') {
@@ -373,7 +377,8 @@ out:
 
 static void strv_free(char **v, size_t n)
 {
-    for (size_t i = 0; i < n; i++) free(v[i]);
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
     free(v);
 }
 
@@ -456,14 +461,17 @@ int sbx_oci_ref_parse(const char *s, struct sbx_oci_ref *r, struct err *err)
             ok = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z') ||
                  (t[i] >= '0' && t[i] <= '9') || t[i] == '_' || t[i] == '.' || t[i] == '-';
         if (!ok)
-            return err_invalid(err, "image", "image reference %.200s: tag \"%.130s\" must be "
-                               "[A-Za-z0-9_.-], at most 128", s, t);
+            return err_invalid(err, "image",
+                               "image reference %.200s: tag \"%.130s\" must be "
+                               "[A-Za-z0-9_.-], at most 128",
+                               s, t);
         snprintf(r->tag, sizeof r->tag, "%s", t);
     }
     const char *repo = buf;
     char *first = strchr(buf, '/');
-    if (first && (memchr(buf, '.', (size_t)(first - buf)) || memchr(buf, ':', (size_t)(first - buf)) ||
-                  (first - buf == 9 && !strncmp(buf, "localhost", 9)))) {
+    if (first &&
+        (memchr(buf, '.', (size_t)(first - buf)) || memchr(buf, ':', (size_t)(first - buf)) ||
+         (first - buf == 9 && !strncmp(buf, "localhost", 9)))) {
         if (!registry_ok(buf, (size_t)(first - buf)))
             return err_invalid(err, "image", "image reference %.200s: bad registry name", s);
         snprintf(r->registry, sizeof r->registry, "%.*s", (int)(first - buf), buf);
@@ -487,7 +495,7 @@ int sbx_oci_ref_parse(const char *s, struct sbx_oci_ref *r, struct err *err)
         return err_invalid(err, "image", "image reference %.200s is too long", s);
     if (!r->tag[0] && !r->digest[0]) snprintf(r->tag, sizeof r->tag, "latest");
     snprintf(r->name, sizeof r->name, "%s/%s", r->registry, r->repository);
-    snprintf(r->canonical, sizeof r->canonical, "%s%s%s%s%s", r->name, r->tag[0] ? ":" : "",
-             r->tag, r->digest[0] ? "@" : "", r->digest);
+    snprintf(r->canonical, sizeof r->canonical, "%s%s%s%s%s", r->name, r->tag[0] ? ":" : "", r->tag,
+             r->digest[0] ? "@" : "", r->digest);
     return 0;
 }

@@ -26,12 +26,12 @@
 
 #include "base/err.h"
 
-#define SBX_OCI_DOC_MAX (4u << 20)   /* bytes of one index, manifest or config */
-#define SBX_OCI_LAYERS_MAX 128       /* layers of one image (overlay takes 500) */
-#define SBX_OCI_INDEX_MAX 256        /* manifests of one index */
-#define SBX_OCI_ENV_MAX 256          /* Env entries (each at most 32 KiB) */
-#define SBX_OCI_ARGS_MAX 256         /* Cmd / Entrypoint words */
-#define SBX_OCI_DIGEST_LEN 71        /* "sha256:" + 64 hex */
+#define SBX_OCI_DOC_MAX (4u << 20) /* bytes of one index, manifest or config */
+#define SBX_OCI_LAYERS_MAX 128     /* layers of one image (overlay takes 500) */
+#define SBX_OCI_INDEX_MAX 256      /* manifests of one index */
+#define SBX_OCI_ENV_MAX 256        /* Env entries (each at most 32 KiB) */
+#define SBX_OCI_ARGS_MAX 256       /* Cmd / Entrypoint words */
+#define SBX_OCI_DIGEST_LEN 71      /* "sha256:" + 64 hex */
 
 /* Media types (Docker's and OCI's). */
 #define SBX_MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
@@ -48,10 +48,10 @@
 
 enum sbx_oci_kind {
     SBX_OCI_UNKNOWN = 0,
-    SBX_OCI_INDEX,      /* OCI index or Docker manifest list */
-    SBX_OCI_MANIFEST,   /* OCI manifest or Docker schema 2 manifest */
+    SBX_OCI_INDEX,    /* OCI index or Docker manifest list */
+    SBX_OCI_MANIFEST, /* OCI manifest or Docker schema 2 manifest */
     SBX_OCI_CONFIG,
-    SBX_OCI_LAYER_TAR,  /* uncompressed tar */
+    SBX_OCI_LAYER_TAR, /* uncompressed tar */
     SBX_OCI_LAYER_GZIP,
     SBX_OCI_LAYER_ZSTD,
 };
@@ -64,9 +64,9 @@ bool sbx_oci_digest_ok(const char *s);
 struct sbx_oci_desc {
     char *media_type;
     char digest[SBX_OCI_DIGEST_LEN + 1];
-    int64_t size;            /* >= 0 */
+    int64_t size;              /* >= 0 */
     char *os, *arch, *variant; /* platform (index entries; NULL when absent) */
-    char *ref_name;          /* annotation org.opencontainers.image.ref.name, or NULL */
+    char *ref_name;            /* annotation org.opencontainers.image.ref.name, or NULL */
 };
 
 struct sbx_oci_index {
@@ -82,7 +82,7 @@ struct sbx_oci_manifest {
 };
 
 struct sbx_oci_config {
-    char **env;        /* "K=V" */
+    char **env; /* "K=V" */
     size_t nenv;
     char **cmd, **entrypoint;
     size_t ncmd, nentrypoint;

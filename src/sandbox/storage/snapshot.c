@@ -37,6 +37,7 @@
 #include "base/log.h"
 #include "base/uuid.h"
 #include "base/xalloc.h"
+#include "sandbox/storage/image.h"
 #include "sandbox/storage/safefs.h"
 #include "sandbox/core/validate.h"
 
@@ -292,8 +293,11 @@ static int clone_live(struct sbx *s, const char *dst, bool readonly, int64_t *fr
     return 0;
 }
 
-/* The directories of a new, empty tree at path. 0 or -errno. */
-static int tree_make(const char *path, uid_t owner)
+/* The directories of a new, empty tree at path. host: for the host image, whose /usr
+ * overlay needs upper/usr; a self-contained image gets neither upper/usr nor upper/etc
+ * made in advance (a directory there would hide an image's /usr or /etc symlink).
+ * 0 or -errno. */
+static int tree_make(const char *path, uid_t owner, bool host)
 {
     static const struct {
         const char *rel;
@@ -305,6 +309,8 @@ static int tree_make(const char *path, uid_t owner)
     if (tree < 0) return -errno;
     int e = 0;
     for (size_t i = 0; !e && i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!host && (!strcmp(dirs[i].rel, "upper/usr") || !strcmp(dirs[i].rel, "upper/etc")))
+            continue;
         uid_t u = dirs[i].owned ? owner : 0;
         int fd = sbx_safe_mkdir(tree, dirs[i].rel, dirs[i].mode, u, u, NULL);
         if (fd < 0) e = fd;
@@ -358,7 +364,7 @@ int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, s
                               "sandbox_id", n->sandbox_id);
     } else {
         int e = sbx_storage_create(d->storage, path);
-        if (!e) e = tree_make(path, s->uid_base);
+        if (!e) e = tree_make(path, s->uid_base, !strcmp(s->image, SBX_IMAGE_DEFAULT));
         if (e < 0) {
             sbx_storage_remove(d->storage, path);
             sbx_err_space(err, e, "internal_error", "cannot create the files of sandbox %s: %s",
