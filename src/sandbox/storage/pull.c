@@ -41,7 +41,7 @@
 #define PULL_KEEPALIVE_TICKS 50 /* a comment every 10 s when nothing moves */
 #define PULL_KEPT 32            /* finished jobs remembered */
 #define PULL_THREADS 2
-#define PULL_WATCHERS_MAX 64    /* streams per job */
+#define PULL_WATCHERS_MAX 64 /* streams per job */
 
 enum pull_state { PULL_RUNNING, PULL_INSTALLING, PULL_DONE, PULL_FAILED };
 
@@ -73,7 +73,7 @@ struct sbx_pull_job {
     char layout[PATH_MAX];
     struct sbx_image_rec rec; /* what the install made (installed) */
     bool installed;
-    int64_t install_ms; /* written by the worker before done() */
+    int64_t install_ms;        /* written by the worker before done() */
     _Atomic int64_t unpacking; /* bytes of the current layer's blob unpacked */
 };
 
@@ -94,17 +94,20 @@ static const char *state_name(int st, const struct reg_pull *p)
     switch (st) {
     case PULL_RUNNING:
         return atomic_load(&p->phase) == REG_RESOLVING ? "resolving" : "downloading";
-    case PULL_INSTALLING: return "installing";
-    case PULL_DONE: return "done";
-    default: return "failed";
+    case PULL_INSTALLING:
+        return "installing";
+    case PULL_DONE:
+        return "done";
+    default:
+        return "failed";
     }
 }
 
 static json_t *blob_json(const struct reg_blob *b)
 {
-    return json_pack("{s:s, s:s, s:I, s:I, s:b}", "digest", b->digest, "media_type",
-                     b->media_type, "size", (json_int_t)b->size, "done",
-                     (json_int_t)atomic_load(&b->done), "cached", (int)atomic_load(&b->cached));
+    return json_pack("{s:s, s:s, s:I, s:I, s:b}", "digest", b->digest, "media_type", b->media_type,
+                     "size", (json_int_t)b->size, "done", (json_int_t)atomic_load(&b->done),
+                     "cached", (int)atomic_load(&b->cached));
 }
 
 static json_t *job_json(struct sbx_pull_job *j)
@@ -123,8 +126,7 @@ static json_t *job_json(struct sbx_pull_job *j)
         total += j->p.layers[i].size;
         done += atomic_load(&j->p.layers[i].done);
     }
-    json_object_set_new(o, "manifest_digest",
-                        n ? json_string(j->p.manifest_digest) : json_null());
+    json_object_set_new(o, "manifest_digest", n ? json_string(j->p.manifest_digest) : json_null());
     json_object_set_new(o, "index_digest",
                         j->p.index_digest[0] ? json_string(j->p.index_digest) : json_null());
     json_object_set_new(o, "layers", layers);
@@ -134,10 +136,10 @@ static json_t *job_json(struct sbx_pull_job *j)
     json_object_set_new(o, "bytes_unpacking", json_integer(atomic_load(&j->unpacking)));
     json_object_set_new(o, "created_at", json_integer(j->created_at));
     bool over = st == PULL_DONE || st == PULL_FAILED; /* the worker's fields are final */
-    json_object_set_new(o, "download_ms", over && j->p.download_ms ? json_integer(j->p.download_ms)
-                                                                   : json_null());
-    json_object_set_new(o, "install_ms", over && j->installed ? json_integer(j->install_ms)
-                                                              : json_null());
+    json_object_set_new(o, "download_ms",
+                        over && j->p.download_ms ? json_integer(j->p.download_ms) : json_null());
+    json_object_set_new(o, "install_ms",
+                        over && j->installed ? json_integer(j->install_ms) : json_null());
     json_object_set_new(o, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null());
     json_object_set_new(o, "image", j->image ? json_incref(j->image) : json_null());
@@ -154,10 +156,11 @@ static json_t *job_json(struct sbx_pull_job *j)
 
 static int64_t progress_sum(struct sbx_pull_job *j)
 {
-    int64_t s = atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched) +
-                atomic_load(&j->unpacking);
+    int64_t s =
+        atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched) + atomic_load(&j->unpacking);
     int n = atomic_load(&j->p.nlayers);
-    for (int i = 0; i < n; i++) s += atomic_load(&j->p.layers[i].done);
+    for (int i = 0; i < n; i++)
+        s += atomic_load(&j->p.layers[i].done);
     return s;
 }
 
@@ -192,8 +195,8 @@ static void send_final(struct pull_watch *w)
     json_t *o = job_json(j);
     char *data = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    int rc = http_sse_send(w->req, j->id, atomic_load(&j->state) == PULL_DONE ? "done" : "error",
-                           data);
+    int rc =
+        http_sse_send(w->req, j->id, atomic_load(&j->state) == PULL_DONE ? "done" : "error", data);
     free(data);
     if (rc == -EAGAIN) {
         w->final_pending = true;
@@ -345,7 +348,8 @@ static void *unpack_main(void *arg)
     struct sbx_pulls *ps = j->ps;
     for (int i = 0;; i++) {
         pthread_mutex_lock(&u->mu);
-        while (u->ready <= i && !u->closed) pthread_cond_wait(&u->cv, &u->mu);
+        while (u->ready <= i && !u->closed)
+            pthread_cond_wait(&u->cv, &u->mu);
         bool have = u->ready > i;
         pthread_mutex_unlock(&u->mu);
         if (!have) break;
@@ -356,8 +360,7 @@ static void *unpack_main(void *arg)
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) { /* gone: another pull unpacked it and dropped the blob */
             if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
-            u->rc = err_internal(&u->err, "layer blob %s vanished: %s", b->digest,
-                                 strerror(errno));
+            u->rc = err_internal(&u->err, "layer blob %s vanished: %s", b->digest, strerror(errno));
             break;
         }
         struct sbx_layer_info info;
@@ -438,8 +441,8 @@ static void finish(struct sbx_pull_job *j)
                  j->p.manifest_digest, atomic_load(&j->p.nlayers),
                  (long long)atomic_load(&j->p.fetched));
     else
-        log_warn("image pull failed", "job=%s ref=%s status=%d code=%s msg=\"%s\"", j->id,
-                 j->ref, j->err.status, j->err.code, j->err.msg);
+        log_warn("image pull failed", "job=%s ref=%s status=%d code=%s msg=\"%s\"", j->id, j->ref,
+                 j->err.status, j->err.code, j->err.msg);
     for (struct pull_watch *w = j->watches, *next; w; w = next) {
         next = w->next; /* send_final may free w */
         if (!w->final_pending) send_final(w);
@@ -476,8 +479,9 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
         sbx_json_str(body, "ref", REG_REF_MAX, &ref, &err) < 0)
         goto fail;
     if (!ref) {
-        err_invalid(&err, "ref", "ref is required: an image reference such as "
-                                 "\"debian:bookworm\" or \"registry.example:5000/team/name:tag\"");
+        err_invalid(&err, "ref",
+                    "ref is required: an image reference such as "
+                    "\"debian:bookworm\" or \"registry.example:5000/team/name:tag\"");
         goto fail;
     }
     if (sbx_oci_ref_parse(ref, &rr, &err) < 0) {
@@ -526,8 +530,10 @@ static struct sbx_pull_job *find_job(struct sbxd *d, struct http_req *r)
     const char *id = http_req_param(r, "id");
     for (struct sbx_pull_job *j = d->pulls ? d->pulls->jobs : NULL; j; j = j->next)
         if (!strcmp(j->id, id)) return j;
-    http_reply_error(r, 404, "job_not_found", "", "no image job %.60s (finished jobs are kept "
-                     "for a while only)", id);
+    http_reply_error(r, 404, "job_not_found", "",
+                     "no image job %.60s (finished jobs are kept "
+                     "for a while only)",
+                     id);
     return NULL;
 }
 
@@ -627,7 +633,8 @@ void sbx_pulls_close(struct sbxd *d)
     struct sbx_pulls *ps = d->pulls;
     if (!ps) return;
     ps->closed = true;
-    for (struct sbx_pull_job *j = ps->jobs; j; j = j->next) atomic_store(&j->p.cancel, true);
+    for (struct sbx_pull_job *j = ps->jobs; j; j = j->next)
+        atomic_store(&j->p.cancel, true);
     proxy_worker_free(ps->worker); /* joins; queued jobs get pull_drop, finished pull_done */
     ps->worker = NULL;
 }

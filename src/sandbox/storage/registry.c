@@ -40,8 +40,6 @@ static const char *const accept_manifest =
     "application/vnd.docker.distribution.manifest.v2+json, "
     "application/vnd.docker.distribution.manifest.list.v2+json";
 
-
-
 struct reg_auth {
     char host[REG_HOST_MAX + 1];
     char *user, *pass;
@@ -73,8 +71,10 @@ struct reg_client {
 
 void reg_auth_key_host(const char *key, char *out, size_t outsz)
 {
-    if (!strncmp(key, "https://", 8)) key += 8;
-    else if (!strncmp(key, "http://", 7)) key += 7;
+    if (!strncmp(key, "https://", 8))
+        key += 8;
+    else if (!strncmp(key, "http://", 7))
+        key += 7;
     size_t n = strcspn(key, "/");
     snprintf(out, outsz, "%.*s", (int)(n < 255 ? n : 255), key);
     if (!strcmp(out, "index.docker.io") || !strcmp(out, "registry-1.docker.io") ||
@@ -109,7 +109,8 @@ static int load_auths(struct reg_client *c, const char *path, struct err *err)
             unsigned char *dec = xmalloc(an + 4);
             int dn = EVP_DecodeBlock(dec, (const unsigned char *)a, (int)an);
             if (dn > 0) {
-                while (dn > 0 && dec[dn - 1] == '\0') dn--; /* base64 padding */
+                while (dn > 0 && dec[dn - 1] == '\0')
+                    dn--; /* base64 padding */
                 dec[dn] = '\0';
                 char *colon = strchr((char *)dec, ':');
                 if (colon) {
@@ -146,8 +147,7 @@ static int mkdir_p1(const char *path)
     return 0;
 }
 
-struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir,
-                                  struct err *err)
+struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir, struct err *err)
 {
     static bool curl_ready;
     if (!curl_ready) { /* once per process, on the loop thread before any worker uses it */
@@ -166,7 +166,8 @@ struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_di
     c->have_arg = o->have_arg;
     if (o->n_plain_http > 0) {
         c->plain = xcalloc((size_t)o->n_plain_http, sizeof *c->plain);
-        for (int i = 0; i < o->n_plain_http; i++) c->plain[c->nplain++] = xstrdup(o->plain_http[i]);
+        for (int i = 0; i < o->n_plain_http; i++)
+            c->plain[c->nplain++] = xstrdup(o->plain_http[i]);
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -202,7 +203,8 @@ void reg_client_free(struct reg_client *c)
         free(c->auths[i].user);
         free(c->auths[i].pass);
     }
-    for (int i = 0; i < c->nplain; i++) free(c->plain[i]);
+    for (int i = 0; i < c->nplain; i++)
+        free(c->plain[i]);
     free(c->plain);
     free(c->ca_file);
     free(c->store);
@@ -276,8 +278,10 @@ static size_t on_header(char *b, size_t sz, size_t n, void *arg)
     size_t kn = (size_t)(colon - b);
     const char *v = colon + 1;
     size_t vn = len - kn - 1;
-    while (vn && (*v == ' ' || *v == '\t')) v++, vn--;
-    while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n' || v[vn - 1] == ' ')) vn--;
+    while (vn && (*v == ' ' || *v == '\t'))
+        v++, vn--;
+    while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n' || v[vn - 1] == ' '))
+        vn--;
     if (kn == 12 && !strncasecmp(b, "content-type", 12)) {
         size_t m = strcspn(v, ";\r\n");
         if (m > vn) m = vn;
@@ -328,7 +332,8 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
     }
     if (s->len + len + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 16384;
-        while (cap < s->len + len + 1) cap *= 2;
+        while (cap < s->len + len + 1)
+            cap *= 2;
         s->mem = xrealloc(s->mem, cap);
         s->cap = cap;
     }
@@ -406,16 +411,26 @@ static void conn_fini(struct conn *k)
 static const char *status_text(long st)
 {
     switch (st) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "";
     }
 }
 
@@ -483,7 +498,8 @@ bool reg_challenge_param(const char *ch, const char *key, char *out, size_t outs
 {
     size_t kl = strlen(key);
     for (const char *c = ch; *c;) {
-        while (*c == ' ' || *c == ',') c++;
+        while (*c == ' ' || *c == ',')
+            c++;
         const char *eq = strchr(c, '=');
         if (!eq) return false;
         bool match = (size_t)(eq - c) == kl && !strncasecmp(c, key, kl);
@@ -566,8 +582,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         err_wrap(err, "token server %.200s", realm);
     } else if (tr.status != 200) {
         rc = err_set(err, 401, "registry_unauthorized", "ref",
-                     "the token server of registry %s (%.200s) answered HTTP %ld %s%s", host,
-                     realm, tr.status, status_text(tr.status),
+                     "the token server of registry %s (%.200s) answered HTTP %ld %s%s", host, realm,
+                     tr.status, status_text(tr.status),
                      k->cred ? ""
                              : "; give the daemon credentials for it (--registry-auth FILE, a "
                                "docker-style auth.json)");
@@ -578,7 +594,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         if (!tok || !*tok || strpbrk(tok, "\r\n"))
             rc = err_set(err, 502, "registry_error", "",
                          "the token server of registry %s answered without a token", host);
-        else k->token = xasprintf("Authorization: Bearer %s", tok);
+        else
+            k->token = xasprintf("Authorization: Bearer %s", tok);
         json_decref(j);
     }
     if (s.mem) explicit_bzero(s.mem, s.len);
@@ -589,8 +606,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
 }
 
 /* GET base+path into s; answers 401 once with the challenge. Sets *status. 0 or -1. */
-static int get(struct conn *k, const char *path, const char *accept, struct sink *s,
-               struct resp *r, const char *what, struct err *err)
+static int get(struct conn *k, const char *path, const char *accept, struct sink *s, struct resp *r,
+               const char *what, struct err *err)
 {
     char url[2048];
     snprintf(url, sizeof url, "%s%s", k->base, path);
@@ -623,7 +640,8 @@ static int get(struct conn *k, const char *path, const char *accept, struct sink
 
 static void hex_of(const unsigned char md[32], char out[65])
 {
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
 static void sha256_hex(const void *b, size_t n, char out[65])
@@ -649,7 +667,8 @@ static int blob_claim(struct reg_client *c, struct reg_pull *p, const char *dige
     pthread_mutex_lock(&c->mu);
     for (;;) {
         struct inflight *f = c->inflight;
-        while (f && strcmp(f->digest, digest) != 0) f = f->next;
+        while (f && strcmp(f->digest, digest) != 0)
+            f = f->next;
         if (!f) break;
         if (atomic_load(&p->cancel)) {
             pthread_mutex_unlock(&c->mu);
@@ -772,12 +791,13 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err
     snprintf(path, sizeof path, "/v2/%s/blobs/%s", k->p->ref.repository, b->digest);
     struct resp r;
     int rc = get(k, path, NULL, &s, &r, what, err);
-    if (rc == 0 && (r.status < 200 || r.status >= 300)) rc = status_fail(k, r.status, what, &s, err);
+    if (rc == 0 && (r.status < 200 || r.status >= 300))
+        rc = status_fail(k, r.status, what, &s, err);
     int64_t got = b->size - s.limit;
     if (rc == 0 && got != b->size)
         rc = err_set(err, 502, "registry_error", "",
-                     "registry %s sent %lld bytes of %s, its manifest says %lld", k->p->ref.registry,
-                     (long long)got, what, (long long)b->size);
+                     "registry %s sent %lld bytes of %s, its manifest says %lld",
+                     k->p->ref.registry, (long long)got, what, (long long)b->size);
     if (rc == 0) {
         unsigned char md[32];
         unsigned int ml = 0;
@@ -846,7 +866,8 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     int rc = get(k, path, accept_manifest, &s, &r, what, err);
     if (rc == 0 && r.status == 404) {
         rc = err_set(err, 404, "image_not_found", "ref",
-                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.registry, k->p->ref.canonical, what);
+                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.registry,
+                     k->p->ref.canonical, what);
     } else if (rc == 0 && r.status != 200) {
         rc = status_fail(k, r.status, what, &s, err);
     }
@@ -1023,9 +1044,9 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
     json_object_set_new(ann, "io.rebuno.image.ref", json_string(ref));
     if (p->index_digest[0])
         json_object_set_new(ann, "io.rebuno.image.index", json_string(p->index_digest));
-    json_t *m = json_pack("{s:s, s:s, s:I, s:o}", "mediaType", p->manifest_type, "digest",
-                          p->manifest_digest, "size", (json_int_t)p->manifest_size, "annotations",
-                          ann);
+    json_t *m =
+        json_pack("{s:s, s:s, s:I, s:o}", "mediaType", p->manifest_type, "digest",
+                  p->manifest_digest, "size", (json_int_t)p->manifest_size, "annotations", ann);
     json_t *idx = json_pack("{s:i, s:s, s:[o]}", "schemaVersion", 2, "mediaType", SBX_MT_OCI_INDEX,
                             "manifests", m);
     char *text = json_dumps(idx, JSON_COMPACT);
