@@ -666,3 +666,35 @@ def test_a_damaged_blob_in_the_store_is_dropped_and_fetched_again(make_sandboxd,
     job, _ = pull(sbx, f"{reg.host}/dmg/img:v1")
     assert reg.blob_gets(layer["digest"]) == 1
     assert job["image"]["digest"] == desc["digest"]
+
+
+def test_shutdown_during_a_stalled_pull(make_sandboxd, fakes):
+    """SIGTERM while a registry stalls: the pull ends at once with 503 shutting_down (not
+    after the 30 s stall timeout), the stream gets it, and the daemon exits cleanly (the
+    fixture checks for sanitizer reports and leftovers)."""
+    import signal
+    import time
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": "sha256:" + "a" * 64, "size": 1 << 20}
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 1000}
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": cfg, "layers": [layer]}).encode()
+    fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()  # default stall timeout: 30 s
+    st, job = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/img:v1"})
+    assert st == 202
+    end = time.time() + 10
+    while sbx.ok("GET", f"/v1/images/jobs/{job['id']}")["status"] != "downloading":
+        assert time.time() < end
+        time.sleep(0.05)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(read_stream(sbx, job["id"])))
+    t.start()
+    time.sleep(0.3)  # the stream is open
+    sbx.proc.send_signal(signal.SIGTERM)
+    assert sbx.proc.wait(20) == 0  # well before the stall timeout would have ended it
+    t.join(10)
+    assert got and got[-1][0] == "error", got
+    assert got[-1][1]["error"]["code"] == "shutting_down"

@@ -356,8 +356,21 @@ static int ssl_ctx_cb(CURL *h, void *ctx, void *arg)
     return CURLE_OK;
 }
 
+/* Called about once a second even when no byte arrives: a stop (shutdown, a failed
+ * unpack) ends a stalled transfer at once instead of after the stall timeout. */
+static int on_xfer(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                   curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const struct reg_pull *p = arg;
+    return atomic_load(&p->cancel) || atomic_load(&p->abort);
+}
+
 static void setup_handle(struct conn *k, CURL *h)
 {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, k->p);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, k->errbuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)k->c->connect_sec);
