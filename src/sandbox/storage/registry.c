@@ -64,7 +64,6 @@ struct reg_client {
     pthread_cond_t cv;
     struct inflight *inflight;
     unsigned seq;
-    _Atomic int64_t bytes, blob_gets;
 };
 
 /* ------------------------------------------------------------------ the client */
@@ -213,16 +212,6 @@ void reg_client_free(struct reg_client *c)
     free(c);
 }
 
-int64_t reg_client_bytes(struct reg_client *c)
-{
-    return atomic_load(&c->bytes);
-}
-
-int64_t reg_client_blob_gets(struct reg_client *c)
-{
-    return atomic_load(&c->blob_gets);
-}
-
 void reg_blob_path(struct reg_client *c, const char *digest, char *out, size_t outsz)
 {
     snprintf(out, outsz, "%s/sha256/%s", c->store, digest + 7);
@@ -316,7 +305,6 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
         EVP_DigestUpdate(s->md, b, len);
         s->limit -= (int64_t)len;
         if (s->done) atomic_fetch_add(s->done, (int64_t)len);
-        atomic_fetch_add(&s->k->c->bytes, (int64_t)len);
         atomic_fetch_add(&s->k->p->fetched, (int64_t)len);
         return len;
     }
@@ -341,7 +329,6 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
     s->len += len;
     s->mem[s->len] = '\0';
     if (st >= 200 && st < 300) {
-        atomic_fetch_add(&s->k->c->bytes, (int64_t)len);
         atomic_fetch_add(&s->k->p->fetched, (int64_t)len);
     }
     return sz * n;
@@ -799,7 +786,6 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err
     struct sink s = {.k = k, .fd = fd, .md = EVP_MD_CTX_new(), .done = &b->done, .limit = b->size};
     ASSERT(s.md);
     EVP_DigestInit_ex(s.md, EVP_sha256(), NULL);
-    atomic_fetch_add(&c->blob_gets, 1);
     char path[REG_REPO_MAX + 128];
     snprintf(path, sizeof path, "/v2/%s/blobs/%s", k->p->ref.repository, b->digest);
     struct resp r;

@@ -68,10 +68,6 @@ struct reg_client;
  * now (a file that cannot be read or parsed is an error naming it). Loop thread. */
 struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir, struct err *err);
 void reg_client_free(struct reg_client *c);
-/* Bytes downloaded (blob and manifest bodies) since the client was made, and blob GETs
- * started: counters for tests and benches (any thread). */
-int64_t reg_client_bytes(struct reg_client *c);
-int64_t reg_client_blob_gets(struct reg_client *c);
 /* The path of a stored blob ("<store>/sha256/<hex>") into out. */
 void reg_blob_path(struct reg_client *c, const char *digest, char *out, size_t outsz);
 
