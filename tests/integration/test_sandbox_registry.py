@@ -698,3 +698,23 @@ def test_shutdown_during_a_stalled_pull(make_sandboxd, fakes):
     t.join(10)
     assert got and got[-1][0] == "error", got
     assert got[-1][1]["error"]["code"] == "shutting_down"
+
+
+def test_pulls_in_flight_are_bounded(make_sandboxd, fakes):
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": "sha256:" + "a" * 64, "size": 1 << 20}
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 1000}
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": cfg, "layers": [layer]}).encode()
+    fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()
+    for i in range(16):
+        st, job = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/i{i}:v1"})
+        assert st == 202, job
+    st, out = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/more:v1"})
+    assert st == 429 and out["error"]["code"] == "too_many_pulls", out
+    # joining one that runs is still fine
+    st, again = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/i3:v1"})
+    assert st == 202

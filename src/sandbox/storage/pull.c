@@ -42,6 +42,7 @@
 #define PULL_KEPT 32            /* finished jobs remembered */
 #define PULL_THREADS 2
 #define PULL_WATCHERS_MAX 64 /* streams per job */
+#define PULL_ACTIVE_MAX 16   /* pulls running or queued */
 
 enum pull_state { PULL_RUNNING, PULL_INSTALLING, PULL_DONE, PULL_FAILED };
 
@@ -493,12 +494,20 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
         goto fail;
     }
     const char *norm = rr.canonical;
+    int active = 0;
     for (struct sbx_pull_job *j = ps->jobs; j; j = j->next) {
         int st = atomic_load(&j->state);
-        if ((st == PULL_RUNNING || st == PULL_INSTALLING) && !strcmp(j->ref, norm)) {
+        if (st != PULL_RUNNING && st != PULL_INSTALLING) continue;
+        if (!strcmp(j->ref, norm)) {
             http_reply_json(r, 202, job_json(j)); /* join it: one download */
             return;
         }
+        active++;
+    }
+    if (active >= PULL_ACTIVE_MAX) {
+        err_set(&err, 429, "too_many_pulls", "",
+                "%d pulls are already running or queued; wait for one to end", active);
+        goto fail;
     }
     if (!ps->worker && !(ps->worker = proxy_worker_new(d->base, PULL_THREADS, &err))) goto fail;
     struct sbx_pull_job *j = xcalloc(1, sizeof *j);
