@@ -353,7 +353,7 @@ static void *unpack_main(void *arg)
             pthread_cond_wait(&u->cv, &u->mu);
         bool have = u->ready > i;
         pthread_mutex_unlock(&u->mu);
-        if (!have) break;
+        if (!have || atomic_load(&j->p.cancel)) break; /* the end, or a shutdown */
         const struct reg_blob *b = &j->p.layers[i];
         if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
         char path[PATH_MAX];
