@@ -718,3 +718,17 @@ def test_pulls_in_flight_are_bounded(make_sandboxd, fakes):
     # joining one that runs is still fine
     st, again = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/i3:v1"})
     assert st == 202
+
+
+def test_credentials_never_go_to_a_plain_http_token_server_of_a_tls_registry(
+        make_sandboxd, registries, workdir):
+    reg = registries(tls=True, token=True)  # the token server is plain http
+    ts = reg.token
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "sec/img:v1", creds=f"{ts.user}:{ts.password}")
+    issued = ts.issued
+    auth = write_auth(workdir, reg.host, ts.user, ts.password)
+    sbx = make_sandboxd(["--registry-ca", reg.ca_crt, "--registry-auth", auth]).start()
+    job, _ = pull(sbx, f"{reg.host}/sec/img:v1", expect="error")
+    assert "clear text" in job["error"]["message"], job["error"]
+    assert ts.issued == issued  # it never asked

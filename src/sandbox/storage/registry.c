@@ -570,6 +570,15 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
     curl_easy_setopt(t, CURLOPT_HEADERDATA, &tr);
     curl_easy_setopt(t, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(t, CURLOPT_TIMEOUT, 60L);
+    /* credentials go in clear text only to a realm of a registry we reach in clear text */
+    if (k->cred && strncmp(realm, "https://", 8) != 0 && strncmp(k->base, "http://", 7) != 0) {
+        curl_easy_cleanup(t);
+        free(url);
+        return err_set(err, 502, "registry_error", "",
+                       "registry %s asked for credentials at a plain-http token server "
+                       "(%.200s); refusing to send them in clear text",
+                       host, realm);
+    }
     if (k->cred) {
         curl_easy_setopt(t, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(t, CURLOPT_USERNAME, k->cred->user);
