@@ -292,3 +292,38 @@ def test_an_image_whose_etc_is_a_symlink_keeps_it(make_sandboxd, tmpdir_path):
     d.create("el", image=img["digest"])
     r = sh(d, "el", "cat /etc/os-release; id -u")
     assert r["stdout"] == "ID=linked\n0\n", r
+
+
+def test_an_image_of_a_hundred_layers_mounts(make_sandboxd, tmpdir_path):
+    """Lowers are given to the overlay one descriptor at a time (fsconfig lowerdir+), so a
+    deep image is not bound by a page of mount options: 100 layers of paths this long
+    would be ~6 KiB of lowerdir= string."""
+    d = make_sandboxd().start()
+    lay = Layout(os.path.join(tmpdir_path, "deep"))
+    layers = [(base_layer(), "gzip")]
+    layers += [([("many", "d", None), (f"many/f{i:03d}", "f", f"{i}\n")], "tar")
+               for i in range(99)]
+    lay.add(lay.image(layers, {"Env": ["PATH=/bin"]}))
+    img = d.ok("POST", "/v1/images", {"type": "oci-layout", "path": lay.path}, status=201)
+    assert len(img["layers"]) == 100
+    d.create("deep", image=img["digest"])
+    r = sh(d, "deep", "ls /many | wc -l; cat /many/f000 /many/f098")
+    assert r["stdout"].split() == ["99", "0", "98"], r
+
+
+def test_the_default_image_is_rebuno_default_when_there_is_one(make_sandboxd, tmpdir_path):
+    d = make_sandboxd().start()
+    assert d.create("before")["image"] == "host"
+    lay = Layout(os.path.join(tmpdir_path, "def"))
+    desc = lay.image([(base_layer([("etc/motd", "f", "default image\n")]), "gzip")],
+                     {"Env": ["PATH=/bin"]})
+    lay.add(desc)
+    d.ok("POST", "/v1/images", {"type": "oci-layout", "path": lay.path,
+                                "ref": "rebuno/default:latest"}, status=201)
+    pinned = "docker.io/rebuno/default@" + desc["digest"]
+    assert d.ok("GET", "/v1/images")["default"] == pinned
+    assert d.create("after")["image"] == pinned
+    assert d.create("explicit", image="default")["image"] == pinned
+    assert sh(d, "after", "cat /etc/motd")["stdout"] == "default image\n"
+    assert d.get("before")["image"] == "host"  # pinned when created
+    assert d.create("still-host", image="host")["image"] == "host"

@@ -55,7 +55,6 @@
 #include "sandbox/core/validate.h"
 
 #define IMG_PATH_MAX 1024
-#define IMG_LINE_MAX 8192
 #define IMG_KEEP_FREE (32ll << 20) /* bytes an import leaves free in the store */
 #define IMG_DEFAULT_REF "docker.io/rebuno/default:latest"
 
@@ -349,24 +348,14 @@ static bool in_use(struct sbxd *d, const char *hex, const char **by)
 
 /* ------------------------------------------------------------------ running tar */
 
-/* Run argv (absolute program) with stdout to out_fd (or /dev/null), stdin and stderr
- * /dev/null. With on_line, stdout is read line by line instead (lines longer than
- * IMG_LINE_MAX stop it, unchecked); a nonzero return from on_line stops reading and
- * kills it (the result is then 1).
- * Returns the exit status, or -1 on failure to run / killed. */
-static int run(char *const argv[], int out_fd, int (*on_line)(char *line, void *arg), void *arg)
+/* Run argv (absolute program, argv only: never a shell) with stdout to out_fd, stdin
+ * and stderr /dev/null. Returns the exit status, or -1 on failure to run / killed. */
+static int run(char *const argv[], int out_fd)
 {
-    int p[2] = {-1, -1};
-    if (on_line && pipe2(p, O_CLOEXEC) < 0) return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (on_line)
-        posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    else if (out_fd >= 0)
-        posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-    else
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
@@ -381,47 +370,10 @@ static int run(char *const argv[], int out_fd, int (*on_line)(char *line, void *
     int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
-    if (on_line) close(p[1]);
-    if (rc != 0) {
-        if (on_line) close(p[0]);
-        return -1;
-    }
-    bool stopped = false;
-    if (on_line) {
-        char *line = xmalloc(IMG_LINE_MAX + 1);
-        size_t len = 0;
-        bool cut = false;
-        char chunk[4096];
-        for (;;) {
-            ssize_t n = read(p[0], chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            for (ssize_t i = 0; i < n && !stopped; i++) {
-                if (chunk[i] == '\n') {
-                    line[len] = '\0';
-                    if (cut || on_line(line, arg) != 0) stopped = true; /* cut: refuse */
-                    len = 0;
-                    cut = false;
-                } else if (len < IMG_LINE_MAX) {
-                    line[len++] = chunk[i];
-                } else if (!cut) {
-                    cut = true;
-                }
-            }
-            if (stopped) break;
-        }
-        if (!stopped && (len || cut)) {
-            line[len] = '\0';
-            if (cut || on_line(line, arg) != 0) stopped = true;
-        }
-        free(line);
-        if (stopped) kill(pid, SIGKILL);
-        close(p[0]);
-    }
+    if (rc != 0) return -1;
     int st = 0;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) return -1;
-    if (stopped) return 1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -595,7 +547,7 @@ static int import_single(struct import_job *j, struct err *err)
             (char *)T,   "--sort=name", "--mtime=@0", "--owner=0",  "--group=0", "--numeric-owner",
             "--no-acls", "--no-xattrs", "-C",         (char *)path, "-cf",       "-",
             ".",         NULL};
-        int rc = run(argv, fd, NULL, NULL);
+        int rc = run(argv, fd);
         if (rc != 0) {
             close(fd);
             return err_invalid(err, "path", "tar could not read %s (exit %d)", path, rc);
