@@ -172,6 +172,12 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
     assert all(layer["cached"] for layer in job2["layers"])
     for layer in job["layers"]:
         assert reg.blob_gets(layer["digest"]) == 1
+    # pinned by digest: the same image, nothing downloaded again
+    job3, _ = pull(sbx, f"{reg.host}/team/tool@{job['manifest_digest']}")
+    assert job3["image"]["digest"] == job["manifest_digest"]
+    assert all(layer["cached"] for layer in job3["layers"])
+    for layer in job["layers"]:
+        assert reg.blob_gets(layer["digest"]) == 1
 
 
 def write_auth(workdir, host, user, password):
