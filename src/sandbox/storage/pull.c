@@ -320,15 +320,17 @@ static int record(struct sbx_pull_job *j, struct err *err)
 
 /* ------------------------------------------------------------------ pipelined unpack */
 
-/* While the pulling thread downloads layer i+1, a helper thread unpacks layer i from the
- * blob store (layers.h), so a pull takes about the longer of the two, not their sum.
+/* While the pulling threads download the next layers, a helper thread unpacks each one
+ * that is in the blob store (layers.h), so a pull takes about the longer of the two, not
+ * their sum.
  * The install that follows finds the layers there and only makes the skeleton. */
 struct unpacker {
     struct sbx_pull_job *j;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int ready;   /* layers [0, ready) are in the store */
-    bool closed; /* no more will come */
+    bool ready[REG_LAYERS_MAX]; /* in the store (downloads finish in any order) */
+    bool taken[REG_LAYERS_MAX]; /* unpacked, or being unpacked */
+    bool closed;                /* no more will come */
     struct err err;
     int rc;
 };
@@ -337,7 +339,7 @@ static void layer_ready(void *arg, int i)
 {
     struct unpacker *u = arg;
     pthread_mutex_lock(&u->mu);
-    u->ready = i + 1;
+    u->ready[i] = true;
     pthread_cond_signal(&u->cv);
     pthread_mutex_unlock(&u->mu);
 }
@@ -347,13 +349,18 @@ static void *unpack_main(void *arg)
     struct unpacker *u = arg;
     struct sbx_pull_job *j = u->j;
     struct sbx_pulls *ps = j->ps;
-    for (int i = 0;; i++) {
+    for (;;) {
+        int i = -1;
         pthread_mutex_lock(&u->mu);
-        while (u->ready <= i && !u->closed)
+        for (;;) {
+            for (int k = 0; k < REG_LAYERS_MAX && i < 0; k++)
+                if (u->ready[k] && !u->taken[k]) i = k; /* the lowest one ready */
+            if (i >= 0 || u->closed) break;
             pthread_cond_wait(&u->cv, &u->mu);
-        bool have = u->ready > i;
+        }
+        if (i >= 0) u->taken[i] = true;
         pthread_mutex_unlock(&u->mu);
-        if (!have || atomic_load(&j->p.cancel)) break; /* the end, or a shutdown */
+        if (i < 0 || atomic_load(&j->p.cancel)) break; /* the end, or a shutdown */
         const struct reg_blob *b = &j->p.layers[i];
         if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
         char path[PATH_MAX];

@@ -901,6 +901,82 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     return 0;
 }
 
+/* The layers, on up to REG_PARALLEL connections at once (the first one is k's; the
+ * others start with its token): the first error stops the others (p->abort). */
+struct par {
+    struct conn *first;
+    char *token; /* the first connection's, copied before any thread starts */
+    bool basic;
+    _Atomic int next;
+    pthread_mutex_t mu;
+    int rc;
+    struct err err;
+};
+
+static void par_loop(struct par *pa, struct conn *k)
+{
+    struct reg_pull *p = k->p;
+    int n = atomic_load(&p->nlayers);
+    for (;;) {
+        if (atomic_load(&p->abort) || atomic_load(&p->cancel)) break;
+        int i = atomic_fetch_add(&pa->next, 1);
+        if (i >= n) break;
+        struct err e = ERR_INIT;
+        if (blob_fetch(k, &p->layers[i], true, &e) < 0) {
+            pthread_mutex_lock(&pa->mu);
+            bool first = pa->rc == 0;
+            if (first) pa->rc = -1, pa->err = e;
+            pthread_mutex_unlock(&pa->mu);
+            if (first) atomic_store(&p->abort, true); /* the others stop */
+            break;
+        }
+        if (p->on_layer) p->on_layer(p->on_layer_arg, i);
+    }
+}
+
+static void *par_main(void *arg)
+{
+    struct par *pa = arg;
+    struct conn k;
+    conn_init(&k, pa->first->c, pa->first->p);
+    if (pa->token) k.token = xstrdup(pa->token);
+    if (pa->basic && k.cred) {
+        k.basic = true;
+        curl_easy_setopt(k.h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(k.h, CURLOPT_USERNAME, k.cred->user);
+        curl_easy_setopt(k.h, CURLOPT_PASSWORD, k.cred->pass);
+    }
+    par_loop(pa, &k);
+    conn_fini(&k);
+    return NULL;
+}
+
+static int fetch_layers(struct conn *k, struct err *err)
+{
+    struct reg_pull *p = k->p;
+    int n = atomic_load(&p->nlayers);
+    struct par pa = {.first = k, .err = ERR_INIT, .basic = k->basic};
+    if (k->token) pa.token = xstrdup(k->token);
+    pthread_mutex_init(&pa.mu, NULL);
+    pthread_t th[REG_PARALLEL];
+    int nth = 0;
+    for (int i = 1; i < REG_PARALLEL && i < n; i++)
+        if (pthread_create(&th[nth], NULL, par_main, &pa) == 0) nth++;
+    par_loop(&pa, k);
+    for (int i = 0; i < nth; i++) pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&pa.mu);
+    if (pa.token) explicit_bzero(pa.token, strlen(pa.token));
+    free(pa.token);
+    if (pa.rc < 0) {
+        *err = pa.err;
+        return -1;
+    }
+    if (atomic_load(&p->cancel)) return err_set(err, 503, "shutting_down", "", "the pull was stopped");
+    if (atomic_load(&p->abort)) /* the caller's unpack failed: it has the reason */
+        return err_set(err, 502, "registry_error", "", "the pull was stopped");
+    return 0;
+}
+
 int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
 {
     struct conn k;
@@ -973,11 +1049,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     p->manifest_size = (int64_t)len;
     atomic_store(&p->phase, REG_FETCHING);
     if (blob_fetch(&k, &p->config, false, err) < 0) goto out;
-    int n = atomic_load(&p->nlayers);
-    for (int i = 0; i < n; i++) {
-        if (blob_fetch(&k, &p->layers[i], true, err) < 0) goto out;
-        if (p->on_layer) p->on_layer(p->on_layer_arg, i);
-    }
+    if (fetch_layers(&k, err) < 0) goto out;
     if (store_bytes(c, dg, body, len, err) < 0) goto out; /* last: the image is complete */
     atomic_store(&p->phase, REG_DONE);
     p->download_ms = clock_mono_ms() - t0;

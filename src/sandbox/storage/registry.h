@@ -43,6 +43,7 @@
 
 #define REG_MANIFEST_MAX (4 << 20)
 #define REG_LAYERS_MAX 128
+#define REG_PARALLEL 3 /* layers downloaded at once, each on its own connection */
 #define REG_HOST_MAX 255
 #define REG_REPO_MAX 255
 #define REG_REF_MAX 739 /* a canonical reference (struct sbx_oci_ref) */
@@ -97,8 +98,9 @@ struct reg_pull {
     _Atomic int64_t fetched; /* bytes this pull downloaded itself */
     _Atomic bool cancel;     /* set by the loop: stop at the next chunk */
     _Atomic bool abort;      /* set by the caller's helper (a failed unpack): stop too */
-    /* Called (on the pulling thread) as each layer is in the store or known unpacked, in
-     * order, so the caller can unpack it while the next one downloads. May be NULL. */
+    /* Called (on one of the pulling threads) as each layer is in the store or known
+     * unpacked, in any order, so the caller can unpack it while others download. May be
+     * NULL. */
     void (*on_layer)(void *arg, int i);
     void *on_layer_arg;
     int64_t download_ms; /* how long reg_pull_run took (when it succeeded) */
