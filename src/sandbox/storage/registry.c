@@ -963,7 +963,8 @@ static int fetch_layers(struct conn *k, struct err *err)
     for (int i = 1; i < REG_PARALLEL && i < n; i++)
         if (pthread_create(&th[nth], NULL, par_main, &pa) == 0) nth++;
     par_loop(&pa, k);
-    for (int i = 0; i < nth; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
     pthread_mutex_destroy(&pa.mu);
     if (pa.token) explicit_bzero(pa.token, strlen(pa.token));
     free(pa.token);
@@ -971,7 +972,8 @@ static int fetch_layers(struct conn *k, struct err *err)
         *err = pa.err;
         return -1;
     }
-    if (atomic_load(&p->cancel)) return err_set(err, 503, "shutting_down", "", "the pull was stopped");
+    if (atomic_load(&p->cancel))
+        return err_set(err, 503, "shutting_down", "", "the pull was stopped");
     if (atomic_load(&p->abort)) /* the caller's unpack failed: it has the reason */
         return err_set(err, 502, "registry_error", "", "the pull was stopped");
     return 0;
