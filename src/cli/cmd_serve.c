@@ -357,10 +357,12 @@ int cmd_serve(int argc, char **argv)
                     c.listen);
         goto fail;
     }
-    if (c.store[0] && strncmp(c.store, "sqlite:", 7) != 0) {
+    if (c.store[0] && strncmp(c.store, "sqlite:", 7) != 0 && !store_spec_is_postgres(c.store)) {
+        char *shown = store_spec_redacted(c.store);
         err_invalid(&err, "store",
-                    "store \"%s\" is not supported; use sqlite:PATH (PostgreSQL is planned)",
-                    c.store);
+                    "store \"%s\" is not supported; use sqlite:PATH or postgres://user[:password]@host[:port]/database",
+                    shown);
+        free(shown);
         goto fail;
     }
     db = config_store_path(&c);
@@ -369,7 +371,7 @@ int cmd_serve(int argc, char **argv)
                 c.state_dir, strerror(errno));
         goto fail;
     }
-    char why[512];
+    char why[1024];
     if (!(st = store_open(db, why, sizeof why))) {
         err_set(&err, 500, "store", "store", "%s", why);
         goto fail;
@@ -413,13 +415,15 @@ int cmd_serve(int argc, char **argv)
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
+    char *shown = store_spec_redacted(db); /* never a password in logs */
     log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
-             dev ? "dev" : "server", c.listen, http_server_port(s.http), db, c.n_agents,
+             dev ? "dev" : "server", c.listen, http_server_port(s.http), shown, c.n_agents,
              c.n_keys ? "api_keys" : "local_token(loopback only)",
              s.local ? local_auth_path(s.local) : "-");
     /* A line people and scripts can read: where to point REBUNO_URL. */
     printf("rebuno %s: kernel on http://127.0.0.1:%d (store %s)\n", dev ? "dev" : "server",
-           http_server_port(s.http), db);
+           http_server_port(s.http), shown);
+    free(shown);
     if (s.sandboxd)
         printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
     fflush(stdout);

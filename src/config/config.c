@@ -7,6 +7,7 @@
  * empty key). Anchors and aliases are rejected.
  */
 #include "config/config.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -34,7 +35,7 @@ struct setting {
 static const struct setting settings[] = {
     {"listen", "REBUNO_LISTEN", "address the kernel listens on", C_STR, "127.0.0.1:8080", 0, 0, 0, offsetof(struct config, listen)},
     {"state_dir", "REBUNO_STATE_DIR", "folder for the database and other state", C_STR, ".rebuno", 0, 0, 0, offsetof(struct config, state_dir)},
-    {"store", "REBUNO_STORE", "store: sqlite:PATH (default: sqlite in state_dir)", C_STR, "", 0, 0, 0, offsetof(struct config, store)},
+    {"store", "REBUNO_STORE", "store: sqlite:PATH or postgres://user@host/db (default: sqlite in state_dir)", C_STR, "", 0, 0, 0, offsetof(struct config, store)},
     {"log_level", "REBUNO_LOG_LEVEL", "debug, info, warn or error", C_STR, "info", 0, 0, 0, offsetof(struct config, log_level)},
     {"sandboxes", "REBUNO_SANDBOXES", "dev: run the sandbox service too (auto = when root, on, off)", C_STR, "auto", 0, 0, 0, offsetof(struct config, sandboxes)},
     {"sandbox_listen", "REBUNO_SANDBOX_LISTEN", "dev: address of the sandbox service", C_STR, "127.0.0.1:8090", 0, 0, 0, offsetof(struct config, sandbox_listen)},
@@ -406,5 +407,6 @@ void config_usage(FILE *out)
 char *config_store_path(const struct config *c)
 {
     if (c->store && strncmp(c->store, "sqlite:", 7) == 0) return xstrdup(c->store + 7);
+    if (c->store && store_spec_is_postgres(c->store)) return xstrdup(c->store);
     return xasprintf("%s/kernel.db", c->state_dir);
 }
