@@ -474,6 +474,27 @@ def test_cli_image_pull(make_sandboxd, registries, workdir):
     assert "no image" in r.stderr and reg.host in r.stderr, r.stderr
     r = subprocess.run([BIN, "sandbox", "image", "pull", *url], capture_output=True, text=True)
     assert r.returncode == 2 and "REF" in r.stderr
+    # on a terminal: one bar redrawn in place (carriage return, erase line), full at the end
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(BIN, [BIN, "sandbox", "image", "pull", f"{reg.host}/cli/img:v1", *url])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.WEXITSTATUS(status) == 0, out
+    text = out.decode(errors="replace")
+    assert "\r\x1b[K" in text, text
+    assert "[" + "#" * 30 + "]" in text and "layers 2/2" in text, text
+    assert desc["digest"] in text
 
 
 def test_python_client_pull_image(make_sandboxd, registries, workdir):
