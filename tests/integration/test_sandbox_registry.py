@@ -759,3 +759,24 @@ def test_credentials_never_go_to_a_plain_http_token_server_of_a_tls_registry(
     job, _ = pull(sbx, f"{reg.host}/sec/img:v1", expect="error")
     assert "clear text" in job["error"]["message"], job["error"]
     assert ts.issued == issued  # it never asked
+
+
+def test_restart_sweeps_blobs_of_unpacked_layers(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "sw/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/sw/img:v1")
+    layer = job["layers"][0]["digest"]
+    leftover = os.path.join(blob_store(sbx), layer[7:])
+    with open(leftover, "wb") as f:  # as if the daemon stopped between install and drop
+        f.write(b"x")
+    stray = os.path.join(sbx.state, "blobs", "tmp", "partial")
+    with open(stray, "wb") as f:
+        f.write(b"y")
+    sbx.stop()
+    sbx.start()
+    assert not os.path.exists(leftover) and not os.path.exists(stray)
+    assert os.path.exists(os.path.join(blob_store(sbx), job["manifest_digest"][7:]))
+    job2, _ = pull(sbx, f"{reg.host}/sw/img:v1")  # still installed: nothing to download
+    assert all(layer["cached"] for layer in job2["layers"])

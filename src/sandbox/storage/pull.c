@@ -641,6 +641,18 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
             if (de->d_name[0] != '.') unlinkat(dirfd(dd), de->d_name, 0);
         closedir(dd);
     }
+    /* layer blobs whose layer is unpacked: a stop between an install and its drop */
+    snprintf(tmp, sizeof tmp, "%s/blobs/sha256", d->state_dir);
+    if ((dd = opendir(tmp))) {
+        struct dirent *de;
+        while ((de = readdir(dd))) {
+            char dg[80];
+            snprintf(dg, sizeof dg, "sha256:%.64s", de->d_name);
+            if (strlen(de->d_name) == 64 && sbx_layer_have(&d->layers, dg))
+                unlinkat(dirfd(dd), de->d_name, 0);
+        }
+        closedir(dd);
+    }
     return 0;
 }
 
