@@ -7,7 +7,7 @@ Debian docker-registry on loopback (its own config and storage under a temp dir)
 1. `skopeo copy docker://... dir:DIR` of it: the reference (downloads and verifies blobs);
 2. `rebuno sandboxd` (release build, fresh state) pulls it: POST /v1/images {"type":"pull"}
    and its SSE stream; printed are the time until the download ends (the job turns
-   `installing`: every blob fetched, verified and fsynced) and until the image is
+   `installing`: every blob fetched and verified) and until the image is
    installed (layers unpacked into the layer store as well), each as a ratio to skopeo;
 3. a second image sharing the first's three layers plus one small new one is pulled by
    the same daemon: printed are the bytes that moved (aim: only the new layer).

@@ -32,21 +32,26 @@ struct pull_view {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: rebuno sandbox image pull REF [--json]\n\n"
-               "Pull an image from an OCI registry into sandboxd: REF is name[:tag],\n"
-               "name@sha256:..., or host[:port]/path/name:tag (Docker Hub by default).\n"
-               "Credentials come from the daemon's --registry-auth file, never from here.\n"
-               "Prints the image's digest (sha256:...) when done.\n\n"
-               "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
+    fprintf(f,
+            "usage: rebuno sandbox image pull REF [--json]\n\n"
+            "Pull an image from an OCI registry into sandboxd: REF is name[:tag],\n"
+            "name@sha256:..., or host[:port]/path/name:tag (Docker Hub by default).\n"
+            "Credentials come from the daemon's --registry-auth file, never from here.\n"
+            "Prints the image's digest (sha256:...) when done.\n\n"
+            "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n",
             DEFAULT_URL);
 }
 
 static void human(int64_t n, char *out, size_t outsz)
 {
-    if (n >= (1LL << 30)) snprintf(out, outsz, "%.1f GiB", (double)n / (1 << 30));
-    else if (n >= (1 << 20)) snprintf(out, outsz, "%.1f MiB", (double)n / (1 << 20));
-    else if (n >= (1 << 10)) snprintf(out, outsz, "%.1f KiB", (double)n / (1 << 10));
-    else snprintf(out, outsz, "%lld B", (long long)n);
+    if (n >= (1LL << 30))
+        snprintf(out, outsz, "%.1f GiB", (double)n / (1 << 30));
+    else if (n >= (1 << 20))
+        snprintf(out, outsz, "%.1f MiB", (double)n / (1 << 20));
+    else if (n >= (1 << 10))
+        snprintf(out, outsz, "%.1f KiB", (double)n / (1 << 10));
+    else
+        snprintf(out, outsz, "%lld B", (long long)n);
 }
 
 static void draw(struct pull_view *v, const json_t *job)
@@ -68,7 +73,8 @@ static void draw(struct pull_view *v, const json_t *job)
     if (v->tty) {
         int fill = total > 0 ? (int)(done * BAR_WIDTH / total) : 0;
         char bar[BAR_WIDTH + 1];
-        for (int i = 0; i < BAR_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+        for (int i = 0; i < BAR_WIDTH; i++)
+            bar[i] = i < fill ? '#' : '.';
         bar[BAR_WIDTH] = '\0';
         fprintf(stderr, "\r\033[K%-11s [%s] %s / %s  layers %d/%d", st, bar, a, b, ldone, n);
         v->drawn = true;
@@ -112,8 +118,9 @@ int cmd_sandbox_image_pull(int argc, char **argv)
         return CLI_OK;
     }
     if (a.npos < 3) {
-        err_invalid(&err, "ref", "which image? rebuno sandbox image pull REF (e.g. "
-                                 "debian:bookworm or registry.example:5000/team/tool:1.2)");
+        err_invalid(&err, "ref",
+                    "which image? rebuno sandbox image pull REF (e.g. "
+                    "debian:bookworm or registry.example:5000/team/tool:1.2)");
         cli_report_err(&err, a.json, true);
         return CLI_USAGE;
     }
@@ -136,10 +143,13 @@ int cmd_sandbox_image_pull(int argc, char **argv)
         free(e);
         int sr = client_stream(&c, p.data, NULL, on_event, &v, &err);
         buf_fini(&p);
-        if (sr < 0) rc = -1;
-        else if (!v.final) rc = err_set(&err, 502, "stream_ended", "",
-                                        "the pull's stream ended without an outcome; see "
-                                        "GET /v1/images/jobs/%s", jid ? jid : "?");
+        if (sr < 0)
+            rc = -1;
+        else if (!v.final)
+            rc = err_set(&err, 502, "stream_ended", "",
+                         "the pull's stream ended without an outcome; see "
+                         "GET /v1/images/jobs/%s",
+                         jid ? jid : "?");
     }
     json_decref(job);
     if (v.drawn) fprintf(stderr, "\n");

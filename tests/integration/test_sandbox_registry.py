@@ -172,6 +172,12 @@ def test_pull_plain_http_stores_verified_blobs(make_sandboxd, registries, workdi
     assert all(layer["cached"] for layer in job2["layers"])
     for layer in job["layers"]:
         assert reg.blob_gets(layer["digest"]) == 1
+    # pinned by digest: the same image, nothing downloaded again
+    job3, _ = pull(sbx, f"{reg.host}/team/tool@{job['manifest_digest']}")
+    assert job3["image"]["digest"] == job["manifest_digest"]
+    assert all(layer["cached"] for layer in job3["layers"])
+    for layer in job["layers"]:
+        assert reg.blob_gets(layer["digest"]) == 1
 
 
 def write_auth(workdir, host, user, password):
@@ -301,7 +307,7 @@ def test_pull_stalling_registry_times_out(make_sandboxd, fakes, workdir):
         assert time.time() < end
         time.sleep(0.05)
     assert sbx.request("GET", "/v1/health")[0] == 200
-    assert sbx.request("GET", "/v1/images")[0] == 200
+    assert sbx.ok("GET", "/v1/images")["images"] == []  # nothing partial is visible
     # answered during the stall, not after it: the pull is still waiting on the registry
     assert sbx.ok("GET", f"/v1/images/jobs/{job['id']}")["status"] == "downloading"
     events = read_stream(sbx, job["id"])
@@ -468,6 +474,27 @@ def test_cli_image_pull(make_sandboxd, registries, workdir):
     assert "no image" in r.stderr and reg.host in r.stderr, r.stderr
     r = subprocess.run([BIN, "sandbox", "image", "pull", *url], capture_output=True, text=True)
     assert r.returncode == 2 and "REF" in r.stderr
+    # on a terminal: one bar redrawn in place (carriage return, erase line), full at the end
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(BIN, [BIN, "sandbox", "image", "pull", f"{reg.host}/cli/img:v1", *url])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.WEXITSTATUS(status) == 0, out
+    text = out.decode(errors="replace")
+    assert "\r\x1b[K" in text, text
+    assert "[" + "#" * 30 + "]" in text and "layers 2/2" in text, text
+    assert desc["digest"] in text
 
 
 def test_python_client_pull_image(make_sandboxd, registries, workdir):
@@ -644,3 +671,112 @@ def test_pull_refuses_bad_manifests(make_sandboxd, fakes, case):
         assert err["code"] == code, err
     assert fake.host in err["message"], err
     assert not any("/blobs/" in p for p in fake.requests)  # nothing fetched after it
+
+
+def test_a_damaged_blob_in_the_store_is_dropped_and_fetched_again(make_sandboxd, registries,
+                                                                  workdir):
+    """Layer blobs are not fsynced (they are verified again while unpacked): one a crash
+    damaged fails that check, is removed, and the next pull downloads it."""
+    reg = registries()
+    lay, desc = simple_layout(os.path.join(workdir, "img"), size=20000)
+    reg.push(lay.path, "v1", "dmg/img:v1")
+    manifest = json.load(open(os.path.join(lay.path, "blobs", "sha256", desc["digest"][7:])))
+    layer = manifest["layers"][1]
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    bad = os.path.join(blob_store(sbx), layer["digest"][7:])
+    with open(bad, "wb") as f:
+        f.write(b"\0" * layer["size"])  # right size, wrong bytes
+    job, _ = pull(sbx, f"{reg.host}/dmg/img:v1", expect="error")
+    assert job["error"]["code"] == "digest_mismatch", job["error"]
+    assert not os.path.exists(bad)
+    assert reg.blob_gets(layer["digest"]) == 0
+    job, _ = pull(sbx, f"{reg.host}/dmg/img:v1")
+    assert reg.blob_gets(layer["digest"]) == 1
+    assert job["image"]["digest"] == desc["digest"]
+
+
+def test_shutdown_during_a_stalled_pull(make_sandboxd, fakes):
+    """SIGTERM while a registry stalls: the pull ends at once with 503 shutting_down (not
+    after the 30 s stall timeout), the stream gets it, and the daemon exits cleanly (the
+    fixture checks for sanitizer reports and leftovers)."""
+    import signal
+    import time
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": "sha256:" + "a" * 64, "size": 1 << 20}
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 1000}
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": cfg, "layers": [layer]}).encode()
+    fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()  # default stall timeout: 30 s
+    st, job = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/img:v1"})
+    assert st == 202
+    end = time.time() + 10
+    while sbx.ok("GET", f"/v1/images/jobs/{job['id']}")["status"] != "downloading":
+        assert time.time() < end
+        time.sleep(0.05)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(read_stream(sbx, job["id"])))
+    t.start()
+    time.sleep(0.3)  # the stream is open
+    sbx.proc.send_signal(signal.SIGTERM)
+    assert sbx.proc.wait(20) == 0  # well before the stall timeout would have ended it
+    t.join(10)
+    assert got and got[-1][0] == "error", got
+    assert got[-1][1]["error"]["code"] == "shutting_down"
+
+
+def test_pulls_in_flight_are_bounded(make_sandboxd, fakes):
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": "sha256:" + "a" * 64, "size": 1 << 20}
+    cfg = {"mediaType": "application/vnd.oci.image.config.v1+json",
+           "digest": "sha256:" + "b" * 64, "size": 1000}
+    manifest = json.dumps({"schemaVersion": 2,
+                           "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": cfg, "layers": [layer]}).encode()
+    fake = fakes(("stall", manifest, cfg["digest"], cfg["size"]))
+    sbx = make_sandboxd(["--registry-http", fake.host]).start()
+    for i in range(16):
+        st, job = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/i{i}:v1"})
+        assert st == 202, job
+    st, out = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/more:v1"})
+    assert st == 429 and out["error"]["code"] == "too_many_pulls", out
+    # joining one that runs is still fine
+    st, again = sbx.request("POST", "/v1/images", {"type": "pull", "ref": f"{fake.host}/s/i3:v1"})
+    assert st == 202
+
+
+def test_credentials_never_go_to_a_plain_http_token_server_of_a_tls_registry(
+        make_sandboxd, registries, workdir):
+    reg = registries(tls=True, token=True)  # the token server is plain http
+    ts = reg.token
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "sec/img:v1", creds=f"{ts.user}:{ts.password}")
+    issued = ts.issued
+    auth = write_auth(workdir, reg.host, ts.user, ts.password)
+    sbx = make_sandboxd(["--registry-ca", reg.ca_crt, "--registry-auth", auth]).start()
+    job, _ = pull(sbx, f"{reg.host}/sec/img:v1", expect="error")
+    assert "clear text" in job["error"]["message"], job["error"]
+    assert ts.issued == issued  # it never asked
+
+
+def test_restart_sweeps_blobs_of_unpacked_layers(make_sandboxd, registries, workdir):
+    reg = registries()
+    lay, _ = simple_layout(os.path.join(workdir, "img"))
+    reg.push(lay.path, "v1", "sw/img:v1")
+    sbx = make_sandboxd(["--registry-http", reg.host]).start()
+    job, _ = pull(sbx, f"{reg.host}/sw/img:v1")
+    layer = job["layers"][0]["digest"]
+    leftover = os.path.join(blob_store(sbx), layer[7:])
+    with open(leftover, "wb") as f:  # as if the daemon stopped between install and drop
+        f.write(b"x")
+    stray = os.path.join(sbx.state, "blobs", "tmp", "partial")
+    with open(stray, "wb") as f:
+        f.write(b"y")
+    sbx.stop()
+    sbx.start()
+    assert not os.path.exists(leftover) and not os.path.exists(stray)
+    assert os.path.exists(os.path.join(blob_store(sbx), job["manifest_digest"][7:]))
+    job2, _ = pull(sbx, f"{reg.host}/sw/img:v1")  # still installed: nothing to download
+    assert all(layer["cached"] for layer in job2["layers"])

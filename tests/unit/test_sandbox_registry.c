@@ -1,8 +1,8 @@
 /*
  * test_sandbox_registry.c - unit tests for the image reference grammar the registry
- * client pulls by (sbx_oci_ref_parse, oci.c): Docker Hub defaults (docker.io + library/), hosts with
- * ports, tags, digests, and the references that must be refused (with the field named).
- * The network half of the client is tested against a real registry in
+ * client pulls by (sbx_oci_ref_parse, oci.c): Docker Hub defaults (docker.io + library/), hosts
+ * with ports, tags, digests, and the references that must be refused (with the field named). The
+ * network half of the client is tested against a real registry in
  * tests/integration/test_sandbox_registry.py.
  */
 #include "sandbox/storage/oci.h"
@@ -76,18 +76,18 @@ Test(registry_ref, hosts_ports_digests)
 Test(registry_ref, refused)
 {
     parse_bad("");
-    parse_bad("Debian");               /* uppercase */
-    parse_bad("a//b");                 /* empty component */
-    parse_bad("a/");                   /* trailing slash */
-    parse_bad("../etc");               /* no path tricks */
+    parse_bad("Debian"); /* uppercase */
+    parse_bad("a//b");   /* empty component */
+    parse_bad("a/");     /* trailing slash */
+    parse_bad("../etc"); /* no path tricks */
     parse_bad("a/../b");
     parse_bad("-a");
-    parse_bad("a:");                   /* empty tag */
+    parse_bad("a:"); /* empty tag */
     parse_bad("a:-x");
-    parse_bad("a@sha256:abc");         /* short digest */
-    parse_bad("a@sha512:" HEX64);      /* only sha256 */
+    parse_bad("a@sha256:abc");    /* short digest */
+    parse_bad("a@sha512:" HEX64); /* only sha256 */
     parse_bad("a@sha256:" HEX64 "0");
-    parse_bad("ho_st.x/a");            /* host characters */
+    parse_bad("ho_st.x/a"); /* host characters */
     parse_bad("a b");
     parse_bad("a\nb");
     char big[600];
@@ -96,7 +96,8 @@ Test(registry_ref, refused)
     parse_bad(big);
     cr_assert(sbx_oci_digest_ok("sha256:" HEX64));
     cr_assert(!sbx_oci_digest_ok("sha256:" HEX64 "a"));
-    cr_assert(!sbx_oci_digest_ok("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
+    cr_assert(!sbx_oci_digest_ok(
+        "sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"));
 }
 
 Test(registry_auth, challenge_params)

@@ -6,9 +6,10 @@
  * owns its session (while running or paused) and its commands (most recent last,
  * at most SBX_CMDS_KEPT finished ones). Watchers (waiting HTTP requests) belong to
  * api.c and are told when a command starts, produces output, finishes or goes away.
- * Everything runs on the loop thread, but for two worker threads (proxy/worker.h) that
- * touch only their own job: image imports (images.c) and session teardowns (unmounts
- * and drive commits, sandbox.c). Inits are cloned by the single-threaded zygote; only
+ * Everything runs on the loop thread, but for worker threads (proxy/worker.h) that
+ * touch only their own job: image imports (images.c), registry pulls (pull.c, with
+ * their download and unpack helpers) and session teardowns (unmounts and drive
+ * commits, sandbox.c). Inits are cloned by the single-threaded zygote; only
  * its fallback, a clone from the daemon itself (spawn.c), would rather there were no
  * other threads. A sandbox also owns its terminals (pty.c, struct sbx_pty), which
  * live while their session does.

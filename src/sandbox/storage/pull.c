@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,8 @@
 #define PULL_KEEPALIVE_TICKS 50 /* a comment every 10 s when nothing moves */
 #define PULL_KEPT 32            /* finished jobs remembered */
 #define PULL_THREADS 2
-#define PULL_WATCHERS_MAX 64    /* streams per job */
+#define PULL_WATCHERS_MAX 64 /* streams per job */
+#define PULL_ACTIVE_MAX 16   /* pulls running or queued */
 
 enum pull_state { PULL_RUNNING, PULL_INSTALLING, PULL_DONE, PULL_FAILED };
 
@@ -72,7 +74,7 @@ struct sbx_pull_job {
     char layout[PATH_MAX];
     struct sbx_image_rec rec; /* what the install made (installed) */
     bool installed;
-    int64_t install_ms; /* written by the worker before done() */
+    int64_t install_ms;        /* written by the worker before done() */
     _Atomic int64_t unpacking; /* bytes of the current layer's blob unpacked */
 };
 
@@ -93,17 +95,20 @@ static const char *state_name(int st, const struct reg_pull *p)
     switch (st) {
     case PULL_RUNNING:
         return atomic_load(&p->phase) == REG_RESOLVING ? "resolving" : "downloading";
-    case PULL_INSTALLING: return "installing";
-    case PULL_DONE: return "done";
-    default: return "failed";
+    case PULL_INSTALLING:
+        return "installing";
+    case PULL_DONE:
+        return "done";
+    default:
+        return "failed";
     }
 }
 
 static json_t *blob_json(const struct reg_blob *b)
 {
-    return json_pack("{s:s, s:s, s:I, s:I, s:b}", "digest", b->digest, "media_type",
-                     b->media_type, "size", (json_int_t)b->size, "done",
-                     (json_int_t)atomic_load(&b->done), "cached", (int)atomic_load(&b->cached));
+    return json_pack("{s:s, s:s, s:I, s:I, s:b}", "digest", b->digest, "media_type", b->media_type,
+                     "size", (json_int_t)b->size, "done", (json_int_t)atomic_load(&b->done),
+                     "cached", (int)atomic_load(&b->cached));
 }
 
 static json_t *job_json(struct sbx_pull_job *j)
@@ -122,8 +127,7 @@ static json_t *job_json(struct sbx_pull_job *j)
         total += j->p.layers[i].size;
         done += atomic_load(&j->p.layers[i].done);
     }
-    json_object_set_new(o, "manifest_digest",
-                        n ? json_string(j->p.manifest_digest) : json_null());
+    json_object_set_new(o, "manifest_digest", n ? json_string(j->p.manifest_digest) : json_null());
     json_object_set_new(o, "index_digest",
                         j->p.index_digest[0] ? json_string(j->p.index_digest) : json_null());
     json_object_set_new(o, "layers", layers);
@@ -133,10 +137,10 @@ static json_t *job_json(struct sbx_pull_job *j)
     json_object_set_new(o, "bytes_unpacking", json_integer(atomic_load(&j->unpacking)));
     json_object_set_new(o, "created_at", json_integer(j->created_at));
     bool over = st == PULL_DONE || st == PULL_FAILED; /* the worker's fields are final */
-    json_object_set_new(o, "download_ms", over && j->p.download_ms ? json_integer(j->p.download_ms)
-                                                                   : json_null());
-    json_object_set_new(o, "install_ms", over && j->installed ? json_integer(j->install_ms)
-                                                              : json_null());
+    json_object_set_new(o, "download_ms",
+                        over && j->p.download_ms ? json_integer(j->p.download_ms) : json_null());
+    json_object_set_new(o, "install_ms",
+                        over && j->installed ? json_integer(j->install_ms) : json_null());
     json_object_set_new(o, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null());
     json_object_set_new(o, "image", j->image ? json_incref(j->image) : json_null());
@@ -153,10 +157,11 @@ static json_t *job_json(struct sbx_pull_job *j)
 
 static int64_t progress_sum(struct sbx_pull_job *j)
 {
-    int64_t s = atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched) +
-                atomic_load(&j->unpacking);
+    int64_t s =
+        atomic_load(&j->p.config.done) + atomic_load(&j->p.fetched) + atomic_load(&j->unpacking);
     int n = atomic_load(&j->p.nlayers);
-    for (int i = 0; i < n; i++) s += atomic_load(&j->p.layers[i].done);
+    for (int i = 0; i < n; i++)
+        s += atomic_load(&j->p.layers[i].done);
     return s;
 }
 
@@ -191,8 +196,8 @@ static void send_final(struct pull_watch *w)
     json_t *o = job_json(j);
     char *data = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    int rc = http_sse_send(w->req, j->id, atomic_load(&j->state) == PULL_DONE ? "done" : "error",
-                           data);
+    int rc =
+        http_sse_send(w->req, j->id, atomic_load(&j->state) == PULL_DONE ? "done" : "error", data);
     free(data);
     if (rc == -EAGAIN) {
         w->final_pending = true;
@@ -313,12 +318,108 @@ static int record(struct sbx_pull_job *j, struct err *err)
     return sbx_images_commit(j->ps->d, &j->rec, &j->image, &created, err);
 }
 
-/* Worker thread: download, lay out, install. Files only. */
+/* ------------------------------------------------------------------ pipelined unpack */
+
+/* While the pulling threads download the next layers, a helper thread unpacks each one
+ * that is in the blob store (layers.h), so a pull takes about the longer of the two, not
+ * their sum.
+ * The install that follows finds the layers there and only makes the skeleton. */
+struct unpacker {
+    struct sbx_pull_job *j;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ready[REG_LAYERS_MAX]; /* in the store (downloads finish in any order) */
+    bool taken[REG_LAYERS_MAX]; /* unpacked, or being unpacked */
+    bool closed;                /* no more will come */
+    struct err err;
+    int rc;
+};
+
+static void layer_ready(void *arg, int i)
+{
+    struct unpacker *u = arg;
+    pthread_mutex_lock(&u->mu);
+    u->ready[i] = true;
+    pthread_cond_signal(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void *unpack_main(void *arg)
+{
+    struct unpacker *u = arg;
+    struct sbx_pull_job *j = u->j;
+    struct sbx_pulls *ps = j->ps;
+    for (;;) {
+        int i = -1;
+        pthread_mutex_lock(&u->mu);
+        for (;;) {
+            for (int k = 0; k < REG_LAYERS_MAX && i < 0; k++)
+                if (u->ready[k] && !u->taken[k]) i = k; /* the lowest one ready */
+            if (i >= 0 || u->closed) break;
+            pthread_cond_wait(&u->cv, &u->mu);
+        }
+        if (i >= 0) u->taken[i] = true;
+        pthread_mutex_unlock(&u->mu);
+        if (i < 0 || atomic_load(&j->p.cancel)) break; /* the end, or a shutdown */
+        const struct reg_blob *b = &j->p.layers[i];
+        if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
+        char path[PATH_MAX];
+        reg_blob_path(ps->reg, b->digest, path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) { /* gone: another pull unpacked it and dropped the blob */
+            if (sbx_layer_have(&ps->d->layers, b->digest)) continue;
+            u->rc = err_internal(&u->err, "layer blob %s vanished: %s", b->digest, strerror(errno));
+            break;
+        }
+        struct sbx_layer_info info;
+        atomic_store(&j->unpacking, 0);
+        int rc = sbx_layer_add_from_blob(&ps->d->layers, fd, b->media_type, b->digest, b->size, 0,
+                                         on_unpack, j, &info, &u->err);
+        close(fd);
+        if (rc < 0) {
+            if (!strcmp(u->err.code, "digest_mismatch")) reg_forget_blob(ps->reg, b->digest);
+            u->rc = -1;
+            break;
+        }
+    }
+    if (u->rc < 0) atomic_store(&j->p.abort, true); /* stop the download too */
+    return NULL;
+}
+
+/* Worker thread: download (unpacking behind it), lay out, install. Files only. */
 static void pull_work(void *arg)
 {
     struct sbx_pull_job *j = arg;
     struct sbx_pulls *ps = j->ps;
+    struct unpacker u = {.j = j, .err = ERR_INIT};
+    pthread_mutex_init(&u.mu, NULL);
+    pthread_cond_init(&u.cv, NULL);
+    pthread_t th;
+    bool threaded = pthread_create(&th, NULL, unpack_main, &u) == 0;
+    if (threaded) {
+        j->p.on_layer = layer_ready;
+        j->p.on_layer_arg = &u;
+    }
     j->rc = reg_pull_run(ps->reg, &j->p, &j->err);
+    if (threaded) {
+        pthread_mutex_lock(&u.mu);
+        u.closed = true;
+        pthread_cond_signal(&u.cv);
+        pthread_mutex_unlock(&u.mu);
+        pthread_join(th, NULL);
+    }
+    pthread_mutex_destroy(&u.mu);
+    pthread_cond_destroy(&u.cv);
+    if (u.rc < 0) { /* the unpack's error is the cause (the download was stopped for it) */
+        j->err = u.err;
+        if (j->err.status == 400) { /* the registry's image is at fault, not the request */
+            j->err.status = 502;
+            j->err.field[0] = '\0';
+        }
+        err_wrap(&j->err, "the image from registry %s is refused", j->p.ref.registry);
+        j->rc = -1;
+        return;
+    }
     if (j->rc < 0) return;
     j->rc = reg_layout_write(ps->reg, &j->p, j->layout, &j->err);
     if (j->rc < 0) return;
@@ -348,8 +449,8 @@ static void finish(struct sbx_pull_job *j)
                  j->p.manifest_digest, atomic_load(&j->p.nlayers),
                  (long long)atomic_load(&j->p.fetched));
     else
-        log_warn("image pull failed", "job=%s ref=%s status=%d code=%s msg=\"%s\"", j->id,
-                 j->ref, j->err.status, j->err.code, j->err.msg);
+        log_warn("image pull failed", "job=%s ref=%s status=%d code=%s msg=\"%s\"", j->id, j->ref,
+                 j->err.status, j->err.code, j->err.msg);
     for (struct pull_watch *w = j->watches, *next; w; w = next) {
         next = w->next; /* send_final may free w */
         if (!w->final_pending) send_final(w);
@@ -386,8 +487,9 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
         sbx_json_str(body, "ref", REG_REF_MAX, &ref, &err) < 0)
         goto fail;
     if (!ref) {
-        err_invalid(&err, "ref", "ref is required: an image reference such as "
-                                 "\"debian:bookworm\" or \"registry.example:5000/team/name:tag\"");
+        err_invalid(&err, "ref",
+                    "ref is required: an image reference such as "
+                    "\"debian:bookworm\" or \"registry.example:5000/team/name:tag\"");
         goto fail;
     }
     if (sbx_oci_ref_parse(ref, &rr, &err) < 0) {
@@ -399,12 +501,20 @@ void sbx_pull_post(struct sbxd *d, struct http_req *r, json_t *body)
         goto fail;
     }
     const char *norm = rr.canonical;
+    int active = 0;
     for (struct sbx_pull_job *j = ps->jobs; j; j = j->next) {
         int st = atomic_load(&j->state);
-        if ((st == PULL_RUNNING || st == PULL_INSTALLING) && !strcmp(j->ref, norm)) {
+        if (st != PULL_RUNNING && st != PULL_INSTALLING) continue;
+        if (!strcmp(j->ref, norm)) {
             http_reply_json(r, 202, job_json(j)); /* join it: one download */
             return;
         }
+        active++;
+    }
+    if (active >= PULL_ACTIVE_MAX) {
+        err_set(&err, 429, "too_many_pulls", "",
+                "%d pulls are already running or queued; wait for one to end", active);
+        goto fail;
     }
     if (!ps->worker && !(ps->worker = proxy_worker_new(d->base, PULL_THREADS, &err))) goto fail;
     struct sbx_pull_job *j = xcalloc(1, sizeof *j);
@@ -436,8 +546,10 @@ static struct sbx_pull_job *find_job(struct sbxd *d, struct http_req *r)
     const char *id = http_req_param(r, "id");
     for (struct sbx_pull_job *j = d->pulls ? d->pulls->jobs : NULL; j; j = j->next)
         if (!strcmp(j->id, id)) return j;
-    http_reply_error(r, 404, "job_not_found", "", "no image job %.60s (finished jobs are kept "
-                     "for a while only)", id);
+    http_reply_error(r, 404, "job_not_found", "",
+                     "no image job %.60s (finished jobs are kept "
+                     "for a while only)",
+                     id);
     return NULL;
 }
 
@@ -529,6 +641,18 @@ int sbx_pulls_open(struct sbxd *d, const struct sbx_pull_opts *o, struct err *er
             if (de->d_name[0] != '.') unlinkat(dirfd(dd), de->d_name, 0);
         closedir(dd);
     }
+    /* layer blobs whose layer is unpacked: a stop between an install and its drop */
+    snprintf(tmp, sizeof tmp, "%s/blobs/sha256", d->state_dir);
+    if ((dd = opendir(tmp))) {
+        struct dirent *de;
+        while ((de = readdir(dd))) {
+            char dg[80];
+            snprintf(dg, sizeof dg, "sha256:%.64s", de->d_name);
+            if (strlen(de->d_name) == 64 && sbx_layer_have(&d->layers, dg))
+                unlinkat(dirfd(dd), de->d_name, 0);
+        }
+        closedir(dd);
+    }
     return 0;
 }
 
@@ -537,7 +661,8 @@ void sbx_pulls_close(struct sbxd *d)
     struct sbx_pulls *ps = d->pulls;
     if (!ps) return;
     ps->closed = true;
-    for (struct sbx_pull_job *j = ps->jobs; j; j = j->next) atomic_store(&j->p.cancel, true);
+    for (struct sbx_pull_job *j = ps->jobs; j; j = j->next)
+        atomic_store(&j->p.cancel, true);
     proxy_worker_free(ps->worker); /* joins; queued jobs get pull_drop, finished pull_done */
     ps->worker = NULL;
 }

@@ -26,7 +26,7 @@ struct sbx_pull_opts {
     const char *ca_file;           /* extra PEM CA for registries */
     const char *const *plain_http; /* registries reached over plain http */
     int n_plain_http;
-    int stall_sec;                 /* a registry sending < 1 KiB/s this long fails */
+    int stall_sec; /* a registry sending < 1 KiB/s this long fails */
 };
 
 /* At start (after the store is open): make the blob store, read the auth file, sweep

@@ -40,8 +40,6 @@ static const char *const accept_manifest =
     "application/vnd.docker.distribution.manifest.v2+json, "
     "application/vnd.docker.distribution.manifest.list.v2+json";
 
-
-
 struct reg_auth {
     char host[REG_HOST_MAX + 1];
     char *user, *pass;
@@ -66,15 +64,16 @@ struct reg_client {
     pthread_cond_t cv;
     struct inflight *inflight;
     unsigned seq;
-    _Atomic int64_t bytes, blob_gets;
 };
 
 /* ------------------------------------------------------------------ the client */
 
 void reg_auth_key_host(const char *key, char *out, size_t outsz)
 {
-    if (!strncmp(key, "https://", 8)) key += 8;
-    else if (!strncmp(key, "http://", 7)) key += 7;
+    if (!strncmp(key, "https://", 8))
+        key += 8;
+    else if (!strncmp(key, "http://", 7))
+        key += 7;
     size_t n = strcspn(key, "/");
     snprintf(out, outsz, "%.*s", (int)(n < 255 ? n : 255), key);
     if (!strcmp(out, "index.docker.io") || !strcmp(out, "registry-1.docker.io") ||
@@ -109,7 +108,8 @@ static int load_auths(struct reg_client *c, const char *path, struct err *err)
             unsigned char *dec = xmalloc(an + 4);
             int dn = EVP_DecodeBlock(dec, (const unsigned char *)a, (int)an);
             if (dn > 0) {
-                while (dn > 0 && dec[dn - 1] == '\0') dn--; /* base64 padding */
+                while (dn > 0 && dec[dn - 1] == '\0')
+                    dn--; /* base64 padding */
                 dec[dn] = '\0';
                 char *colon = strchr((char *)dec, ':');
                 if (colon) {
@@ -146,8 +146,7 @@ static int mkdir_p1(const char *path)
     return 0;
 }
 
-struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir,
-                                  struct err *err)
+struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir, struct err *err)
 {
     static bool curl_ready;
     if (!curl_ready) { /* once per process, on the loop thread before any worker uses it */
@@ -166,7 +165,8 @@ struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_di
     c->have_arg = o->have_arg;
     if (o->n_plain_http > 0) {
         c->plain = xcalloc((size_t)o->n_plain_http, sizeof *c->plain);
-        for (int i = 0; i < o->n_plain_http; i++) c->plain[c->nplain++] = xstrdup(o->plain_http[i]);
+        for (int i = 0; i < o->n_plain_http; i++)
+            c->plain[c->nplain++] = xstrdup(o->plain_http[i]);
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -202,23 +202,14 @@ void reg_client_free(struct reg_client *c)
         free(c->auths[i].user);
         free(c->auths[i].pass);
     }
-    for (int i = 0; i < c->nplain; i++) free(c->plain[i]);
+    for (int i = 0; i < c->nplain; i++)
+        free(c->plain[i]);
     free(c->plain);
     free(c->ca_file);
     free(c->store);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
-}
-
-int64_t reg_client_bytes(struct reg_client *c)
-{
-    return atomic_load(&c->bytes);
-}
-
-int64_t reg_client_blob_gets(struct reg_client *c)
-{
-    return atomic_load(&c->blob_gets);
 }
 
 void reg_blob_path(struct reg_client *c, const char *digest, char *out, size_t outsz)
@@ -276,8 +267,10 @@ static size_t on_header(char *b, size_t sz, size_t n, void *arg)
     size_t kn = (size_t)(colon - b);
     const char *v = colon + 1;
     size_t vn = len - kn - 1;
-    while (vn && (*v == ' ' || *v == '\t')) v++, vn--;
-    while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n' || v[vn - 1] == ' ')) vn--;
+    while (vn && (*v == ' ' || *v == '\t'))
+        v++, vn--;
+    while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n' || v[vn - 1] == ' '))
+        vn--;
     if (kn == 12 && !strncasecmp(b, "content-type", 12)) {
         size_t m = strcspn(v, ";\r\n");
         if (m > vn) m = vn;
@@ -292,7 +285,7 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
 {
     struct sink *s = arg;
     size_t len = sz * n;
-    if (atomic_load(&s->k->p->cancel)) return 0;
+    if (atomic_load(&s->k->p->cancel) || atomic_load(&s->k->p->abort)) return 0;
     long st = s->status ? *s->status : 200;
     if (s->fd >= 0 && st >= 200 && st < 300) {
         if ((int64_t)len > s->limit) {
@@ -312,7 +305,6 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
         EVP_DigestUpdate(s->md, b, len);
         s->limit -= (int64_t)len;
         if (s->done) atomic_fetch_add(s->done, (int64_t)len);
-        atomic_fetch_add(&s->k->c->bytes, (int64_t)len);
         atomic_fetch_add(&s->k->p->fetched, (int64_t)len);
         return len;
     }
@@ -328,7 +320,8 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
     }
     if (s->len + len + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 16384;
-        while (cap < s->len + len + 1) cap *= 2;
+        while (cap < s->len + len + 1)
+            cap *= 2;
         s->mem = xrealloc(s->mem, cap);
         s->cap = cap;
     }
@@ -336,7 +329,6 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
     s->len += len;
     s->mem[s->len] = '\0';
     if (st >= 200 && st < 300) {
-        atomic_fetch_add(&s->k->c->bytes, (int64_t)len);
         atomic_fetch_add(&s->k->p->fetched, (int64_t)len);
     }
     return sz * n;
@@ -351,8 +343,21 @@ static int ssl_ctx_cb(CURL *h, void *ctx, void *arg)
     return CURLE_OK;
 }
 
+/* Called about once a second even when no byte arrives: a stop (shutdown, a failed
+ * unpack) ends a stalled transfer at once instead of after the stall timeout. */
+static int on_xfer(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                   curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const struct reg_pull *p = arg;
+    return atomic_load(&p->cancel) || atomic_load(&p->abort);
+}
+
 static void setup_handle(struct conn *k, CURL *h)
 {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, k->p);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, k->errbuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)k->c->connect_sec);
@@ -406,16 +411,26 @@ static void conn_fini(struct conn *k)
 static const char *status_text(long st)
 {
     switch (st) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "";
     }
 }
 
@@ -483,7 +498,8 @@ bool reg_challenge_param(const char *ch, const char *key, char *out, size_t outs
 {
     size_t kl = strlen(key);
     for (const char *c = ch; *c;) {
-        while (*c == ' ' || *c == ',') c++;
+        while (*c == ' ' || *c == ',')
+            c++;
         const char *eq = strchr(c, '=');
         if (!eq) return false;
         bool match = (size_t)(eq - c) == kl && !strncasecmp(c, key, kl);
@@ -554,6 +570,15 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
     curl_easy_setopt(t, CURLOPT_HEADERDATA, &tr);
     curl_easy_setopt(t, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(t, CURLOPT_TIMEOUT, 60L);
+    /* credentials go in clear text only to a realm of a registry we reach in clear text */
+    if (k->cred && strncmp(realm, "https://", 8) != 0 && strncmp(k->base, "http://", 7) != 0) {
+        curl_easy_cleanup(t);
+        free(url);
+        return err_set(err, 502, "registry_error", "",
+                       "registry %s asked for credentials at a plain-http token server "
+                       "(%.200s); refusing to send them in clear text",
+                       host, realm);
+    }
     if (k->cred) {
         curl_easy_setopt(t, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(t, CURLOPT_USERNAME, k->cred->user);
@@ -566,8 +591,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         err_wrap(err, "token server %.200s", realm);
     } else if (tr.status != 200) {
         rc = err_set(err, 401, "registry_unauthorized", "ref",
-                     "the token server of registry %s (%.200s) answered HTTP %ld %s%s", host,
-                     realm, tr.status, status_text(tr.status),
+                     "the token server of registry %s (%.200s) answered HTTP %ld %s%s", host, realm,
+                     tr.status, status_text(tr.status),
                      k->cred ? ""
                              : "; give the daemon credentials for it (--registry-auth FILE, a "
                                "docker-style auth.json)");
@@ -578,7 +603,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
         if (!tok || !*tok || strpbrk(tok, "\r\n"))
             rc = err_set(err, 502, "registry_error", "",
                          "the token server of registry %s answered without a token", host);
-        else k->token = xasprintf("Authorization: Bearer %s", tok);
+        else
+            k->token = xasprintf("Authorization: Bearer %s", tok);
         json_decref(j);
     }
     if (s.mem) explicit_bzero(s.mem, s.len);
@@ -589,8 +615,8 @@ static int authenticate(struct conn *k, const struct resp *r, const char *what, 
 }
 
 /* GET base+path into s; answers 401 once with the challenge. Sets *status. 0 or -1. */
-static int get(struct conn *k, const char *path, const char *accept, struct sink *s,
-               struct resp *r, const char *what, struct err *err)
+static int get(struct conn *k, const char *path, const char *accept, struct sink *s, struct resp *r,
+               const char *what, struct err *err)
 {
     char url[2048];
     snprintf(url, sizeof url, "%s%s", k->base, path);
@@ -623,7 +649,8 @@ static int get(struct conn *k, const char *path, const char *accept, struct sink
 
 static void hex_of(const unsigned char md[32], char out[65])
 {
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
 static void sha256_hex(const void *b, size_t n, char out[65])
@@ -649,7 +676,8 @@ static int blob_claim(struct reg_client *c, struct reg_pull *p, const char *dige
     pthread_mutex_lock(&c->mu);
     for (;;) {
         struct inflight *f = c->inflight;
-        while (f && strcmp(f->digest, digest) != 0) f = f->next;
+        while (f && strcmp(f->digest, digest) != 0)
+            f = f->next;
         if (!f) break;
         if (atomic_load(&p->cancel)) {
             pthread_mutex_unlock(&c->mu);
@@ -767,17 +795,17 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err
     struct sink s = {.k = k, .fd = fd, .md = EVP_MD_CTX_new(), .done = &b->done, .limit = b->size};
     ASSERT(s.md);
     EVP_DigestInit_ex(s.md, EVP_sha256(), NULL);
-    atomic_fetch_add(&c->blob_gets, 1);
     char path[REG_REPO_MAX + 128];
     snprintf(path, sizeof path, "/v2/%s/blobs/%s", k->p->ref.repository, b->digest);
     struct resp r;
     int rc = get(k, path, NULL, &s, &r, what, err);
-    if (rc == 0 && (r.status < 200 || r.status >= 300)) rc = status_fail(k, r.status, what, &s, err);
+    if (rc == 0 && (r.status < 200 || r.status >= 300))
+        rc = status_fail(k, r.status, what, &s, err);
     int64_t got = b->size - s.limit;
     if (rc == 0 && got != b->size)
         rc = err_set(err, 502, "registry_error", "",
-                     "registry %s sent %lld bytes of %s, its manifest says %lld", k->p->ref.registry,
-                     (long long)got, what, (long long)b->size);
+                     "registry %s sent %lld bytes of %s, its manifest says %lld",
+                     k->p->ref.registry, (long long)got, what, (long long)b->size);
     if (rc == 0) {
         unsigned char md[32];
         unsigned int ml = 0;
@@ -790,7 +818,10 @@ static int blob_fetch(struct conn *k, struct reg_blob *b, bool layer, struct err
                          "the registry's storage is corrupt or something altered the transfer",
                          k->p->ref.registry, b->digest, hex);
     }
-    if (rc == 0 && fdatasync(fd) < 0) rc = storage_fail(errno, what, err);
+    /* A config is synced; a layer blob is not: it is unpacked (and verified again while
+     * unpacked) and then dropped, and one damaged by a crash fails that check and is
+     * removed (reg_forget_blob), so the next pull fetches it again. */
+    if (rc == 0 && !layer && fdatasync(fd) < 0) rc = storage_fail(errno, what, err);
     close(fd);
     EVP_MD_CTX_free(s.md);
     free(s.mem);
@@ -843,7 +874,8 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     int rc = get(k, path, accept_manifest, &s, &r, what, err);
     if (rc == 0 && r.status == 404) {
         rc = err_set(err, 404, "image_not_found", "ref",
-                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.registry, k->p->ref.canonical, what);
+                     "registry %s has no image %s (HTTP 404 for %s)", k->p->ref.registry,
+                     k->p->ref.canonical, what);
     } else if (rc == 0 && r.status != 200) {
         rc = status_fail(k, r.status, what, &s, err);
     }
@@ -866,6 +898,84 @@ static int fetch_manifest(struct conn *k, const char *ref, const char *want, cha
     snprintf(mt, 128, "%s", r.content_type);
     *out = s.mem ? s.mem : xstrdup("");
     *outlen = s.len;
+    return 0;
+}
+
+/* The layers, on up to REG_PARALLEL connections at once (the first one is k's; the
+ * others start with its token): the first error stops the others (p->abort). */
+struct par {
+    struct conn *first;
+    char *token; /* the first connection's, copied before any thread starts */
+    bool basic;
+    _Atomic int next;
+    pthread_mutex_t mu;
+    int rc;
+    struct err err;
+};
+
+static void par_loop(struct par *pa, struct conn *k)
+{
+    struct reg_pull *p = k->p;
+    int n = atomic_load(&p->nlayers);
+    for (;;) {
+        if (atomic_load(&p->abort) || atomic_load(&p->cancel)) break;
+        int i = atomic_fetch_add(&pa->next, 1);
+        if (i >= n) break;
+        struct err e = ERR_INIT;
+        if (blob_fetch(k, &p->layers[i], true, &e) < 0) {
+            pthread_mutex_lock(&pa->mu);
+            bool first = pa->rc == 0;
+            if (first) pa->rc = -1, pa->err = e;
+            pthread_mutex_unlock(&pa->mu);
+            if (first) atomic_store(&p->abort, true); /* the others stop */
+            break;
+        }
+        if (p->on_layer) p->on_layer(p->on_layer_arg, i);
+    }
+}
+
+static void *par_main(void *arg)
+{
+    struct par *pa = arg;
+    struct conn k;
+    conn_init(&k, pa->first->c, pa->first->p);
+    if (pa->token) k.token = xstrdup(pa->token);
+    if (pa->basic && k.cred) {
+        k.basic = true;
+        curl_easy_setopt(k.h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(k.h, CURLOPT_USERNAME, k.cred->user);
+        curl_easy_setopt(k.h, CURLOPT_PASSWORD, k.cred->pass);
+    }
+    par_loop(pa, &k);
+    conn_fini(&k);
+    return NULL;
+}
+
+static int fetch_layers(struct conn *k, struct err *err)
+{
+    struct reg_pull *p = k->p;
+    int n = atomic_load(&p->nlayers);
+    struct par pa = {.first = k, .err = ERR_INIT, .basic = k->basic};
+    if (k->token) pa.token = xstrdup(k->token);
+    pthread_mutex_init(&pa.mu, NULL);
+    pthread_t th[REG_PARALLEL];
+    int nth = 0;
+    for (int i = 1; i < REG_PARALLEL && i < n; i++)
+        if (pthread_create(&th[nth], NULL, par_main, &pa) == 0) nth++;
+    par_loop(&pa, k);
+    for (int i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&pa.mu);
+    if (pa.token) explicit_bzero(pa.token, strlen(pa.token));
+    free(pa.token);
+    if (pa.rc < 0) {
+        *err = pa.err;
+        return -1;
+    }
+    if (atomic_load(&p->cancel))
+        return err_set(err, 503, "shutting_down", "", "the pull was stopped");
+    if (atomic_load(&p->abort)) /* the caller's unpack failed: it has the reason */
+        return err_set(err, 502, "registry_error", "", "the pull was stopped");
     return 0;
 }
 
@@ -941,9 +1051,7 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err)
     p->manifest_size = (int64_t)len;
     atomic_store(&p->phase, REG_FETCHING);
     if (blob_fetch(&k, &p->config, false, err) < 0) goto out;
-    int n = atomic_load(&p->nlayers);
-    for (int i = 0; i < n; i++)
-        if (blob_fetch(&k, &p->layers[i], true, err) < 0) goto out;
+    if (fetch_layers(&k, err) < 0) goto out;
     if (store_bytes(c, dg, body, len, err) < 0) goto out; /* last: the image is complete */
     atomic_store(&p->phase, REG_DONE);
     p->download_ms = clock_mono_ms() - t0;
@@ -1018,9 +1126,9 @@ int reg_layout_write(struct reg_client *c, const struct reg_pull *p, const char 
     json_object_set_new(ann, "io.rebuno.image.ref", json_string(ref));
     if (p->index_digest[0])
         json_object_set_new(ann, "io.rebuno.image.index", json_string(p->index_digest));
-    json_t *m = json_pack("{s:s, s:s, s:I, s:o}", "mediaType", p->manifest_type, "digest",
-                          p->manifest_digest, "size", (json_int_t)p->manifest_size, "annotations",
-                          ann);
+    json_t *m =
+        json_pack("{s:s, s:s, s:I, s:o}", "mediaType", p->manifest_type, "digest",
+                  p->manifest_digest, "size", (json_int_t)p->manifest_size, "annotations", ann);
     json_t *idx = json_pack("{s:i, s:s, s:[o]}", "schemaVersion", 2, "mediaType", SBX_MT_OCI_INDEX,
                             "manifests", m);
     char *text = json_dumps(idx, JSON_COMPACT);
@@ -1040,4 +1148,11 @@ void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p)
         reg_blob_path(c, p->layers[i].digest, path, sizeof path);
         unlink(path); /* missing already: fine */
     }
+}
+
+void reg_forget_blob(struct reg_client *c, const char *digest)
+{
+    char path[PATH_MAX];
+    reg_blob_path(c, digest, path, sizeof path);
+    unlink(path);
 }

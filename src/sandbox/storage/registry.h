@@ -43,18 +43,19 @@
 
 #define REG_MANIFEST_MAX (4 << 20)
 #define REG_LAYERS_MAX 128
+#define REG_PARALLEL 3 /* layers downloaded at once, each on its own connection */
 #define REG_HOST_MAX 255
 #define REG_REPO_MAX 255
 #define REG_REF_MAX 739 /* a canonical reference (struct sbx_oci_ref) */
 #define REG_DOCKER_HUB "docker.io"
 
 struct reg_opts {
-    const char *auth_file;               /* docker-style auth.json, or NULL */
-    const char *ca_file;                 /* extra PEM CA trusted for registries, or NULL */
-    const char *const *plain_http;       /* "host[:port]" reached over http:// */
+    const char *auth_file;         /* docker-style auth.json, or NULL */
+    const char *ca_file;           /* extra PEM CA trusted for registries, or NULL */
+    const char *const *plain_http; /* "host[:port]" reached over http:// */
     int n_plain_http;
-    int stall_sec;                       /* below 1 KiB/s this long: fail (0: 30) */
-    int connect_timeout_sec;             /* 0: 15 */
+    int stall_sec;           /* below 1 KiB/s this long: fail (0: 30) */
+    int connect_timeout_sec; /* 0: 15 */
     /* Whether a layer is already unpacked (any thread; NULL: never): such a layer is
      * neither downloaded nor linked into a layout, so the blob store may drop layer
      * blobs once they are unpacked (reg_drop_layer_blobs). */
@@ -66,13 +67,8 @@ struct reg_client;
 
 /* store_dir: the blob store (sha256/ and tmp/ are made beneath it). Reads the auth file
  * now (a file that cannot be read or parsed is an error naming it). Loop thread. */
-struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir,
-                                  struct err *err);
+struct reg_client *reg_client_new(const struct reg_opts *o, const char *store_dir, struct err *err);
 void reg_client_free(struct reg_client *c);
-/* Bytes downloaded (blob and manifest bodies) since the client was made, and blob GETs
- * started: counters for tests and benches (any thread). */
-int64_t reg_client_bytes(struct reg_client *c);
-int64_t reg_client_blob_gets(struct reg_client *c);
 /* The path of a stored blob ("<store>/sha256/<hex>") into out. */
 void reg_blob_path(struct reg_client *c, const char *digest, char *out, size_t outsz);
 
@@ -97,11 +93,17 @@ struct reg_pull {
     int64_t manifest_size;
     struct reg_blob config;
     struct reg_blob layers[REG_LAYERS_MAX];
-    _Atomic int nlayers;       /* published once layers[] and config are filled */
-    _Atomic int phase;         /* enum reg_phase */
-    _Atomic int64_t fetched;   /* bytes this pull downloaded itself */
-    _Atomic bool cancel;       /* set by the loop: stop at the next chunk */
-    int64_t download_ms;       /* how long reg_pull_run took (when it succeeded) */
+    _Atomic int nlayers;     /* published once layers[] and config are filled */
+    _Atomic int phase;       /* enum reg_phase */
+    _Atomic int64_t fetched; /* bytes this pull downloaded itself */
+    _Atomic bool cancel;     /* set by the loop: stop at the next chunk */
+    _Atomic bool abort;      /* set by the caller's helper (a failed unpack): stop too */
+    /* Called (on one of the pulling threads) as each layer is in the store or known
+     * unpacked, in any order, so the caller can unpack it while others download. May be
+     * NULL. */
+    void (*on_layer)(void *arg, int i);
+    void *on_layer_arg;
+    int64_t download_ms; /* how long reg_pull_run took (when it succeeded) */
 };
 
 /* Run a whole pull (blocking; a worker thread). 0, or -1 with err. */
@@ -111,6 +113,9 @@ int reg_pull_run(struct reg_client *c, struct reg_pull *p, struct err *err);
  * store holds them unpacked; manifests and config stay). A layout that linked one
  * keeps its own link. */
 void reg_drop_layer_blobs(struct reg_client *c, const struct reg_pull *p);
+
+/* Remove one blob from the store (its unpack found it damaged: the next pull fetches it). */
+void reg_forget_blob(struct reg_client *c, const char *digest);
 
 /* Write an OCI image layout at dir (which must not exist; made here): `oci-layout`,
  * `index.json` naming the pulled manifest (annotated with the reference), and
