@@ -834,7 +834,7 @@ static json_t *agent_claim(struct agent *a, const char *agent_name, int wait_sec
 static char *create_exec(struct conn *c, const char *agent_name)
 {
     char body[128];
-    snprintf(body, sizeof body, "{\"agent\":\"%s\"}", agent_name);
+    snprintf(body, sizeof body, "{\"agent_id\":\"%s\"}", agent_name);
     json_t *e = call_ok(c, 201, "POST", "/v0/executions", NULL, body);
     char *id = xstrdup(jstr(e, "id", NULL));
     json_decref(e);
@@ -1032,7 +1032,7 @@ static void finish_exec(struct agent *a)
 {
     char path[160];
     snprintf(path, sizeof path, "/v0/executions/%s/complete", a->exec_id);
-    json_decref(call_ok(&a->c, 200, "POST", path, a->hdrs, "{}"));
+    json_decref(call_ok(&a->c, 204, "POST", path, a->hdrs, "{}"));
 }
 
 static void summarize(struct samples *s, struct replay_result *r)

@@ -210,8 +210,20 @@ static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, voi
     }
     int rc = fn(a, r, ctx, &out, &err);
     op_end(a, rc == 0);
+    if (status == 204) { /* upstream answers these with no body */
+        json_decref(out);
+        out = NULL;
+    }
     if (rc < 0) reply_err(a, r, &err);
     else reply(a, r, out ? status : 204, out);
+}
+
+/* The array member of a kernel result (upstream's lists are bare arrays); frees the rest. */
+static json_t *unwrap(json_t *out, const char *key)
+{
+    json_t *arr = json_incref(json_object_get(out, key));
+    json_decref(out);
+    return arr ? arr : json_array();
 }
 
 /* --- auth --- */
@@ -511,12 +523,12 @@ static int op_create(struct api *a, struct http_req *r, void *ctx, json_t **out,
 
 static void h_create(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"agent", "input", "session", "deadline_seconds", NULL};
+    static const char *const fields[] = {"agent_id", "input", "session", "deadline_seconds", NULL};
     struct err err = ERR_INIT;
     json_t *b = body_json(r, fields, &err);
     struct create_ctx c = {0};
     int64_t deadline = 0;
-    if (!b || get_str(b, "agent", true, 128, &c.agent, &err) < 0 ||
+    if (!b || get_str(b, "agent_id", true, 128, &c.agent, &err) < 0 ||
         get_str(b, "session", false, 128, &c.session, &err) < 0 || check_session(c.session, &err) < 0 ||
         get_int(b, "deadline_seconds", 1, 31536000, &deadline, &err) < 0) {
         http_reply_err(r, &err);
@@ -557,7 +569,7 @@ static void h_list(struct api *a, struct http_req *r)
     }
     json_t *out;
     struct caller who = caller_of(r);
-    if (kernel_list(a->k, &who, http_req_query(r, "agent"), status, http_req_query(r, "session"), cursor, (int)limit,
+    if (kernel_list(a->k, &who, http_req_query(r, "agent_id"), status, http_req_query(r, "session"), cursor, (int)limit,
                     &out, &err) < 0)
         goto fail;
     reply(a, r, 200, out);
@@ -583,7 +595,7 @@ static void h_cancel(struct api *a, struct http_req *r)
         json_decref(b);
         return;
     }
-    run_op(a, r, 200, op_cancel, (void *)reason);
+    run_op(a, r, 204, op_cancel, (void *)reason);
     json_decref(b);
 }
 
@@ -593,13 +605,12 @@ static void h_events(struct api *a, struct http_req *r)
     int64_t after = 0, limit = 100;
     json_t *out;
     struct caller who = caller_of(r);
-    if (query_int(r, "after", 0, INT64_MAX, &after, &err) < 0 || query_int(r, "limit", 1, 1000, &limit, &err) < 0 ||
+    if (query_int(r, "after_seq", 0, INT64_MAX, &after, &err) < 0 || query_int(r, "limit", 1, 1000, &limit, &err) < 0 ||
         kernel_events(a->k, &who, http_req_param(r, "id"), after, (int)limit, &out, &err) < 0) {
         reply_err(a, r, &err);
         return;
     }
-    json_object_del(out, "terminal");
-    reply(a, r, 200, out);
+    reply(a, r, 200, unwrap(out, "events"));
 }
 
 static void h_steps(struct api *a, struct http_req *r)
@@ -607,8 +618,25 @@ static void h_steps(struct api *a, struct http_req *r)
     struct err err = ERR_INIT;
     json_t *out;
     struct caller who = caller_of(r);
-    if (kernel_steps(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) reply_err(a, r, &err);
-    else reply(a, r, 200, out);
+    const char *status = http_req_query(r, "status");
+    if (status && strcmp(status, "terminal") != 0) {
+        err_invalid(&err, "status", "status: only \"terminal\" (succeeded, failed or denied steps) is a filter here");
+        reply_err(a, r, &err);
+        return;
+    }
+    if (kernel_steps(a->k, &who, http_req_param(r, "id"), &out, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    json_t *steps = unwrap(out, "steps");
+    if (status) { /* what a re-dispatched agent may replay: the settled outcomes */
+        for (size_t i = json_array_size(steps); i-- > 0;) {
+            const char *st = json_string_value(json_object_get(json_array_get(steps, i), "status"));
+            if (!st || (strcmp(st, "succeeded") && strcmp(st, "failed") && strcmp(st, "denied")))
+                json_array_remove(steps, i);
+        }
+    }
+    reply(a, r, 200, steps);
 }
 
 static void h_step_get(struct api *a, struct http_req *r)
@@ -675,7 +703,7 @@ static void pump(struct watcher *w)
         json_t *ev;
         json_array_foreach(events, i, ev) {
             char id[24];
-            snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(ev, "seq")));
+            snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(ev, "event_seq")));
             char *data = jtext_dump(ev, NULL); /* an object: same text as json_dumps(ev, JSON_COMPACT) */
             int rc = http_sse_send(w->req, id, json_string_value(json_object_get(ev, "type")), data);
             free(data);
@@ -684,7 +712,7 @@ static void pump(struct watcher *w)
                 json_decref(out);
                 return;
             }
-            w->last_sent = json_integer_value(json_object_get(ev, "seq"));
+            w->last_sent = json_integer_value(json_object_get(ev, "event_seq"));
         }
         json_decref(out);
         if (n == SSE_PAGE) continue;
@@ -706,7 +734,7 @@ static void h_stream(struct api *a, struct http_req *r)
     const char *last = http_req_header(r, "Last-Event-ID");
     json_t *exec;
     struct caller who = caller_of(r);
-    if (query_int(r, "after", 0, INT64_MAX, &after, &err) < 0) goto fail;
+    if (query_int(r, "after_seq", 0, INT64_MAX, &after, &err) < 0) goto fail;
     if (last) {
         char *end;
         errno = 0;
@@ -883,7 +911,28 @@ static void h_agents(struct api *a, struct http_req *r)
     struct err err = ERR_INIT;
     json_t *out;
     if (kernel_agents(a->k, &out, &err) < 0) reply_err(a, r, &err);
-    else reply(a, r, 200, out);
+    else reply(a, r, 200, unwrap(out, "agents"));
+}
+
+static void h_agent_get(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    if (kernel_agents(a->k, &out, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    const char *id = http_req_param(r, "agent");
+    json_t *arr = json_object_get(out, "agents"), *v, *found = NULL;
+    size_t i;
+    json_array_foreach(arr, i, v) if (strcmp(json_string_value(json_object_get(v, "id")), id) == 0) found = v;
+    if (found) {
+        reply(a, r, 200, json_incref(found));
+    } else {
+        err_set(&err, 404, "not_found", "id", "no agent \"%s\"; list them with GET /v0/agents", id);
+        reply_err(a, r, &err);
+    }
+    json_decref(out);
 }
 
 /* --- agent calls on an execution --- */
@@ -913,7 +962,7 @@ static void h_heartbeat(struct api *a, struct http_req *r)
         http_reply_err(r, &err);
         return;
     }
-    run_op(a, r, 200, op_heartbeat, &c);
+    run_op(a, r, 204, op_heartbeat, &c);
 }
 
 static int op_complete(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
@@ -933,7 +982,7 @@ static void h_complete(struct api *a, struct http_req *r)
         http_reply_err(r, &err);
         return;
     }
-    run_op(a, r, 200, op_complete, &c);
+    run_op(a, r, 204, op_complete, &c);
     json_decref(c.body);
 }
 
@@ -955,7 +1004,7 @@ static void h_fail(struct api *a, struct http_req *r)
         json_decref(c.body);
         return;
     }
-    run_op(a, r, 200, op_fail, &c);
+    run_op(a, r, 204, op_fail, &c);
     json_decref(c.body);
 }
 
@@ -1230,7 +1279,7 @@ static void h_approvals(struct api *a, struct http_req *r)
     }
     json_t *out;
     if (kernel_approvals(a->k, status, exec, &out, &err) < 0) reply_err(a, r, &err);
-    else reply(a, r, 200, out);
+    else reply(a, r, 200, unwrap(out, "approvals"));
 }
 
 static void h_approval_get(struct api *a, struct http_req *r)
@@ -1254,20 +1303,21 @@ static int op_decide(struct api *a, struct http_req *r, void *ctx, json_t **out,
 
 static void decide(struct api *a, struct http_req *r, bool approve)
 {
-    static const char *const fields[] = {"by", "reason", NULL};
+    static const char *const fields[] = {"decided_by", "rationale", NULL};
     struct err err = ERR_INIT;
     json_t *b = body_json(r, fields, &err);
     struct decide_ctx c = {approve, NULL, NULL};
-    if (!b || get_str(b, "by", true, 256, &c.by, &err) < 0 || get_str(b, "reason", false, 4096, &c.reason, &err) < 0) {
+    if (!b || get_str(b, "decided_by", true, 256, &c.by, &err) < 0 ||
+        get_str(b, "rationale", false, 4096, &c.reason, &err) < 0) {
         http_reply_err(r, &err);
         json_decref(b);
         return;
     }
-    run_op(a, r, 200, op_decide, &c);
+    run_op(a, r, 204, op_decide, &c);
     json_decref(b);
 }
 
-static void h_approve(struct api *a, struct http_req *r)
+static void h_grant(struct api *a, struct http_req *r)
 {
     decide(a, r, true);
 }
@@ -1280,6 +1330,18 @@ static void h_deny(struct api *a, struct http_req *r)
 static void h_health(struct api *a, struct http_req *r)
 {
     http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int ready_noop(const char *name, void *arg)
+{
+    return 0;
+}
+
+/* Ready when the store answers a read (upstream pings its database). */
+static void h_ready(struct api *a, struct http_req *r)
+{
+    if (store_agents_each(a->st, ready_noop, NULL) < 0) http_reply_json(r, 503, json_pack("{s:s}", "status", "unavailable"));
+    else http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
 }
 
 /* --- timers --- */
@@ -1303,20 +1365,23 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 /* --- setup --- */
 
 /* Query parameters of the routes that take any. */
-static const char *const q_list[] = {"agent", "status", "session", "cursor", "limit", NULL};
+static const char *const q_list[] = {"agent_id", "status", "session", "cursor", "limit", NULL};
+static const char *const q_events[] = {"after_seq", "limit", NULL};
 static const char *const q_page[] = {"after", "limit", NULL};
-static const char *const q_stream[] = {"after", NULL};
+static const char *const q_stream[] = {"after_seq", NULL};
+static const char *const q_steps[] = {"status", NULL};
 static const char *const q_approvals[] = {"status", "execution_id", NULL};
 
 static const struct route route_table[] = {
     {"GET", "/v0/health", P_PUBLIC, h_health, NULL, NULL},
+    {"GET", "/v0/ready", P_PUBLIC, h_ready, NULL, NULL},
     {"POST", "/v0/executions", P_CLIENT, h_create, NULL, NULL},
     {"GET", "/v0/executions", P_READ, h_list, NULL, q_list},
     {"GET", "/v0/executions/:id", P_READ, h_get, NULL, NULL},
     {"POST", "/v0/executions/:id/cancel", P_CLIENT, h_cancel, NULL, NULL},
-    {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL, q_page},
+    {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL, q_events},
     {"GET", "/v0/executions/:id/events/stream", P_READ, h_stream, NULL, q_stream},
-    {"GET", "/v0/executions/:id/steps", P_READ, h_steps, NULL, NULL},
+    {"GET", "/v0/executions/:id/steps", P_READ, h_steps, NULL, q_steps},
     {"POST", "/v0/executions/:id/steps", P_AGENT, h_submit, NULL, NULL},
     {"GET", "/v0/executions/:id/steps/:step", P_READ, h_step_get, NULL, NULL},
     {"POST", "/v0/executions/:id/steps/:step/complete", P_AGENT, h_step_complete, NULL, NULL},
@@ -1330,13 +1395,14 @@ static const struct route route_table[] = {
     {"GET", "/v0/executions/:id/resources", P_READ, h_resources, NULL, NULL},
     {"POST", "/v0/executions/:id/resources", P_AGENT, h_register, NULL, NULL},
     {"POST", "/v0/executions/:id/resources/:key/binding", P_AGENT, h_bind, NULL, NULL},
-    {"POST", "/v0/executions/:id/checkpoints", P_AGENT, h_checkpoints, NULL, NULL},
+    {"POST", "/v0/executions/:id/resources/checkpoints", P_AGENT, h_checkpoints, NULL, NULL},
     {"GET", "/v0/agents", P_READ, h_agents, NULL, NULL},
+    {"GET", "/v0/agents/:agent", P_READ, h_agent_get, NULL, NULL},
     {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL, NULL},
     {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL, NULL},
     {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL, q_approvals},
     {"GET", "/v0/approvals/:id", P_CLIENT, h_approval_get, NULL, NULL},
-    {"POST", "/v0/approvals/:id/approve", P_APPROVE, h_approve, NULL, NULL},
+    {"POST", "/v0/approvals/:id/grant", P_APPROVE, h_grant, NULL, NULL},
     {"POST", "/v0/approvals/:id/deny", P_APPROVE, h_deny, NULL, NULL},
 };
 

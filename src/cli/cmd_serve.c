@@ -373,7 +373,8 @@ int cmd_serve(int argc, char **argv)
                              .header_timeout_sec = (int)c.http_header_timeout_seconds,
                              .body_timeout_sec = (int)c.http_body_timeout_seconds,
                              .body_min_rate = (int)c.http_body_min_rate,
-                             .idle_timeout_sec = (int)c.http_idle_timeout_seconds};
+                             .idle_timeout_sec = (int)c.http_idle_timeout_seconds,
+                             .flat_errors = true};
     s.http = http_server_new(s.base, &hc);
     struct api_key_config *keys = xcalloc((size_t)c.n_keys + 1, sizeof *keys);
     for (int i = 0; i < c.n_keys; i++) {

@@ -273,10 +273,10 @@ static int require_agent(struct kernel *k, const char *agent, int64_t now, struc
     /* checked before anything else: a name with a newline or an escape would reach
      * the store, the logs and every operator's terminal */
     if (!name_agent_valid(agent))
-        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        return err_invalid(err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (k_find_agent(k, agent)) return 0;
     if (!k->cfg.open_agents)
-        return err_set(err, 404, "not_found", "agent",
+        return err_set(err, 404, "not_found", "agent_id",
                        "no agent named \"%s\" is configured; add it under agents: in the config file",
                        agent);
     ensure_agent(k, agent);
@@ -309,6 +309,18 @@ int k_load_exec(struct kernel *k, const struct caller *c, const char *id,
 
 /* --- JSON views --- */
 
+/* Views omit an absent field rather than sending null (upstream's typed models declare
+ * such fields as plain strings and numbers and refuse a null). Only the view's own
+ * members are dropped: a null inside a client's JSON (input, output, result) stays. */
+json_t *k_omit_nulls(json_t *view)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(view, tmp, key, v) if (json_is_null(v)) json_object_del(view, key);
+    return view;
+}
+
 json_t *k_exec_json(const struct execution *e)
 {
     json_t *d = json_null();
@@ -317,9 +329,10 @@ json_t *k_exec_json(const struct execution *e)
                       "state", dispatch_state_name(e->dstate), "worker_id",
                       e->worker_id[0] && e->dstate == DISPATCH_LEASED ? json_string(e->worker_id) : json_null(),
                       "lease_deadline", e->dstate == DISPATCH_LEASED ? k_time(e->lease_deadline) : json_null());
+        k_omit_nulls(d);
     }
     json_t *j = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
-                     "agent", e->agent, "session", e->session ? json_string(e->session) : json_null(),
+                     "agent_id", e->agent, "session", e->session ? json_string(e->session) : json_null(),
                      "status", exec_status_name(e->status), "input", k_json(e->input),
                      "output", k_json(e->output), "state", k_json(e->state),
                      "failure_reason", e->failure_reason ? json_string(e->failure_reason) : json_null(),
@@ -330,7 +343,7 @@ json_t *k_exec_json(const struct execution *e)
     json_object_set_new(j, "forked_from", e->forked_from[0] ? json_string(e->forked_from) : json_null());
     json_object_set_new(j, "fork_seq", e->forked_from[0] ? json_integer(e->fork_seq) : json_null());
     json_object_set_new(j, "restoration", k_json(e->restoration));
-    return j;
+    return k_omit_nulls(j);
 }
 
 json_t *k_opt_str(const char *s)
@@ -340,7 +353,7 @@ json_t *k_opt_str(const char *s)
 
 json_t *k_step_json(const struct step *s)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
+    return k_omit_nulls(json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
                      "step_id", s->step_id, "execution_id", s->exec_id, "kind", s->kind, "target", s->target,
                      "args", k_json(s->args), "args_hash", s->args_hash,
                      "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem),
@@ -348,7 +361,7 @@ json_t *k_step_json(const struct step *s)
                      "error", k_json(s->error), "rule_id", k_opt_str(s->rule_id),
                      "approval_id", s->approval_id[0] ? json_string(s->approval_id) : json_null(),
                      "runs", (json_int_t)s->runs, "created_at", k_time(s->created_at),
-                     "completed_at", k_time(s->completed_at));
+                     "completed_at", k_time(s->completed_at)));
 }
 
 static json_t *approval_json(struct kernel *k, const struct approval *a)
@@ -366,7 +379,7 @@ static json_t *approval_json(struct kernel *k, const struct approval *a)
                           "decided_by", k_opt_str(a->decided_by), "decided_at", k_time(a->decided_at),
                           "rationale", k_opt_str(a->rationale), "created_at", k_time(a->created_at));
     if (have) step_fini(&s);
-    return j;
+    return k_omit_nulls(j);
 }
 
 /* --- dispatch helpers --- */
@@ -470,7 +483,7 @@ int kernel_list(struct kernel *k, const struct caller *c, const char *agent, con
                 const char *session, const char *cursor, int limit, json_t **out, struct err *err)
 {
     if (agent && !name_agent_valid(agent))
-        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        return err_invalid(err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (c && c->agent) {
         if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
         agent = c->agent;
@@ -499,7 +512,7 @@ int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, cons
     int64_t now = clock_now_ms();
     int rc = -1;
     if (exec_status_terminal(e.status)) {
-        err_set(err, 409, "execution_terminal", "", "execution %s is already %s", e.id,
+        err_set(err, 409, "conflict", "", "execution %s is already %s; there is nothing to cancel", e.id,
                 exec_status_name(e.status));
         goto out;
     }
@@ -519,8 +532,8 @@ struct events_ctx {
 static json_t *event_json(const char *exec_id, int64_t seq, const char *type, const char *payload,
                           int64_t at)
 {
-    return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "seq", (json_int_t)seq,
-                     "type", type, "at", k_time(at), "payload", k_json(payload));
+    return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "event_seq", (json_int_t)seq,
+                     "type", type, "occurred_at", k_time(at), "payload", k_json(payload));
 }
 
 static int events_one(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
@@ -833,7 +846,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
             if (strcmp(k->workers[j].agent, a->name) == 0 &&
                 now - k->workers[j].last_seen < 2 * agent_lease_ms(k, a))
                 workers++;
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:b, s:i}", "name", a->name,
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:b, s:i}", "id", a->name,
                                              "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
                                              "max_attempts", (json_int_t)agent_max_attempts(k, a),
                                              "has_policy", a->policy != NULL, "workers", workers));

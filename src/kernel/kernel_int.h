@@ -37,6 +37,7 @@ json_t *k_json(const char *text);
 char *k_text(const json_t *v);
 json_t *k_time(int64_t ms);
 json_t *k_opt_str(const char *s);
+json_t *k_omit_nulls(json_t *view); /* drop the null members of a view object */
 void k_set_str(char **dst, const char *src);
 void k_note_exec(struct kernel *k, const char *id);
 void k_note_agent(struct kernel *k, const char *agent);

@@ -162,8 +162,9 @@ int kernel_previous(struct kernel *k, const struct caller *c, const char *id, js
             execution_fini(&p);
         }
     }
-    *out = json_pack("{s:o, s:o}", "state", state, "parent_execution_id",
-                     e.parent_id[0] ? json_string(e.parent_id) : json_null());
+    /* state stays even when null (upstream sends it so); a first turn has no parent */
+    *out = json_pack("{s:o}", "state", state);
+    if (e.parent_id[0]) json_object_set_new(*out, "parent_execution_id", json_string(e.parent_id));
     execution_fini(&e);
     return 0;
 }

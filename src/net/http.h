@@ -15,7 +15,8 @@
  * that the pointer must not be used. Everything runs on the loop thread.
  *
  * Errors are rendered as  {"error":{"code":"...","message":"...","field":"..."}}
- * ("field" omitted when empty).
+ * ("field" omitted when empty), or with flat_errors as {"code":"...","message":"...",
+ * "details":{"field":"..."}} ("details" omitted when there is no field).
  */
 #ifndef REBUNO_NET_HTTP_H
 #define REBUNO_NET_HTTP_H
@@ -53,6 +54,7 @@ struct http_config {
     int max_connections;      /* open connections; default 4096 */
     int max_per_peer;         /* open connections per client address (IPv6: per /64);
                                  default min(1024, max_connections) */
+    bool flat_errors;         /* {code, message, details} at the top level (see above) */
 };
 
 typedef void (*http_handler_fn)(struct http_req *req, void *arg);
