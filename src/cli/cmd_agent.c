@@ -105,9 +105,7 @@ int cmd_agent(int argc, char **argv)
         puts("no agents");
     } else {
         printf("%-24s %-8s %7s %7s  %s\n", "ID", "DISPATCH", "WORKERS", "LEASE", "POLICY");
-        size_t i;
-        json_t *v;
-        json_array_foreach(reply, i, v) row(v);
+        for (size_t i = 0; i < json_array_size(reply); i++) row(json_array_get(reply, i));
     }
     json_decref(reply);
     client_fini(&c);
