@@ -1172,6 +1172,11 @@ static void delivered(void *arg, long status, const char *why)
     struct delivery *dv = arg;
     struct pusher *p = dv->p;
     struct api *a = p->api;
+    if (status < 0) { /* the kernel is stopping: the lease expires and a later start re-sends it */
+        free(dv->url);
+        free(dv);
+        return;
+    }
     p->in_flight--;
     if (status >= 200 && status < 300) {
         a->deliveries_ok++;

@@ -172,7 +172,12 @@ struct webhook *webhook_new(struct event_base *base)
 void webhook_free(struct webhook *w)
 {
     if (!w) return;
-    while (w->posts) post_free(w->posts);
+    while (w->posts) {
+        webhook_done_fn done = w->posts->done;
+        void *arg = w->posts->arg;
+        post_free(w->posts);
+        if (done) done(arg, -1, "the kernel is stopping"); /* status -1: only release arg */
+    }
     curl_multi_cleanup(w->multi);
     while (w->socks) sock_free(w, w->socks);
     event_free(w->timer);

@@ -12,11 +12,12 @@
 
 struct webhook;
 
-/* status: the HTTP status, 0 when the request failed (then why says how). */
+/* status: the HTTP status, 0 when the request failed (then why says how), -1 when the
+ * post was cancelled by webhook_free (release arg, do nothing else). */
 typedef void (*webhook_done_fn)(void *arg, long status, const char *why);
 
 struct webhook *webhook_new(struct event_base *base);
-/* Cancels every post in flight without calling its callback. */
+/* Cancels every post in flight; each callback runs once more with status -1. */
 void webhook_free(struct webhook *w);
 /* POST body to url with the NULL-terminated "Name: value" headers; done runs later, on
  * the loop, exactly once (never from inside this call). 0, or -1 when the post could not
