@@ -433,3 +433,16 @@ def test_cli_upstream_names(make_kernel, tmp_path):
     bad.write_text("default_action: maybe\n")
     p = cli(k, "policy", "set", "up", str(bad), check=False)
     assert p.returncode == 1 and "bad.yaml:1:" in p.stderr
+
+
+def test_signed_calls_need_no_local_token_in_dev(make_kernel):
+    """A kernel without api_keys serves an agent's signed calls without the local token
+    (upstream agents send none); an unsigned call without it is still refused."""
+    k = make_kernel(config("up", keys=False)).start()
+    ex = k.create("up", {})
+    st, got = Signed(k.port, "up", SECRET).request("GET", f"/v0/executions/{ex['id']}")
+    assert st == 200 and got["id"] == ex["id"]
+    st, out = k.request("GET", f"/v0/executions/{ex['id']}", auth=False)
+    assert st == 401 and out["details"]["field"] == "Authorization"
+    st, out = Signed(k.port, "up", "wrong-secret").request("GET", f"/v0/executions/{ex['id']}")
+    assert st == 401 and out["details"]["field"] == "Rebuno-Signature"
