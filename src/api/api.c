@@ -592,7 +592,7 @@ static bool status_valid(const char *s)
 /* --- execution handlers --- */
 
 struct create_ctx {
-    const char *agent, *session;
+    const char *agent, *session, *parent;
     json_t *input;
     int64_t deadline_ms;
 };
@@ -653,18 +653,20 @@ static int op_create(struct api *a, struct http_req *r, void *ctx, json_t **out,
 {
     struct create_ctx *c = ctx;
     struct caller who = caller_of(r);
-    return kernel_create(a->k, &who, c->agent, c->input, c->session, c->deadline_ms, out, err);
+    return kernel_create(a->k, &who, c->agent, c->input, c->session, c->parent, c->deadline_ms, out, err);
 }
 
 static void h_create(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"agent_id", "input", "session", "deadline_seconds", NULL};
+    static const char *const fields[] = {"agent_id", "input", "session", "parent_execution_id", "deadline_seconds",
+                                         NULL};
     struct err err = ERR_INIT;
     json_t *b = body_json(r, fields, &err);
     struct create_ctx c = {0};
     int64_t deadline = 0;
     if (!b || get_str(b, "agent_id", true, 128, &c.agent, &err) < 0 ||
         get_str(b, "session", false, 128, &c.session, &err) < 0 || check_session(c.session, &err) < 0 ||
+        get_str(b, "parent_execution_id", false, UUID_STR_LEN, &c.parent, &err) < 0 ||
         get_int(b, "deadline_seconds", 1, 31536000, &deadline, &err) < 0) {
         http_reply_err(r, &err);
         json_decref(b);

@@ -481,11 +481,48 @@ int k_check_lease(struct kernel *k, struct execution *e, const struct dispatch_r
 
 /* --- executions --- */
 
+static int count_one(struct execution *e, void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* An explicit parent: a completed execution of the same agent; a session with it is new. */
+static int check_parent(struct kernel *k, const char *agent, const char *parent, const char *session,
+                        struct err *err)
+{
+    struct execution p;
+    int r = uuid_valid(parent) ? store_exec_get(k->st, parent, &p) : -ENOENT;
+    if (r == -ENOENT)
+        return err_set(err, 404, "not_found", "parent_execution_id", "no execution with id \"%s\"", parent);
+    if (r < 0) return k_store_fail(err, r, "reading the parent");
+    int rc = 0;
+    if (strcmp(p.agent, agent) != 0)
+        rc = err_invalid(err, "parent_execution_id", "parent_execution_id: %s is an execution of agent %s, not %s",
+                         parent, p.agent, agent);
+    else if (p.status != EXEC_COMPLETED)
+        rc = err_set(err, 409, "conflict", "parent_execution_id",
+                     "parent_execution_id: %s is %s; only a completed execution can be continued", parent,
+                     exec_status_name(p.status));
+    execution_fini(&p);
+    if (rc < 0 || !session) return rc;
+    int n = 0;
+    if ((r = store_exec_list(k->st, NULL, NULL, session, NULL, 1, count_one, &n)) < 0)
+        return k_store_fail(err, r, "checking the session");
+    if (n)
+        return err_set(err, 409, "conflict", "session",
+                       "session %s already has executions; with parent_execution_id give a new session (or none)",
+                       session);
+    return 0;
+}
+
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  const char *session, int64_t deadline_ms, json_t **out, struct err *err)
+                  const char *session, const char *parent, int64_t deadline_ms, json_t **out,
+                  struct err *err)
 {
     int64_t now = clock_now_ms();
     if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    if (parent && check_parent(k, agent, parent, session, err) < 0) return -1;
     struct agent_conf *a = k_find_agent(k, agent);
     struct execution e;
     memset(&e, 0, sizeof e);
@@ -498,6 +535,7 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
     e.deadline_at = deadline_ms > 0 ? now + deadline_ms : 0;
     e.lease_ms = agent_lease_ms(k, a);
     e.max_attempts = agent_max_attempts(k, a);
+    if (parent) snprintf(e.parent_id, sizeof e.parent_id, "%s", parent);
     int rc = -1;
     int r = store_exec_insert(k->st, &e);
     if (r < 0) {

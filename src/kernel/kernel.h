@@ -85,8 +85,11 @@ void kernel_take_notes(struct kernel *k, struct kernel_notes *out);
 
 /* executions */
 /* session NULL = none; a session with an active execution makes this one wait. */
+/* parent NULL = none; else upstream's parent_execution_id: a completed execution of the
+ * same agent whose turn this continues (its state, its resources), session then new. */
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  const char *session, int64_t deadline_ms, json_t **out, struct err *err);
+                  const char *session, const char *parent, int64_t deadline_ms, json_t **out,
+                  struct err *err);
 int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out,
                struct err *err);
 int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,

@@ -446,3 +446,22 @@ def test_signed_calls_need_no_local_token_in_dev(make_kernel):
     assert st == 401 and out["details"]["field"] == "Authorization"
     st, out = Signed(k.port, "up", "wrong-secret").request("GET", f"/v0/executions/{ex['id']}")
     assert st == 401 and out["details"]["field"] == "Rebuno-Signature"
+
+
+def test_parent_execution_id_continues_a_completed_execution(upstream):
+    k, agent = upstream(two_steps)
+    one = create(k, session="s-a")
+    wait_status(k, one["id"], "completed")
+    branch = create(k, parent_execution_id=one["id"])
+    assert branch["parent_execution_id"] == one["id"] and "session" not in branch
+    done = wait_status(k, branch["id"], "completed")
+    assert done["state"] == {"turns": 2}  # previous() read the chosen parent's state
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "up", "parent_execution_id": one["id"],
+                                                   "session": "s-a"}, key=CLIENT)
+    assert st == 409 and out["details"]["field"] == "session", out
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "up",
+                                                   "parent_execution_id": "01a00000-0000-7000-8000-000000000000"},
+                        key=CLIENT)
+    assert st == 404 and out["details"]["field"] == "parent_execution_id", out
+    fresh = create(k, {"x": 1}, session="s-new", parent_execution_id=one["id"])
+    assert wait_status(k, fresh["id"], "completed")["state"] == {"turns": 2}
