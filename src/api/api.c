@@ -150,6 +150,7 @@ static void pump(struct watcher *w);
 static void pushes_send(struct api *a, bool committed);
 static void pusher_pump(struct pusher *p);
 static struct pusher *find_pusher(struct api *a, const char *agent);
+static void probe_webhook(struct api *a, const char *agent, const char *url);
 
 /* --- replies and group commit --- */
 
@@ -1796,7 +1797,10 @@ static void h_register_agent(struct api *a, struct http_req *r)
         goto fail;
     }
     run_op(a, r, 201, op_register_agent, &c);
-    if (c.webhook_url) pusher_pump(ensure_pusher(a, c.id));
+    if (c.webhook_url) {
+        probe_webhook(a, c.id, c.webhook_url);
+        pusher_pump(ensure_pusher(a, c.id));
+    }
     json_decref(b);
     return;
 fail:
@@ -2050,10 +2054,40 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
     return a;
 }
 
+struct probe {
+    char *agent, *url;
+};
+
+static void probed(void *arg, long status, const char *why)
+{
+    struct probe *pr = arg;
+    if (status == 0)
+        log_warn("webhook_url is not reachable now; dispatches to it will fail and be retried until it is",
+                 "agent=%s url=\"%s\" error=\"%s\"", pr->agent, pr->url, why && *why ? why : "no connection");
+    else if (status > 0)
+        log_info("webhook_url reachable", "agent=%s url=\"%s\"", pr->agent, pr->url);
+    free(pr->agent);
+    free(pr->url);
+    free(pr);
+}
+
+/* Say at once when an agent's webhook cannot be reached (it may come up later). */
+static void probe_webhook(struct api *a, const char *agent, const char *url)
+{
+    struct probe *pr = xcalloc(1, sizeof *pr);
+    pr->agent = xstrdup(agent);
+    pr->url = xstrdup(url);
+    if (webhook_probe(a->hooks, url, 5000, probed, pr) < 0) probed(pr, 0, "the probe could not start");
+}
+
 void api_start_dispatch(struct api *a)
 {
     const char *agent;
-    for (int i = 0; (agent = kernel_webhook_agent(a->k, i)); i++) pusher_pump(ensure_pusher(a, agent));
+    struct kernel_agent_info info;
+    for (int i = 0; (agent = kernel_webhook_agent(a->k, i)); i++) {
+        if (kernel_agent_info(a->k, agent, &info)) probe_webhook(a, agent, info.webhook_url);
+        pusher_pump(ensure_pusher(a, agent));
+    }
 }
 
 void api_set_local_auth(struct api *a, const struct local_auth *la)

@@ -2,6 +2,7 @@
 #include "api/webhook.h"
 
 #include <curl/curl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ struct post {
     size_t got;
     webhook_done_fn done;
     void *arg;
+    bool probe; /* connect only: success is status 200 */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -127,7 +129,8 @@ static void check_done(struct webhook *w)
         long status = 0;
         char why[CURL_ERROR_SIZE + 32] = "";
         if (m->data.result == CURLE_OK) {
-            curl_easy_getinfo(p->easy, CURLINFO_RESPONSE_CODE, &status);
+            if (p->probe) status = 200;
+            else curl_easy_getinfo(p->easy, CURLINFO_RESPONSE_CODE, &status);
         } else {
             snprintf(why, sizeof why, "%s", p->errbuf[0] ? p->errbuf : curl_easy_strerror(m->data.result));
         }
@@ -228,6 +231,39 @@ int webhook_post(struct webhook *w, const char *url, const char *const *headers,
         return -1;
     }
     event_active(w->reap, 0, 0); /* start it from the loop, not from the caller's stack */
+    return 0;
+}
+
+int webhook_probe(struct webhook *w, const char *url, long timeout_ms, webhook_done_fn done, void *arg)
+{
+    struct post *p = xcalloc(1, sizeof *p);
+    p->w = w;
+    p->done = done;
+    p->arg = arg;
+    p->probe = true;
+    if (!(p->easy = curl_easy_init())) {
+        free(p);
+        return -1;
+    }
+    CURL *e = p->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, p->errbuf);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, p);
+    p->next = w->posts;
+    if (w->posts) w->posts->prev = p;
+    w->posts = p;
+    w->n++;
+    if (curl_multi_add_handle(w->multi, e) != CURLM_OK) {
+        p->done = NULL;
+        post_free(p);
+        return -1;
+    }
+    event_active(w->reap, 0, 0);
     return 0;
 }
 

@@ -24,6 +24,9 @@ void webhook_free(struct webhook *w);
  * even start (done is then not called). */
 int webhook_post(struct webhook *w, const char *url, const char *const *headers, const char *body,
                  size_t len, long timeout_ms, webhook_done_fn done, void *arg);
+/* Only connect to url's host and port (TCP, and TLS for https) and report, like a post,
+ * whether that worked (status 200) or why not (0). */
+int webhook_probe(struct webhook *w, const char *url, long timeout_ms, webhook_done_fn done, void *arg);
 int webhook_in_flight(const struct webhook *w);
 
 #endif

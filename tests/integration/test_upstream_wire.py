@@ -184,7 +184,7 @@ def test_failed_delivery_is_retried_and_counted(make_kernel):
         assert len(failed) == 1 and failed[0]["payload"]["attempt"] == 1
         assert "HTTP 500" in failed[0]["payload"]["error"]
         assert [d["dispatch_attempt"] for d in agent.dispatches] == [2]
-        assert "webhook delivery failed" in k.read_log()
+        assert "webhook delivery failed" in k.read_log() and "webhook_url reachable" in k.read_log()
     finally:
         hook.close()
 
@@ -199,6 +199,7 @@ def test_unreachable_webhook_exhausts_attempts(make_kernel):
     assert [e["payload"]["attempt"] for e in ev if e["type"] == "dispatch.failed"] == [1, 2]
     log = k.read_log()
     assert "webhook delivery failed" in log and f"127.0.0.1:{port}" in log
+    assert "webhook_url is not reachable now" in log  # said at start, before any dispatch
 
 
 @pytest.mark.parametrize("url,why", [
