@@ -1112,7 +1112,9 @@ static void pusher_pump(struct pusher *p)
     struct api *a = p->api;
     struct kernel_agent_info info;
     if (a->shutting_down || !kernel_agent_info(a->k, p->agent, &info)) return;
-    for (int guard = 0; guard < MAX_BATCH; guard++) {
+    /* until nothing is queued (a stream takes every dispatch: nothing else would wake the
+     * rest) or the webhook is full; the bound is only a backstop */
+    for (int guard = 0; guard < 1000000; guard++) {
         struct consumer *c = NULL;
         if (p->consumers) {
             c = p->next_consumer ? p->next_consumer : p->consumers;
