@@ -370,11 +370,11 @@ class Story:
         cps = sorted((c for c in fp.checkpoints if c["key"] == "workspace"), key=lambda c: c["covered_seq"])
         for cp, nxt in zip(cps[1:], cps[2:]):
             lo, hi = cp["covered_seq"], nxt["covered_seq"]
-            candidates = [e for e in fp.events if lo < e["seq"] < hi and not e["covered"]
+            candidates = [e for e in fp.events if lo < e["event_seq"] < hi and not e["covered"]
                           and e["type"] == "step.succeeded"
                           and e["target"] in ("shell", "read_file", "write_file")]
             if candidates:
-                return candidates[-1]["seq"], cp
+                return candidates[-1]["event_seq"], cp
         raise RuntimeError(f"no uncovered tool step between two checkpoints: {cps}")
 
 

@@ -244,7 +244,7 @@ static const struct {
     const char *prefix; /* path prefix, followed by the id */
     const char *hint;
 } not_found_hints[] = {
-    {"/v0/executions/", "list executions with 'rebuno exec list'"},
+    {"/v0/executions/", "list executions with 'rebuno exec ls'"},
     {"/v0/approvals/", "list approvals with 'rebuno approval ls --status all'"},
 };
 
@@ -259,16 +259,19 @@ static void add_hint(const char *path, struct err *err)
         }
 }
 
-/* Error for a non-2xx reply to a request for path: the kernel's {"error":{...}} when
- * present, with what to do added where the CLI knows better than the kernel. */
+/* Error for a non-2xx reply to a request for path: the kernel's {code, message, details}
+ * (or the sandbox daemon's {"error":{...}}) when present, with what to do added where the
+ * CLI knows better than the server. */
 static int http_err(const struct client *c, const char *path, long status, const char *body,
                     size_t len, struct err *err)
 {
     json_t *j = len ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *e = json_object_get(j, "error");
+    if (!json_is_object(e) && json_is_string(json_object_get(j, "code"))) e = j;
     if (json_is_object(e)) {
         const char *code = cli_str(e, "code"), *msg = cli_str(e, "message");
         const char *field = cli_str(e, "field");
+        if (!field) field = cli_str(json_object_get(e, "details"), "field");
         err_set(err, (int)status, code ? code : "http_error", field ? field : "", "%s",
                 msg && *msg ? msg : "the kernel gave no message");
         add_hint(path, err);

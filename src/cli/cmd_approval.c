@@ -4,7 +4,7 @@
  *
  *   rebuno approval ls [--status pending|granted|denied|expired|all] [--execution ID]
  *   rebuno approval get ID
- *   rebuno approval approve|deny ID [--by NAME] [--reason R]
+ *   rebuno approval grant|deny ID (approve: the old name of grant) [--by NAME] [--reason R]
  *
  * `rebuno exec approve|deny ID` land here too (cmd_exec passes its argv through;
  * argv[0] names the group for usage text). For approve/deny, ID may be an approval
@@ -137,7 +137,7 @@ static void print_approval(const struct appr_ctx *x, const json_t *ap)
     cli_json_pretty(stdout, json_object_get(ap, "args"), "  ");
     const char *st = cli_str(ap, "status");
     if (st && !strcmp(st, "pending")) {
-        fputs("\napprove with: rebuno approval approve ", stdout);
+        fputs("\ngrant with: rebuno approval grant ", stdout);
         cli_put_clean(stdout, cli_str(ap, "id"), 0);
         fputs("\n   deny with: rebuno approval deny ", stdout);
         cli_put_clean(stdout, cli_str(ap, "id"), 0);
@@ -220,7 +220,7 @@ static int run_ls(struct appr_ctx *x)
     if (x->a.json) {
         cli_json_line(stdout, reply);
     } else {
-        const json_t *arr = json_object_get(reply, "approvals");
+        const json_t *arr = reply; /* a bare array */
         if (json_array_size(arr) == 0)
             printf("no %s approvals\n", strcmp(status, "all") ? status : "");
         else
@@ -288,7 +288,7 @@ static json_t *resolve(struct appr_ctx *x, const char *id, int *rc)
         return NULL;
     }
     json_t *pending = json_array();
-    const json_t *arr = json_object_get(reply, "approvals");
+    const json_t *arr = reply; /* a bare array */
     for (size_t i = 0; i < json_array_size(arr); i++) {
         json_t *a = json_array_get(arr, i);
         const char *st = cli_str(a, "status"), *eid = cli_str(a, "execution_id");
@@ -337,7 +337,7 @@ static json_t *resolve(struct appr_ctx *x, const char *id, int *rc)
 
 static int run_decide(struct appr_ctx *x)
 {
-    const char *verb = x->sub->name; /* "approve" or "deny" */
+    const char *verb = x->sub->name; /* "grant" or "deny" */
     if (x->a.npos < 1 || !*x->a.pos[0])
         return usage_error(x, "missing ID: pass an approval id, or an execution id with one "
                               "pending approval");
@@ -365,13 +365,19 @@ static int run_decide(struct appr_ctx *x)
         return fail(&err);
     }
 
-    json_t *body = json_pack("{s:s}", "by", by);
-    if (x->o.reason) json_object_set_new(body, "reason", json_string(x->o.reason));
-    char *path = approval_path(x, aid, !strcmp(verb, "approve") ? "/approve" : "/deny");
+    json_t *body = json_pack("{s:s}", "decided_by", by);
+    if (x->o.reason) json_object_set_new(body, "rationale", json_string(x->o.reason));
+    char *path = approval_path(x, aid, !strcmp(verb, "deny") ? "/deny" : "/grant");
     json_t *done = NULL;
-    int r = client_request(&x->c, "POST", path, body, NULL, &done, &err);
+    int r = client_request(&x->c, "POST", path, body, NULL, NULL, &err); /* 204 */
     free(path);
     json_decref(body);
+    if (r >= 0) { /* read the decided approval back */
+        path = approval_path(x, aid, "");
+        if (client_request(&x->c, "GET", path, NULL, NULL, &done, &err) < 0) done = NULL;
+        err_clear(&err);
+        free(path);
+    }
     if (r < 0) {
         const json_t *who = json_object_get(ap, "approvers");
         if (err.status == 403 && json_array_size(who) > 0) {
@@ -393,7 +399,7 @@ static int run_decide(struct appr_ctx *x)
         cli_json_line(stdout, done);
     } else {
         const char *result = cli_str(done, "status");
-        cli_put_clean(stdout, result ? result : (!strcmp(verb, "approve") ? "granted" : "denied"),
+        cli_put_clean(stdout, result ? result : (!strcmp(verb, "deny") ? "denied" : "granted"),
                       0);
         fputc(' ', stdout);
         cli_put_clean(stdout, aid, 0);
@@ -433,8 +439,8 @@ static const struct appr_sub subs[] = {
      1,
      false,
      run_get},
-    {"approve",
-     "approve ID [--by NAME] [--reason R]",
+    {"grant",
+     "grant ID [--by NAME] [--reason R]",
      "Grant an approval; the execution resumes and the step proceeds. ID is an\n"
      "approval id, or an execution id with exactly one pending approval.\n"
      "\n"
@@ -500,6 +506,7 @@ int cmd_approval(int argc, char **argv)
         group_usage(stdout);
         return CLI_OK;
     }
+    if (!strcmp(name, "approve")) name = "grant"; /* the old name */
     const struct appr_sub *sub = NULL;
     for (size_t i = 0; i < ARRAY_LEN(subs); i++)
         if (!strcmp(name, subs[i].name) && (subs[i].in_exec || !strcmp(group, "approval")))

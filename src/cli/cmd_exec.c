@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 
 #include "base/clock.h"
+#include "base/uuid.h"
 #include "base/xalloc.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define SUMMARY_MAX 120
@@ -35,6 +37,8 @@ struct exec_ctx {
     struct cli_args a;
     struct exec_opts o;
     const struct exec_sub *sub;
+    char full_id[40]; /* a short id prefix, resolved */
+    bool failed;      /* need_id printed why it found no execution */
 };
 
 struct exec_sub {
@@ -92,10 +96,58 @@ static int parse_num(const char *s, long long lo, long long hi, long long *out)
     return 0;
 }
 
+
+/* The execution ID names: a full id as it is, else the one execution whose id starts with
+ * it (upstream's short ids, e.g. 01a23386-91de), looked up newest first. NULL when none is
+ * given (usage), or with the error printed and x->failed set. */
 static const char *need_id(struct exec_ctx *x)
 {
     if (x->a.npos < 1 || !*x->a.pos[0]) return NULL;
-    return x->a.pos[0];
+    const char *id = x->a.pos[0];
+    size_t n = strlen(id);
+    /* not a prefix of an id (hex and dashes): the kernel says it knows no such id */
+    if (uuid_valid(id) || n >= 36 || strspn(id, "0123456789abcdefABCDEF-") != n) return id;
+    struct err err = ERR_INIT;
+    if (n < 4) {
+        err_set(&err, 400, "validation_error", "id",
+                "\"%s\" is too short an id prefix: pass the id, or at least its first 4 characters", id);
+        goto fail;
+    }
+    char *cursor = NULL;
+    int found = 0;
+    for (int page = 0; page < 1000; page++) {
+        struct buf path;
+        buf_init(&path, 0);
+        buf_puts(&path, "/v0/executions?limit=200");
+        client_query_add(&x->c, &path, "cursor", cursor);
+        json_t *reply = NULL;
+        int rc = client_request(&x->c, "GET", path.data, NULL, NULL, &reply, &err);
+        buf_fini(&path);
+        free(cursor);
+        cursor = NULL;
+        if (rc < 0) goto fail;
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(reply, "executions"), i, e) {
+            const char *eid = cli_str(e, "id");
+            if (!eid || strncasecmp(eid, id, n) != 0) continue;
+            if (found++ == 0) snprintf(x->full_id, sizeof x->full_id, "%s", eid);
+        }
+        const char *next = cli_str(reply, "next_cursor");
+        if (next && found < 2) cursor = xstrdup(next);
+        json_decref(reply);
+        if (!cursor) break;
+    }
+    free(cursor);
+    if (found == 1) return x->full_id;
+    if (found == 0)
+        err_set(&err, 404, "not_found", "id", "no execution id starts with %s; list them with 'rebuno exec ls'", id);
+    else
+        err_set(&err, 400, "validation_error", "id", "%s is the start of several execution ids; give more of it", id);
+fail:
+    x->failed = true;
+    fail(&err);
+    return NULL;
 }
 
 static char *exec_path(struct exec_ctx *x, const char *id, const char *suffix)
@@ -232,7 +284,7 @@ static void summarize(struct buf *b, const json_t *p)
     static const struct {
         const char *key, *label;
     } texts[] = {
-        {"agent", "agent"},          {"session", "session"},
+        {"agent_id", "agent"},       {"session", "session"},
         {"decision", NULL},          {"rule_id", "rule"},
         {"approval_id", "approval"}, {"worker_id", "worker"},
         {"decided_by", "by"},        {"by", "by"},
@@ -286,8 +338,8 @@ static void print_event(const json_t *ev)
     struct buf b, sum;
     buf_init(&b, 0);
     buf_init(&sum, 0);
-    buf_printf(&b, "%4lld  ", (long long)json_integer_value(json_object_get(ev, "seq")));
-    fmt_clock(&b, cli_str(ev, "at"));
+    buf_printf(&b, "%4lld  ", (long long)json_integer_value(json_object_get(ev, "event_seq")));
+    fmt_clock(&b, cli_str(ev, "occurred_at"));
     buf_puts(&b, "  ");
     size_t at = b.len;
     cli_buf_clean(&b, cli_str(ev, "type") ? cli_str(ev, "type") : "?", 40);
@@ -312,7 +364,7 @@ static int run_create(struct exec_ctx *x)
     if (x->a.npos < 1 || !*x->a.pos[0])
         return usage_error(x->sub, "missing AGENT: name the agent to run, e.g. "
                                    "rebuno exec create coder '{\"task\": \"hi\"}'");
-    json_t *body = json_pack("{s:s}", "agent", x->a.pos[0]);
+    json_t *body = json_pack("{s:s}", "agent_id", x->a.pos[0]);
     if (x->a.npos > 1) {
         json_error_t jerr;
         json_t *input = json_loads(x->a.pos[1], JSON_DECODE_ANY, &jerr);
@@ -354,7 +406,7 @@ static int run_create(struct exec_ctx *x)
         fputs("created ", stdout);
         cli_put_clean(stdout, cli_str(ex, "id"), 0);
         fputs(" (agent ", stdout);
-        cli_put_clean(stdout, cli_str(ex, "agent"), 0);
+        cli_put_clean(stdout, cli_str(ex, "agent_id"), 0);
         fputs(", ", stdout);
         cli_put_clean(stdout, cli_str(ex, "status"), 0);
         fputs(")\n", stdout);
@@ -385,7 +437,7 @@ static void kv_json(const char *key, const json_t *v)
 static void print_execution(const json_t *ex)
 {
     kv("id:", cli_str(ex, "id"));
-    kv("agent:", cli_str(ex, "agent"));
+    kv("agent:", cli_str(ex, "agent_id"));
     kv("session:", cli_str(ex, "session"));
     kv("status:", cli_str(ex, "status"));
     kv("created:", cli_str(ex, "created_at"));
@@ -433,7 +485,7 @@ static int run_get(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(x->sub,
+        return x->failed ? CLI_FAILED : usage_error(x->sub,
                            "missing ID: pass the execution id, e.g. rebuno exec get 0192f1a0-...");
     char *path = exec_path(x, id, "");
     struct err err = ERR_INIT;
@@ -478,7 +530,7 @@ static int run_list(struct exec_ctx *x)
     struct buf path;
     buf_init(&path, 0);
     buf_puts(&path, "/v0/executions");
-    client_query_add(&x->c, &path, "agent", x->o.agent);
+    client_query_add(&x->c, &path, "agent_id", x->o.agent);
     client_query_add(&x->c, &path, "status", x->o.status);
     client_query_add(&x->c, &path, "cursor", x->o.cursor);
     char num[32];
@@ -497,7 +549,7 @@ static int run_list(struct exec_ctx *x)
     const json_t *arr = json_object_get(reply, "executions");
     size_t n = json_array_size(arr);
     /* clean copies of the cells, then column widths */
-    static const char *const keys[] = {"id", "agent", "status", "created_at"};
+    static const char *const keys[] = {"id", "agent_id", "status", "created_at"};
     static const char *const heads[] = {"ID", "AGENT", "STATUS", "CREATED"};
     char **cells = xcalloc(n * 4 + 1, sizeof *cells);
     size_t w[4];
@@ -547,7 +599,7 @@ static int run_events(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec events 0192f1a0-...");
     long long after = 0, lim = 0;
     if (x->o.after && parse_num(x->o.after, 0, LLONG_MAX, &after) < 0)
@@ -563,7 +615,7 @@ static int run_events(struct exec_ctx *x)
     free(p);
     char num[32];
     snprintf(num, sizeof num, "%lld", after);
-    client_query_add(&x->c, &path, "after", x->o.after ? num : NULL);
+    client_query_add(&x->c, &path, "after_seq", x->o.after ? num : NULL);
     snprintf(num, sizeof num, "%lld", lim);
     client_query_add(&x->c, &path, "limit", x->o.limit ? num : NULL);
     struct err err = ERR_INIT;
@@ -571,7 +623,7 @@ static int run_events(struct exec_ctx *x)
     int rc = client_request(&x->c, "GET", path.data, NULL, NULL, &reply, &err);
     buf_fini(&path);
     if (rc < 0) return fail(&err);
-    const json_t *arr = json_object_get(reply, "events");
+    const json_t *arr = reply; /* a bare array */
     long long last = after;
     for (size_t i = 0; i < json_array_size(arr); i++) {
         const json_t *ev = json_array_get(arr, i);
@@ -579,13 +631,13 @@ static int run_events(struct exec_ctx *x)
             cli_json_line(stdout, ev);
         else
             print_event(ev);
-        long long seq = json_integer_value(json_object_get(ev, "seq"));
+        long long seq = json_integer_value(json_object_get(ev, "event_seq"));
         if (seq > last) last = seq;
     }
-    const json_t *ls = json_object_get(reply, "last_seq");
     if (!x->a.json) {
         if (json_array_size(arr) == 0) puts("no events");
-        if (json_is_integer(ls) && json_integer_value(ls) > last)
+        /* a full page: there may be more */
+        if (json_array_size(arr) > 0 && (long long)json_array_size(arr) == (x->o.limit ? lim : 100))
             printf("next: --after %lld\n", last);
     }
     json_decref(reply);
@@ -613,7 +665,7 @@ static int on_event(const char *sse_id, const char *type, const char *data, void
         json_decref(ev);
         return 0;
     }
-    long long seq = json_integer_value(json_object_get(ev, "seq"));
+    long long seq = json_integer_value(json_object_get(ev, "event_seq"));
     if (seq && seq <= w->last_seq) { /* already shown (defensive: resume never repeats) */
         json_decref(ev);
         return 0;
@@ -674,7 +726,7 @@ static int run_watch(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec watch 0192f1a0-...");
     long long after = 0;
     if (x->o.after && parse_num(x->o.after, 0, LLONG_MAX, &after) < 0)
@@ -739,16 +791,20 @@ static int run_cancel(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec cancel 0192f1a0-...");
     json_t *body = json_object();
     if (x->o.reason) json_object_set_new(body, "reason", json_string(x->o.reason));
     char *path = exec_path(x, id, "/cancel");
     struct err err = ERR_INIT;
     json_t *ex = NULL;
-    int rc = client_request(&x->c, "POST", path, body, NULL, &ex, &err);
+    int rc = client_request(&x->c, "POST", path, body, NULL, NULL, &err); /* 204 */
     free(path);
     json_decref(body);
+    if (rc < 0) return fail(&err);
+    path = exec_path(x, id, "");
+    rc = client_request(&x->c, "GET", path, NULL, NULL, &ex, &err);
+    free(path);
     if (rc < 0) return fail(&err);
     if (x->a.json) {
         cli_json_line(stdout, ex);
@@ -756,7 +812,7 @@ static int run_cancel(struct exec_ctx *x)
         fputs("cancelled ", stdout);
         cli_put_clean(stdout, cli_str(ex, "id") ? cli_str(ex, "id") : id, 0);
         fputs(" (agent ", stdout);
-        cli_put_clean(stdout, cli_str(ex, "agent"), 0);
+        cli_put_clean(stdout, cli_str(ex, "agent_id"), 0);
         fputs(", ", stdout);
         cli_put_clean(stdout, cli_str(ex, "status"), 0);
         fputs(")\n", stdout);
@@ -771,7 +827,7 @@ static int run_fork(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     long long at;
-    if (!id) return usage_error(x->sub, "missing ID: pass the execution to fork, e.g. rebuno exec fork 0192f1a0-... --at 12");
+    if (!id) return x->failed ? CLI_FAILED : usage_error(x->sub, "missing ID: pass the execution to fork, e.g. rebuno exec fork 0192f1a0-... --at 12");
     if (!x->o.at || parse_num(x->o.at, 1, LLONG_MAX, &at) < 0)
         return usage_error(x->sub, "--at SEQ is required: the event to fork at (see rebuno exec fork-points %s)", id);
     json_t *body = json_pack("{s:I}", "at_seq", (json_int_t)at);
@@ -821,7 +877,7 @@ static int fetch_fork_points(struct exec_ctx *x, const char *id, json_t **out, s
         }
         json_t *events = json_object_get(page, "events");
         size_t n = json_array_size(events);
-        if (n) after = json_integer_value(json_object_get(json_array_get(events, n - 1), "seq"));
+        if (n) after = json_integer_value(json_object_get(json_array_get(events, n - 1), "event_seq"));
         if (!all) {
             all = page;
         } else {
@@ -840,7 +896,7 @@ static int fetch_fork_points(struct exec_ctx *x, const char *id, json_t **out, s
 static int run_fork_points(struct exec_ctx *x)
 {
     const char *id = need_id(x);
-    if (!id) return usage_error(x->sub, "missing ID: pass the execution id");
+    if (!id) return x->failed ? CLI_FAILED : usage_error(x->sub, "missing ID: pass the execution id");
     json_t *fp = NULL;
     struct err err = ERR_INIT;
     if (fetch_fork_points(x, id, &fp, &err) < 0) return fail(&err);
@@ -866,7 +922,7 @@ static int run_fork_points(struct exec_ctx *x)
     printf("events (fork with --at SEQ; * = covered by a checkpoint of every resource):\n");
     json_array_foreach(json_object_get(fp, "events"), i, v) {
         printf("  %c %5lld  %-24s ", json_is_true(json_object_get(v, "covered")) ? '*' : ' ',
-               (long long)json_integer_value(json_object_get(v, "seq")), cli_str(v, "type") ? cli_str(v, "type") : "");
+               (long long)json_integer_value(json_object_get(v, "event_seq")), cli_str(v, "type") ? cli_str(v, "type") : "");
         cli_put_clean(stdout, cli_str(v, "target"), 80);
         fputc('\n', stdout);
     }
@@ -912,8 +968,8 @@ static const struct exec_sub subs[] = {
      {NULL},
      1,
      run_get},
-    {"list",
-     "list [--agent A] [--status S] [--limit N] [--cursor C]",
+    {"ls",
+     "ls [--agent A] [--status S] [--limit N] [--cursor C]",
      "List executions, newest first, as a table. When there are more, the last line\n"
      "is 'next: --cursor C': pass it to get the next page.\n"
      "\n"
@@ -958,6 +1014,7 @@ static const struct exec_sub subs[] = {
 
 static const char *const delegated[][2] = {
     {"approve", "approve ID [--by NAME] [--reason R]"},
+    {"grant", "grant ID [--by NAME] [--reason R]"},
     {"deny", "deny ID [--by NAME] [--reason R]"},
 };
 
@@ -1007,7 +1064,7 @@ int cmd_exec(int argc, char **argv)
                 group_usage(stdout);
                 return CLI_OK;
             }
-        fputs("error: missing command: say what to do, e.g. rebuno exec list\n", stderr);
+        fputs("error: missing command: say what to do, e.g. rebuno exec ls\n", stderr);
         group_usage(stderr);
         return CLI_USAGE;
     }
@@ -1019,6 +1076,7 @@ int cmd_exec(int argc, char **argv)
     for (size_t i = 0; i < ARRAY_LEN(delegated); i++)
         if (!strcmp(name, delegated[i][0])) return cmd_approval(argc, argv);
     const struct exec_sub *sub = NULL;
+    if (!strcmp(name, "list")) name = "ls"; /* the old name */
     for (size_t i = 0; i < ARRAY_LEN(subs); i++)
         if (!strcmp(name, subs[i].name)) sub = &subs[i];
     if (!sub) {

@@ -313,6 +313,7 @@ static int configure_agents(struct kernel *k, const struct config *c, struct err
                                    a->policy_line, err);
         if ((a->policy_file || a->policy_inline) && !p) return err_wrap(err, "agent %s", a->name);
         kernel_add_agent(k, a->name, p, a->lease_timeout_seconds * 1000, a->max_attempts);
+        kernel_agent_set_endpoint(k, a->name, a->webhook_url, a->secret);
     }
     return 0;
 }
@@ -394,7 +395,8 @@ int cmd_serve(int argc, char **argv)
                              .header_timeout_sec = (int)c.http_header_timeout_seconds,
                              .body_timeout_sec = (int)c.http_body_timeout_seconds,
                              .body_min_rate = (int)c.http_body_min_rate,
-                             .idle_timeout_sec = (int)c.http_idle_timeout_seconds};
+                             .idle_timeout_sec = (int)c.http_idle_timeout_seconds,
+                             .flat_errors = true};
     s.http = http_server_new(s.base, &hc);
     struct api_key_config *keys = xcalloc((size_t)c.n_keys + 1, sizeof *keys);
     for (int i = 0; i < c.n_keys; i++) {
@@ -418,6 +420,7 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     char *shown = store_spec_redacted(db); /* never a password in logs */
+    api_start_dispatch(s.api);
     log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
              dev ? "dev" : "server", c.listen, http_server_port(s.http), shown, c.n_agents,
              c.n_keys ? "api_keys" : "local_token(loopback only)",

@@ -487,7 +487,7 @@ static int points_event(int64_t seq, const char *type, const char *payload, int6
     struct points_ctx *x = arg;
     json_t *p = k_json(payload);
     json_t *target = json_object_get(p, "target");
-    json_array_append_new(x->events, json_pack("{s:I, s:s, s:O, s:b}", "seq", (json_int_t)seq, "type", type, "target",
+    json_array_append_new(x->events, json_pack("{s:I, s:s, s:O, s:b}", "event_seq", (json_int_t)seq, "type", type, "target",
                                                target ? target : json_null(), "covered", covered_at(x, seq)));
     json_decref(p);
     return 0;

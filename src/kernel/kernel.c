@@ -244,6 +244,8 @@ void kernel_free(struct kernel *k)
     for (int i = 0; i < k->n_agents; i++) {
         free(k->agents[i].name);
         policy_free(k->agents[i].policy);
+        free(k->agents[i].webhook_url);
+        free(k->agents[i].secret);
     }
     free(k->agents);
     for (int i = 0; i < k->n_workers; i++) {
@@ -275,15 +277,65 @@ bool kernel_agent_known(struct kernel *k, const char *name)
     return k_find_agent(k, name) != NULL;
 }
 
+void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *webhook_url,
+                               const char *secret)
+{
+    struct agent_conf *a = ensure_agent(k, name);
+    k_set_str(&a->webhook_url, webhook_url);
+    k_set_str(&a->secret, secret);
+}
+
+int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
+                          const char *secret, struct err *err)
+{
+    struct agent_conf *a = ensure_agent(k, name);
+    if (lease_ms > 0) a->lease_ms = lease_ms;
+    k_set_str(&a->webhook_url, webhook_url);
+    k_set_str(&a->secret, secret);
+    int r = store_agent_upsert(k->st, name, clock_now_ms());
+    return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
+}
+
+int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err)
+{
+    struct agent_conf *a = k_find_agent(k, name);
+    if (!a) {
+        policy_free(policy);
+        return err_set(err, 404, "not_found", "agent_id", "no agent named \"%s\"; register it first (POST /v0/agents)",
+                       name);
+    }
+    policy_free(a->policy);
+    a->policy = policy;
+    return 0;
+}
+
+bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out)
+{
+    struct agent_conf *a = k_find_agent(k, name);
+    if (!a) return false;
+    out->webhook_url = a->webhook_url;
+    out->secret = a->secret;
+    out->lease_ms = agent_lease_ms(k, a);
+    out->max_attempts = agent_max_attempts(k, a);
+    return true;
+}
+
+const char *kernel_webhook_agent(struct kernel *k, int i)
+{
+    for (int j = 0; j < k->n_agents; j++)
+        if (k->agents[j].webhook_url && i-- == 0) return k->agents[j].name;
+    return NULL;
+}
+
 static int require_agent(struct kernel *k, const char *agent, int64_t now, struct err *err)
 {
     /* checked before anything else: a name with a newline or an escape would reach
      * the store, the logs and every operator's terminal */
     if (!name_agent_valid(agent))
-        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        return err_invalid(err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (k_find_agent(k, agent)) return 0;
     if (!k->cfg.open_agents)
-        return err_set(err, 404, "not_found", "agent",
+        return err_set(err, 404, "not_found", "agent_id",
                        "no agent named \"%s\" is configured; add it under agents: in the config file",
                        agent);
     ensure_agent(k, agent);
@@ -316,6 +368,18 @@ int k_load_exec(struct kernel *k, const struct caller *c, const char *id,
 
 /* --- JSON views --- */
 
+/* Views omit an absent field rather than sending null (upstream's typed models declare
+ * such fields as plain strings and numbers and refuse a null). Only the view's own
+ * members are dropped: a null inside a client's JSON (input, output, result) stays. */
+json_t *k_omit_nulls(json_t *view)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(view, tmp, key, v) if (json_is_null(v)) json_object_del(view, key);
+    return view;
+}
+
 json_t *k_exec_json(const struct execution *e)
 {
     json_t *d = json_null();
@@ -324,9 +388,10 @@ json_t *k_exec_json(const struct execution *e)
                       "state", dispatch_state_name(e->dstate), "worker_id",
                       e->worker_id[0] && e->dstate == DISPATCH_LEASED ? json_string(e->worker_id) : json_null(),
                       "lease_deadline", e->dstate == DISPATCH_LEASED ? k_time(e->lease_deadline) : json_null());
+        k_omit_nulls(d);
     }
     json_t *j = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "id", e->id,
-                     "agent", e->agent, "session", e->session ? json_string(e->session) : json_null(),
+                     "agent_id", e->agent, "session", e->session ? json_string(e->session) : json_null(),
                      "status", exec_status_name(e->status), "input", k_json(e->input),
                      "output", k_json(e->output), "state", k_json(e->state),
                      "failure_reason", e->failure_reason ? json_string(e->failure_reason) : json_null(),
@@ -337,7 +402,7 @@ json_t *k_exec_json(const struct execution *e)
     json_object_set_new(j, "forked_from", e->forked_from[0] ? json_string(e->forked_from) : json_null());
     json_object_set_new(j, "fork_seq", e->forked_from[0] ? json_integer(e->fork_seq) : json_null());
     json_object_set_new(j, "restoration", k_json(e->restoration));
-    return j;
+    return k_omit_nulls(j);
 }
 
 json_t *k_opt_str(const char *s)
@@ -347,7 +412,7 @@ json_t *k_opt_str(const char *s)
 
 json_t *k_step_json(const struct step *s)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
+    return k_omit_nulls(json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o}",
                      "step_id", s->step_id, "execution_id", s->exec_id, "kind", s->kind, "target", s->target,
                      "args", k_json(s->args), "args_hash", s->args_hash,
                      "occurrence", (json_int_t)s->occurrence, "idempotency", idempotency_name(s->idem),
@@ -355,7 +420,7 @@ json_t *k_step_json(const struct step *s)
                      "error", k_json(s->error), "rule_id", k_opt_str(s->rule_id),
                      "approval_id", s->approval_id[0] ? json_string(s->approval_id) : json_null(),
                      "runs", (json_int_t)s->runs, "created_at", k_time(s->created_at),
-                     "completed_at", k_time(s->completed_at));
+                     "completed_at", k_time(s->completed_at)));
 }
 
 static json_t *approval_json(struct kernel *k, const struct approval *a)
@@ -373,7 +438,7 @@ static json_t *approval_json(struct kernel *k, const struct approval *a)
                           "decided_by", k_opt_str(a->decided_by), "decided_at", k_time(a->decided_at),
                           "rationale", k_opt_str(a->rationale), "created_at", k_time(a->created_at));
     if (have) step_fini(&s);
-    return j;
+    return k_omit_nulls(j);
 }
 
 /* --- dispatch helpers --- */
@@ -423,11 +488,48 @@ int k_check_lease(struct kernel *k, struct execution *e, const struct dispatch_r
 
 /* --- executions --- */
 
+static int count_one(struct execution *e, void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* An explicit parent: a completed execution of the same agent; a session with it is new. */
+static int check_parent(struct kernel *k, const char *agent, const char *parent, const char *session,
+                        struct err *err)
+{
+    struct execution p;
+    int r = uuid_valid(parent) ? store_exec_get(k->st, parent, &p) : -ENOENT;
+    if (r == -ENOENT)
+        return err_set(err, 404, "not_found", "parent_execution_id", "no execution with id \"%s\"", parent);
+    if (r < 0) return k_store_fail(err, r, "reading the parent");
+    int rc = 0;
+    if (strcmp(p.agent, agent) != 0)
+        rc = err_invalid(err, "parent_execution_id", "parent_execution_id: %s is an execution of agent %s, not %s",
+                         parent, p.agent, agent);
+    else if (p.status != EXEC_COMPLETED)
+        rc = err_set(err, 409, "conflict", "parent_execution_id",
+                     "parent_execution_id: %s is %s; only a completed execution can be continued", parent,
+                     exec_status_name(p.status));
+    execution_fini(&p);
+    if (rc < 0 || !session) return rc;
+    int n = 0;
+    if ((r = store_exec_list(k->st, NULL, NULL, session, NULL, 1, count_one, &n)) < 0)
+        return k_store_fail(err, r, "checking the session");
+    if (n)
+        return err_set(err, 409, "conflict", "session",
+                       "session %s already has executions; with parent_execution_id give a new session (or none)",
+                       session);
+    return 0;
+}
+
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  const char *session, int64_t deadline_ms, json_t **out, struct err *err)
+                  const char *session, const char *parent, int64_t deadline_ms, json_t **out,
+                  struct err *err)
 {
     int64_t now = clock_now_ms();
     if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    if (parent && check_parent(k, agent, parent, session, err) < 0) return -1;
     struct agent_conf *a = k_find_agent(k, agent);
     struct execution e;
     memset(&e, 0, sizeof e);
@@ -440,6 +542,7 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
     e.deadline_at = deadline_ms > 0 ? now + deadline_ms : 0;
     e.lease_ms = agent_lease_ms(k, a);
     e.max_attempts = agent_max_attempts(k, a);
+    if (parent) snprintf(e.parent_id, sizeof e.parent_id, "%s", parent);
     int rc = -1;
     int r = store_exec_insert(k->st, &e);
     if (r < 0) {
@@ -477,7 +580,7 @@ int kernel_list(struct kernel *k, const struct caller *c, const char *agent, con
                 const char *session, const char *cursor, int limit, json_t **out, struct err *err)
 {
     if (agent && !name_agent_valid(agent))
-        return err_invalid(err, "agent", "agent: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        return err_invalid(err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (c && c->agent) {
         if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
         agent = c->agent;
@@ -506,7 +609,7 @@ int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, cons
     int64_t now = clock_now_ms();
     int rc = -1;
     if (exec_status_terminal(e.status)) {
-        err_set(err, 409, "execution_terminal", "", "execution %s is already %s", e.id,
+        err_set(err, 409, "conflict", "", "execution %s is already %s; there is nothing to cancel", e.id,
                 exec_status_name(e.status));
         goto out;
     }
@@ -526,8 +629,8 @@ struct events_ctx {
 static json_t *event_json(const char *exec_id, int64_t seq, const char *type, const char *payload,
                           int64_t at)
 {
-    return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "seq", (json_int_t)seq,
-                     "type", type, "at", k_time(at), "payload", k_json(payload));
+    return json_pack("{s:s, s:I, s:s, s:o, s:o}", "execution_id", exec_id, "event_seq", (json_int_t)seq,
+                     "type", type, "occurred_at", k_time(at), "payload", k_json(payload));
 }
 
 static int events_one(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
@@ -840,10 +943,13 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
             if (strcmp(k->workers[j].agent, a->name) == 0 &&
                 now - k->workers[j].last_seen < 2 * agent_lease_ms(k, a))
                 workers++;
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:b, s:i}", "name", a->name,
-                                             "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
-                                             "max_attempts", (json_int_t)agent_max_attempts(k, a),
-                                             "has_policy", a->policy != NULL, "workers", workers));
+        json_t *v = json_pack("{s:s, s:I, s:I, s:b, s:i, s:s}", "id", a->name,
+                              "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
+                              "max_attempts", (json_int_t)agent_max_attempts(k, a),
+                              "has_policy", a->policy != NULL, "workers", workers,
+                              "dispatch", a->webhook_url ? "webhook" : "pull");
+        if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
+        json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);
     return 0;
@@ -1355,6 +1461,10 @@ out:
 
 /* --- timers --- */
 
+/* End the current attempt (its lease expired, or its webhook delivery failed): queue the
+ * execution again, or fail it with dispatch_exhausted after max_attempts. */
+static int end_attempt(struct kernel *k, struct execution *e, int64_t now, struct err *err);
+
 static int expire_lease(struct kernel *k, const char *id, int64_t now, struct err *err)
 {
     struct execution e;
@@ -1366,6 +1476,60 @@ static int expire_lease(struct kernel *k, const char *id, int64_t now, struct er
     if (k_emit(k, &e, "dispatch.expired", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
                                                   (json_int_t)e.attempt, "worker_id", e.worker_id), now, err) < 0)
         goto out;
+    rc = end_attempt(k, &e, now, err);
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+/* The webhook dispatcher's outcome for the attempt it delivered: NULL e when it is no
+ * longer current (superseded, expired, finished). */
+static int load_delivered(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                          struct execution *e, struct err *err)
+{
+    int r = store_exec_get(k->st, exec_id, e);
+    if (r == -ENOENT) return 0;
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
+    if (e->dstate != DISPATCH_LEASED || rules_lease_check(e, d->id, d->attempt) != LEASE_OK) {
+        execution_fini(e);
+        return 0;
+    }
+    return 1;
+}
+
+int kernel_dispatch_acked(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                          struct err *err)
+{
+    struct execution e;
+    int r = load_delivered(k, exec_id, d, &e, err);
+    if (r <= 0) return r;
+    r = k_emit(k, &e, "dispatch.acked", json_pack("{s:s, s:I}", "dispatch_id", e.dispatch_id, "attempt",
+                                                  (json_int_t)e.attempt), clock_now_ms(), err);
+    execution_fini(&e);
+    return r < 0 ? -1 : 0;
+}
+
+int kernel_dispatch_failed(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                           const char *error, struct err *err)
+{
+    struct execution e;
+    int r = load_delivered(k, exec_id, d, &e, err);
+    if (r <= 0) return r;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    if (k_emit(k, &e, "dispatch.failed", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
+                                                 (json_int_t)e.attempt, "error", error), now, err) < 0)
+        goto out;
+    rc = end_attempt(k, &e, now, err);
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+static int end_attempt(struct kernel *k, struct execution *ep, int64_t now, struct err *err)
+{
+    struct execution e = *ep; /* the caller finis it */
+    int rc = -1;
     if (e.attempt >= e.max_attempts) {
         if (k_finish_exec(k, &e, EXEC_FAILED, "dispatch_exhausted", now, err) < 0) goto out;
     } else {
@@ -1380,7 +1544,7 @@ static int expire_lease(struct kernel *k, const char *id, int64_t now, struct er
     }
     rc = 0;
 out:
-    execution_fini(&e);
+    *ep = e;
     return rc;
 }
 

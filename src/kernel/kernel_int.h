@@ -11,6 +11,8 @@ struct agent_conf {
     char *name;
     struct policy *policy;
     int64_t lease_ms, max_attempts;
+    char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
+    char *secret;      /* NULL: no signed calls */
 };
 
 struct worker {
@@ -37,6 +39,7 @@ json_t *k_json(const char *text);
 char *k_text(const json_t *v);
 json_t *k_time(int64_t ms);
 json_t *k_opt_str(const char *s);
+json_t *k_omit_nulls(json_t *view); /* drop the null members of a view object */
 void k_set_str(char **dst, const char *src);
 void k_note_exec(struct kernel *k, const char *id);
 void k_note_agent(struct kernel *k, const char *agent);

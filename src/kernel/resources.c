@@ -32,12 +32,12 @@ static json_t *view(struct kernel *k, const struct resource *r)
 {
     bool covered = false;
     store_checkpoint_covered(k->st, r->exec_id, r->key, r->generation, &covered);
-    return json_pack("{s:s, s:s, s:o, s:b, s:I, s:b, s:I, s:I, s:I, s:o, s:o, s:b}", "key", r->key, "driver_id",
+    return k_omit_nulls(json_pack("{s:s, s:s, s:o, s:b, s:I, s:b, s:I, s:I, s:I, s:o, s:o, s:b}", "key", r->key, "driver_id",
                      r->driver_id, "configuration", k_json(r->configuration), "coverage_reuse", r->coverage_reuse,
                      "every_steps", (json_int_t)r->every_steps, "on_completion", r->on_completion,
                      "registered_seq", (json_int_t)r->registered_seq, "generation", (json_int_t)r->generation,
                      "count", (json_int_t)r->count, "binding", k_json(r->binding), "checkpoint_ref",
-                     k_opt_str(r->checkpoint_ref), "covered", covered);
+                     k_opt_str(r->checkpoint_ref), "covered", covered));
 }
 
 /* Load the execution for an agent write on its resources: live, current lease. */

@@ -313,17 +313,27 @@ static json_t *json_str_safe(const char *s)
     return j;
 }
 
-static char *error_json(const char *code, const char *field, const char *msg)
+/* flat: {code, message, details: {field}} at the top level (the kernel's /v0, upstream
+ * Rebuno's envelope); else {"error": {code, message, field}} (the sandbox daemon). */
+static char *error_json(bool flat, const char *code, const char *field, const char *msg)
 {
     json_t *e = json_object();
     json_object_set_new(e, "code", json_str_safe(code && *code ? code : "internal_error"));
     json_object_set_new(e, "message", json_str_safe(msg && *msg ? msg : "internal error"));
-    if (field && *field) json_object_set_new(e, "field", json_str_safe(field));
-    json_t *root = json_object();
-    json_object_set_new(root, "error", e);
+    if (field && *field) {
+        if (flat) json_object_set_new(e, "details", json_pack("{s:o}", "field", json_str_safe(field)));
+        else json_object_set_new(e, "field", json_str_safe(field));
+    }
+    json_t *root = e;
+    if (!flat) {
+        root = json_object();
+        json_object_set_new(root, "error", e);
+    }
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
-    if (!s) s = xstrdup("{\"error\":{\"code\":\"internal_error\",\"message\":\"internal error\"}}");
+    if (!s)
+        s = xstrdup(flat ? "{\"code\":\"internal_error\",\"message\":\"internal error\"}"
+                         : "{\"error\":{\"code\":\"internal_error\",\"message\":\"internal error\"}}");
     return s;
 }
 
@@ -680,7 +690,7 @@ static bool conn_reject(struct http_conn *c, enum http_errno e)
         req_free(c->req);
         c->req = NULL;
     }
-    char *body = error_json(rej->code, rej->field, rej->msg);
+    char *body = error_json(c->s->cfg.flat_errors, rej->code, rej->field, rej->msg);
     write_response(c, NULL, rej->status, "application/json", body, strlen(body));
     free(body);
     c->linger = true;
@@ -1550,6 +1560,11 @@ const char *http_req_path(const struct http_req *r)
     return r->path ? r->path : "/";
 }
 
+const char *http_req_target(const struct http_req *r)
+{
+    return r->url.data ? r->url.data : "";
+}
+
 const char *http_req_param(const struct http_req *r, const char *name)
 {
     return kvs_get(&r->params, name, false);
@@ -1704,7 +1719,7 @@ void http_reply_json(struct http_req *r, int status, json_t *body)
 static void reply_error_msg(struct http_req *r, int status, const char *code, const char *field,
                             const char *msg)
 {
-    char *body = error_json(code, field, msg);
+    char *body = error_json(r->server->cfg.flat_errors, code, field, msg);
     http_reply_raw(r, status ? status : 500, "application/json", body, strlen(body));
     free(body);
 }

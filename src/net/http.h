@@ -15,7 +15,8 @@
  * that the pointer must not be used. Everything runs on the loop thread.
  *
  * Errors are rendered as  {"error":{"code":"...","message":"...","field":"..."}}
- * ("field" omitted when empty).
+ * ("field" omitted when empty), or with flat_errors as {"code":"...","message":"...",
+ * "details":{"field":"..."}} ("details" omitted when there is no field).
  */
 #ifndef REBUNO_NET_HTTP_H
 #define REBUNO_NET_HTTP_H
@@ -53,6 +54,7 @@ struct http_config {
     int max_connections;      /* open connections; default 4096 */
     int max_per_peer;         /* open connections per client address (IPv6: per /64);
                                  default min(1024, max_connections) */
+    bool flat_errors;         /* {code, message, details} at the top level (see above) */
 };
 
 typedef void (*http_handler_fn)(struct http_req *req, void *arg);
@@ -86,6 +88,7 @@ void http_set_filter(struct http_server *s, http_filter_fn fn, void *arg);
 /* --- request accessors (valid while the request is) --- */
 const char *http_req_method(const struct http_req *r);
 const char *http_req_path(const struct http_req *r);      /* decoded path without query */
+const char *http_req_target(const struct http_req *r);    /* the request target as sent (path?query) */
 const char *http_req_param(const struct http_req *r, const char *name); /* ":name" capture */
 /* Decoded query parameter, NULL if absent. Repeated keys: the first one. */
 const char *http_req_query(const struct http_req *r, const char *name);

@@ -178,7 +178,7 @@ class Kernel:
         return out
 
     def create(self, agent="hello", input=None, **extra):
-        body = {"agent": agent}
+        body = {"agent_id": agent}
         if input is not None:
             body["input"] = input
         body.update(extra)
@@ -194,7 +194,7 @@ class Kernel:
         return out if st == 200 else None
 
     def events(self, exec_id, after=0):
-        return self.ok("GET", f"/v0/executions/{exec_id}/events?after={after}&limit=1000")["events"]
+        return self.ok("GET", f"/v0/executions/{exec_id}/events?after_seq={after}&limit=1000")
 
 
 class Dispatch:

@@ -68,8 +68,8 @@ def test_policy_decisions(make_kernel):
 
 def test_unknown_agent_in_server_mode(make_kernel):
     k = start(make_kernel)
-    st, out = k.request("POST", "/v0/executions", {"agent": "nobody"})
-    assert st == 404 and out["error"]["field"] == "agent"
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "nobody"})
+    assert st == 404 and out["details"]["field"] == "agent_id"
 
 
 def test_grant_resumes_and_step_runs_once(make_kernel):
@@ -80,13 +80,15 @@ def test_grant_resumes_and_step_runs_once(make_kernel):
     # While blocked nothing new may start (a second identical call is a new occurrence).
     assert d.submit("open_pr", {"title": "Fix"}, idempotency="at_most_once")["decision"] == "execution_blocked"
     assert d.submit("shell", {"command": "ls"})["decision"] == "execution_blocked"
-    approvals = k.ok("GET", f"/v0/approvals?execution_id={ex['id']}")["approvals"]
+    approvals = k.ok("GET", f"/v0/approvals?execution_id={ex['id']}")
     assert len(approvals) == 1 and approvals[0]["target"] == "open_pr"
     assert approvals[0]["reason"] == "opening a pull request needs approval"
-    out = k.ok("POST", f"/v0/approvals/{dec['approval_id']}/approve", {"by": "bob", "reason": "looks good"})
-    assert out["status"] == "granted" and out["decided_by"] == "bob"
-    st, out = k.request("POST", f"/v0/approvals/{dec['approval_id']}/deny", {"by": "eve"})
-    assert st == 409 and out["error"]["code"] == "conflict"
+    st, out = k.request("POST", f"/v0/approvals/{dec['approval_id']}/grant", {"decided_by": "bob", "rationale": "looks good"})
+    assert st == 204 and out is None
+    out = k.ok("GET", f"/v0/approvals/{dec['approval_id']}")
+    assert out["status"] == "granted" and out["decided_by"] == "bob" and out["rationale"] == "looks good"
+    st, out = k.request("POST", f"/v0/approvals/{dec['approval_id']}/deny", {"decided_by": "eve"})
+    assert st == 409 and out["code"] == "conflict"
     # The resumed execution is dispatched again; replay up to the held call, which proceeds.
     d2 = Dispatch(k, k.claim("coder", k.worker("coder"), wait=5))
     assert d2.id != d.id
@@ -96,7 +98,7 @@ def test_grant_resumes_and_step_runs_once(make_kernel):
     d2.finish(go["step_id"], result={"pr": 1})
     st, _ = d.call("POST", "/heartbeat")
     assert st == 409  # the old dispatch is superseded
-    assert d2.complete("done")[0] == 200
+    assert d2.complete("done")[0] == 204
     types = [e["type"] for e in k.events(ex["id"])]
     for t in ("step.awaiting_approval", "approval.requested", "execution.blocked", "approval.granted",
               "step.allowed", "execution.resumed"):
@@ -106,7 +108,7 @@ def test_grant_resumes_and_step_runs_once(make_kernel):
 def test_deny_gives_a_refusal(make_kernel):
     k = start(make_kernel)
     ex, d, dec = blocked_execution(k)
-    k.ok("POST", f"/v0/approvals/{dec['approval_id']}/deny", {"by": "bob", "reason": "not now"})
+    k.ok("POST", f"/v0/approvals/{dec['approval_id']}/deny", {"decided_by": "bob", "rationale": "not now"})
     assert k.ok("GET", f"/v0/executions/{ex['id']}")["status"] == "running"
     d2 = Dispatch(k, k.claim("coder", k.worker("coder"), wait=5))
     d2.submit("shell", {"command": "make test"})
@@ -133,8 +135,8 @@ def test_expiry_denies_and_resumes(make_kernel):
 def test_approvers_are_enforced(make_kernel):
     k = start(make_kernel)
     ex, d, dec = blocked_execution(k, target="deploy")
-    st, out = k.request("POST", f"/v0/approvals/{dec['approval_id']}/approve", {"by": "mallory"})
-    assert st == 403 and out["error"]["field"] == "by"
+    st, out = k.request("POST", f"/v0/approvals/{dec['approval_id']}/grant", {"decided_by": "mallory"})
+    assert st == 403 and out["details"]["field"] == "by"
 
 
 def test_cancel_expires_pending_approval(make_kernel):

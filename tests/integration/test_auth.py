@@ -28,13 +28,13 @@ def test_roles(make_kernel):
     k = make_kernel(CONFIG, mode="server", env={"CODER_KEY": CODER}).start()
     assert k.request("GET", "/v0/health")[0] == 200
     st, out = k.request("GET", "/v0/executions")
-    assert st == 401 and out["error"]["code"] == "unauthorized"
+    assert st == 401 and out["code"] == "unauthorized"
     st, out = k.request("GET", "/v0/executions", key="wrong-key-0123456789")
     assert st == 401
-    ex = k.ok("POST", "/v0/executions", {"agent": "coder"}, key=CLIENT, status=201)
+    ex = k.ok("POST", "/v0/executions", {"agent_id": "coder"}, key=CLIENT, status=201)
     # A client may not act as an agent.
     st, out = k.request("POST", "/v0/agents/coder/workers", {}, key=CLIENT)
-    assert st == 403 and out["error"]["code"] == "forbidden"
+    assert st == 403 and out["code"] == "forbidden"
     # An agent key works only for its own agent.
     st, out = k.request("POST", "/v0/agents/coder/workers", {}, key=OTHER)
     assert st == 403

@@ -21,12 +21,12 @@ def cli(k, *args, check=True, timeout=30):
 def test_create_get_list_cancel(kernel):
     out = cli(kernel, "exec", "create", "hello", '{"name": "world"}', "--json").stdout
     ex = json.loads(out)
-    assert ex["agent"] == "hello" and ex["input"] == {"name": "world"}
+    assert ex["agent_id"] == "hello" and ex["input"] == {"name": "world"}
     text = cli(kernel, "exec", "create", "hello").stdout
     assert text.startswith("created ") and "(agent hello, pending)" in text
     got = cli(kernel, "exec", "get", ex["id"]).stdout
     assert ex["id"] in got and "pending" in got
-    listing = cli(kernel, "exec", "list", "--agent", "hello").stdout
+    listing = cli(kernel, "exec", "ls", "--agent", "hello").stdout
     assert ex["id"] in listing
     cli(kernel, "exec", "cancel", ex["id"], "--reason", "changed my mind")
     assert kernel.ok("GET", f"/v0/executions/{ex['id']}")["failure_reason"] == "changed my mind"
@@ -63,7 +63,7 @@ def test_watch_follows_to_completion(kernel):
         assert text in p.stdout, (text, p.stdout)
     # --json prints one event per line with gap-free seqs
     lines = cli(kernel, "exec", "events", ex["id"], "--json").stdout.strip().splitlines()
-    assert [json.loads(l)["seq"] for l in lines] == list(range(1, len(lines) + 1))
+    assert [json.loads(l)["event_seq"] for l in lines] == list(range(1, len(lines) + 1))
 
 
 def test_events_summarize_model_calls(kernel):
@@ -91,7 +91,7 @@ def test_events_summarize_model_calls(kernel):
 def test_watch_exits_nonzero_on_failure(kernel):
     ex = kernel.create("hello", {})
     d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
-    assert d.call("POST", "/fail", {"error": "agent_error: ValueError: boom"})[0] == 200
+    assert d.call("POST", "/fail", {"error": "agent_error: ValueError: boom"})[0] == 204
     p = cli(kernel, "exec", "watch", ex["id"], check=False)
     assert p.returncode == 1 and "boom" in p.stdout + p.stderr
 
@@ -112,7 +112,7 @@ def test_approve_and_deny_by_execution_id(make_kernel):
         assert p.returncode == 1 and "no pending approval" in p.stderr
         # The decision re-queued the execution; finish it so the next round claims its own.
         d2 = Dispatch(k, k.claim("coder", k.worker("coder")))
-        assert d2.exec_id == ex["id"] and d2.complete("done")[0] == 200
+        assert d2.exec_id == ex["id"] and d2.complete("done")[0] == 204
 
 
 def test_policy_check(tmp_path):
@@ -137,7 +137,7 @@ def finished_execution(k, steps=2):
     d = Dispatch(k, k.claim("hello", k.worker("hello")))
     for i in range(steps):
         d.finish(d.submit("tool", {"i": i})["step_id"], result=i)
-    assert d.complete({"done": True})[0] == 200
+    assert d.complete({"done": True})[0] == 204
     return ex["id"], k.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"]
 
 
@@ -154,7 +154,7 @@ def test_create_with_deadline(kernel):
     assert kernel.ok("GET", f"/v0/executions/{ex['id']}")["deadline_at"] == ex["deadline_at"]
     assert ex["deadline_at"] in cli(kernel, "exec", "get", ex["id"]).stdout
     # Without --deadline there is none.
-    assert json.loads(cli(kernel, "exec", "create", "hello", "--json").stdout)["deadline_at"] is None
+    assert json.loads(cli(kernel, "exec", "create", "hello", "--json").stdout).get("deadline_at") is None
     before = kernel.ok("GET", "/v0/executions?limit=200")["executions"]
     for bad in ("0", "soon", "31536001"):
         p = cli(kernel, "exec", "create", "hello", "--deadline", bad, check=False)
@@ -166,9 +166,9 @@ def test_list_status_and_cursor(kernel):
     ids = [kernel.create("pager", {"i": i})["id"] for i in range(3)]
     kernel.create("other", {})
     kernel.ok("POST", f"/v0/executions/{ids[1]}/cancel", {})
-    out = cli(kernel, "exec", "list", "--agent", "pager", "--status", "cancelled").stdout
+    out = cli(kernel, "exec", "ls", "--agent", "pager", "--status", "cancelled").stdout
     assert ids[1] in out and ids[0] not in out and ids[2] not in out, out
-    page = json.loads(cli(kernel, "exec", "list", "--status", "pending", "--agent", "pager", "--json").stdout)
+    page = json.loads(cli(kernel, "exec", "ls", "--status", "pending", "--agent", "pager", "--json").stdout)
     assert [e["id"] for e in page["executions"]] == [ids[2], ids[0]]
     assert "no executions" in cli(kernel, "exec", "list", "--agent", "pager", "--status", "failed").stdout
     # Pages: newest first, the last line says how to get the next one, --cursor gets it.
@@ -193,7 +193,7 @@ def test_events_after_and_limit(kernel):
     rest = cli(kernel, "exec", "events", ex_id, "--after", "5").stdout
     assert seqs(rest) == list(range(6, last + 1)) and "next:" not in rest, rest
     lines = cli(kernel, "exec", "events", ex_id, "--json", "--after", "1", "--limit", "2").stdout.splitlines()
-    assert [json.loads(line)["seq"] for line in lines] == [2, 3]
+    assert [json.loads(line)["event_seq"] for line in lines] == [2, 3]
     assert "no events" in cli(kernel, "exec", "events", ex_id, "--after", str(last)).stdout
     for opt, bad in (("--after", "-1"), ("--limit", "0"), ("--limit", "1001")):
         p = cli(kernel, "exec", "events", ex_id, opt, bad, check=False)
@@ -205,7 +205,7 @@ def test_watch_json_and_after_on_a_finished_execution(kernel):
     # --json: the events after --after as NDJSON, nothing else; exit 0 for completed.
     p = cli(kernel, "exec", "watch", ex_id, "--json", "--after", "3", timeout=60)
     events = [json.loads(line) for line in p.stdout.splitlines()]
-    assert [e["seq"] for e in events] == list(range(4, last + 1))
+    assert [e["event_seq"] for e in events] == list(range(4, last + 1))
     assert events[-1]["type"] == "execution.completed" and events[-1]["execution_id"] == ex_id
     # Text with --after: only later events, then the outcome.
     p = cli(kernel, "exec", "watch", ex_id, "--after", str(last - 1), timeout=60)
@@ -219,7 +219,7 @@ def test_watch_json_and_after_on_a_finished_execution(kernel):
     # A failed execution: exit 1 with --json too.
     ex = kernel.create("hello", {})
     d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
-    assert d.call("POST", "/fail", {"error": "agent_error: boom"})[0] == 200
+    assert d.call("POST", "/fail", {"error": "agent_error: boom"})[0] == 204
     p = cli(kernel, "exec", "watch", ex["id"], "--json", check=False, timeout=60)
     assert p.returncode == 1
     assert json.loads(p.stdout.splitlines()[-1])["type"] == "execution.failed"
@@ -237,7 +237,7 @@ def test_approval_get_approve_deny(make_kernel):
     (ex1, a1), (ex2, a2) = blocked
     text = cli(k, "approval", "get", a1).stdout
     for want in (f"id:          {a1}", f"execution:   {ex1}", "call:        tool_call open_pr",
-                 "status:      pending", "rule:        open-pr", f"approve with: rebuno approval approve {a1}",
+                 "status:      pending", "rule:        open-pr", f"grant with: rebuno approval grant {a1}",
                  f"deny with: rebuno approval deny {a1}"):
         assert want in text, (want, text)
     got = json.loads(cli(k, "approval", "get", a1, "--json").stdout)
@@ -261,7 +261,7 @@ def test_approval_get_approve_deny(make_kernel):
 
 def test_not_found_errors_say_what_to_do(make_kernel):
     k = make_kernel(POLICY, mode="server").start()
-    exec_hint = f'error: no execution with id "{UNKNOWN}"; list executions with \'rebuno exec list\''
+    exec_hint = f'error: no execution with id "{UNKNOWN}"; list executions with \'rebuno exec ls\''
     for args in (("exec", "get", UNKNOWN), ("exec", "events", UNKNOWN), ("exec", "watch", UNKNOWN),
                  ("exec", "cancel", UNKNOWN), ("exec", "get", "not-an-id")):
         p = cli(k, *args, check=False, timeout=60)
@@ -273,4 +273,4 @@ def test_not_found_errors_say_what_to_do(make_kernel):
             "'rebuno approval ls --status all'") in p.stderr, p.stderr
     # Other errors are left as the kernel wrote them.
     p = cli(k, "exec", "create", "nobody", check=False)
-    assert p.returncode == 1 and "add it under agents:" in p.stderr and "rebuno exec list" not in p.stderr
+    assert p.returncode == 1 and "add it under agents:" in p.stderr and "rebuno exec ls" not in p.stderr

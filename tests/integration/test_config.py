@@ -89,11 +89,11 @@ def runs():
 
 def lease_of(port, agent="coder"):
     """The lease the kernel reports for agent, and the one a claim actually gets."""
-    agents = {a["name"]: a for a in get(port, "/v0/agents")[1]["agents"]}
+    agents = {a["id"]: a for a in get(port, "/v0/agents")[1]}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     h = {"Content-Type": "application/json", **local_auth(port)}
     try:
-        conn.request("POST", "/v0/executions", json.dumps({"agent": agent}), h)
+        conn.request("POST", "/v0/executions", json.dumps({"agent_id": agent}), h)
         assert conn.getresponse().read()
         conn.request("POST", f"/v0/agents/{agent}/workers", "{}", h)
         worker = json.loads(conn.getresponse().read())["worker_id"]

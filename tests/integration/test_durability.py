@@ -50,13 +50,13 @@ def test_kill9_loses_no_acknowledged_write(make_kernel):
     assert len(acked["execs"]) > 20, "the load did not run long enough to test anything"
     for ex_id in acked["execs"]:
         got = k.ok("GET", f"/v0/executions/{ex_id}")
-        seqs = [e["seq"] for e in k.events(ex_id)]
+        seqs = [e["event_seq"] for e in k.events(ex_id)]
         assert seqs == list(range(1, len(seqs) + 1)), f"gap in {ex_id}: {seqs}"
         if ex_id in acked["completed"]:
             assert got["status"] == "completed" and got["output"] == {"done": True}
     steps = {}
     for ex_id in acked["execs"]:
-        for s in k.ok("GET", f"/v0/executions/{ex_id}/steps")["steps"]:
+        for s in k.ok("GET", f"/v0/executions/{ex_id}/steps"):
             steps[s["step_id"]] = s
     for step_id in acked["proceeds"]:
         assert step_id in steps, f"acknowledged step {step_id} was lost"

@@ -42,9 +42,9 @@ def test_paging(kernel):
     for i in range(10):
         d.finish(d.submit("t", {"i": i})["step_id"], result=i)
     all_events = kernel.events(ex["id"])
-    page = kernel.ok("GET", f"/v0/executions/{ex['id']}/events?after=5&limit=3")
-    assert [e["seq"] for e in page["events"]] == [6, 7, 8]
-    assert page["last_seq"] == all_events[-1]["seq"]
+    page = kernel.ok("GET", f"/v0/executions/{ex['id']}/events?after_seq=5&limit=3")
+    assert [e["event_seq"] for e in page] == [6, 7, 8]  # a bare array, as upstream
+    assert kernel.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"] == all_events[-1]["event_seq"]
 
 
 def test_sse_live_and_resume(kernel):
@@ -71,7 +71,7 @@ def test_sse_live_and_resume(kernel):
     # Resume from the middle: nothing missed, nothing repeated.
     resumed = read_sse(kernel.port, path, last_id=7)
     assert [int(f["id"]) for f in resumed] == seqs[7:]
-    resumed = read_sse(kernel.port, path + "?after=3")
+    resumed = read_sse(kernel.port, path + "?after_seq=3")
     assert [int(f["id"]) for f in resumed] == seqs[3:]
 
 
@@ -92,7 +92,7 @@ def test_many_watchers_see_the_same_log(kernel):
     d.complete("ok")
     for t in threads:
         t.join(10)
-    final = [e["seq"] for e in kernel.events(ex["id"])]
+    final = [e["event_seq"] for e in kernel.events(ex["id"])]
     assert all(r == final for r in results), results
 
 
@@ -101,7 +101,7 @@ def test_list_filters_and_cursor_pagination(kernel):
     kernel.create("other", {})
     seen, cursor = [], None
     while True:
-        q = "agent=pager&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        q = "agent_id=pager&limit=3" + (f"&cursor={cursor}" if cursor else "")
         page = kernel.ok("GET", f"/v0/executions?{q}")
         seen += [e["id"] for e in page["executions"]]
         cursor = page["next_cursor"]

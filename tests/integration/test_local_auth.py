@@ -71,7 +71,8 @@ def run(args, env=None, nobody=False, cwd="/", **kw):
 def assert_refused(results, what):
     for (method, path, _, _), (st, body, www) in zip(what, results):
         assert st == 401, (method, path, st, body)
-        assert body["error"]["code"] == "unauthorized" and body["error"]["field"] == "Authorization", body
+        e = body.get("error", body)  # sandboxd nests its errors; the kernel's are at the top
+        assert e["code"] == "unauthorized" and (e.get("field") or e["details"]["field"]) == "Authorization", body
         assert www and www.startswith("Bearer"), (method, path, www)
 
 
@@ -281,11 +282,11 @@ def test_other_local_user_gets_401_from_the_kernel(make_kernel):
     appr = dec["approval_id"]
     e = f"/v0/executions/{ex['id']}"
     reqs = [
-        ("POST", f"/v0/approvals/{appr}/approve", {"by": "mallory"}, {}),
-        ("POST", f"/v0/approvals/{appr}/deny", {"by": "mallory"}, {}),
+        ("POST", f"/v0/approvals/{appr}/grant", {"decided_by": "mallory"}, {}),
+        ("POST", f"/v0/approvals/{appr}/deny", {"decided_by": "mallory"}, {}),
         ("GET", "/v0/approvals", None, {}),
         ("GET", f"/v0/approvals/{appr}", None, {}),
-        ("POST", "/v0/executions", {"agent": "coder"}, {}),
+        ("POST", "/v0/executions", {"agent_id": "coder"}, {}),
         ("GET", "/v0/executions", None, {}),
         ("GET", e, None, {}),
         ("POST", e + "/cancel", {}, {}),
@@ -301,8 +302,8 @@ def test_other_local_user_gets_401_from_the_kernel(make_kernel):
     ]
     results = as_nobody(k.port, reqs)
     assert_refused(results, reqs)
-    assert "local-token" in results[0][1]["error"]["message"]
-    assert "REBUNO_API_KEY" in results[0][1]["error"]["message"]
+    assert "local-token" in results[0][1]["message"]
+    assert "REBUNO_API_KEY" in results[0][1]["message"]
     assert as_nobody(k.port, [("GET", "/v0/health", None, {})])[0][0] == 200
     # the CLI as nobody: refused, and told what to do
     p = run(["approval", "approve", appr, "--by", "mallory", "--url", k.url], nobody=True)
@@ -345,9 +346,9 @@ def test_kernel_token_file_and_owner_clients(make_kernel, tmp_path):
             env={"XDG_CONFIG_HOME": str(tmp_path / "empty"), "REBUNO_STATE_DIR": state})
     assert p.returncode == 1 and "no local token" in p.stderr, p
     st, out = k.request("GET", "/v0/executions", key="0" * 64)
-    assert st == 401 and out["error"]["field"] == "Authorization" and "wrong token" in out["error"]["message"]
+    assert st == 401 and out["details"]["field"] == "Authorization" and "wrong token" in out["message"]
     st, out = k.request("GET", "/v0/executions", auth=False)
-    assert st == 401 and path in out["error"]["message"], out
+    assert st == 401 and path in out["message"], out
     # the SDK with nothing given, across a restart of the kernel (a new token)
     code = textwrap.dedent(f"""
         import sys, time
@@ -382,7 +383,7 @@ def test_api_keys_mode_makes_no_local_token(make_kernel):
     assert not os.path.exists(registry_entry(k.port))
     assert k.request("GET", "/v0/executions", key="admin-key-0123456789abcdef")[0] == 200
     st, out = k.request("GET", "/v0/executions")
-    assert st == 401 and out["error"]["message"].startswith("missing API key"), out
+    assert st == 401 and out["message"].startswith("missing API key"), out
 
 
 def test_tokens_never_reach_sandboxes_logs_or_child_processes(make_kernel):

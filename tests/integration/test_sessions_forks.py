@@ -16,7 +16,7 @@ def register(d, key="ws", every_steps=2, **extra):
 
 
 def capture(d, key, generation, ref):
-    st, out = d.call("POST", "/checkpoints", {"captures": [{"key": key, "generation": generation,
+    st, out = d.call("POST", "/resources/checkpoints", {"captures": [{"key": key, "generation": generation,
                                                             "checkpoint_ref": ref}]})
     assert st == 200, out
     return out
@@ -38,20 +38,20 @@ def run_step(d, target, key="ws", captures_ref=None, **kw):
 def test_session_turns_wait_and_read_previous(kernel):
     a = kernel.create("coder", {"task": "one"}, session="s1")
     b = kernel.create("coder", {"task": "two"}, session="s1")
-    assert b["status"] == "pending" and b["dispatch"] is None
+    assert b["status"] == "pending" and b.get("dispatch") is None
     assert "execution.waiting" in [e["type"] for e in kernel.events(b["id"])]
     d = claim(kernel)
     assert d.exec_id == a["id"]
     assert kernel.claim("coder", kernel.worker("coder"), wait=0) is None, "second turn started too early"
-    assert kernel.ok("GET", f"/v0/executions/{a['id']}/previous")["state"] is None
-    assert d.complete({"answer": 1}, state={"messages": ["hi"]})[0] == 200
+    assert kernel.ok("GET", f"/v0/executions/{a['id']}/previous").get("state") is None
+    assert d.complete({"answer": 1}, state={"messages": ["hi"]})[0] == 204
     d2 = claim(kernel)
     assert d2.exec_id == b["id"]
     prev = kernel.ok("GET", f"/v0/executions/{b['id']}/previous")
     assert prev == {"state": {"messages": ["hi"]}, "parent_execution_id": a["id"]}
     assert kernel.ok("GET", f"/v0/executions/{b['id']}")["parent_execution_id"] == a["id"]
     # Without state, previous() falls back to the output.
-    assert d2.complete({"answer": 2})[0] == 200
+    assert d2.complete({"answer": 2})[0] == 204
     c = kernel.create("coder", {"task": "three"}, session="s1")
     claim(kernel)
     assert kernel.ok("GET", f"/v0/executions/{c['id']}/previous")["state"] == {"answer": 2}
@@ -76,11 +76,11 @@ def test_session_turn_inherits_resource_binding(kernel):
     kernel.create("coder", {}, session="s3")
     d = claim(kernel)
     view = register(d)
-    assert view["binding"] is None and view["covered"] is False
+    assert view.get("binding") is None and view["covered"] is False
     st, _ = d.call("POST", "/resources/ws/binding", {"binding": {"sandbox": "sbx-1"}})
     assert st == 204
     st, out = d.call("POST", "/resources/ws/binding", {"binding": {"sandbox": "other"}})
-    assert st == 409 and out["error"]["code"] == "conflict"
+    assert st == 409 and out["code"] == "conflict"
     d.complete("done")
     kernel.create("coder", {}, session="s3")
     d2 = claim(kernel)
@@ -127,7 +127,7 @@ def test_capture_refused_while_a_writer_runs(kernel):
     gen = dec["resources"][0]["generation"]
     assert capture(d, "ws", gen, "mid")["refused"] == [{"key": "ws", "reason": "writers_active"}]
     st, out = d.call("POST", "/steps", {"kind": "tool_call", "target": "w", "resources": ["undeclared"]})
-    assert st == 400 and out["error"]["field"] == "resources"
+    assert st == 400 and out["details"]["field"] == "resources"
 
 
 def build_history(k):
@@ -150,9 +150,9 @@ def test_fork_points_and_restoration(kernel):
     assert fp["resources"] == {"ws": fp["resources"]["ws"]}
     refs = {c["checkpoint_ref"]: c for c in fp["checkpoints"]}
     assert set(refs) == {"cp0", "cp2"}
-    events = {e["seq"]: e for e in fp["events"]}
+    events = {e["event_seq"]: e for e in fp["events"]}
     # Between the two checkpoints (after write_a started): not covered, restores cp0.
-    a_exec = [e["seq"] for e in fp["events"] if e["type"] == "step.executing" and e["target"] == "write_a"][0]
+    a_exec = [e["event_seq"] for e in fp["events"] if e["type"] == "step.executing" and e["target"] == "write_a"][0]
     mid = a_exec + 1
     assert events[mid]["covered"] is False
     fork = kernel.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": mid, "session": "fork-1"}, status=201)
@@ -171,12 +171,12 @@ def test_fork_points_and_restoration(kernel):
 def test_fork_replays_settled_steps_then_runs_live(kernel):
     ex = build_history(kernel)
     fp = kernel.ok("GET", f"/v0/executions/{ex['id']}/fork-points")
-    b_done = [e["seq"] for e in fp["events"] if e["type"] == "step.succeeded" and e["target"] == "write_b"][0]
+    b_done = [e["event_seq"] for e in fp["events"] if e["type"] == "step.succeeded" and e["target"] == "write_b"][0]
     fork = kernel.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": b_done}, status=201)
     d = claim(kernel)
     assert d.exec_id == fork["id"]
     view = register(d)
-    assert view["binding"] is None and view["checkpoint_ref"] == "cp2" and view["count"] == 2
+    assert view.get("binding") is None and view["checkpoint_ref"] == "cp2" and view["count"] == 2
     for target in ("write_a", "write_b"):
         dec = d.submit(target, {"n": target}, resources=["ws"])
         assert dec["decision"] == "replay" and dec["result"] == target
@@ -193,10 +193,10 @@ def test_fork_validation(kernel):
     for body, field, status in (({"at_seq": 0}, "at_seq", 400), ({"at_seq": last + 1}, "at_seq", 400),
                                 ({}, "at_seq", 400), ({"at_seq": 1, "session": "bad name"}, "session", 400)):
         st, out = kernel.request("POST", f"/v0/executions/{ex['id']}/fork", body)
-        assert st == status and out["error"]["field"] == field, (body, out)
+        assert st == status and out["details"]["field"] == field, (body, out)
     kernel.create("coder", {}, session="taken")
     st, out = kernel.request("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": 1, "session": "taken"})
-    assert st == 409 and out["error"]["field"] == "session"
+    assert st == 409 and out["details"]["field"] == "session"
 
 
 def test_cli_session_and_fork(kernel):
@@ -216,7 +216,7 @@ def test_cli_session_and_fork(kernel):
     points = cli(kernel, "exec", "fork-points", first["id"]).stdout
     assert "cp0" in points and "cp2" in points and "step.executing" in points
     fp = kernel.ok("GET", f"/v0/executions/{first['id']}/fork-points")
-    mid = [e["seq"] for e in fp["events"] if e["type"] == "step.succeeded" and e["target"] == "write_a"][0]
+    mid = [e["event_seq"] for e in fp["events"] if e["type"] == "step.succeeded" and e["target"] == "write_a"][0]
     out = cli(kernel, "exec", "fork", first["id"], "--at", str(mid), "--session", "fix-tests-fork").stdout
     assert out.startswith("forked ") and "from checkpoint cp0" in out and "copied results may" in out
     fork_id = out.split()[1]
@@ -297,7 +297,7 @@ agents:
 
 def copied_events(k, eid):
     """{fork seq: source seq} of a fork's copied events."""
-    return {e["seq"]: e["payload"]["copied_from_seq"] for e in k.events(eid) if "copied_from_seq" in e["payload"]}
+    return {e["event_seq"]: e["payload"]["copied_from_seq"] for e in k.events(eid) if "copied_from_seq" in e["payload"]}
 
 
 def test_fork_of_a_fork_at_copied_events_restores_like_the_source(kernel):
@@ -324,8 +324,8 @@ def test_fork_of_a_fork_at_copied_events_restores_like_the_source(kernel):
     copied = copied_events(kernel, f1["id"])
     assert len(copied) == 16 and min(copied) > 4  # 4 steps x proposed/allowed/executing/succeeded
     # fork-points marks a copied event covered exactly when its source event is.
-    src_cov = {e["seq"]: e["covered"] for e in src_fp["events"]}
-    cov = {e["seq"]: e["covered"] for e in fp["events"]}
+    src_cov = {e["event_seq"]: e["covered"] for e in src_fp["events"]}
+    cov = {e["event_seq"]: e["covered"] for e in fp["events"]}
     assert {s: cov[s] for s in copied} == {s: src_cov[c] for s, c in copied.items()}
     assert 0 < sum(cov[s] for s in copied) < len(copied), "some copied events covered, some not"
     # Forking the fork at a copied event restores what forking the source there restores.
@@ -343,7 +343,7 @@ def test_fork_of_a_fork_at_copied_events_restores_like_the_source(kernel):
     # The right checkpoints at the telling points: after write_b (cp2 covers it), after write_a
     # (between the checkpoints: cp0, uncovered).
     by_src = {c: s for s, c in copied.items()}
-    src_events = {e["seq"]: e for e in src_fp["events"]}
+    src_events = {e["event_seq"]: e for e in src_fp["events"]}
     b_done = [s for s, e in src_events.items() if e["type"] == "step.succeeded" and e["target"] == "write_b"][0]
     a_done = [s for s, e in src_events.items() if e["type"] == "step.succeeded" and e["target"] == "write_a"][0]
     at_b = kernel.ok("POST", f"/v0/executions/{f1['id']}/fork", {"at_seq": by_src[b_done]}, status=201)
@@ -383,7 +383,7 @@ def test_fork_of_a_fork_of_a_fork_keeps_the_coverage(kernel):
     """Copies of copies: the second fork's copied events are covered as the source's were."""
     ex = build_history(kernel)
     src_fp = kernel.ok("GET", f"/v0/executions/{ex['id']}/fork-points")
-    src_cov = {e["seq"]: e["covered"] for e in src_fp["events"]}
+    src_cov = {e["event_seq"]: e["covered"] for e in src_fp["events"]}
     last = kernel.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"]
     f1 = kernel.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": last}, status=201)
     f1_last = kernel.ok("GET", f"/v0/executions/{f1['id']}")["last_seq"]
@@ -391,7 +391,7 @@ def test_fork_of_a_fork_of_a_fork_keeps_the_coverage(kernel):
     assert f2["restoration"]["ws"]["checkpoint_ref"] == "cp2" and f2["restoration"]["ws"]["covered"]
     to_f1, to_src = copied_events(kernel, f2["id"]), copied_events(kernel, f1["id"])
     assert len(to_f1) == 16
-    cov = {e["seq"]: e["covered"] for e in kernel.ok("GET", f"/v0/executions/{f2['id']}/fork-points")["events"]}
+    cov = {e["event_seq"]: e["covered"] for e in kernel.ok("GET", f"/v0/executions/{f2['id']}/fork-points")["events"]}
     assert {s: cov[s] for s in to_f1} == {s: src_cov[to_src[c]] for s, c in to_f1.items()}
 
 
@@ -414,7 +414,7 @@ def test_session_turn_starts_covered_by_the_parents_last_checkpoint(kernel):
     view = register(d2, every_steps=1)
     assert view["binding"] == {"dir": "w1"} and view["covered"] is True, "no baseline needed"
     # A fork of turn 2 before its first checkpoint restores turn 1's last one, covering.
-    claimed = [e["seq"] for e in kernel.events(two["id"]) if e["type"] == "dispatch.claimed"][0]
+    claimed = [e["event_seq"] for e in kernel.events(two["id"]) if e["type"] == "dispatch.claimed"][0]
     fork = kernel.ok("POST", f"/v0/executions/{two['id']}/fork", {"at_seq": claimed}, status=201)
     assert fork["restoration"]["ws"]["checkpoint_ref"] == "cp-a" and fork["restoration"]["ws"]["covered"]
     kernel.ok("POST", f"/v0/executions/{fork['id']}/cancel", {})
@@ -509,7 +509,7 @@ def test_cli_watch_shows_a_forks_restoration(kernel):
     d.complete("done")
     fresh = kernel.ok("POST", f"/v0/executions/{plain['id']}/fork", {"at_seq": plain_last(kernel, plain)},
                       status=201)
-    assert fresh["restoration"]["ws"]["checkpoint_ref"] is None
+    assert fresh["restoration"]["ws"].get("checkpoint_ref") is None
     out = cli(kernel, "exec", "events", fresh["id"]).stdout.splitlines()
     i = [n for n, l in enumerate(out) if "execution.forked" in l][0]
     assert out[i + 1] == "        ws: fresh (no checkpoint at or before the fork point)"
@@ -528,7 +528,7 @@ def test_cli_fork_points_pages_through_long_histories(kernel):
     last = kernel.ok("GET", f"/v0/executions/{ex['id']}")["last_seq"]
     assert last > 10000
     fp = _json.loads(cli(kernel, "exec", "fork-points", ex["id"], "--json").stdout)
-    assert [e["seq"] for e in fp["events"]] == list(range(1, last + 1)) and fp["latest_seq"] == last
+    assert [e["event_seq"] for e in fp["events"]] == list(range(1, last + 1)) and fp["latest_seq"] == last
     text = cli(kernel, "exec", "fork-points", ex["id"]).stdout.splitlines()
     seqs = [int(l.split()[1 if l.lstrip().startswith("*") else 0]) for l in text[text.index(
         next(l for l in text if l.startswith("events"))) + 1:]]

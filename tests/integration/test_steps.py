@@ -51,14 +51,14 @@ def test_hello_round_trip(kernel):
     assert dec["decision"] == "proceed" and len(dec["step_id"]) == 64
     d.finish(dec["step_id"], result="hi world")
     st, out = d.complete({"greeting": "hi world"}, state={"turns": 1})
-    assert st == 200 and out["status"] == "completed"
+    assert st == 204 and out is None
     got = kernel.ok("GET", f"/v0/executions/{ex['id']}")
     assert got["output"] == {"greeting": "hi world"} and got["state"] == {"turns": 1}
     types = [e["type"] for e in kernel.events(ex["id"])]
     assert types == ["execution.created", "dispatch.queued", "execution.started", "dispatch.claimed",
                      "step.proposed", "step.allowed", "step.executing", "step.succeeded",
                      "execution.completed"]
-    seqs = [e["seq"] for e in kernel.events(ex["id"])]
+    seqs = [e["event_seq"] for e in kernel.events(ex["id"])]
     assert seqs == list(range(1, len(seqs) + 1))
 
 
@@ -80,9 +80,9 @@ def test_redispatch_replays_every_recorded_step(make_kernel):
     second = run_agent(k, d2, calls, effects)
     assert second[:3] == first, "replayed results differ from the recorded ones"
     assert len(effects) == 4, f"a completed step ran twice: {effects}"
-    assert d2.complete("done")[0] == 200
+    assert d2.complete("done")[0] == 204
     # The same call twice in one dispatch is two steps (occurrence 0 and 1).
-    steps = k.ok("GET", f"/v0/executions/{ex['id']}/steps")["steps"]
+    steps = k.ok("GET", f"/v0/executions/{ex['id']}/steps")
     reads = [s for s in steps if s["target"] == "read"]
     assert [s["occurrence"] for s in reads] == [0, 1]
     assert all(s["runs"] == 1 for s in steps)
@@ -108,14 +108,14 @@ def test_superseded_worker_is_refused(make_kernel):
     ]
     for method, path, body in refused:
         st, out = d1.call(method, path, body)
-        assert st == 409 and out["error"]["code"] == "lease_superseded", (path, st, out)
-        assert out["error"]["field"] == "Rebuno-Dispatch-Attempt", out
+        assert st == 409 and out["code"] == "lease_superseded", (path, st, out)
+        assert out["details"]["field"] == "Rebuno-Dispatch-Attempt", out
     assert (k.events(ex["id"]), k.ok("GET", f"/v0/executions/{ex['id']}/steps")) == before
     got = k.ok("GET", f"/v0/executions/{ex['id']}")
     assert got["status"] == "running" and got["dispatch"]["attempt"] == d2.attempt
     # The new holder's heartbeat renews its lease.
     st, out = d2.call("POST", "/heartbeat")
-    assert st == 200 and out["lease_deadline"]
+    assert st == 204 and out is None
 
 
 def test_heartbeat_keeps_the_lease(make_kernel):
@@ -124,9 +124,9 @@ def test_heartbeat_keeps_the_lease(make_kernel):
     d = Dispatch(k, k.claim("fast", k.worker("fast")))
     for _ in range(6):
         time.sleep(0.4)
-        assert d.call("POST", "/heartbeat")[0] == 200
+        assert d.call("POST", "/heartbeat")[0] == 204
     assert k.claim("fast", k.worker("fast"), wait=0) is None
-    assert d.complete("ok")[0] == 200
+    assert d.complete("ok")[0] == 204
 
 
 def test_step_submissions_renew_the_lease(make_kernel):
@@ -157,7 +157,7 @@ def test_step_submissions_renew_the_lease(make_kernel):
     types = [e["type"] for e in k.events(ex["id"])]
     assert "dispatch.expired" not in types and types.count("dispatch.claimed") == 1
     st, out = d.complete("done")
-    assert st == 200 and out["status"] == "completed"
+    assert st == 204 and k.ok("GET", f"/v0/executions/{ex['id']}")["status"] == "completed"
 
 
 def test_default_lease_is_120_seconds(kernel):
@@ -165,20 +165,20 @@ def test_default_lease_is_120_seconds(kernel):
     w = kernel.worker("hello")
     reg = kernel.ok("POST", "/v0/agents/hello/workers", {}, status=201)
     assert reg["lease_timeout_seconds"] == 120
-    agents = {a["name"]: a for a in kernel.ok("GET", "/v0/agents")["agents"]}
+    agents = {a["id"]: a for a in kernel.ok("GET", "/v0/agents")}
     assert agents["hello"]["lease_timeout_seconds"] == 120
     ex = kernel.create("hello", {})
     claim = kernel.claim("hello", w)
     assert claim["dispatch"]["lease_timeout_seconds"] == 120
     claimed = [e for e in kernel.events(ex["id"]) if e["type"] == "dispatch.claimed"][0]
-    lease = parse_time(claim["dispatch"]["lease_deadline"]) - parse_time(claimed["at"])
+    lease = parse_time(claim["dispatch"]["lease_deadline"]) - parse_time(claimed["occurred_at"])
     assert lease == datetime.timedelta(seconds=120), lease
     # A heartbeat renews it by the same 2 minutes.
     d = Dispatch(kernel, claim)
     st, out = d.call("POST", "/heartbeat")
-    assert st == 200
+    assert st == 204
     view = kernel.ok("GET", f"/v0/executions/{ex['id']}")
-    renewed = parse_time(out["lease_deadline"]) - parse_time(view["updated_at"])
+    renewed = parse_time(view["dispatch"]["lease_deadline"]) - parse_time(view["updated_at"])
     assert renewed == datetime.timedelta(seconds=120), renewed
 
 
@@ -200,7 +200,7 @@ def test_at_most_once_orphan_becomes_indeterminate(make_kernel):
     # A fresh identical at_most_once call in the same execution is refused.
     retry = d2.submit("open_pr", {"title": "fix"}, idempotency="at_most_once")
     assert retry["decision"] == "denied" and retry["rule_id"] == "__indeterminate_retry"
-    steps = {s["step_id"]: s for s in k.ok("GET", f"/v0/executions/{ex['id']}/steps")["steps"]}
+    steps = {s["step_id"]: s for s in k.ok("GET", f"/v0/executions/{ex['id']}/steps")}
     assert steps[safe["step_id"]]["runs"] == 2
     assert steps[once["step_id"]]["status"] == "failed"
 
@@ -246,11 +246,11 @@ def test_terminal_execution_answers_steps(kernel):
     kernel.create("hello", {})
     d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
     dec = d.submit("x", {})
-    assert d.complete(1)[0] == 200
+    assert d.complete(1)[0] == 204
     assert d.submit("y", {})["decision"] == "execution_terminal"
     assert d.finish(dec["step_id"], result=1)["decision"] == "execution_terminal"
     st, out = d.complete(2)
-    assert st == 409 and out["error"]["code"] == "execution_terminal"
+    assert st == 409 and out["code"] == "execution_terminal"
 
 
 def test_step_failure_is_replayed(make_kernel):
@@ -269,12 +269,14 @@ def test_cancel_marks_running_steps(kernel):
     ex = kernel.create("hello", {})
     d = Dispatch(kernel, kernel.claim("hello", kernel.worker("hello")))
     dec = d.submit("long", {})
-    out = kernel.ok("POST", f"/v0/executions/{ex['id']}/cancel", {"reason": "user asked"})
+    st, out = kernel.request("POST", f"/v0/executions/{ex['id']}/cancel", {"reason": "user asked"})
+    assert st == 204 and out is None
+    out = kernel.ok("GET", f"/v0/executions/{ex['id']}")
     assert out["status"] == "cancelled" and out["failure_reason"] == "user asked"
     step = kernel.ok("GET", f"/v0/executions/{ex['id']}/steps/{dec['step_id']}")
     assert step["status"] == "cancelled"
     st, out = kernel.request("POST", f"/v0/executions/{ex['id']}/cancel", {})
-    assert st == 409 and out["error"]["code"] == "execution_terminal"
+    assert st == 409 and out["code"] == "conflict"
 
 
 def test_deadline_cancels(kernel):
@@ -318,12 +320,12 @@ def test_claim_registers_an_unknown_worker(kernel):
     assert claim["execution"]["dispatch"]["worker_id"] == wid
     claimed = [e for e in kernel.events(ex["id"]) if e["type"] == "dispatch.claimed"]
     assert [e["payload"]["worker_id"] for e in claimed] == [wid]
-    agents = {a["name"]: a for a in kernel.ok("GET", "/v0/agents")["agents"]}
+    agents = {a["id"]: a for a in kernel.ok("GET", "/v0/agents")}
     assert agents["hello"]["workers"] == 1
     # It is now hello's worker: claiming for another agent with it is refused.
     st, out = kernel.request("POST", "/v0/agents/other/claim", {"worker_id": wid, "wait_seconds": 0})
-    assert st == 409 and out["error"]["code"] == "conflict" and out["error"]["field"] == "worker_id", out
-    assert Dispatch(kernel, claim).complete("ok")[0] == 200
+    assert st == 409 and out["code"] == "conflict" and out["details"]["field"] == "worker_id", out
+    assert Dispatch(kernel, claim).complete("ok")[0] == 204
 
 
 def test_worker_survives_a_kernel_restart(make_kernel):
@@ -334,12 +336,12 @@ def test_worker_survives_a_kernel_restart(make_kernel):
     ex = k.create("hello", {})
     assert k.stop() == 0
     k.start()
-    assert k.ok("GET", "/v0/agents")["agents"][0]["workers"] == 0
+    assert k.ok("GET", "/v0/agents")[0]["workers"] == 0
     claim = k.claim("hello", w)
     assert claim is not None and claim["execution"]["id"] == ex["id"] and claim["dispatch"]["attempt"] == 1
     d = Dispatch(k, claim)
     d.finish(d.submit("greet", {})["step_id"], result="hi")
-    assert d.complete("ok")[0] == 200
+    assert d.complete("ok")[0] == 204
 
 
 def test_view_attempt_is_the_last_claimed_one(make_kernel):
@@ -348,7 +350,7 @@ def test_view_attempt_is_the_last_claimed_one(make_kernel):
     k = make_kernel(SHORT_LEASE).start()
     ex = k.create("fast", {})
     assert k.ok("GET", f"/v0/executions/{ex['id']}")["dispatch"] | {"id": None} == \
-        {"id": None, "attempt": 0, "state": "queued", "worker_id": None, "lease_deadline": None}
+        {"id": None, "attempt": 0, "state": "queued"}  # absent fields are omitted, not null
     queued = [e["payload"]["attempt"] for e in k.events(ex["id"]) if e["type"] == "dispatch.queued"]
     assert queued == [1]
     c1 = k.claim("fast", k.worker("fast"))

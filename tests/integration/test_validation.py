@@ -17,30 +17,30 @@ def full_snapshot(k):
     """Every execution with its events, and every approval: what a refused request must not touch."""
     execs = k.ok("GET", "/v0/executions?limit=200")["executions"]
     events = {e["id"]: k.events(e["id"]) for e in execs}
-    approvals = k.ok("GET", "/v0/approvals?status=all")["approvals"]
+    approvals = k.ok("GET", "/v0/approvals?status=all")
     return json.dumps([execs, events, approvals], sort_keys=True)
 
 
 def assert_error(st, out, status, code, field=None):
     assert st == status, (st, out)
-    assert isinstance(out, dict) and set(out) == {"error"}, out
-    assert out["error"]["code"] == code, out
-    assert out["error"]["message"], out
+    assert isinstance(out, dict) and set(out) <= {"code", "message", "details"}, out
+    assert out["code"] == code, out
+    assert out["message"], out
     if field is not None:
-        assert out["error"].get("field") == field, out
+        assert out.get("details", {}).get("field") == field, out
 
 
 @pytest.mark.parametrize("raw,field", [
     (b"{not json", "body"),
-    (b'{"agent": "hello", "agent": "x"}', "body"),     # duplicate key
+    (b'{"agent_id": "hello", "agent_id": "x"}', "body"),     # duplicate key
     (b'[1,2]', "body"),
-    (b'{"agent": 5}', "agent"),
-    (b'{"agent": ""}', "agent"),
-    (b'{}', "agent"),
-    (b'{"agent": "hello", "colour": "red"}', "colour"),
-    (b'{"agent": "hello", "deadline_seconds": "soon"}', "deadline_seconds"),
-    (b'{"agent": "hello", "deadline_seconds": -1}', "deadline_seconds"),
-    (b'{"agent": "hello", "deadline_seconds": 1.5}', "deadline_seconds"),
+    (b'{"agent_id": 5}', "agent_id"),
+    (b'{"agent_id": ""}', "agent_id"),
+    (b'{}', "agent_id"),
+    (b'{"agent_id": "hello", "colour": "red"}', "colour"),
+    (b'{"agent_id": "hello", "deadline_seconds": "soon"}', "deadline_seconds"),
+    (b'{"agent_id": "hello", "deadline_seconds": -1}', "deadline_seconds"),
+    (b'{"agent_id": "hello", "deadline_seconds": 1.5}', "deadline_seconds"),
 ])
 def test_bad_create_bodies(kernel, raw, field):
     before = snapshot(kernel)
@@ -51,7 +51,7 @@ def test_bad_create_bodies(kernel, raw, field):
 
 def test_oversize_body(kernel):
     before = snapshot(kernel)
-    big = b'{"agent": "hello", "input": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    big = b'{"agent_id": "hello", "input": "' + b"x" * (2 * 1024 * 1024) + b'"}'
     try:
         st, out = kernel.request("POST", "/v0/executions", raw=big)
         assert_error(st, out, 413, "payload_too_large")
@@ -83,20 +83,20 @@ def test_bad_queries(kernel):
     # and what the route takes; so is a repeated one (every parameter is single-valued).
     e = f"/v0/executions/{ex['id']}"
     cases = [
-        ("GET", "/v0/executions?bogus=1", None, "bogus", "agent, status, session, cursor, limit"),
-        ("GET", "/v0/executions?agent=hello&stauts=failed", None, "stauts", "status"),
+        ("GET", "/v0/executions?bogus=1", None, "bogus", "agent_id, status, session, cursor, limit"),
+        ("GET", "/v0/executions?agent_id=hello&stauts=failed", None, "stauts", "status"),
         ("GET", "/v0/executions?status=running&status=failed", None, "status", "more than once"),
         ("GET", "/v0/executions?limit=1&limit=2", None, "limit", "more than once"),
-        ("GET", f"{e}/events?after=0&before=9", None, "before", "after, limit"),
-        ("GET", f"{e}/events?after=1&after=2", None, "after", "more than once"),
-        ("GET", f"{e}/events/stream?limit=5", None, "limit", "after"),
+        ("GET", f"{e}/events?after_seq=0&before=9", None, "before", "after_seq, limit"),
+        ("GET", f"{e}/events?after_seq=1&after_seq=2", None, "after_seq", "more than once"),
+        ("GET", f"{e}/events/stream?limit=5", None, "limit", "after_seq"),
         ("GET", f"{e}/fork-points?from=1", None, "from", "after, limit"),
         ("GET", "/v0/approvals?state=pending", None, "state", "status, execution_id"),
         ("GET", "/v0/approvals?status=pending&status=granted", None, "status", "more than once"),
         ("GET", f"{e}?verbose", None, "verbose", "no query parameters"),
         ("GET", "/v0/agents?x=1", None, "x", "no query parameters"),
         ("GET", "/v0/health?probe=1", None, "probe", "no query parameters"),
-        ("POST", "/v0/executions?agent=hello", {"agent": "hello"}, "agent", "no query parameters"),
+        ("POST", "/v0/executions?agent_id=hello", {"agent_id": "hello"}, "agent_id", "no query parameters"),
         ("POST", f"{e}/cancel?force=1", {}, "force", "no query parameters"),
         ("POST", "/v0/agents/hello/claim?wait_seconds=0",
          {"worker_id": "0192f1a0-0000-7000-8000-000000000000"}, "wait_seconds", "no query parameters"),
@@ -104,12 +104,12 @@ def test_bad_queries(kernel):
     for method, path, body, field, text in cases:
         st, out = kernel.request(method, path, body)
         assert_error(st, out, 400, "validation_error", field)
-        assert f'"{field}"' in out["error"]["message"] and text in out["error"]["message"], (path, out)
+        assert f'"{field}"' in out["message"] and text in out["message"], (path, out)
     assert full_snapshot(kernel) == before
     # Every parameter a route documents is still accepted.
-    assert kernel.ok("GET", "/v0/executions?agent=hello&status=pending&session=s&limit=5")["executions"] == []
+    assert kernel.ok("GET", "/v0/executions?agent_id=hello&status=pending&session=s&limit=5")["executions"] == []
     kernel.ok("GET", f"/v0/executions?cursor={ex['id']}&limit=1")
-    kernel.ok("GET", f"{e}/events?after=0&limit=5")
+    kernel.ok("GET", f"{e}/events?after_seq=0&limit=5")
     kernel.ok("GET", f"{e}/fork-points?after=0&limit=5")
     kernel.ok("GET", f"/v0/approvals?status=all&execution_id={ex['id']}")
 
@@ -161,16 +161,16 @@ def test_bad_claims_and_decisions(make_kernel):
     assert_error(st, out, 400, "validation_error", "greedy")
     st, out = k.request("POST", "/v0/agents/coder/claim", {"worker_id": w, "wait_seconds": "0"})
     assert_error(st, out, 400, "validation_error", "wait_seconds")
-    for verb in ("approve", "deny"):
+    for verb in ("grant", "deny"):
         st, out = k.request("POST", f"{approval}/{verb}", {})
-        assert_error(st, out, 400, "validation_error", "by")
-        st, out = k.request("POST", f"{approval}/{verb}", {"by": 5})
-        assert_error(st, out, 400, "validation_error", "by")
-        st, out = k.request("POST", f"{approval}/{verb}", {"by": "me", "why": "x"})
+        assert_error(st, out, 400, "validation_error", "decided_by")
+        st, out = k.request("POST", f"{approval}/{verb}", {"decided_by": 5})
+        assert_error(st, out, 400, "validation_error", "decided_by")
+        st, out = k.request("POST", f"{approval}/{verb}", {"decided_by": "me", "why": "x"})
         assert_error(st, out, 400, "validation_error", "why")
         st, out = k.request("POST", f"{approval}/{verb}", raw=b'{"by": "me"')
         assert_error(st, out, 400, "validation_error", "body")
-    st, out = k.request("POST", "/v0/approvals/0192f1a0-0000-7000-8000-000000000000/approve", {"by": "me"})
+    st, out = k.request("POST", "/v0/approvals/0192f1a0-0000-7000-8000-000000000000/grant", {"decided_by": "me"})
     assert_error(st, out, 404, "not_found")
     assert full_snapshot(k) == before
 
@@ -213,17 +213,17 @@ def test_agent_names_are_plain(kernel, name):
     from urllib.parse import quote
     before = full_snapshot(kernel)
     agents_before = kernel.ok("GET", "/v0/agents")
-    st, out = kernel.request("POST", "/v0/executions", {"agent": name, "input": {}})
-    assert_error(st, out, 400, "validation_error", "agent")
-    st, out = kernel.request("GET", "/v0/executions?agent=" + quote(name, safe=""))
-    assert_error(st, out, 400, "validation_error", "agent")
+    st, out = kernel.request("POST", "/v0/executions", {"agent_id": name, "input": {}})
+    assert_error(st, out, 400, "validation_error", "agent_id")
+    st, out = kernel.request("GET", "/v0/executions?agent_id=" + quote(name, safe=""))
+    assert_error(st, out, 400, "validation_error", "agent_id")
     if "/" not in name:  # a '/' makes another route; it can never be one segment
         seg = quote(name, safe="")
         st, out = kernel.request("POST", f"/v0/agents/{seg}/workers", {})
-        assert_error(st, out, 400, "validation_error", "agent")
+        assert_error(st, out, 400, "validation_error", "agent_id")
         st, out = kernel.request("POST", f"/v0/agents/{seg}/claim",
                                  {"worker_id": "0192f1a0-0000-7000-8000-000000000000"})
-        assert_error(st, out, 400, "validation_error", "agent")
+        assert_error(st, out, 400, "validation_error", "agent_id")
     assert full_snapshot(kernel) == before
     assert kernel.ok("GET", "/v0/agents") == agents_before
     # the names that are allowed still are

@@ -130,21 +130,21 @@ class KernelAPI:
     async def record_checkpoints(self, execution_id: str, lease: DispatchLease, *,
                                  captures: list[dict[str, Any]] | None = None,
                                  capture_failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """``POST /checkpoints {captures, capture_failures}`` → ``{recorded, refused}``. Safe
+        """``POST /resources/checkpoints {captures, capture_failures}`` → ``{recorded, refused}``. Safe
         to resend after a lost reply: the kernel then lists the same reference twice."""
         body: dict[str, Any] = {}
         if captures:
             body["captures"] = captures
         if capture_failures:
             body["capture_failures"] = capture_failures
-        r = await self.t.request("POST", self._path(execution_id, "/checkpoints"), json=body,
+        r = await self.t.request("POST", self._path(execution_id, "/resources/checkpoints"), json=body,
                                  headers=lease.headers, idempotent=True, retry_for=self.retry_for,
                                  stop=self.stop)
         out: dict[str, Any] = r.json() or {}
         return out
 
     async def heartbeat(self, execution_id: str, lease: DispatchLease) -> dict[str, Any]:
-        """``POST /heartbeat``: renew the lease."""
+        """``POST /heartbeat``: renew the lease (``204``)."""
         r = await self.t.request("POST", self._path(execution_id, "/heartbeat"), headers=lease.headers,
                                  idempotent=True, retry_for=lease.heartbeat_interval,
                                  timeout=max(5.0, lease.timeout), stop=self.stop)
@@ -160,7 +160,7 @@ class KernelAPI:
         r = await self.t.request("POST", self._path(execution_id, "/complete"), json=body,
                                  headers=lease.headers, idempotent=True, retry_for=self.retry_for,
                                  stop=self.stop)
-        out: dict[str, Any] = r.json()
+        out: dict[str, Any] = r.json() or {}
         return out
 
     async def fail(self, execution_id: str, lease: DispatchLease, error: str) -> dict[str, Any]:
@@ -168,7 +168,7 @@ class KernelAPI:
         r = await self.t.request("POST", self._path(execution_id, "/fail"), json={"error": error},
                                  headers=lease.headers, idempotent=True, retry_for=self.retry_for,
                                  stop=self.stop)
-        out: dict[str, Any] = r.json()
+        out: dict[str, Any] = r.json() or {}
         return out
 
     async def get_execution(self, execution_id: str) -> Execution:

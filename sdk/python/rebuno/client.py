@@ -88,7 +88,8 @@ class Client:
 
     # --- executions ----------------------------------------------------------------
     async def create(self, agent: str, input: Any = None, *, deadline_seconds: int | None = None,
-                     session: str | None = None, agent_version: str = "") -> Execution:
+                     session: str | None = None, parent_execution_id: str | None = None,
+                     agent_version: str = "") -> Execution:
         """Start an execution of ``agent`` with ``input`` (any JSON; default ``{}``).
 
         ``session`` (sent only when given) chains executions into turns: a turn waits
@@ -97,13 +98,15 @@ class Client:
         accepted for compatibility with the upstream SDK and not sent: this kernel has no
         agent versions (it rejects the field)."""
         del agent_version
-        body: dict[str, Any] = {"agent": agent}
+        body: dict[str, Any] = {"agent_id": agent}
         if input is not None:
             body["input"] = input
         if deadline_seconds is not None:
             body["deadline_seconds"] = deadline_seconds
         if session is not None:
             body["session"] = session
+        if parent_execution_id is not None:  # continue that completed execution (its state, resources)
+            body["parent_execution_id"] = parent_execution_id
         return Execution.from_json(await self._post("/v0/executions", body))
 
     async def get(self, execution_id: str) -> Execution:
@@ -113,34 +116,39 @@ class Client:
     async def list(self, *, agent: str | None = None, status: str | None = None, session: str | None = None,
                    cursor: str | None = None, limit: int | None = None) -> ExecutionPage:
         """One page of executions, newest first; pass ``next_cursor`` on for the next."""
-        data = await self._get("/v0/executions" + _query(agent=agent, status=status, session=session,
+        data = await self._get("/v0/executions" + _query(agent_id=agent, status=status, session=session,
                                                          cursor=cursor, limit=limit))
         return ExecutionPage([Execution.from_json(e) for e in data.get("executions", [])], data.get("next_cursor"))
 
     async def cancel(self, execution_id: str, reason: str | None = None) -> Execution:
-        """Cancel an execution (``ConflictError`` code ``execution_terminal`` if it is over)."""
+        """Cancel an execution and return it (``ConflictError`` code ``conflict`` if it is
+        over). The kernel answers ``204``; the execution is read back."""
         body = {"reason": reason} if reason else {}
-        return Execution.from_json(await self._post(f"/v0/executions/{_q(execution_id)}/cancel", body))
+        await self._post(f"/v0/executions/{_q(execution_id)}/cancel", body)
+        return await self.get(execution_id)
 
     async def events(self, execution_id: str, *, after: int = 0, limit: int | None = None,
                      after_seq: int | None = None) -> builtins.list[Event]:
-        """Recorded events with ``seq > after`` (at most ``limit``, kernel default 100).
-        ``after_seq`` is the upstream SDK's name for ``after``."""
+        """Recorded events with ``event_seq > after`` (at most ``limit``, kernel default
+        100). ``after_seq`` is the wire name; ``after`` is kept as a keyword."""
         if after_seq is not None:
             after = after_seq
-        data = await self._get(f"/v0/executions/{_q(execution_id)}/events" + _query(after=after, limit=limit))
-        return [Event.from_json(e) for e in data.get("events", [])]
+        data = await self._get(f"/v0/executions/{_q(execution_id)}/events" + _query(after_seq=after, limit=limit))
+        return [Event.from_json(e) for e in data or []]
 
     async def steps(self, execution_id: str) -> builtins.list[Step]:
         """The execution's steps in submission order."""
         data = await self._get(f"/v0/executions/{_q(execution_id)}/steps")
-        return [Step.from_json(s) for s in data.get("steps", [])]
+        return [Step.from_json(s) for s in data or []]
 
     async def list_steps(self, execution_id: str, *, status: str = "") -> builtins.list[Step]:
         """The execution's steps in submission order, optionally only those whose status
         is ``status``: one status (``succeeded``), several separated by commas, or
-        ``terminal`` (succeeded, failed, denied, cancelled). Filtered here: the kernel's
-        step listing takes no query. The upstream SDK's name; :meth:`steps` lists all."""
+        ``terminal`` (the kernel's ``?status=terminal``: succeeded, failed, denied). The
+        upstream SDK's name; :meth:`steps` lists all."""
+        if status == "terminal":
+            data = await self._get(f"/v0/executions/{_q(execution_id)}/steps?status=terminal")
+            return [Step.from_json(s) for s in data or []]
         steps = await self.steps(execution_id)
         if not status:
             return steps
@@ -249,7 +257,7 @@ class Client:
         """Approvals (default: pending ones; ``status=None`` or ``""`` for all). Also
         called ``list_approvals`` (the upstream SDK's name)."""
         data = await self._get("/v0/approvals" + _query(status=status, execution_id=execution_id))
-        return [Approval.from_json(a) for a in data.get("approvals", [])]
+        return [Approval.from_json(a) for a in data or []]
 
     list_approvals = approvals
 
@@ -257,15 +265,19 @@ class Client:
         """One approval."""
         return Approval.from_json(await self._get(f"/v0/approvals/{_q(approval_id)}"))
 
+    async def _decide(self, approval_id: str, verb: str, by: str, reason: str | None) -> Approval:
+        body = {"decided_by": by, **({"rationale": reason} if reason else {})}
+        await self._post(f"/v0/approvals/{_q(approval_id)}/{verb}", body)  # 204
+        return await self.get_approval(approval_id)
+
     async def approve(self, approval_id: str, *, by: str, reason: str | None = None) -> Approval:
-        """Grant an approval (``ConflictError`` if already decided)."""
-        body = {"by": by, **({"reason": reason} if reason else {})}
-        return Approval.from_json(await self._post(f"/v0/approvals/{_q(approval_id)}/approve", body))
+        """Grant an approval (``POST /grant``; ``ConflictError`` if already decided) and
+        return it as decided."""
+        return await self._decide(approval_id, "grant", by, reason)
 
     async def deny(self, approval_id: str, *, by: str, reason: str | None = None) -> Approval:
         """Deny an approval; the agent's call gets a refusal carrying ``reason``."""
-        body = {"by": by, **({"reason": reason} if reason else {})}
-        return Approval.from_json(await self._post(f"/v0/approvals/{_q(approval_id)}/deny", body))
+        return await self._decide(approval_id, "deny", by, reason)
 
     async def grant_approval(self, approval_id: str, *, decided_by: str, rationale: str = "") -> Approval:
         """Upstream name of :meth:`approve`."""
@@ -277,8 +289,8 @@ class Client:
 
     # --- misc ----------------------------------------------------------------------
     async def agents(self) -> builtins.list[dict[str, Any]]:
-        """The kernel's known agents (``name``, ``lease_timeout_seconds``, ``workers`` ...)."""
-        agents: builtins.list[dict[str, Any]] = (await self._get("/v0/agents")).get("agents", [])
+        """The kernel's known agents (``id``, ``lease_timeout_seconds``, ``workers`` ...)."""
+        agents: builtins.list[dict[str, Any]] = await self._get("/v0/agents") or []
         return agents
 
     async def health(self) -> bool:

@@ -253,7 +253,8 @@ _ERROR_BY_STATUS: dict[int, type[APIError]] = {
 
 
 def error_from_response(status: int, body: bytes) -> APIError:
-    """Translate an error response (``{"error": {code, message, field}}``) into an exception."""
+    """Translate an error response into an exception: the kernel's ``{code, message,
+    details: {field}}``, or the sandbox daemon's ``{"error": {code, message, field}}``."""
     code, message, field = "", "", None
     try:
         data = json.loads(body) if body else None
@@ -265,6 +266,9 @@ def error_from_response(status: int, body: bytes) -> APIError:
             code = str(err.get("code") or err.get("type") or "")
             message = str(err.get("message") or "")
             field = err.get("field") or None
+            details = err.get("details")
+            if not field and isinstance(details, dict):
+                field = details.get("field") or None
         elif isinstance(err, str):
             message = err
     if not message:

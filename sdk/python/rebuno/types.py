@@ -65,7 +65,7 @@ class Execution:
     """One run of an agent."""
 
     id: str
-    agent: str = ""
+    agent_id: str = ""
     session: str | None = None
     status: str = ""
     input: Any = None
@@ -97,9 +97,9 @@ class Execution:
         return self.status in TERMINAL_STATUSES
 
     @property
-    def agent_id(self) -> str:
-        """Alias of ``agent`` (the upstream SDK's name)."""
-        return self.agent
+    def agent(self) -> str:
+        """Alias of ``agent_id``."""
+        return self.agent_id
 
 
 @dataclass
@@ -159,9 +159,9 @@ class Event:
     """One entry of an execution's event log."""
 
     execution_id: str
-    seq: int
+    event_seq: int
     type: str
-    at: str | None = None
+    occurred_at: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -169,6 +169,16 @@ class Event:
     def from_json(cls, data: dict[str, Any]) -> Event:
         """Build from the kernel's JSON."""
         return _build(cls, data)
+
+    @property
+    def seq(self) -> int:
+        """Alias of ``event_seq``."""
+        return self.event_seq
+
+    @property
+    def at(self) -> str | None:
+        """Alias of ``occurred_at``."""
+        return self.occurred_at
 
 
 @dataclass
@@ -227,7 +237,7 @@ class ResourceView:
 class ForkPoints:
     """Where an execution can be forked (``GET /v0/executions/{id}/fork-points``).
 
-    ``events``: ``[{seq, type, target, covered}]``, ``covered`` meaning every resource
+    ``events``: ``[{event_seq, type, target, covered}]``, ``covered`` meaning every resource
     registered by then has a checkpoint covering that event (a fork there restores it
     exactly); ``checkpoints``: ``[{key, generation, checkpoint_ref, covered_seq,
     invalidated_seq}]``; ``resources``: ``{key: registered_seq}``.

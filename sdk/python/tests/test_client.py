@@ -42,7 +42,7 @@ def test_sync_client_executions_events_watch_cancel(make_kernel):
         assert [e.type for e in c.watch(ids[0], after=len(watched) - 1)] == ["execution.cancelled"]
         with pytest.raises(ConflictError) as ei:
             c.cancel(ids[0])
-        assert ei.value.code == "execution_terminal"
+        assert ei.value.code == "conflict"  # upstream: cancelling a finished execution is a conflict
         with pytest.raises(NotFoundError):
             c.get("01a22000-0000-7000-8000-000000000000")
         with pytest.raises(ValidationError) as ve:
@@ -51,7 +51,11 @@ def test_sync_client_executions_events_watch_cancel(make_kernel):
         s1 = c.create("app", {"n": 9}, session="s1")
         assert s1.session == "s1"
         assert [e.id for e in c.list(session="s1").executions] == [s1.id]
-        assert any(a["name"] == "app" for a in c.agents())
+        assert any(a["id"] == "app" for a in c.agents())
+        # upstream's typed errors: a parent that is not completed is a conflict naming the field
+        with pytest.raises(ConflictError) as pe:
+            c.create("app", {}, parent_execution_id=ids[1])
+        assert pe.value.field == "parent_execution_id"
 
 
 def test_async_client_watch_and_approvals_with_a_live_agent(make_kernel):

@@ -223,7 +223,7 @@ def test_fork_between_checkpoints_restores_the_earlier_one_and_replays(make_kern
         # Between the two checkpoints: after `write c` succeeded. Its run ended cp_b's coverage,
         # so no checkpoint covers this point and the fork restores the newest earlier one.
         at = seq_of(c, src.id, "step.succeeded", "write_file", 2)
-        points = {e["seq"]: e for e in c.fork_points(src.id).events}
+        points = {e["event_seq"]: e for e in c.fork_points(src.id).events}
         assert points[at]["covered"] is False
         fork = c.fork(src.id, at, session="fix-tests-fork")
         assert fork.forked_from == src.id and fork.fork_seq == at and fork.session == "fix-tests-fork"
@@ -254,7 +254,7 @@ def test_fork_between_checkpoints_restores_the_earlier_one_and_replays(make_kern
 
         # At a covered point (right after cp_b was taken) the fork restores exactly cp_b.
         at_b = seq_of(c, src.id, "step.succeeded", "write_file", 1)
-        assert {e["seq"]: e for e in c.fork_points(src.id).events}[at_b]["covered"] is True
+        assert {e["event_seq"]: e for e in c.fork_points(src.id).events}[at_b]["covered"] is True
         fork2 = c.fork(src.id, at_b)
         assert fork2.restoration["workspace"] == {"checkpoint_ref": cp_b, "covered": True,
                                                   "checkpoint_seq": at_b}

@@ -158,8 +158,10 @@ def test_failure_reasons_and_errors():
     assert len(long.encode()) <= 4096 and long.endswith("...")
     ind = IndeterminateError("maybe", tool_id="charge")
     assert isinstance(ind, ToolError) and ind.indeterminate
+    e = error_from_response(409, b'{"code":"lease_superseded","message":"m","details":{"field":"f"}}')
+    assert isinstance(e, LeaseSuperseded) and e.field == "f"  # the kernel's envelope
     e = error_from_response(409, b'{"error":{"code":"lease_superseded","message":"m","field":"f"}}')
-    assert isinstance(e, LeaseSuperseded) and e.field == "f"
+    assert isinstance(e, LeaseSuperseded) and e.field == "f"  # sandboxd's
     e = error_from_response(409, b'{"error":{"code":"execution_terminal","message":"over"}}')
     assert isinstance(e, ConflictError) and e.code == "execution_terminal"
     e = error_from_response(502, b"<html>bad gateway</html>")
