@@ -70,7 +70,7 @@ def normalised(events):
             return "<time>"
         return v
 
-    return [(e["seq"], e["type"], norm(e.get("payload", e.get("data")))) for e in events]
+    return [(e["event_seq"], e["type"], norm(e.get("payload", e.get("data")))) for e in events]
 
 
 def scenario(a, b, c):
@@ -85,7 +85,7 @@ def scenario(a, b, c):
     da.finish(s2["step_id"], result="text")
     held = da.submit("open_pr", {"title": "Fix"}, idempotency="at_most_once")
     assert held["decision"] == "blocked", held
-    c.ok("POST", f"/v0/approvals/{held['approval_id']}/approve", {"by": "bob", "reason": "fine"})
+    c.ok("POST", f"/v0/approvals/{held['approval_id']}/grant", {"decided_by": "bob", "rationale": "fine"})
     claim2 = a.claim("coder", a.worker("coder"), wait=5)
     assert claim2 is not None
     da2, db2 = Dispatch(a, claim2), Dispatch(b, claim2)
@@ -104,7 +104,7 @@ def test_alternating_replicas_build_the_log_one_replica_builds(make_kernel, pg):
     single = scenario(solo, solo, solo)
     logs = [k.events(multi) for k in (a, b, c)]
     assert logs[0] == logs[1] == logs[2]  # every replica reads the same log
-    assert [e["seq"] for e in logs[0]] == list(range(1, len(logs[0]) + 1))
+    assert [e["event_seq"] for e in logs[0]] == list(range(1, len(logs[0]) + 1))
     assert normalised(logs[0]) == normalised(solo.events(single))
 
 
@@ -144,7 +144,7 @@ def test_sse_on_one_replica_streams_what_another_appends(make_kernel, pg):
     t.join(30)
     assert not t.is_alive(), "the stream on a did not end after b's terminal event"
     seqs = [int(f["id"]) for f in frames["all"]]
-    assert seqs == [e["seq"] for e in b.events(ex["id"])]
+    assert seqs == [e["event_seq"] for e in b.events(ex["id"])]
     assert frames["all"][-1]["event"] == "execution.completed"
 
 
@@ -221,13 +221,13 @@ def agent_loop(k, agent, acks, stop, rounds=None):
 def check_acks(k, acks):
     for ex_id in acks.execs:
         got = k.ok("GET", f"/v0/executions/{ex_id}")
-        seqs = [e["seq"] for e in k.events(ex_id)]
+        seqs = [e["event_seq"] for e in k.events(ex_id)]
         assert seqs == list(range(1, len(seqs) + 1)), f"gap in {ex_id}: {seqs}"
         if ex_id in acks.completed:
             assert got["status"] == "completed", got
     steps = {}
     for ex_id in acks.execs:
-        for s in k.ok("GET", f"/v0/executions/{ex_id}/steps")["steps"]:
+        for s in k.ok("GET", f"/v0/executions/{ex_id}/steps"):
             steps[s["step_id"]] = s
     for step_id in acks.proceeds:
         assert step_id in steps, f"acknowledged step {step_id} was lost"
@@ -322,14 +322,14 @@ def test_postgres_restart_under_load(make_kernel, pg):
     unavailable = [out for st, out in statuses if st == 503]
     others = [(st, out) for st, out in statuses if st >= 300 and st not in (503, 409)]
     assert unavailable, "the restart did not reach any request (nothing tested)"
-    assert all(isinstance(o, dict) and o["error"]["code"].startswith("storage_") for o in unavailable), \
+    assert all(isinstance(o, dict) and o["code"].startswith("storage_") for o in unavailable), \
         unavailable[:3]
     assert not others, others[:5]
     # Both replicas recover by themselves.
     for k in (a, b):
         end = time.time() + 20
         while True:
-            st, _ = k.request("POST", "/v0/executions", {"agent": "after"})
+            st, _ = k.request("POST", "/v0/executions", {"agent_id": "after"})
             if st == 201 or time.time() > end:
                 break
             time.sleep(0.2)
@@ -457,7 +457,7 @@ def test_sweeps_on_every_replica_expire_each_lease_and_approval_once(make_kernel
         events = ks[0].events(d.exec_id)
         expired = [e for e in events if e["type"] == "dispatch.expired" and e["payload"]["attempt"] == 1]
         assert len(expired) == 1, [e["type"] for e in events]  # the first lease expired once
-        seqs = [e["seq"] for e in events]
+        seqs = [e["event_seq"] for e in events]
         assert seqs == list(range(1, len(seqs) + 1))
     for ex_id, approval_id in held:
         types = [e["type"] for e in ks[0].events(ex_id)]

@@ -77,7 +77,7 @@ def history(k):
     run_step(d, "write_b", resources=["ws"], captures_ref="cp2")
     held = d.submit("open_pr", {"title": "x"}, idempotency="at_most_once")
     assert held["decision"] == "blocked"
-    k.ok("POST", f"/v0/approvals/{held['approval_id']}/approve", {"by": "bob"})
+    k.ok("POST", f"/v0/approvals/{held['approval_id']}/grant", {"decided_by": "bob"})
     d2 = Dispatch(k, k.claim("coder", k.worker("coder"), wait=5))
     for t in ("write_a", "write_b"):
         assert d2.submit(t, {"n": t}, resources=["ws"])["decision"] == "replay"
