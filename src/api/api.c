@@ -1169,7 +1169,11 @@ static void pusher_pump(struct pusher *p)
         }
         struct caller who = {NULL};
         int rc = kernel_claim(a->k, &who, p->agent, p->worker_id, &out, &err);
-        op_end(a, rc == 0);
+        if (!op_end(a, rc == 0, &err)) { /* the store could not keep the claim */
+            json_decref(out);
+            out = NULL;
+            rc = -1;
+        }
         if (rc < 0) log_error("dispatch: claim failed", "agent=%s error=\"%s\"", p->agent, err.msg);
         if (rc < 0 || !out) return;
         struct push *x = xcalloc(1, sizeof *x);
@@ -1199,7 +1203,7 @@ static void record_delivery(struct api *a, const char *exec_id, const char *disp
     struct dispatch_ref d = {dispatch_id, attempt};
     int rc = failure ? kernel_dispatch_failed(a->k, exec_id, &d, failure, &err)
                      : kernel_dispatch_acked(a->k, exec_id, &d, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) rc = -1;
     if (rc < 0) log_error("dispatch: recording the delivery failed", "execution=%s error=\"%s\"", exec_id, err.msg);
 }
 
@@ -1810,6 +1814,7 @@ static void on_change(char kind, const char *name, void *arg)
             free(agents[i]);
         }
         free(agents);
+        for (struct pusher *p = a->pushers; p; p = p->next) pusher_pump(p); /* webhook/stream agents */
         pump_exec(a, NULL);
     }
 }
