@@ -256,6 +256,20 @@ void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
  * data_base (and image, for a snapshot). 0 or -1 with err. */
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
 void sbx_upper_remove(struct sbx *s);
+/* The operations behind the snapshot and fork routes, for every front-end. A snapshot
+ * never stops s (a running one is frozen while its tree is cloned). exp: its expiration
+ * in ms (0: never), -1 for s's or the daemon's default. Returns the /v1 snapshot object
+ * (docs/sandbox-api.md), or NULL with err; took_us/frozen_us may be NULL. */
+json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t *frozen_us,
+                          struct err *err);
+json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id); /* NULL: none (or expired) */
+int sbx_snapshot_delete(struct sbxd *d, const char *id);         /* 0 or -ENOENT */
+/* Snapshots in creation order after cursor (an id, or NULL), of sandbox (id or name; NULL:
+ * all), at most limit; *next: the cursor of the next page, or NULL. */
+json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *cursor, long limit,
+                          const char **next);
+/* A fork of src: its configuration, overridden by body's /v1 fork fields (validated). */
+struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *err);
 /* err for a failed tree operation (e: -errno): 507 no_space when e says the store or a
  * quota is full (ENOSPC, EDQUOT), else 500 with code. Returns -1. */
 int sbx_err_space(struct err *err, int e, const char *code, const char *fmt, ...)
@@ -305,6 +319,14 @@ int sbx_source_check(const json_t *source, struct err *err);
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r);
 /* A command of a source job changed state (called from sbx_cmd_notify). */
 void sbx_source_on_event(struct sbxd *d, struct sbx_cmd *c, int ev);
+/* Extract a tar (plain, gzip, xz, bzip2 or zstd: by its first bytes) of len bytes into
+ * target (absolute, normalized) of s's running session, as its root, through tar inside
+ * the sandbox; done answers r when it is over (error: tar's complaint, or NULL). The
+ * body is copied; r's close cancels nothing but the answer. */
+typedef void (*sbx_extract_done_fn)(struct http_req *r, const char *error, const char *target,
+                                    size_t bytes);
+void sbx_extract_begin(struct sbxd *d, struct sbx *s, struct http_req *r, const char *target,
+                       const void *body, size_t len, sbx_extract_done_fn done);
 void sbx_sources_register(struct sbxd *d);
 void sbx_sources_close(struct sbxd *d);
 

@@ -68,6 +68,7 @@ struct sbx_srcjob {
     char *target;
     char errmsg[1024];
     int64_t t0;
+    sbx_extract_done_fn done; /* JOB_EXTRACT: answers the request */
 };
 
 /* ------------------------------------------------------------------ validation */
@@ -424,14 +425,7 @@ static void job_done(struct sbx_srcjob *j)
         }
     } else if (j->req) {
         http_req_on_close(j->req, NULL, NULL);
-        if (j->failed) {
-            http_reply_error(j->req, 400, "extract_failed", "", "%s", j->errmsg);
-        } else {
-            json_t *o = json_object();
-            json_object_set_new(o, "path", json_string(j->target));
-            json_object_set_new(o, "bytes", json_integer((json_int_t)j->buf_len));
-            http_reply_json(j->req, 200, o);
-        }
+        j->done(j->req, j->failed ? j->errmsg : NULL, j->target, j->buf_len);
     }
     job_free(j);
 }
@@ -515,6 +509,32 @@ bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
     return true;
 }
 
+void sbx_extract_begin(struct sbxd *d, struct sbx *s, struct http_req *r, const char *target,
+                       const void *body, size_t len, sbx_extract_done_fn done)
+{
+    struct sbx_srcjob *j = job_new(d, s, r, JOB_EXTRACT);
+    snprintf(j->what, sizeof j->what, "extract");
+    j->done = done;
+    j->target = xstrdup(target);
+    j->buf = xmalloc(len ? len : 1);
+    memcpy(j->buf, body, len);
+    j->buf_len = len;
+    add_extract(j, FEED_BUF, zflag((const unsigned char *)body, len));
+    job_start(j);
+}
+
+static void extract_done(struct http_req *r, const char *error, const char *target, size_t bytes)
+{
+    if (error) {
+        http_reply_error(r, 400, "extract_failed", "", "%s", error);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "path", json_string(target));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    http_reply_json(r, 200, o);
+}
+
 /* POST /v1/sandboxes/:ref/files/extract?path=DIR with a tar (maybe compressed) body. */
 static void h_extract(struct http_req *r, void *arg)
 {
@@ -536,14 +556,7 @@ static void h_extract(struct http_req *r, void *arg)
         http_reply_error(r, 400, "validation_error", "body", "the body must be a tar archive");
         return;
     }
-    struct sbx_srcjob *j = job_new(d, s, r, JOB_EXTRACT);
-    snprintf(j->what, sizeof j->what, "extract");
-    j->target = xstrdup(target);
-    j->buf = xmalloc(len);
-    memcpy(j->buf, body, len);
-    j->buf_len = len;
-    add_extract(j, FEED_BUF, zflag((const unsigned char *)body, len));
-    job_start(j);
+    sbx_extract_begin(d, s, r, target, body, len, extract_done);
 }
 
 void sbx_sources_register(struct sbxd *d)
