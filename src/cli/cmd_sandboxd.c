@@ -31,10 +31,12 @@
 #include "sandbox/core/sandboxd.h"
 #include "sandbox/runtime/spawn.h"
 #include "sandbox/core/uidpool.h"
+#include "sandbox/e2b/e2b.h"
 
 struct daemon {
     struct event_base *base;
     struct http_server *http;
+    struct http_server *e2b; /* --e2b-listen: the E2B-compatible endpoint, or NULL */
     struct sbxd *d;
     struct local_auth *local;
     struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
@@ -64,6 +66,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     sbxd_shutdown(s->d);
     http_server_shutdown(s->http, 5000);
     s->http = NULL; /* freed by the shutdown */
+    if (s->e2b) http_server_shutdown(s->e2b, 5000);
+    s->e2b = NULL;
 }
 
 static void usage(FILE *out)
@@ -76,6 +80,8 @@ static void usage(FILE *out)
             "user's ${XDG_CONFIG_HOME:-~/.config}/rebuno/local/: this user's clients find it.\n\n"
             "options:\n"
             "  --listen ADDR        loopback address to serve /v1 on (default 127.0.0.1:8090)\n"
+            "  --e2b-listen ADDR    also serve the E2B-compatible API there, for the official\n"
+            "                       e2b SDK (docs/e2b.md; off by default)\n"
             "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
             "  --uid-base N         first host uid of the sandboxes' uid ranges (default 100000)\n"
             "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
@@ -126,6 +132,7 @@ static int parse_num(const char *s, long long min, long long max, long long *out
 
 int cmd_sandboxd(int argc, char **argv)
 {
+    const char *e2b_listen = NULL;
     const char *listen = "127.0.0.1:8090", *state = ".rebuno/sandboxes", *cg = "auto";
     const char *level = "info";
     sbx_spawn_set_title_area();
@@ -160,6 +167,7 @@ int cmd_sandboxd(int argc, char **argv)
         }
         int bad = 0;
         if (!strcmp(name, "--listen")) listen = v;
+        else if (!strcmp(name, "--e2b-listen")) e2b_listen = v;
         else if (!strcmp(name, "--state-dir")) state = v;
         else if (!strcmp(name, "--cgroup")) cg = v;
         else if (!strcmp(name, "--storage")) storage = v;
@@ -205,11 +213,14 @@ int cmd_sandboxd(int argc, char **argv)
         return 2;
     }
     log_set_level(lvl);
-    if (!loopback(listen)) {
-        fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
-                        "loopback (127.0.0.1 or [::1])\n",
-                listen);
-        return 2;
+    for (int k = 0; k < 2; k++) {
+        const char *a = k ? e2b_listen : listen;
+        if (a && !loopback(a)) {
+            fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
+                            "loopback (127.0.0.1 or [::1])\n",
+                    a);
+            return 2;
+        }
     }
     struct daemon s = {.notify_fd = (int)notify_fd};
     if (s.notify_fd >= 0) { /* ours alone: no child inherits it, no write ever blocks */
@@ -240,6 +251,19 @@ int cmd_sandboxd(int argc, char **argv)
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;
+    if (e2b_listen) {
+        s.e2b = http_server_new(s.base, &hc);
+        sbx_e2b_register(s.d, s.e2b);
+        struct err eerr = ERR_INIT; /* an optional extra: a port taken costs it alone */
+        if (http_server_listen(s.e2b, e2b_listen, &eerr) < 0) {
+            log_warn("e2b-compatible endpoint not started", "listen=%s error=\"%s\"",
+                     e2b_listen, eerr.msg);
+            fprintf(stderr, "warning: the E2B-compatible endpoint cannot listen on %s: %s "
+                            "(pick another with --e2b-listen)\n", e2b_listen, eerr.msg);
+            http_server_free(s.e2b);
+            s.e2b = NULL;
+        }
+    }
     /* after sbxd_new: the zygote, which every sandbox init comes from, never holds it */
     struct local_auth_opts lo = {state, "sandboxd", "REBUNO_SANDBOX_TOKEN", listen,
                                  http_server_port(s.http)};
@@ -249,6 +273,12 @@ int cmd_sandboxd(int argc, char **argv)
     log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s token_file=%s", listen,
              http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
+    if (s.e2b) {
+        log_info("e2b-compatible endpoint ready", "listen=%s port=%d", e2b_listen,
+                 http_server_port(s.e2b));
+        printf("rebuno sandboxd: e2b-compatible endpoint http://127.0.0.1:%d\n",
+               http_server_port(s.e2b));
+    }
     fflush(stdout);
     notify(&s, "ready");
     event_base_dispatch(s.base);
@@ -260,6 +290,7 @@ out:
     cli_stop_signals_free(&s.stop);
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
+    if (s.e2b) http_server_free(s.e2b);
     sbxd_free(s.d);
     local_auth_free(s.local);
     if (s.base) event_base_free(s.base);

@@ -92,7 +92,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
      * comma/space separated list (each HOST=ADDR:PORT; sandboxd checks the rest) */
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
-    enum { MAX_OVERRIDES = 64, FIXED = 10 };
+    enum { MAX_OVERRIDES = 64, FIXED = 12 };
     char *argv[FIXED + 2 * MAX_OVERRIDES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
@@ -105,6 +105,8 @@ static int start_sandboxd(struct serve *s, struct err *err)
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
     argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
+    if (c->sandbox_e2b_listen[0] && strcmp(c->sandbox_e2b_listen, "off") != 0)
+        argv[n++] = "--e2b-listen", argv[n++] = c->sandbox_e2b_listen;
     char *save = NULL;
     for (char *item = strtok_r(list, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
         if (!strchr(item, '=') || n >= FIXED + 2 * MAX_OVERRIDES) {
@@ -404,7 +406,9 @@ int cmd_serve(int argc, char **argv)
     printf("rebuno %s: kernel on http://127.0.0.1:%d (store %s)\n", dev ? "dev" : "server",
            http_server_port(s.http), db);
     if (s.sandboxd)
-        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
+        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)%s%s\n", c.sandbox_listen,
+               c.state_dir, strcmp(c.sandbox_e2b_listen, "off") ? ", E2B-compatible on http://" : "",
+               strcmp(c.sandbox_e2b_listen, "off") ? c.sandbox_e2b_listen : "");
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;

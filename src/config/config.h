@@ -30,6 +30,7 @@ struct config_key {
 struct config {
     char *path; /* config file, NULL when none */
     char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
+    char *sandbox_e2b_listen; /* dev: sandboxd's E2B-compatible endpoint, or "off" */
     char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
     int64_t http_max_connections, http_max_connections_per_peer; /* the API server's limits */

@@ -1,0 +1,138 @@
+// driver.mjs - one case of the e2b SDK (npm e2b, pinned) against sandboxd's
+// E2B-compatible endpoint: `node driver.mjs CASE`. The endpoint comes from
+// REBUNO_E2B_COMPAT (E2B_API_URL = E2B_SANDBOX_URL = it) and the key from sandboxd's
+// local-token file (REBUNO_SANDBOX_TOKEN_FILE). Prints "RESULT <json>" of what the SDK
+// saw; tests/integration/test_e2b_compat.py makes the assertions.
+import { readFileSync } from 'node:fs'
+import * as e2b from 'e2b'
+
+const { Sandbox } = e2b
+const url = process.env.REBUNO_E2B_COMPAT
+process.env.E2B_API_URL = url
+process.env.E2B_SANDBOX_URL = url
+process.env.E2B_API_KEY = JSON.parse(readFileSync(process.env.REBUNO_SANDBOX_TOKEN_FILE, 'utf8')).token
+
+const errName = (e) => {
+  for (const n of ['SandboxNotFoundError', 'FileNotFoundError', 'NotFoundError', 'CommandExitError',
+    'InvalidArgumentError', 'AuthenticationError', 'TimeoutError', 'SandboxError']) {
+    if (e2b[n] && e instanceof e2b[n]) return n
+  }
+  return e?.constructor?.name ?? String(e)
+}
+const catching = async (f) => { try { return { ok: await f() } } catch (e) { return { error: errName(e), message: String(e.message ?? e) } } }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const tag = `t${process.pid}-${Date.now()}`
+
+const cases = {
+  async lifecycle() {
+    const sbx = await Sandbox.create('base', { timeoutMs: 120_000, metadata: { suite: 'e2b', run: tag } })
+    const info = await sbx.getInfo()
+    const listed = await Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()
+    const none = await Sandbox.list({ query: { metadata: { run: tag + 'x' } } }).nextItems()
+    const running = await sbx.isRunning()
+    await sbx.setTimeout(60_000)
+    const info2 = await sbx.getInfo()
+    const again = await Sandbox.connect(sbx.sandboxId)
+    const hello = await again.commands.run('echo hello')
+    const killed = await sbx.kill()
+    const killedAgain = await Sandbox.kill(sbx.sandboxId)
+    const gone = await catching(() => Sandbox.getInfo(sbx.sandboxId))
+    const goneConnect = await catching(() => Sandbox.connect(sbx.sandboxId))
+    return {
+      id: sbx.sandboxId, info: { state: info.state, metadata: info.metadata, templateId: info.templateId,
+        endAt: info.endAt, startedAt: info.startedAt }, endAt2: info2.endAt,
+      listed: listed.map((s) => s.sandboxId), none: none.length, running, hello: hello.stdout,
+      killed, killedAgain, gone, goneConnect,
+    }
+  },
+
+  async commands() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { FROM_CREATE: 'c1' } })
+    try {
+      const r = await sbx.commands.run('echo out; echo err >&2; echo "$FROM_CREATE $FROM_RUN"; pwd; whoami',
+        { envs: { FROM_RUN: 'r1' } })
+      const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
+      const root = await sbx.commands.run('whoami; echo $HOME', { user: 'root' })
+      const fail = await catching(() => sbx.commands.run('echo partial; exit 3'))
+      let exitErr = null
+      try { await sbx.commands.run('echo partial; exit 3') } catch (e) { exitErr = { exitCode: e.exitCode, stdout: e.stdout } }
+      // streaming: callbacks see each line as it comes
+      const seen = []
+      const streamed = await sbx.commands.run('for i in 1 2 3; do echo line$i; sleep 0.1; done; echo e1 >&2',
+        { onStdout: (d) => seen.push(['out', d]), onStderr: (d) => seen.push(['err', d]) })
+      // background with stdin: cat echoes what is sent, then closing stdin ends it
+      const outs = []
+      const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => outs.push(d) })
+      await sbx.commands.sendStdin(h.pid, 'ping\n')
+      for (let i = 0; i < 50 && !outs.join('').includes('ping'); i++) await sleep(100)
+      const listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
+      await sbx.commands.closeStdin(h.pid)
+      const catRes = await h.wait()
+      // kill a running one: it ends by signal
+      const sl = await sbx.commands.run('sleep 60', { background: true })
+      const extra = []
+      const conn = await sbx.commands.connect(sl.pid, { onStdout: (d) => extra.push(d) })
+      const killed = await sbx.commands.kill(sl.pid)
+      const killRes = await catching(() => conn.wait())
+      let killExit = null
+      try { await sl.wait() } catch (e) { killExit = e.exitCode }
+      const killMissing = await sbx.commands.kill(999999)
+      const sendMissing = await catching(() => sbx.commands.sendStdin(999999, 'x'))
+      const connMissing = await catching(() => sbx.commands.connect(999999))
+      const bash = await sbx.commands.run('echo $0; shopt -q login_shell && echo login')
+      return {
+        out: r.stdout, err: r.stderr, exit: r.exitCode, cwd: cwd.stdout, root: root.stdout,
+        fail, exitErr, seen, streamed: streamed.stdout, cat: catRes.stdout, catExit: catRes.exitCode,
+        listed, catPid: h.pid, killed, killRes, killExit, killMissing, sendMissing, connMissing,
+        bash: bash.stdout,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async files() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const w = await sbx.files.write('notes/a.txt', 'hello files\n')
+      const text = await sbx.files.read('notes/a.txt')
+      const bytes = new Uint8Array(256).map((_, i) => i)
+      await sbx.files.write('/tmp/bin.dat', bytes)
+      const back = await sbx.files.read('/tmp/bin.dat', { format: 'bytes' })
+      const multi = await sbx.files.write([
+        { path: '/tmp/m/one.txt', data: 'one' },
+        { path: 'm2/two.txt', data: 'two' },
+      ])
+      const seenByShell = await sbx.commands.run('cat /tmp/m/one.txt ~/m2/two.txt; stat -c %U ~/notes/a.txt')
+      const empty = await sbx.files.write('/tmp/empty', '')
+      const emptyBack = await sbx.files.read('/tmp/empty')
+      const missing = await catching(() => sbx.files.read('/nope/missing.txt'))
+      const big = 'x'.repeat(3 * 1024 * 1024)
+      await sbx.files.write('/tmp/big.txt', big)
+      const bigBack = await sbx.files.read('/tmp/big.txt')
+      return {
+        w, text, bytesOk: Buffer.from(back).equals(Buffer.from(bytes)), multi, shell: seenByShell.stdout,
+        empty, emptyBack, missing, bigOk: bigBack === big,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async errors() {
+    const bad = await catching(() => Sandbox.connect('no-such-sandbox'))
+    const badInfo = await catching(() => Sandbox.getInfo('no-such-sandbox'))
+    const badKill = await Sandbox.kill('no-such-sandbox')
+    const badTemplate = await catching(() => Sandbox.create('no-such-template'))
+    const wrongKey = await catching(() => Sandbox.list({ apiKey: 'wrong' }).nextItems())
+    return { bad, badInfo, badKill, badTemplate, wrongKey }
+  },
+}
+
+const name = process.argv[2]
+if (!cases[name]) {
+  console.error(`unknown case ${name}; one of ${Object.keys(cases).join(', ')}`)
+  process.exit(2)
+}
+const result = await cases[name]()
+console.log('RESULT ' + JSON.stringify(result))

@@ -1,0 +1,127 @@
+"""The official e2b SDK (npm, pinned 2.51.0) drives sandboxd's E2B-compatible endpoint
+(issue 16, docs/e2b.md), against a real sandboxd run as root.
+
+tests/compat/e2b/ holds the pinned package.json + package-lock.json; `npm ci` installs them
+(once, from the npm registry). Each test runs one case of driver.mjs, which uses the SDK
+with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointed here and prints what it saw;
+the assertions are here. Some checks go around the SDK to the daemon's /v1 API, to see that
+the SDK's view is the real state.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import free_port
+
+COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat", "e2b")
+
+
+@pytest.fixture(scope="session")
+def sdk():
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node and npm are needed for the e2b SDK tests")
+    mod = os.path.join(COMPAT, "node_modules", "e2b", "package.json")
+    stamp = os.path.join(COMPAT, "node_modules", ".package-lock.json")
+    lock = os.path.join(COMPAT, "package-lock.json")
+    if not os.path.exists(mod) or not os.path.exists(stamp) or \
+            os.path.getmtime(stamp) < os.path.getmtime(lock):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=COMPAT, check=True,
+                       capture_output=True, timeout=600)
+    with open(mod) as f:
+        assert json.load(f)["version"] == "2.51.0"
+    return COMPAT
+
+
+@pytest.fixture
+def ed(make_sandboxd, sdk):
+    port = free_port()
+    d = make_sandboxd(args=["--e2b-listen", f"127.0.0.1:{port}"]).start()
+    d.e2b_port = port
+    return d
+
+
+def run_case(d, case, timeout=240, extra_env=None):
+    env = dict(os.environ, REBUNO_E2B_COMPAT=f"http://127.0.0.1:{d.e2b_port}",
+               REBUNO_SANDBOX_TOKEN_FILE=os.path.join(d.state, "local-token"))
+    for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG", "E2B_DOMAIN"):
+        env.pop(k, None)
+    env.update(extra_env or {})
+    p = subprocess.run(["node", "driver.mjs", case], cwd=COMPAT, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, f"case {case} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}\n" \
+                                         f"{d.read_log()[-3000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_lifecycle_create_info_list_timeout_connect_kill(ed):
+    r = run_case(ed, "lifecycle")
+    assert r["info"]["state"] == "running" and r["info"]["templateId"] == "base"
+    assert r["info"]["metadata"] == {"suite": "e2b", "run": r["info"]["metadata"]["run"]}
+    assert r["listed"] == [r["id"]] and r["none"] == 0 and r["running"] is True
+    # setTimeout(60 s) moved the end earlier than create's 120 s
+    assert r["endAt2"] < r["info"]["endAt"]
+    assert r["hello"] == "hello\n"
+    assert r["killed"] is True and r["killedAgain"] is False
+    assert r["gone"]["error"] == "SandboxNotFoundError"
+    assert r["goneConnect"]["error"] == "SandboxNotFoundError"
+    st, _ = ed.request("GET", f"/v1/sandboxes/{r['id']}")
+    assert st == 404
+
+
+def test_commands_run_stream_stdin_kill_env_cwd_user(ed):
+    r = run_case(ed, "commands")
+    # bash -l as the default user "user" in its home; env from create and from the run
+    assert r["out"] == "out\nc1 r1\n/home/user\nuser\n" and r["err"] == "err\n" and r["exit"] == 0
+    assert r["bash"] == "/bin/bash\nlogin\n"
+    assert r["cwd"] == "/tmp\n" and r["root"] == "root\n/root\n"
+    assert r["fail"]["error"] == "CommandExitError"
+    assert r["exitErr"] == {"exitCode": 3, "stdout": "partial\n"}
+    assert r["seen"] == [["out", "line1\n"], ["out", "line2\n"], ["out", "line3\n"], ["err", "e1\n"]]
+    assert r["cat"] == "ping\n" and r["catExit"] == 0
+    assert {"pid": r["catPid"], "cmd": "/bin/bash", "args": ["-l", "-c", "cat"]} in r["listed"]
+    # a signal: envd's exit shape (-1, "signal: killed")
+    assert r["killed"] is True and r["killExit"] == -1
+    assert r["killRes"] == {"error": "CommandExitError", "message": "signal: killed"}
+    assert r["killMissing"] is False
+    assert r["sendMissing"]["error"] == "NotFoundError"
+    assert r["connMissing"]["error"] == "NotFoundError"
+
+
+def test_files_read_write_bytes_multipart(ed):
+    r = run_case(ed, "files")
+    assert r["w"] == {"name": "a.txt", "type": "file", "path": "/home/user/notes/a.txt"}
+    assert r["text"] == "hello files\n" and r["bytesOk"] is True and r["bigOk"] is True
+    assert [m["path"] for m in r["multi"]] == ["/tmp/m/one.txt", "/home/user/m2/two.txt"]
+    # the files belong to the user who wrote them
+    assert r["shell"] == "onetwouser\n"
+    assert r["emptyBack"] == ""
+    assert r["missing"]["error"] == "FileNotFoundError"
+
+
+def test_errors_unknown_sandbox_template_key(ed):
+    r = run_case(ed, "errors")
+    assert r["bad"]["error"] == "SandboxNotFoundError"
+    assert r["badInfo"]["error"] == "SandboxNotFoundError"
+    assert r["badKill"] is False
+    assert r["badTemplate"]["error"] == "SandboxError" and "not found" in r["badTemplate"]["message"]
+    assert r["wrongKey"]["error"] == "AuthenticationError"
+
+
+def test_envd_routes_refuse_without_the_access_token(ed):
+    """envd calls need the sandbox's access token; a wrong one is refused, and a known
+    token does not open another sandbox."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", ed.e2b_port, timeout=30)
+    c.request("POST", "/process.Process/List", body=b"{}",
+              headers={"Content-Type": "application/json", "E2b-Sandbox-Id": "x",
+                       "X-Access-Token": "0" * 64})
+    resp = c.getresponse()
+    body = json.loads(resp.read())
+    assert resp.status == 401 and body["code"] == "unauthenticated"
+    c.request("GET", "/v2/sandboxes", headers={"X-API-KEY": "nope"})
+    resp = c.getresponse()
+    assert resp.status == 401 and json.loads(resp.read())["code"] == 401
