@@ -125,3 +125,37 @@ def test_envd_routes_refuse_without_the_access_token(ed):
     c.request("GET", "/v2/sandboxes", headers={"X-API-KEY": "nope"})
     resp = c.getresponse()
     assert resp.status == 401 and json.loads(resp.read())["code"] == 401
+
+
+def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
+    r = run_case(ed, "filesystem")
+    i = r["info"]
+    assert (i["name"], i["type"], i["path"], i["size"]) == ("main.py", "file", "/home/user/proj/src/main.py", 9)
+    assert (i["owner"], i["group"], i["permissions"], i["mode"]) == ("user", "user", "-rw-r--r--", 0o644)
+    assert r["dirType"] == "dir"
+    assert r["list1"] == [["README", "file", "/home/user/proj/README"], ["src", "dir", "/home/user/proj/src"]]
+    assert r["list2"] == ["/home/user/proj/README", "/home/user/proj/src", "/home/user/proj/src/main.py"]
+    assert r["exists"] is True and r["notExists"] is False
+    # MakeDir makes parents; an existing directory is already_exists -> false
+    assert r["made"] is True and r["madeAgain"] is False
+    assert r["renamed"] == "/home/user/proj/README.md" and r["oldGone"] is False
+    # Remove is recursive, and a missing path is no error (envd's RemoveAll)
+    assert r["removedGone"] is False and "error" not in r["removeMissing"]
+    assert r["listMissing"]["error"] == "FileNotFoundError"
+    assert r["infoMissing"]["error"] == "FileNotFoundError"
+    # inotify, recursive, names relative to the watched directory
+    ev = [tuple(e) for e in r["events"]]
+    for want in [("create", "w"), ("create", "w/f.txt"), ("write", "w/f.txt"), ("create", "top.txt"),
+                 ("remove", "top.txt")]:
+        assert want in ev, ev
+    assert ev.index(("create", "top.txt")) < ev.index(("remove", "top.txt"))
+
+
+def test_pause_connect_resumes_with_files_and_processes_and_on_timeout_pause(ed):
+    r = run_case(ed, "pause")
+    assert r["paused"] is True and r["pausedAgain"] is False
+    assert r["infoPaused"] == "paused" and r["listedPaused"] == [r["id"]] and r["listedRunning"] == 0
+    # connect resumed it: its files and its running process (memory) are intact
+    assert r["infoBack"] == "running" and r["file"] == "kept" and r["bgAlive"] is True
+    assert r["autoState"] == "paused" and r["autoFile"] == "auto"
+    assert r["autoLifecycle"] == {"onTimeout": "pause", "autoResume": False}

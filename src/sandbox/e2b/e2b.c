@@ -205,10 +205,16 @@ static void on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev)
     e2b_process_on_cmd((struct e2b *)o, c, ev);
 }
 
+static void on_session_end(struct sbx_observer *o, struct sbx *s)
+{
+    e2b_watch_session_end((struct e2b *)o, s);
+}
+
 static void release(struct sbx_observer *o)
 {
     struct e2b *e = (struct e2b *)o;
     e2b_process_shutdown(e);
+    e2b_watch_shutdown(e);
     OPENSSL_cleanse(e->secret, sizeof e->secret);
     free(e);
 }
@@ -232,6 +238,7 @@ void sbx_e2b_register(struct sbxd *d, struct http_server *h)
     e->http = h;
     e->o.on_cmd = on_cmd;
     e->o.release = release;
+    e->o.on_session_end = on_session_end;
     size_t got = 0;
     while (got < sizeof e->secret) {
         ssize_t n = getrandom(e->secret + got, sizeof e->secret - got, 0);

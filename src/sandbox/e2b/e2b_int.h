@@ -80,6 +80,10 @@ void e2b_control_routes(struct e2b *e);
 void e2b_process_routes(struct e2b *e);
 void e2b_files_routes(struct e2b *e);
 void e2b_fs_routes(struct e2b *e);
+/* watch.c: WatchDir streams, ended with their sandbox's session */
+void e2b_watch_routes(struct e2b *e);
+void e2b_watch_session_end(struct e2b *e, struct sbx *s);
+void e2b_watch_shutdown(struct e2b *e);
 /* process.c: a command event (the endpoint's observer passes it on). */
 void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev);
 void e2b_process_shutdown(struct e2b *e);

@@ -119,6 +119,75 @@ const cases = {
     }
   },
 
+  async filesystem() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.files.write('proj/src/main.py', 'print(1)\n')
+      await sbx.files.write('proj/README', 'r')
+      const info = await sbx.files.getInfo('proj/src/main.py')
+      const dirInfo = await sbx.files.getInfo('/home/user/proj')
+      const list1 = (await sbx.files.list('proj')).map((e) => [e.name, e.type, e.path]).sort()
+      const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path).sort()
+      const exists = await sbx.files.exists('proj/README')
+      const notExists = await sbx.files.exists('proj/nope')
+      const made = await sbx.files.makeDir('proj/new/deep')
+      const madeAgain = await sbx.files.makeDir('proj/new/deep')
+      const renamed = await sbx.files.rename('proj/README', 'proj/README.md')
+      const oldGone = await sbx.files.exists('proj/README')
+      await sbx.files.remove('proj/new')
+      const removedGone = await sbx.files.exists('proj/new')
+      const removeMissing = await catching(() => sbx.files.remove('proj/never-there'))
+      const listMissing = await catching(() => sbx.files.list('/no/such/dir'))
+      const infoMissing = await catching(() => sbx.files.getInfo('/no/such/file'))
+      // watch: events for writes made by a command inside, relative names, recursive
+      const events = []
+      const wh = await sbx.files.watchDir('proj', (ev) => events.push([ev.type, ev.name]), { recursive: true })
+      await sbx.commands.run('mkdir -p ~/proj/w && echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
+      for (let i = 0; i < 50 && !events.some((e) => e[1] === 'top.txt' && e[0] === 'remove'); i++) await sleep(100)
+      await wh.stop()
+      return {
+        info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
+          group: info.group, permissions: info.permissions, mode: info.mode,
+          modified: String(info.modifiedTime) },
+        dirType: dirInfo.type, list1, list2, exists, notExists, made, madeAgain, renamed: renamed.path,
+        oldGone, removedGone, removeMissing, listMissing, infoMissing, events,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async pause() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run: tag } })
+    await sbx.files.write('/tmp/state.txt', 'kept')
+    const bg = await sbx.commands.run('sleep 300', { background: true, timeoutMs: 0 })
+    const paused = await sbx.pause()
+    const pausedAgain = await Sandbox.pause(sbx.sandboxId)
+    const infoPaused = await Sandbox.getInfo(sbx.sandboxId)
+    const listedPaused = (await Sandbox.list({ query: { metadata: { run: tag }, state: ['paused'] } }).nextItems()).map((s) => s.sandboxId)
+    const listedRunning = (await Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()).length
+    const back = await Sandbox.connect(sbx.sandboxId)
+    const infoBack = await back.getInfo()
+    const file = await back.files.read('/tmp/state.txt')
+    const procs = (await back.commands.list()).map((p) => p.pid)
+    // on_timeout pause: the sandbox pauses itself after its timeout
+    const auto = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+    await auto.files.write('/tmp/a.txt', 'auto')
+    let autoState = null
+    for (let i = 0; i < 100; i++) {
+      autoState = (await Sandbox.getInfo(auto.sandboxId)).state
+      if (autoState === 'paused') break
+      await sleep(100)
+    }
+    const autoBack = await Sandbox.connect(auto.sandboxId, { timeoutMs: 60_000 })
+    const autoFile = await autoBack.files.read('/tmp/a.txt')
+    const autoLifecycle = (await autoBack.getInfo()).lifecycle
+    await autoBack.kill()
+    await back.kill()
+    return { paused, pausedAgain, infoPaused: infoPaused.state, listedPaused, listedRunning,
+      infoBack: infoBack.state, file, bgAlive: procs.includes(bg.pid), autoState, autoFile, autoLifecycle, id: sbx.sandboxId }
+  },
+
   async errors() {
     const bad = await catching(() => Sandbox.connect('no-such-sandbox'))
     const badInfo = await catching(() => Sandbox.getInfo('no-such-sandbox'))
