@@ -159,3 +159,57 @@ def test_pause_connect_resumes_with_files_and_processes_and_on_timeout_pause(ed)
     assert r["infoBack"] == "running" and r["file"] == "kept" and r["bgAlive"] is True
     assert r["autoState"] == "paused" and r["autoFile"] == "auto"
     assert r["autoLifecycle"] == {"onTimeout": "pause", "autoResume": False}
+
+
+def test_snapshots_restore_and_fork(ed):
+    r = run_case(ed, "snapshots")
+    # a snapshot never stops the sandbox; restoring one is a create from its id
+    assert r["stillRunning"] == "running"
+    assert r["listed"] == [r["snapshotId"]]
+    assert r["restoredFile"] == "at snapshot"
+    # forks copy the live files, each its own sandbox
+    assert r["forkFiles"] == ["after snapshot", "after snapshot"]
+    assert len(set(r["forkIds"])) == 2 and r["srcId"] not in r["forkIds"]
+    assert r["badFork"]["error"] == "SandboxNotFoundError"
+    assert r["deleted"] is True and r["deletedAgain"] is False
+
+
+TOKEN = "ghs_" + "E2bN3tw0rkT0k3n" * 2
+
+
+@pytest.fixture
+def net_env(make_sandboxd, sdk, tmp_path):
+    if not shutil.which("nft"):
+        pytest.skip("needs nft")
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    up = Upstream(pki)
+    port = free_port()
+    d = make_sandboxd(args=["--e2b-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+                            "--upstream-override", f"github.example:443=127.0.0.1:{up.port}"]).start()
+    d.e2b_port = port
+    try:
+        yield d, up
+    finally:
+        up.close()
+
+
+def test_update_network_injects_the_header_outside_the_sandbox(net_env):
+    d, up = net_env
+    r = run_case(d, "network", extra_env={"E2B_TEST_HOST": "github.example", "E2B_TEST_TOKEN": TOKEN})
+    assert "ok GET /before" in r["before"]["ok"]["stdout"]
+    assert "ok GET /after" in r["after"]["ok"]["stdout"]
+    auth = [[v for k, v in q["headers"] if k.lower() == "authorization"] for q in up.requests]
+    paths = [q["path"] for q in up.requests]
+    # before the rule: nothing added; after it: the proxy's value replaced the sandbox's
+    assert auth[paths.index("/before")] == []
+    assert auth[paths.index("/after")] == [f"Bearer {TOKEN}"]
+    # a host not allowed is refused; the token is nowhere in any process's environment
+    assert r["denied"]["error"] == "CommandExitError"
+    assert r["leaked"] is False and r["insideLen"] > 100
+    # what cannot be enforced locally is refused, naming the field
+    assert r["badCidr"]["error"] == "SandboxError" and "allowOut" in r["badCidr"]["message"]
+    assert r["badDeny"]["error"] == "SandboxError" and "denyOut" in r["badDeny"]["message"]

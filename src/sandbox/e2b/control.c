@@ -45,7 +45,7 @@ static json_t *template_id(const struct sbx *s)
 }
 
 /* Sandbox (create, connect, fork). */
-static json_t *sandbox_json(struct e2b *e, const struct sbx *s)
+json_t *e2b_sandbox_json(struct e2b *e, const struct sbx *s)
 {
     json_t *o = json_object();
     json_object_set_new(o, "sandboxID", json_string(s->id));
@@ -177,7 +177,12 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     if ((v = json_object_get(in, "envVars")) && !json_is_null(v)) json_object_set(b, "env", v);
     json_object_set_new(b, "timeout_ms", json_integer(t * 1000));
     json_object_set_new(b, "on_timeout", json_string(auto_pause ? "pause" : "stop"));
-    if (!internet) json_object_set_new(b, "network_policy", json_string("deny-all"));
+    json_t *policy;
+    if (e2b_network_policy(json_object_get(in, "network"), internet, &policy, err) < 0) {
+        json_decref(b);
+        return NULL;
+    }
+    json_object_set_new(b, "network_policy", policy);
     return b;
 }
 
@@ -199,7 +204,7 @@ static void h_create(struct http_req *r, void *arg)
         e2b_api_err(r, &err);
         return;
     }
-    http_reply_json(r, 201, sandbox_json(e, s));
+    http_reply_json(r, 201, e2b_sandbox_json(e, s));
 }
 
 /* ------------------------------------------------------------------ the others */
@@ -409,7 +414,28 @@ static void h_connect(struct http_req *r, void *arg)
         e2b_api_err(r, &err);
         return;
     }
-    http_reply_json(r, was_running ? 200 : 201, sandbox_json(e, s));
+    http_reply_json(r, was_running ? 200 : 201, e2b_sandbox_json(e, s));
+}
+
+static void h_network(struct http_req *r, void *arg)
+{
+    struct sbx *s = find(arg, r, h_network);
+    json_t *body;
+    if (!s || !body_object(r, &body)) return;
+    struct err err = ERR_INIT;
+    json_t *policy;
+    /* the update replaces everything: what it leaves out is cleared */
+    int rc = e2b_network_policy(body, true, &policy, &err);
+    json_decref(body);
+    if (rc == 0) {
+        json_t *u = json_pack("{s:o}", "network_policy", policy);
+        rc = sbx_update(s, u, &err);
+        json_decref(u);
+    }
+    if (rc < 0)
+        e2b_api_err(r, &err);
+    else
+        http_reply_raw(r, 204, NULL, NULL, 0);
 }
 
 static void h_metrics(struct http_req *r, void *arg)
@@ -446,4 +472,5 @@ void e2b_control_routes(struct e2b *e)
     http_route(h, "POST", "/sandboxes/:id/timeout", h_timeout, e);
     http_route(h, "POST", "/sandboxes/:id/pause", h_pause, e);
     http_route(h, "GET", "/sandboxes/:id/metrics", h_metrics, e);
+    http_route(h, "PUT", "/sandboxes/:id/network", h_network, e);
 }

@@ -248,6 +248,7 @@ void sbx_e2b_register(struct sbxd *d, struct http_server *h)
     http_set_filter(h, auth_filter, e);
     http_route(h, "GET", "/health", h_health, e);
     e2b_control_routes(e);
+    e2b_snapshot_routes(e);
     e2b_process_routes(e);
     e2b_files_routes(e);
     e2b_fs_routes(e);

@@ -77,6 +77,12 @@ int cx_stream_end(struct http_req *r, const char *code, const char *message);
 
 /* ---- the parts' routes ---- */
 void e2b_control_routes(struct e2b *e);
+void e2b_snapshot_routes(struct e2b *e);
+/* network.c: E2B's network settings (NULL: none) -> a network_policy (*out, new);
+ * internet: allow_internet_access of the create (true unless it said false). */
+int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct err *err);
+/* control.c: the Sandbox object of create, connect and fork */
+json_t *e2b_sandbox_json(struct e2b *e, const struct sbx *s);
 void e2b_process_routes(struct e2b *e);
 void e2b_files_routes(struct e2b *e);
 void e2b_fs_routes(struct e2b *e);

@@ -188,6 +188,51 @@ const cases = {
       infoBack: infoBack.state, file, bgAlive: procs.includes(bg.pid), autoState, autoFile, autoLifecycle, id: sbx.sandboxId }
   },
 
+  async snapshots() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run: tag } })
+    await sbx.files.write('snap.txt', 'at snapshot')
+    const snap = await sbx.createSnapshot()
+    await sbx.files.write('snap.txt', 'after snapshot')
+    const stillRunning = (await sbx.getInfo()).state
+    const listed = (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()).map((x) => x.snapshotId)
+    const restored = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+    const restoredFile = await restored.files.read('snap.txt')
+    const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+    const forkFiles = []
+    for (const f of forks) {
+      forkFiles.push(f instanceof Error ? String(f) : await f.files.read('snap.txt'))
+    }
+    const forkIds = forks.map((f) => f.sandboxId)
+    const badFork = await catching(() => Sandbox.connect('no-such').then((x) => x.fork()))
+    const deleted = await Sandbox.deleteSnapshot(snap.snapshotId)
+    const deletedAgain = await Sandbox.deleteSnapshot(snap.snapshotId)
+    for (const f of forks) if (!(f instanceof Error)) await f.kill()
+    await restored.kill()
+    await sbx.kill()
+    return { snapshotId: snap.snapshotId, stillRunning, listed, restoredFile, forkFiles,
+      forkIds, srcId: sbx.sandboxId, badFork, deleted, deletedAgain }
+  },
+
+  async network() {
+    const host = process.env.E2B_TEST_HOST
+    const token = process.env.E2B_TEST_TOKEN
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { denyOut: [e2b.ALL_TRAFFIC ?? '0.0.0.0/0'], allowOut: [host] } })
+    try {
+      const before = await catching(() => sbx.commands.run(`curl -sSk https://${host}/before`))
+      await sbx.updateNetwork({ denyOut: ['0.0.0.0/0'],
+        rules: { [host]: [{ transform: { headers: { Authorization: `Bearer ${token}` } } }] } })
+      const after = await catching(() => sbx.commands.run(`curl -sS https://${host}/after -H 'Authorization: made-up-inside'`))
+      const denied = await catching(() => sbx.commands.run('curl -sS --max-time 5 https://denied.example/'))
+      const inside = await sbx.commands.run("env; for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null; true")
+      const badCidr = await catching(() => sbx.updateNetwork({ allowOut: ['10.0.0.0/8'] }))
+      const badDeny = await catching(() => sbx.updateNetwork({ denyOut: ['8.8.8.8'] }))
+      return { before, after, denied, leaked: inside.stdout.includes(token), insideLen: inside.stdout.length,
+        badCidr, badDeny }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async errors() {
     const bad = await catching(() => Sandbox.connect('no-such-sandbox'))
     const badInfo = await catching(() => Sandbox.getInfo('no-such-sandbox'))
