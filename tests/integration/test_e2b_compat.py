@@ -213,3 +213,13 @@ def test_update_network_injects_the_header_outside_the_sandbox(net_env):
     # what cannot be enforced locally is refused, naming the field
     assert r["badCidr"]["error"] == "SandboxError" and "allowOut" in r["badCidr"]["message"]
     assert r["badDeny"]["error"] == "SandboxError" and "denyOut" in r["badDeny"]["message"]
+
+
+def test_pty_create_input_resize_reconnect_exit_kill(ed):
+    r = run_case(ed, "pty")
+    # a real terminal, as the default user; input echoed through it, resize seen by stty
+    assert r["sawHi"] and r["sawTty"] and r["whoami"] and r["sawSize"] and r["listed"]
+    # a second client (connect by pid) takes over; the terminal ran on meanwhile
+    assert r["sawAgain"] is True and r["exitCode"] == 7
+    assert r["killed"] is True and r["killExit"] == -1 and r["killMissing"] is False
+    assert r["badResize"]["error"] == "NotFoundError"

@@ -96,7 +96,8 @@ void e2b_process_shutdown(struct e2b *e);
 /* pty.c: terminals, which process.c's RPCs reach by pid too. e2b_pty_start answers a
  * Start with a "pty"; e2b_pty_connect answers a Connect to a terminal (true) or leaves
  * r (false); e2b_pty_signal is false when pid is no terminal of s. */
-void e2b_pty_start(struct e2b *e, struct sbx *s, struct http_req *r);
+void e2b_pty_start(struct e2b *e, struct sbx *s, struct http_req *r, const json_t *body,
+                   const struct sbx_user *u);
 bool e2b_pty_connect(struct e2b *e, struct sbx *s, struct http_req *r, const json_t *body);
 void e2b_pty_list(struct sbx *s, json_t *arr);
 int e2b_pty_input(struct sbx *s, int64_t pid, const void *data, size_t len, struct err *err);

@@ -329,8 +329,11 @@ static void h_start(struct http_req *r, void *arg)
     struct sbx_user u;
     json_t *pty = json_object_get(body, "pty");
     if (pty && !json_is_null(pty)) {
+        if (e2b_user(s, r, NULL, &u, &err) < 0)
+            stream_fail(r, cx_code(&err), "%s", err.msg);
+        else
+            e2b_pty_start(e, s, r, body, &u);
         json_decref(body);
-        e2b_pty_start(e, s, r);
         return;
     }
     json_t *cb = NULL;

@@ -142,7 +142,10 @@ const cases = {
       // watch: events for writes made by a command inside, relative names, recursive
       const events = []
       const wh = await sbx.files.watchDir('proj', (ev) => events.push([ev.type, ev.name]), { recursive: true })
-      await sbx.commands.run('mkdir -p ~/proj/w && echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
+      // (a directory is watched once its create event is seen: write into it after that)
+      await sbx.commands.run('mkdir -p ~/proj/w')
+      for (let i = 0; i < 50 && !events.some((e) => e[1] === 'w'); i++) await sleep(100)
+      await sbx.commands.run('echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
       for (let i = 0; i < 50 && !events.some((e) => e[1] === 'top.txt' && e[0] === 'remove'); i++) await sleep(100)
       await wh.stop()
       return {
@@ -228,6 +231,43 @@ const cases = {
       const badDeny = await catching(() => sbx.updateNetwork({ denyOut: ['8.8.8.8'] }))
       return { before, after, denied, leaked: inside.stdout.includes(token), insideLen: inside.stdout.length,
         badCidr, badDeny }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async pty() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const dec = new TextDecoder()
+      let out = ''
+      const waitFor = async (re) => { for (let i = 0; i < 100 && !re.test(out); i++) await sleep(100); return re.test(out) }
+      const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) }, timeoutMs: 0 })
+      const enc = new TextEncoder()
+      await sbx.pty.sendInput(t.pid, enc.encode('echo hi-$((1+2)); tty; whoami\n'))
+      const sawHi = await waitFor(/hi-3/)
+      const sawTty = await waitFor(/\/dev\/pts\/\d+/)
+      await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
+      await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
+      const sawSize = await waitFor(/30 100/)
+      const listed = (await sbx.commands.list()).some((p) => p.pid === t.pid)
+      // a new client for the same terminal: the old one ends, the terminal runs on
+      await t.disconnect()
+      let out2 = ''
+      const t2 = await sbx.pty.connect(t.pid, { onData: (d) => { out2 += dec.decode(d, { stream: true }) } })
+      await sbx.pty.sendInput(t.pid, enc.encode('echo again-$((2*3))\n'))
+      for (let i = 0; i < 100 && !/again-6/.test(out2); i++) await sleep(100)
+      const sawAgain = /again-6/.test(out2)
+      await sbx.pty.sendInput(t.pid, enc.encode('exit 7\n'))
+      let exitCode = null
+      try { await t2.wait(); exitCode = 0 } catch (e) { exitCode = e.exitCode }
+      const k = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 0 })
+      const killed = await sbx.pty.kill(k.pid)
+      let killExit = null
+      try { await k.wait() } catch (e) { killExit = e.exitCode }
+      const killMissing = await sbx.pty.kill(999999)
+      const badResize = await catching(() => sbx.pty.resize(999999, { cols: 10, rows: 10 }))
+      return { sawHi, sawTty, whoami: /\nuser\r?\n/.test(out), sawSize, listed, sawAgain, exitCode, killed, killExit, killMissing, badResize }
     } finally {
       await sbx.kill()
     }
