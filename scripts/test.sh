@@ -38,6 +38,7 @@ run_pytest() {  # $1: test folder; adds its counts to the totals
 run_pytest tests/integration   # the kernel, CLI, sandboxes, proxy
 run_pytest sdk/python/tests    # the Python SDK against the kernel
 run_pytest examples/coding-agent/tests   # the demo's forge and scripted model
+run_pytest examples/coding-agent-e2b/tests   # the E2B document's agent (issue 16)
 
 echo "tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]
