@@ -223,3 +223,137 @@ def test_pty_create_input_resize_reconnect_exit_kill(ed):
     assert r["sawAgain"] is True and r["exitCode"] == 7
     assert r["killed"] is True and r["killExit"] == -1 and r["killMissing"] is False
     assert r["badResize"]["error"] == "NotFoundError"
+
+
+def test_bad_arguments_give_the_sdk_errors(ed):
+    r = run_case(ed, "badargs")
+    assert r["badCwd"]["error"] == "InvalidArgumentError"
+    assert r["badUser"]["error"] == "NotFoundError"
+    assert r["listFile"]["error"] == "InvalidArgumentError" and "not a directory" in r["listFile"]["message"]
+    assert r["readDir"]["error"] == "InvalidArgumentError"
+    assert r["watchFile"]["error"] == "InvalidArgumentError"
+    assert "permission_denied" in r["watchProc"]["message"]
+    assert r["badEnv"]["error"] == "InvalidArgumentError"
+    assert r["badTimeout"]["error"] == "SandboxError" and "timeout" in r["badTimeout"]["message"]
+    # a killed sandbox: envd calls fail as E2B's do (502 from the edge), health says no
+    assert r["afterKill"]["error"] == "SandboxNotFoundError"
+    assert r["afterKillFiles"]["error"] == "TimeoutError"
+    assert r["afterKillRunning"] is False
+
+
+class Raw:
+    """The endpoint over plain HTTP, as a hostile client would speak it."""
+
+    def __init__(self, d):
+        import http.client
+        self.port = d.e2b_port
+        self.key = json.load(open(os.path.join(d.state, "local-token")))["token"]
+        self.http = http.client
+        c = self.conn()
+        c.request("POST", "/v2/sandboxes", body=json.dumps({"templateID": "base"}),
+                  headers={"X-API-KEY": self.key, "Content-Type": "application/json"})
+        r = c.getresponse()
+        sb = json.loads(r.read())
+        assert r.status == 201, sb
+        self.id, self.token = sb["sandboxID"], sb["envdAccessToken"]
+
+    def conn(self):
+        return self.http.HTTPConnection("127.0.0.1", self.port, timeout=60)
+
+    def envd(self, method, path, body=b"", headers=None):
+        h = {"E2b-Sandbox-Id": self.id, "X-Access-Token": self.token}
+        h.update(headers or {})
+        c = self.conn()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, r.getheader("Content-Type"), data
+
+    @staticmethod
+    def envelope(msg, flags=0, length=None):
+        import struct
+        raw = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+        return bytes([flags]) + struct.pack(">I", len(raw) if length is None else length) + raw
+
+    def run(self, cmd, user=None):
+        import base64
+        h = {"Content-Type": "application/connect+json"}
+        if user:
+            h["Authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+        st, _, data = self.envd("POST", "/process.Process/Start",
+                                self.envelope({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}), h)
+        assert st == 200, data
+        return data
+
+
+def test_hostile_input_is_refused_and_stays_inside(ed):
+    import uuid
+    x = Raw(ed)
+    ct = {"Content-Type": "application/connect+json"}
+    # Connect framing: short, lying and compressed envelopes; bad and oversized messages
+    st, _, body = x.envd("POST", "/process.Process/Start", b"\0\0\0", ct)
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope({"a": 1}, length=1000), ct)
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope({"a": 1}, flags=1), ct)
+    assert json.loads(body)["code"] == "unimplemented"
+    st, _, body = x.envd("POST", "/process.Process/List", b"{", {"Content-Type": "application/json"})
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/SendInput", json.dumps(
+        {"process": {"pid": 1}, "input": {"stdin": "x" * (2 << 20)}}).encode(), {"Content-Type": "application/json"})
+    assert st in (413, 429) and b"code" in body
+    st, _, body = x.envd("POST", "/process.Process/SendSignal", json.dumps(
+        {"process": {"pid": -5}, "signal": "SIGNAL_SIGKILL"}).encode(), {"Content-Type": "application/json"})
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    # odd headers do not break a stream
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope(
+        {"process": {"cmd": "/bin/echo", "args": ["ok"]}}), {**ct, "Keepalive-Ping-Interval": "-5",
+                                                           "Connect-Timeout-Ms": "99999999999999999999"})
+    assert st == 200 and b'"end"' in body
+    # an id no token was made for, and an absurd one
+    st, _, body = x.envd("POST", "/process.Process/List", b"{}", {"E2b-Sandbox-Id": "y" * 5000})
+    assert st in (400, 401, 431)
+
+    # uploads: no boundary, garbage, traversal in the filename (stays in the sandbox)
+    st, _, body = x.envd("POST", "/files", b"--x\r\n", {"Content-Type": "multipart/form-data"})
+    assert st == 400
+    st, _, body = x.envd("POST", "/files", b"garbage", {"Content-Type": "multipart/form-data; boundary=zz"})
+    assert st == 400
+    name = f"e2b-escape-{uuid.uuid4().hex[:8]}"
+    part = (f"--zz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../../../../../tmp/{name}\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\ninside\r\n--zz--\r\n").encode()
+    st, _, body = x.envd("POST", "/files?username=root", part, {"Content-Type": "multipart/form-data; boundary=zz"})
+    assert st == 200 and json.loads(body)[0]["path"] == f"/tmp/{name}", body
+    assert not os.path.exists(f"/tmp/{name}")
+    assert b'"stdout":"aW5zaWRl"' in x.run(f"cat /tmp/{name}")  # base64 of "inside"
+    # a body over the limit is refused from its head, before a byte of it is read
+    import socket
+    with socket.create_connection(("127.0.0.1", x.port), timeout=30) as sk:
+        sk.sendall((f"POST /files?path=/tmp/big HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {x.id}\r\n"
+                    f"X-Access-Token: {x.token}\r\nContent-Type: application/octet-stream\r\n"
+                    f"Content-Length: {17 << 20}\r\n\r\n").encode())
+        assert sk.recv(64).startswith(b"HTTP/1.1 413")
+    # reads: kernel file systems refused; a link the user made is not followed for it
+    for p in ("/proc/self/environ", "/proc/1/environ"):
+        st, _, body = x.envd("GET", f"/files?path={p}&username=root")
+        assert st in (403, 404), body
+    x.run("ln -s /etc ~/etc-link", user="user")
+    st, _, body = x.envd("GET", "/files?path=/home/user/etc-link/hostname&username=user")
+    assert st == 403, body
+    st, _, body = x.envd("GET", "/files?path=/etc/hostname&username=nobody-here")
+    assert st == 404
+    # control plane: a malformed metadata query, a bad body
+    c = x.conn()
+    c.request("GET", "/v2/sandboxes?metadata=%25ZZ", headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["code"] == 400
+    c.request("POST", "/v2/sandboxes", body=b"[1]", headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["code"] == 400
+    c.request("POST", "/v2/sandboxes", body=json.dumps({"templateID": "base", "network": {"egressProxy": {"address": "x:1"}}}),
+              headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["field"] == "egressProxy"
+    c.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
+    assert c.getresponse().status == 204

@@ -57,7 +57,12 @@ void e2b_api_error(struct http_req *r, int status, const char *fmt, ...)
 
 void e2b_api_err(struct http_req *r, const struct err *e)
 {
-    e2b_api_error(r, e->status ? e->status : 500, "%s", e->msg);
+    int status = e->status ? e->status : 500;
+    json_t *o = json_object();
+    json_object_set_new(o, "code", json_integer(status));
+    json_object_set_new(o, "message", json_string(e->msg));
+    if (e->field[0]) json_object_set_new(o, "field", json_string(e->field)); /* ours, extra */
+    http_reply_json(r, status, o);
 }
 
 static bool is_envd_path(const char *p)

@@ -103,6 +103,19 @@ struct fsreq {
     char path[SBX_PATH_MAX + 1];
 };
 
+/* A listing or watch of path failed with err: a path that exists but is no directory
+ * says so (invalid_argument, as envd), rather than "not found". */
+void e2b_not_a_dir(const struct sbx_fs *fs, const char *path, struct err *err)
+{
+    if (err->status != 404) return;
+    struct err e2 = ERR_INIT;
+    json_t *st = sbx_fs_stat(fs, path, &e2);
+    const char *t = st ? json_string_value(json_object_get(st, "type")) : NULL;
+    if (t && strcmp(t, "directory") != 0)
+        err_invalid(err, "path", "%s is not a directory", path);
+    json_decref(st);
+}
+
 static bool fs_begin(struct e2b *e, struct http_req *r, http_handler_fn self, const char *field,
                      struct fsreq *q)
 {
@@ -192,6 +205,7 @@ static void h_list_dir(struct http_req *r, void *arg)
     names_free(&n);
     if (rc < 0) {
         json_decref(out);
+        e2b_not_a_dir(&q.fs, q.path, &err);
         cx_error_err(r, &err);
         return;
     }

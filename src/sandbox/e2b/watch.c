@@ -223,6 +223,7 @@ static void h_watch(struct http_req *r, void *arg)
     struct sbx_fs fs = rc == 0 ? e2b_fs(s, &u) : (struct sbx_fs){0};
     int dfd = rc == 0 ? sbx_fs_open_dir(&fs, path, &err) : -1;
     if (dfd < 0) {
+        if (rc == 0) e2b_not_a_dir(&fs, path, &err);
         stream_error(r, cx_code(&err), err.msg);
         return;
     }

@@ -273,6 +273,24 @@ const cases = {
     }
   },
 
+  async badargs() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    const badCwd = await catching(() => sbx.commands.run('pwd', { cwd: '/no/such/dir' }))
+    const badUser = await catching(() => sbx.commands.run('pwd', { user: 'nobody-here' }))
+    const listFile = await catching(() => sbx.files.list('/etc/hostname'))
+    const readDir = await catching(() => sbx.files.read('/etc'))
+    const watchFile = await catching(() => sbx.files.watchDir('/etc/hostname', () => {}))
+    const watchProc = await catching(() => sbx.files.watchDir('/proc', () => {}))
+    const badEnv = await catching(() => sbx.commands.run('true', { envs: { 'BAD=NAME': 'x' } }))
+    const badTimeout = await catching(() => Sandbox.create({ timeoutMs: 10 * 24 * 3600 * 1000 }))
+    await sbx.kill()
+    const afterKill = await catching(() => sbx.commands.run('true'))
+    const afterKillFiles = await catching(() => sbx.files.read('/etc/hostname'))
+    const afterKillRunning = await sbx.isRunning()
+    return { badCwd, badUser, listFile, readDir, watchFile, watchProc, badEnv, badTimeout, afterKill,
+      afterKillFiles, afterKillRunning }
+  },
+
   async errors() {
     const bad = await catching(() => Sandbox.connect('no-such-sandbox'))
     const badInfo = await catching(() => Sandbox.getInfo('no-such-sandbox'))
