@@ -357,3 +357,23 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
     assert r.status == 400 and json.loads(r.read())["field"] == "egressProxy"
     c.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
     assert c.getresponse().status == 204
+
+
+def test_rebuno_dev_serves_the_endpoint_on_its_own_port(make_kernel, sdk):
+    """`rebuno dev` starts sandboxd with --e2b-listen (setting sandbox_e2b_listen), and
+    the official SDK drives it there."""
+    from test_dev_sandboxes import wait_for_sandboxd
+    sport, eport = free_port(), free_port()
+    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{sport}",
+                          "--sandbox-e2b-listen", f"127.0.0.1:{eport}"]).start()
+    wait_for_sandboxd(sport, k)
+
+    class D:
+        e2b_port = eport
+        state = os.path.join(k.state_dir, "state", "sandboxes")
+
+        @staticmethod
+        def read_log():
+            return k.read_log()
+    r = run_case(D, "lifecycle")
+    assert r["hello"] == "hello\n" and r["killed"] is True
