@@ -133,6 +133,8 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
     assert (i["name"], i["type"], i["path"], i["size"]) == ("main.py", "file", "/home/user/proj/src/main.py", 9)
     assert (i["owner"], i["group"], i["permissions"], i["mode"]) == ("user", "user", "-rw-r--r--", 0o644)
     assert r["dirType"] == "dir"
+    # directories made for the user are its own, 0755, parents too (envd's)
+    assert r["madeDir"] == [0o755, "drwxr-xr-x", "user", "user"]
     assert r["list1"] == [["README", "file", "/home/user/proj/README"], ["src", "dir", "/home/user/proj/src"]]
     assert r["list2"] == ["/home/user/proj/README", "/home/user/proj/src", "/home/user/proj/src/main.py"]
     assert r["exists"] is True and r["notExists"] is False

@@ -86,6 +86,9 @@ json_t *e2b_sandbox_json(struct e2b *e, const struct sbx *s);
 void e2b_process_routes(struct e2b *e);
 void e2b_files_routes(struct e2b *e);
 void e2b_fs_routes(struct e2b *e);
+/* fs.c: make path and its missing parents as u (0755, u's uid and gid), as envd does */
+int e2b_mkdirs(const struct sbx_fs *fs, const char *path, const struct sbx_user *u,
+               struct err *err);
 /* fs.c: a listing or watch failed with 404 on a path that is no directory: say so */
 void e2b_not_a_dir(const struct sbx_fs *fs, const char *path, struct err *err);
 /* watch.c: WatchDir streams, ended with their sandbox's session */

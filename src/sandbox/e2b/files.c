@@ -117,10 +117,9 @@ static int write_one(struct sbx *s, const struct sbx_user *u, const char *dest, 
     char *slash = strrchr(path, '/');
     if (slash && slash != path) {
         *slash = 0;
-        int rc = sbx_fs_mkdir(&fs, path, true, -1, &own, err);
+        int rc = e2b_mkdirs(&fs, path, u, err);
         *slash = '/';
-        if (rc < 0 && err->status != 409) return -1;
-        err_clear(err);
+        if (rc < 0) return -1;
     }
     uint64_t size;
     if (sbx_fs_write(&fs, path, 0, data, len, true, -1, &own, &size, err) < 0) return -1;

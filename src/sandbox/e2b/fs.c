@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/xalloc.h"
 #include "sandbox/core/validate.h"
 #include "sandbox/runtime/users.h"
 
@@ -103,6 +104,34 @@ struct fsreq {
     char path[SBX_PATH_MAX + 1];
 };
 
+int e2b_mkdirs(const struct sbx_fs *fs, const char *path, const struct sbx_user *u,
+               struct err *err)
+{
+    struct sbx_owner own = {u->uid, u->gid};
+    char prefix[SBX_PATH_MAX + 1];
+    size_t n = strlen(path);
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && path[i] != '/') continue;
+        memcpy(prefix, path, i);
+        prefix[i] = 0;
+        json_t *st = sbx_fs_stat(fs, prefix, err);
+        if (st) {
+            json_decref(st);
+            continue;
+        }
+        if (err->status != 404) return -1;
+        err_clear(err);
+        /* envd makes them as the user: 0755, the user's own group */
+        if (sbx_fs_mkdir(fs, prefix, false, 0755, &own, err) < 0) {
+            if (err->status != 409) return -1;
+            err_clear(err);
+            continue;
+        }
+        if (u->uid != 0 && sbx_fs_chown(fs, prefix, &own, err) < 0) return -1;
+    }
+    return 0;
+}
+
 /* A listing or watch of path failed with err: a path that exists but is no directory
  * says so (invalid_argument, as envd), rather than "not found". */
 void e2b_not_a_dir(const struct sbx_fs *fs, const char *path, struct err *err)
@@ -164,27 +193,40 @@ static void h_stat(struct http_req *r, void *arg)
     reply_entry(r, &q, q.path);
 }
 
+static int by_name(const void *a, const void *b)
+{
+    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "name"));
+    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "name"));
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* The entries of path, then (depth-first) those below each directory, each directory's
+ * in lexical order, as envd's walk gives them. */
 static int list_into(struct fsreq *q, const char *path, int depth, int max_depth,
-                     struct names *n, json_t *out, struct err *err)
+                     struct names *names, json_t *out, struct err *err)
 {
     json_t *l = sbx_fs_list(&q->fs, path, SBX_FS_LIST_MAX, err);
     if (!l) return -1;
     json_t *entries = json_object_get(l, "entries");
-    size_t i;
-    json_t *st;
-    json_array_foreach(entries, i, st) {
+    size_t n = json_array_size(entries), i;
+    json_t **sorted = xcalloc(n ? n : 1, sizeof *sorted);
+    for (i = 0; i < n; i++) sorted[i] = json_array_get(entries, i);
+    qsort(sorted, n, sizeof *sorted, by_name);
+    for (i = 0; i < n; i++) {
+        json_t *st = sorted[i];
         if (json_array_size(out) >= SBX_FS_LIST_MAX) break;
         const char *name = json_string_value(json_object_get(st, "name"));
         char child[SBX_PATH_MAX + 1];
         int w = snprintf(child, sizeof child, "%s/%s", path[1] ? path : "", name);
         if (w < 0 || (size_t)w >= sizeof child) continue;
-        json_array_append_new(out, entry_json(st, child, n));
+        json_array_append_new(out, entry_json(st, child, names));
         const char *type = json_string_value(json_object_get(st, "type"));
         if (depth < max_depth && type && !strcmp(type, "directory")) {
             struct err ignored = ERR_INIT; /* a subdirectory that cannot be read is skipped */
-            list_into(q, child, depth + 1, max_depth, n, out, &ignored);
+            list_into(q, child, depth + 1, max_depth, names, out, &ignored);
         }
     }
+    free(sorted);
     json_decref(l);
     return 0;
 }
@@ -225,8 +267,7 @@ static void h_make_dir(struct http_req *r, void *arg)
         return;
     }
     err_clear(&err);
-    struct sbx_owner own = {q.u.uid, q.u.gid};
-    if (sbx_fs_mkdir(&q.fs, q.path, true, -1, &own, &err) < 0) {
+    if (e2b_mkdirs(&q.fs, q.path, &q.u, &err) < 0) {
         cx_error_err(r, &err);
         return;
     }

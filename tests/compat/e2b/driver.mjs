@@ -127,7 +127,8 @@ const cases = {
       const info = await sbx.files.getInfo('proj/src/main.py')
       const dirInfo = await sbx.files.getInfo('/home/user/proj')
       const list1 = (await sbx.files.list('proj')).map((e) => [e.name, e.type, e.path]).sort()
-      const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path).sort()
+      const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path)  // envd's walk order
+      const madeInfo = await sbx.files.makeDir('mk/a/b').then(() => sbx.files.getInfo('mk/a'))
       const exists = await sbx.files.exists('proj/README')
       const notExists = await sbx.files.exists('proj/nope')
       const made = await sbx.files.makeDir('proj/new/deep')
@@ -152,7 +153,7 @@ const cases = {
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,
           modified: String(info.modifiedTime) },
-        dirType: dirInfo.type, list1, list2, exists, notExists, made, madeAgain, renamed: renamed.path,
+        dirType: dirInfo.type, madeDir: [madeInfo.mode, madeInfo.permissions, madeInfo.owner, madeInfo.group], list1, list2, exists, notExists, made, madeAgain, renamed: renamed.path,
         oldGone, removedGone, removeMissing, listMissing, infoMissing, events,
       }
     } finally {
