@@ -208,9 +208,14 @@ void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev)
         if (ev & SBX_EV_GONE) {
             c->watchers--;
             st->cmd = NULL;
-            if (!st->started) cx_stream_start(st->req);
-            cx_stream_end(st->req, "unavailable", "the sandbox was deleted");
+            struct http_req *r = st->req;
+            if (!st->started) cx_stream_start(r);
+            http_req_on_close(r, NULL, NULL);
+            http_sse_on_drain(r, NULL, NULL);
             stream_free(st);
+            /* a full pipe takes no end envelope: then the stream just ends (the SDK says
+             * the process exited without a result) */
+            if (cx_stream_end(r, "unavailable", "the sandbox was deleted") < 0) http_sse_end(r);
             continue;
         }
         if (!st->started) {
