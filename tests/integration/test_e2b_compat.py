@@ -100,6 +100,11 @@ def test_files_read_write_bytes_multipart(ed):
     assert r["shell"] == "onetwouser\n"
     assert r["emptyBack"] == ""
     assert r["missing"]["error"] == "FileNotFoundError"
+    # signed URLs: the signature names the sandbox (no headers), the path and the expiry
+    assert r["signedRead"] == "hello files\n"
+    assert r["upStatus"] == 200 and r["signedBack"] == "via signed url"
+    assert r["expired"] == [401, {"code": 401, "message": "signature is already expired"}]
+    assert r["forged"] == 401 and r["otherPath"] == 401
 
 
 def test_errors_unknown_sandbox_template_key(ed):

@@ -467,6 +467,9 @@ void e2b_control_routes(struct e2b *e)
     http_route(h, "POST", "/v2/sandboxes", h_create, e);
     http_route(h, "GET", "/v2/sandboxes", h_list, e);
     http_route(h, "POST", "/v2/sandboxes/:id/connect", h_connect, e);
+    /* the routes SDKs before 2.51 use for the same */
+    http_route(h, "POST", "/sandboxes", h_create, e);
+    http_route(h, "POST", "/sandboxes/:id/connect", h_connect, e);
     http_route(h, "GET", "/sandboxes/:id", h_get, e);
     http_route(h, "DELETE", "/sandboxes/:id", h_kill, e);
     http_route(h, "POST", "/sandboxes/:id/timeout", h_timeout, e);

@@ -97,6 +97,8 @@ static bool auth_filter(struct http_req *r, void *arg)
             OPENSSL_cleanse(want, sizeof want);
             if (ok) return true;
         }
+        /* a signed /files URL carries no headers: files.c checks its signature */
+        if (!strcmp(path, "/files") && http_req_query(r, "signature")) return true;
         if (is_rpc_path(path))
             cx_error(r, "unauthenticated",
                      "envd calls need E2b-Sandbox-Id and the X-Access-Token that create or "
@@ -109,6 +111,8 @@ static bool auth_filter(struct http_req *r, void *arg)
     }
     const struct sbxd *d = e->d;
     const char *key = http_req_header(r, "X-API-KEY");
+    /* older SDKs insist on E2B's key format, "e2b_" + hex: the token with that prefix */
+    if (key && !strncmp(key, "e2b_", 4)) key += 4;
     if (d->local && key && strlen(key) <= 256) {
         char bearer[272];
         snprintf(bearer, sizeof bearer, "Bearer %s", key);
@@ -125,10 +129,15 @@ static bool auth_filter(struct http_req *r, void *arg)
 
 struct sbx *e2b_envd_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn)
 {
-    bool rpc = is_rpc_path(http_req_path(r));
     const char *id = http_req_header(r, "E2b-Sandbox-Id");
     struct sbx *s = id ? sbx_find(e->d, id) : NULL;
-    if (!s || strcmp(s->id, id) != 0) {
+    return e2b_envd_running(e, r, fn, s && !strcmp(s->id, id) ? s : NULL);
+}
+
+struct sbx *e2b_envd_running(struct e2b *e, struct http_req *r, http_handler_fn fn, struct sbx *s)
+{
+    bool rpc = is_rpc_path(http_req_path(r));
+    if (!s) {
         /* E2B's edge answers 502 for a sandbox it does not know, on any envd route */
         json_t *o = json_object();
         json_object_set_new(o, "code", rpc ? json_string("unavailable") : json_integer(502));

@@ -43,6 +43,8 @@ void e2b_api_err(struct http_req *r, const struct err *e);
  * NULL after answering (502 for an unknown one, as E2B's edge does) or after parking
  * r while the sandbox stops (fn runs again then). */
 struct sbx *e2b_envd_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn);
+/* The same for a sandbox found otherwise (NULL: answer 502). */
+struct sbx *e2b_envd_running(struct e2b *e, struct http_req *r, http_handler_fn fn, struct sbx *s);
 /* The acting user: name (NULL: the request's Basic user, else "user"), made on first
  * use when it is the default one. 0 or -1 with err. */
 int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_user *u,

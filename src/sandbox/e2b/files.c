@@ -13,10 +13,87 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <time.h>
+
 #include "base/xalloc.h"
+#include "sandbox/core/text.h"
 
 #define BOUNDARY_MAX 200
 #define PART_HEAD_MAX 4096
+
+/* ---- signed URLs (uploadUrl/downloadUrl): no headers, so the sandbox is the one whose
+ * access token makes the signature: "v1_" + base64(sha256("path:op:user:token[:exp]")),
+ * unpadded. Tried against each sandbox's token (one hash each). */
+
+static void signature_of(const char *path, const char *op, const char *user, const char *token,
+                         const char *exp, char *out, size_t outsz)
+{
+    struct buf raw, b64;
+    buf_init(&raw, 0);
+    buf_init(&b64, 0);
+    buf_append(&raw, path, strlen(path));
+    buf_append(&raw, ":", 1);
+    buf_append(&raw, op, strlen(op));
+    buf_append(&raw, ":", 1);
+    buf_append(&raw, user, strlen(user));
+    buf_append(&raw, ":", 1);
+    buf_append(&raw, token, strlen(token));
+    if (exp) {
+        buf_append(&raw, ":", 1);
+        buf_append(&raw, exp, strlen(exp));
+    }
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)raw.data, raw.len, md);
+    OPENSSL_cleanse(raw.data, raw.len);
+    sbx_base64_encode(md, sizeof md, &b64);
+    while (b64.len && b64.data[b64.len - 1] == '=') b64.len--;
+    snprintf(out, outsz, "v1_%.*s", (int)b64.len, b64.data);
+    buf_fini(&raw);
+    buf_fini(&b64);
+}
+
+/* The sandbox of r: its E2b-Sandbox-Id, or the one whose token signed the URL. NULL
+ * after answering. */
+static struct sbx *files_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn,
+                                 const char *op)
+{
+    const char *sig = http_req_query(r, "signature");
+    if (!sig) return e2b_envd_sandbox(e, r, fn);
+    const char *path = http_req_query(r, "path"), *user = http_req_query(r, "username");
+    const char *exp = http_req_query(r, "signature_expiration");
+    if (exp) {
+        char *end;
+        long long t = strtoll(exp, &end, 10);
+        if (!*exp || *end) {
+            e2b_api_error(r, 400, "signature_expiration must be a unix time");
+            return NULL;
+        }
+        if (t < (long long)time(NULL)) {
+            e2b_api_error(r, 401, "signature is already expired");
+            return NULL;
+        }
+    }
+    if (strlen(sig) > 128 || (path && strlen(path) > SBX_PATH_MAX)) {
+        e2b_api_error(r, 401, "invalid signature");
+        return NULL;
+    }
+    struct sbx *found = NULL;
+    for (struct sbx *s = e->d->first; s && !found; s = s->next) {
+        if (s->deleting) continue;
+        char tok[E2B_TOKEN_HEX + 1], want[64];
+        e2b_access_token(e, s->id, tok);
+        signature_of(path ? path : "", op, user ? user : "", tok, exp, want, sizeof want);
+        OPENSSL_cleanse(tok, sizeof tok);
+        if (strlen(want) == strlen(sig) && CRYPTO_memcmp(want, sig, strlen(sig)) == 0) found = s;
+    }
+    if (!found) {
+        e2b_api_error(r, 401, "invalid signature");
+        return NULL;
+    }
+    return e2b_envd_running(e, r, fn, found);
+}
 
 struct dl {
     struct e2b *e;
@@ -63,7 +140,7 @@ static void dl_pump(struct http_req *r, void *arg)
 static void h_download(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
-    struct sbx *s = e2b_envd_sandbox(e, r, h_download);
+    struct sbx *s = files_sandbox(e, r, h_download, "read");
     if (!s) return;
     struct err err = ERR_INIT;
     struct sbx_user u;
@@ -214,7 +291,7 @@ static int upload_multipart(struct sbx *s, const struct sbx_user *u, const char 
 static void h_upload(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
-    struct sbx *s = e2b_envd_sandbox(e, r, h_upload);
+    struct sbx *s = files_sandbox(e, r, h_upload, "write");
     if (!s) return;
     struct err err = ERR_INIT;
     struct sbx_user u;

@@ -91,7 +91,17 @@ static json_t *entry_json(const json_t *st, const char *path, struct names *n)
     json_object_set_new(o, "group", json_string(group));
     json_object_set(o, "modifiedTime", json_object_get(st, "mtime"));
     json_t *t = json_object_get(st, "target");
-    if (t) json_object_set(o, "symlinkTarget", t);
+    if (json_is_string(t)) { /* envd gives the target as an absolute path */
+        char dir[SBX_PATH_MAX + 1], abs[SBX_PATH_MAX + 1];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) slash[slash == dir ? 1 : 0] = 0;
+        struct err ignored = ERR_INIT;
+        if (sbx_path_normalize(json_string_value(t), dir, abs, sizeof abs, "target", &ignored) == 0)
+            json_object_set_new(o, "symlinkTarget", json_string(abs));
+        else
+            json_object_set(o, "symlinkTarget", t);
+    }
     return o;
 }
 

@@ -25,6 +25,7 @@
 
 #define CHUNK (48u * 1024)
 #define KEEPALIVE_DEFAULT_S 50
+#define GONE_MSG "the sandbox was killed or reached its end of life"
 
 struct e2b_stream {
     struct e2b_stream *prev, *next;
@@ -156,6 +157,14 @@ static void pump(struct e2b_stream *st)
     }
     free(tmp);
     if (!sbx_cmd_done(c)) return;
+    struct sbx *s = c->sbx;
+    if (!st->end_sent && (!s->sess || strcmp(s->sess->id, c->session_id) != 0)) {
+        /* its session ended under it (the sandbox was killed or stopped): no exit of its
+         * own to report, but the sandbox's end, which the SDK raises as a TimeoutError */
+        if ((rc = cx_stream_end(st->req, "unavailable", GONE_MSG)) < 0) goto blocked_nofree;
+        stream_free(st);
+        return;
+    }
     if (!st->end_sent) {
         if ((rc = cx_stream_send(st->req, end_event(c))) < 0) goto blocked_nofree;
         st->end_sent = true;
@@ -215,7 +224,7 @@ void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev)
             stream_free(st);
             /* a full pipe takes no end envelope: then the stream just ends (the SDK says
              * the process exited without a result) */
-            if (cx_stream_end(r, "unavailable", "the sandbox was deleted") < 0) http_sse_end(r);
+            if (cx_stream_end(r, "unavailable", GONE_MSG) < 0) http_sse_end(r);
             continue;
         }
         if (!st->started) {

@@ -110,7 +110,20 @@ const cases = {
       const big = 'x'.repeat(3 * 1024 * 1024)
       await sbx.files.write('/tmp/big.txt', big)
       const bigBack = await sbx.files.read('/tmp/big.txt')
+      // signed URLs, fetched with no SDK headers
+      const dlUrl = await sbx.downloadUrl('notes/a.txt', { useSignatureExpiration: 60 })
+      const signedRead = await (await fetch(dlUrl)).text()
+      const upUrl = await sbx.uploadUrl('signed/up.txt', { useSignatureExpiration: 60 })
+      const form = new FormData()
+      form.append('file', new Blob(['via signed url']), 'signed/up.txt')
+      const upStatus = (await fetch(upUrl, { method: 'POST', body: form })).status
+      const signedBack = await sbx.files.read('signed/up.txt')
+      const expired = await fetch(await sbx.downloadUrl('notes/a.txt', { useSignatureExpiration: -10 }))
+      const forged = await fetch(dlUrl.replace(/signature=[^&]+/, 'signature=v1_AAAA'))
+      const otherPath = await fetch(dlUrl.replace('notes%2Fa.txt', 'notes%2Fb.txt').replace('notes/a.txt', 'notes/b.txt'))
       return {
+        signedRead, upStatus, signedBack, expired: [expired.status, await expired.json()],
+        forged: forged.status, otherPath: otherPath.status,
         w, text, bytesOk: Buffer.from(back).equals(Buffer.from(bytes)), multi, shell: seenByShell.stdout,
         empty, emptyBack, missing, bigOk: bigBack === big,
       }
