@@ -323,20 +323,45 @@ static void h_list(struct http_req *r, void *arg)
     }
     const char *cursor = http_req_query(r, "nextToken");
     if (cursor && !*cursor) cursor = NULL;
+    /* E2B lists newest first unless order=asc */
+    const char *order = http_req_query(r, "order");
+    bool asc = order && !strcmp(order, "asc");
+    if (order && !asc && strcmp(order, "desc") != 0) {
+        json_decref(meta);
+        e2b_api_error(r, 400, "order must be asc or desc");
+        return;
+    }
+    int64_t after = 0;
+    const char *sa = http_req_query(r, "startedAfter");
+    if (sa && *sa && clock_parse_iso(sa, &after) < 0) {
+        json_decref(meta);
+        e2b_api_error(r, 400, "startedAfter must be an RFC 3339 time");
+        return;
+    }
+    const char *tmpl = http_req_query(r, "template");
+    if (tmpl && !*tmpl) tmpl = NULL;
     json_t *arr = json_array();
     const char *next = NULL;
     bool past = cursor == NULL;
-    for (struct sbx *s = e->d->first; s; s = s->next) {
+    for (struct sbx *s = asc ? e->d->first : e->d->last; s; s = asc ? s->next : s->prev) {
         if (!past) {
             past = !strcmp(s->id, cursor);
             continue;
         }
         bool running = s->state == SBX_RUNNING;
+        int64_t started = s->sess ? s->sess->started_at : s->created_at;
         if (s->deleting || (running ? !want_running : !want_paused) ||
-            (meta && !meta_match(s->metadata, meta)))
+            (meta && !meta_match(s->metadata, meta)) || (after && started < after))
             continue;
+        if (tmpl) {
+            json_t *t = template_id(s);
+            bool same = !strcmp(json_string_value(t), tmpl);
+            json_decref(t);
+            if (!same) continue;
+        }
         if ((long)json_array_size(arr) == limit) {
-            next = s->prev ? s->prev->id : NULL;
+            json_t *last = json_array_get(arr, json_array_size(arr) - 1);
+            next = json_string_value(json_object_get(last, "sandboxID"));
             break;
         }
         json_array_append_new(arr, detail_json(e, s, false));
@@ -408,8 +433,11 @@ static void h_connect(struct http_req *r, void *arg)
     int rc = timeout_s(body, &t, &err);
     json_decref(body);
     bool was_running = s->state == SBX_RUNNING;
+    int64_t end_before = s->expires_at;
     if (rc == 0) rc = sbx_ensure_running(s, NULL, &err);
-    if (rc == 0 && t > 0) rc = set_timeout(s, t, &err);
+    /* connect only extends: a running sandbox's later end stays */
+    if (rc == 0 && t > 0 && !(was_running && end_before > clock_now_ms() + t * 1000))
+        rc = set_timeout(s, t, &err);
     if (rc < 0) {
         e2b_api_err(r, &err);
         return;
@@ -443,7 +471,11 @@ static void h_metrics(struct http_req *r, void *arg)
     struct sbx *s = find(arg, r, h_metrics);
     if (!s) return;
     json_t *arr = json_array();
-    if (s->sess) {
+    /* one sample, now: in the asked range (unix seconds), or none */
+    int64_t now_s = clock_now_ms() / 1000;
+    const char *qs = http_req_query(r, "start"), *qe = http_req_query(r, "end");
+    bool in_range = (!qs || strtoll(qs, NULL, 10) <= now_s) && (!qe || strtoll(qe, NULL, 10) >= now_s);
+    if (s->sess && in_range) {
         struct sbx_cg_stats st;
         sbx_cg_stats(s->sess->cg, &st);
         int64_t now = clock_now_ms();
