@@ -26,20 +26,19 @@ static int string_list(const json_t *v, const char *field, struct err *err)
     if (!v || json_is_null(v)) return 0;
     if (!json_is_array(v) || json_array_size(v) > LIST_MAX)
         return err_invalid(err, field, "%s must be a list of at most %d strings", field, LIST_MAX);
-    size_t i;
-    json_t *x;
-    json_array_foreach(v, i, x) if (!json_is_string(x) || !json_string_length(x) ||
-                                    json_string_length(x) > 253)
-        return err_invalid(err, field, "%s[%zu] must be a host name, an address or a CIDR",
-                           field, i);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_string(x) || !json_string_length(x) || json_string_length(x) > 253)
+            return err_invalid(err, field, "%s[%zu] must be a host name, an address or a CIDR",
+                               field, i);
+    }
     return 0;
 }
 
 static bool has(const json_t *list, const char *s)
 {
-    size_t i;
-    json_t *x;
-    json_array_foreach(list, i, x) if (!strcmp(json_string_value(x), s)) return true;
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (!strcmp(json_string_value(json_array_get(list, i)), s)) return true;
     return false;
 }
 

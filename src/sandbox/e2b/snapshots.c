@@ -93,7 +93,10 @@ static void h_list(struct http_req *r, void *arg)
     json_t *arr = json_array();
     size_t i;
     json_t *v;
-    json_array_foreach(l, i, v) json_array_append_new(arr, snap_e2b(v, NULL));
+    for (i = 0; i < json_array_size(l); i++) {
+        v = json_array_get(l, i);
+        json_array_append_new(arr, snap_e2b(v, NULL));
+    }
     if (next) http_add_header(r, "X-Next-Token", next);
     json_decref(l);
     http_reply_json(r, 200, arr);

@@ -15,7 +15,7 @@
 set -euo pipefail
 : "${E2B_REPO:?set E2B_REPO to a clone (or bare mirror) of github.com/e2b-dev/E2B}"
 : "${ENDPOINT:?set ENDPOINT to the E2B-compatible endpoint, e.g. http://127.0.0.1:8091}"
-: "${TOKEN_FILE:?set TOKEN_FILE to sandboxd's local-token file}"
+: "${TOKEN_FILE:?set TOKEN_FILE to the local-token file of sandboxd}"
 ref=${E2B_REF:-e2b@2.45.0}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
