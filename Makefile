@@ -6,7 +6,7 @@
 #   make bench      benchmarks (bench/)
 #   make lint       cppcheck over src/
 #   make fmt        clang-format in place
-PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 openssl libcurl libseccomp libcap
+PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 libpq openssl libcurl libseccomp libcap libarchive
 CC       ?= cc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lwslay -lm -lpthread
@@ -33,6 +33,7 @@ UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
 
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/base/jtext.c src/kernel/identity.c \
+                src/sandbox/storage/oci.c \
                 $(wildcard src/policy/*.c)
 
 .PHONY: all asan unit test bench lint fmt clean fuzz demo

@@ -7,6 +7,8 @@
  * Starts `rebuno sandboxd` on a free loopback port with a fresh state folder and
  * measures, over HTTP with one keep-alive connection (what a local client sees):
  *   - create -> first output: POST /v1/sandboxes, then run `echo ready` to completion;
+ *     on the built-in host image, and on an imported self-contained 3-layer OCI image
+ *     (bench/make_image.py writes it; issue 14 aims within 10% of host);
  *   - command round trip: `true` to completion in a running sandbox;
  *   - pause and resume latency, idle and with 256 MiB resident in the sandbox;
  *   - host memory per idle sandbox: MemAvailable drop and init PSS over N sandboxes;
@@ -674,6 +676,63 @@ int main(int argc, char **argv)
     if (bwrap_ms > 0)
         printf("  %-44s %7.2fx of bwrap (medians)  target <= 1.5x: %s\n", "create -> first output",
                create_ms / bwrap_ms, create_ms <= 1.5 * bwrap_ms ? "met" : "MISSED");
+
+    /* the same on an imported, self-contained 3-layer image (issue 14) */
+    char layout[200];
+    snprintf(layout, sizeof layout, "%s-image", state);
+    pid_t mk = fork();
+    if (mk == 0) {
+        execl("/usr/bin/python3", "python3", "bench/make_image.py", layout, (char *)NULL);
+        _exit(127);
+    }
+    int mst = 0;
+    waitpid(mk, &mst, 0);
+    if (WIFEXITED(mst) && WEXITSTATUS(mst) == 0) {
+        snprintf(body, sizeof body,
+                 "{\"type\":\"oci-layout\",\"path\":\"%s\",\"ref\":\"bench/multi:1\"}", layout);
+        double ti = now_ms();
+        must("POST", "/v1/images", body);
+        printf("  %-44s %7.2f ms\n", "import of the 3-layer image (once)", now_ms() - ti);
+        /* interleaved with creates on the host image, so both see the same machine load */
+        double *hv = calloc((size_t)iters + 1, sizeof *hv);
+        int hn = 0;
+        n = 0;
+        for (int i = 0; i < iters; i++) {
+            for (int img = 0; img < 2; img++) {
+                snprintf(body, sizeof body, "{\"name\":\"%c%d\",\"timeout_ms\":0%s}",
+                         img ? 'm' : 'h', i, img ? ",\"image\":\"bench/multi:1\"" : "");
+                double t0 = now_ms();
+                must("POST", "/v1/sandboxes", body);
+                snprintf(path, sizeof path, "/v1/sandboxes/%c%d/commands", img ? 'm' : 'h', i);
+                must("POST", path, "{\"cmd\":\"echo\",\"args\":[\"ready\"],\"wait\":true}");
+                if (img) v[n++] = now_ms() - t0;
+                else hv[hn++] = now_ms() - t0;
+                if (!strstr(resp, "ready")) fprintf(stderr, "bench: unexpected output: %s\n", resp);
+            }
+        }
+        double host_ms = report("create -> first output, host (interleaved)", hv, hn, NULL);
+        double img_ms = report("create -> first output, 3-layer OCI image", v, n, NULL);
+        free(hv);
+        if (host_ms > 0)
+            printf("  %-44s %7.2fx of host (medians)  target <= 1.10x: %s\n",
+                   "3-layer image vs host image", img_ms / host_ms,
+                   img_ms <= 1.10 * host_ms ? "met" : "MISSED");
+        for (int i = 0; i < iters; i++) {
+            snprintf(path, sizeof path, "/v1/sandboxes/m%d", i);
+            http("DELETE", path, NULL);
+            snprintf(path, sizeof path, "/v1/sandboxes/h%d", i);
+            http("DELETE", path, NULL);
+        }
+    } else {
+        fprintf(stderr, "bench: bench/make_image.py failed; skipped the image benchmark\n");
+    }
+    char *rm[] = {"/bin/rm", "-rf", layout, NULL}; /* our own path, argv only */
+    pid_t rp = fork();
+    if (rp == 0) {
+        execv(rm[0], rm);
+        _exit(127);
+    }
+    waitpid(rp, NULL, 0);
 
     /* command round trip */
     n = 0;

@@ -5,7 +5,7 @@
  *                | fork NAME NEW | rm NAME
  *   rebuno sandbox snapshot NAME [--expiration MS] | snapshots [NAME]
  *                | snapshot-rm ID | fork NAME [NEW]
- *   rebuno sandbox image import PATH | images | image-rm DIGEST
+ *   rebuno sandbox image import PATH | ls | get REF | rm REF | gc
  *
  * Talks to sandboxd (docs/sandbox-api.md "Snapshots and forks", "Drives", "Images") like
  * cmd_sandbox.c: --url, else $REBUNO_SANDBOX_URL, else http://127.0.0.1:8090;
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "base/buf.h"
@@ -258,46 +259,81 @@ int cmd_sandbox_snap(int argc, char **argv)
 
 static void usage_image(FILE *f)
 {
-    fprintf(f, "usage: rebuno sandbox image import PATH   a host folder or tarball, cached by digest\n"
-               "       rebuno sandbox images              list imported images\n"
-               "       rebuno sandbox image-rm DIGEST     delete one (refused while in use)\n"
-               "then: rebuno sandbox create NAME --image sha256:...\n");
+    fprintf(f,
+            "usage: rebuno sandbox image pull REF  from an OCI registry (name[:tag],\n"
+            "           host[:port]/path/name:tag, ...@sha256:...), with a progress bar\n"
+            "       rebuno sandbox image import PATH [--type T] [--ref NAME:TAG]\n"
+            "           an image from this host, cached by digest. T: oci-layout (an OCI image\n"
+            "           layout folder, or a tar of one), docker-archive (a `docker save` tar),\n"
+            "           dir or tarball (a folder or tarball as one layer). Default: a folder\n"
+            "           with an oci-layout file is oci-layout, another folder dir, a file\n"
+            "           tarball. --ref tags it (then: --image NAME:TAG).\n"
+            "       rebuno sandbox image ls            list imported images (and the default)\n"
+            "       rebuno sandbox image get REF       one image (REF: name:tag, name@sha256:...,\n"
+            "                                          sha256:..., or host)\n"
+            "       rebuno sandbox image rm REF        delete one (refused while a sandbox or a\n"
+            "                                          snapshot uses it); its unshared layers go\n"
+            "       rebuno sandbox image gc            remove layers no image uses\n"
+            "then: rebuno sandbox create NAME --image REF\n");
 }
 
 static void print_image(const json_t *v)
 {
     const json_t *src = json_object_get(v, "source");
-    printf("%s  %lld KiB  %s ", cli_str(v, "digest") ? cli_str(v, "digest") : "-",
+    const json_t *ls = json_object_get(v, "layers");
+    printf("%s  %lld KiB  %zu layer%s  %s ",
+           cli_str(v, "reference") ? cli_str(v, "reference") : "-",
            (long long)(json_integer_value(json_object_get(v, "size_bytes")) >> 10),
+           json_array_size(ls), json_array_size(ls) == 1 ? "" : "s",
            cli_str(src, "type") ? cli_str(src, "type") : "-");
     cli_put_clean(stdout, cli_str(src, "path"), 200);
     printf("\n");
+    const json_t *refs = json_object_get(v, "references");
+    for (size_t i = 0; i < json_array_size(refs); i++) {
+        printf("  tag ");
+        cli_put_clean(stdout, json_string_value(json_array_get(refs, i)), 300);
+        printf("\n");
+    }
 }
 
 int cmd_sandbox_image(int argc, char **argv)
 {
-    const struct cli_opt opts[] = {{NULL, NULL}};
+    const char *type = NULL, *ref = NULL;
+    const struct cli_opt opts[] = {{"type", &type}, {"ref", &ref}, {NULL, NULL}};
     struct cli_args a;
     int done = parse_args(argc, argv, opts, usage_image, &a);
     if (done >= 0) return done;
     struct err err = ERR_INIT;
-    const char *act = a.pos[0];
-    bool import = !strcmp(act, "image");
-    if (import && (a.npos < 3 || strcmp(a.pos[1], "import") != 0))
+    /* "image ACTION ...", and the older "images" / "image-rm REF" */
+    const char *act = !strcmp(a.pos[0], "images")     ? "ls"
+                      : !strcmp(a.pos[0], "image-rm") ? "rm"
+                      : a.npos > 1                    ? a.pos[1]
+                                                      : "";
+    int argi = !strcmp(a.pos[0], "image") ? 2 : 1; /* first operand */
+    bool import = !strcmp(act, "import");
+    if (import && a.npos <= argi)
         return bad_usage(&a, "rebuno sandbox image import PATH: give a host folder or tarball");
-    if (!strcmp(act, "image-rm") && a.npos < 2)
-        return bad_usage(&a, "which image? give its digest (rebuno sandbox images lists them)");
+    if ((!strcmp(act, "rm") || !strcmp(act, "get")) && a.npos <= argi)
+        return bad_usage(&a, "which image? give its reference or digest (rebuno sandbox image "
+                             "ls lists them)");
+    if (!import && strcmp(act, "ls") && strcmp(act, "rm") && strcmp(act, "get") &&
+        strcmp(act, "gc"))
+        return bad_usage(&a, "rebuno sandbox image: import, ls, get, rm or gc (see -h)");
     /* the daemon reads the path itself: make it absolute, and say what it is */
     char abs[PATH_MAX];
-    const char *type = NULL;
     if (import) {
         struct stat st;
-        if (!realpath(a.pos[2], abs) || stat(abs, &st) < 0) {
-            err_set(&err, 0, "local_file", "", "cannot use %s: %s", a.pos[2], strerror(errno));
+        if (!realpath(a.pos[argi], abs) || stat(abs, &st) < 0) {
+            err_set(&err, 0, "local_file", "", "cannot use %s: %s", a.pos[argi], strerror(errno));
             cli_report_err(&err, a.json, true);
             return CLI_FAILED;
         }
-        type = S_ISDIR(st.st_mode) ? "dir" : "tarball";
+        if (!type) {
+            char lay[PATH_MAX + 16];
+            snprintf(lay, sizeof lay, "%s/oci-layout", abs);
+            type = S_ISDIR(st.st_mode) ? (access(lay, F_OK) == 0 ? "oci-layout" : "dir")
+                                       : "tarball";
+        }
     }
     struct client c;
     open_client(&c, &a);
@@ -306,17 +342,36 @@ int cmd_sandbox_image(int argc, char **argv)
     char *path = NULL;
     if (import) {
         json_t *body = json_pack("{s:s, s:s}", "type", type, "path", abs);
+        if (ref) json_object_set_new(body, "ref", json_string(ref));
         rc = client_request(&c, "POST", "/v1/images", body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
         json_decref(body);
         if (!rc) rc = finish(&a, out, print_image, NULL);
-    } else if (!strcmp(act, "images")) {
+    } else if (!strcmp(act, "ls")) {
         rc = client_request(&c, "GET", "/v1/images", NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc && !a.json) {
+            printf("default: ");
+            cli_put_clean(stdout, cli_str(out, "default") ? cli_str(out, "default") : "host", 300);
+            printf("\n");
+        }
         if (!rc) rc = finish(&a, out, print_image, "images");
+    } else if (!strcmp(act, "get")) {
+        path = pathf(&c, "/v1/images/", a.pos[argi], "");
+        rc = client_request(&c, "GET", path, NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
+        if (!rc) rc = finish(&a, out, print_image, NULL);
+    } else if (!strcmp(act, "gc")) {
+        json_t *body = json_object();
+        rc = client_request(&c, "POST", "/v1/images/gc", body, NULL, &out, &err) < 0 ? CLI_FAILED
+                                                                                   : CLI_OK;
+        json_decref(body);
+        if (!rc && !a.json)
+            printf("%zu layer(s) removed\n", json_array_size(json_object_get(out, "removed_layers")));
+        if (!rc && a.json) rc = finish(&a, out, NULL, NULL);
+        else json_decref(out);
     } else {
-        path = pathf(&c, "/v1/images/", a.pos[1], "");
+        path = pathf(&c, "/v1/images/", a.pos[argi], "");
         rc = client_request(&c, "DELETE", path, NULL, NULL, NULL, &err) < 0 ? CLI_FAILED : CLI_OK;
         if (!rc) {
-            cli_put_clean(stdout, a.pos[1], 80);
+            cli_put_clean(stdout, a.pos[argi], 300);
             printf(" deleted\n");
         }
     }

@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "  create [NAME]            create and start a sandbox\n"
             "      --meta K=V (repeat) --env K=V (repeat) --vcpus N --memory MIB --pids N\n"
             "      --timeout SECONDS (0: none) --on-timeout stop|pause --no-start\n"
-            "      --image sha256:... (an imported image: rebuno sandbox image import PATH)\n"
+            "      --image REF (name:tag, name@sha256:..., sha256:... or host; default: the\n"
+            "      image tagged rebuno/default, else host; rebuno sandbox image import PATH)\n"
             "      --region R (recorded: one host is one region; default \"local\")\n"
             "  ls                       list sandboxes [--state running,paused,stopped] [--meta K=V]\n"
             "  get NAME                 show one sandbox\n"
@@ -69,8 +70,10 @@ static void usage(FILE *f)
             "  stop|pause|resume|rm NAME\n"
             "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
             "                           snapshots and forks (rebuno sandbox snapshot -h)\n"
-            "  image import PATH | images | image-rm DIGEST\n"
-            "                           images from a host folder or tarball (rebuno sandbox image -h)\n\n"
+            "  image pull REF           pull an image from an OCI registry (progress bar)\n"
+            "  image import PATH | image ls | image get REF | image rm REF | image gc\n"
+            "                           self-contained images: OCI layouts, docker archives,\n"
+            "                           host folders or tarballs (rebuno sandbox image -h)\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n"
             "token: $REBUNO_SANDBOX_TOKEN, else sandboxd's local token (found for its user)\n"
             "with --json a failure prints {\"error\":{...}} on one line of stderr\n",
@@ -636,6 +639,8 @@ int cmd_sandbox(int argc, char **argv)
     if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
                    !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
         return cmd_sandbox_snap(argc, argv);
+    if (ai > 0 && ai + 1 < argc && !strcmp(argv[ai], "image") && !strcmp(argv[ai + 1], "pull"))
+        return cmd_sandbox_image_pull(argc, argv); /* cmd_image_pull.c */
     if (ai > 0 && (!strcmp(argv[ai], "image") || !strcmp(argv[ai], "images") ||
                    !strcmp(argv[ai], "image-rm")))
         return cmd_sandbox_image(argc, argv);

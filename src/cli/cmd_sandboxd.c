@@ -98,6 +98,13 @@ static void usage(FILE *out)
             "  --upstream-override HOST[:80|:443]=ADDR:PORT  send the proxy's connections for\n"
             "                       HOST there (repeatable; tests and demos)\n"
             "  --upstream-ca FILE   extra PEM CA the proxy trusts for upstream servers\n"
+            "  --registry-auth FILE docker-style auth.json with credentials for image\n"
+            "                       registries (never read from a sandbox)\n"
+            "  --registry-ca FILE   extra PEM CA trusted for image registries\n"
+            "  --registry-http HOST[:PORT]  reach this registry over plain http (repeatable;\n"
+            "                       a registry on loopback for tests and demos)\n"
+            "  --registry-stall-timeout S  a registry sending under 1 KiB/s for S s fails\n"
+            "                       the pull (default 30)\n"
             "  --max-connections N  API connections at most; when full, a new one sheds the\n"
             "                       one waiting longest for a request (default 4096)\n"
             "  --max-connections-per-peer N  per client address (default: all of them;\n"
@@ -145,6 +152,9 @@ int cmd_sandboxd(int argc, char **argv)
     long long notify_fd = -1;
     const char *overrides[64];
     int noverrides = 0;
+    const char *reg_auth = NULL, *reg_ca = NULL, *reg_http[64];
+    int nreg_http = 0;
+    long long reg_stall = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -182,6 +192,13 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--uid-ranges")) uid_ranges = v;
         else if (!strcmp(name, "--notify-fd"))
             bad = parse_num(v, 3, 1 << 20, &notify_fd) || fcntl((int)notify_fd, F_GETFD) < 0;
+        else if (!strcmp(name, "--registry-auth")) reg_auth = v;
+        else if (!strcmp(name, "--registry-ca")) reg_ca = v;
+        else if (!strcmp(name, "--registry-stall-timeout")) bad = parse_num(v, 1, 3600, &reg_stall);
+        else if (!strcmp(name, "--registry-http")) {
+            if (nreg_http == 64) bad = 1;
+            else reg_http[nreg_http++] = v;
+        }
         else if (!strcmp(name, "--upstream-override")) {
             if (noverrides == 64) bad = 1;
             else overrides[noverrides++] = v;
@@ -247,6 +264,9 @@ int cmd_sandboxd(int argc, char **argv)
                               .net_cidr = net_cidr,
                               .upstream_overrides = overrides, .n_upstream_overrides = noverrides,
                               .upstream_ca = upstream_ca, .uid_ranges = uid_ranges,
+                              .registry_auth = reg_auth, .registry_ca = reg_ca,
+                              .registry_plain_http = reg_http, .n_registry_plain_http = nreg_http,
+                              .registry_stall_sec = (int)reg_stall,
                               .progress = on_progress, .progress_arg = &s};
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;

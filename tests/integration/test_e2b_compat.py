@@ -112,7 +112,9 @@ def test_errors_unknown_sandbox_template_key(ed):
     assert r["bad"]["error"] == "SandboxNotFoundError"
     assert r["badInfo"]["error"] == "SandboxNotFoundError"
     assert r["badKill"] is False
-    assert r["badTemplate"]["error"] == "SandboxError" and "not found" in r["badTemplate"]["message"]
+    # a template is an image reference here: an unknown one is 404 naming it
+    assert r["badTemplate"]["error"] == "SandboxError" and r["badTemplate"]["message"].startswith("404: ")
+    assert "no-such-template" in r["badTemplate"]["message"]
     assert r["wrongKey"]["error"] == "AuthenticationError"
 
 

@@ -3,6 +3,7 @@ code passed through, stdin with -i), cp both ways, stop/pause/resume/rm, --json 
 cp's summary, and errors as the API's error object), --region."""
 import json
 import os
+import shutil
 import re
 import subprocess
 
@@ -74,6 +75,9 @@ def test_cli_images(sandboxd, tmp_path):
     tree = tmp_path / "img"
     (tmp_path / "img" / "app").mkdir(parents=True)
     (tree / "app" / "hello.txt").write_text("from the image\n")
+    (tree / "bin").mkdir()  # images are self-contained: they bring their tools
+    shutil.copy("/bin/busybox", tree / "bin" / "busybox")
+    os.symlink("busybox", tree / "bin" / "cat")
     cwd = os.getcwd()
     os.chdir(tmp_path)       # a relative path is made absolute for the daemon
     try:
@@ -83,12 +87,16 @@ def test_cli_images(sandboxd, tmp_path):
     digest = out.split()[0]
     assert digest.startswith("sha256:") and f"dir {tree}" in out, out
     assert digest in cli(sandboxd, "images").stdout.decode()
+    listed = cli(sandboxd, "image", "ls").stdout.decode()
+    assert listed.startswith("default: host\n") and digest in listed, listed
+    assert json.loads(cli(sandboxd, "image", "get", digest, "--json").stdout)["layers"] == [digest]
     cli(sandboxd, "create", "im", "--image", digest)
     assert cli(sandboxd, "exec", "im", "--", "cat", "/app/hello.txt").stdout == b"from the image\n"
     p = cli(sandboxd, "image-rm", digest, check=False)
     assert p.returncode == 1 and b"is used by a sandbox" in p.stderr, p.stderr
     cli(sandboxd, "rm", "im")
-    assert cli(sandboxd, "image-rm", digest).stdout.decode() == f"{digest} deleted\n"
+    assert cli(sandboxd, "image", "rm", digest).stdout.decode() == f"{digest} deleted\n"
+    assert cli(sandboxd, "image", "gc").stdout.decode() == "0 layer(s) removed\n"
     assert json.loads(cli(sandboxd, "images", "--json").stdout)["images"] == []
     p = cli(sandboxd, "image", "import", str(tmp_path / "missing"), check=False)
     assert p.returncode == 1 and b"cannot use" in p.stderr and b"No such file" in p.stderr
@@ -197,3 +205,27 @@ def test_cli_cp_json_summary_and_region(sandboxd, tmp_path):
     p = cli(sandboxd, "cp", "-", "rg:/root/empty", "--json", input=b"")
     assert json.loads(p.stdout) == {"source": "-", "destination": "rg:/root/empty", "bytes": 0}
     assert sandboxd.read("rg", "/root/empty") == (200, b"")
+
+
+def test_cli_oci_image_by_reference(sandboxd, tmp_path):
+    """`image import` of an OCI layout with --ref, `create --image REF`, `image get REF`,
+    and `image rm REF` (issue 14)."""
+    from oci_fixtures import Layout, base_layer
+    lay = Layout(str(tmp_path / "layout"))
+    desc = lay.image([(base_layer([("etc/motd", "f", "oci via cli\n")]), "gzip")],
+                     {"Env": ["PATH=/bin"]})
+    lay.add(desc)
+    out = cli(sandboxd, "image", "import", str(tmp_path / "layout"), "--ref", "team/tool:v1")
+    text = out.stdout.decode()
+    assert text.startswith(f"docker.io/team/tool@{desc['digest']}  ") and "oci-layout" in text, text
+    assert "  tag docker.io/team/tool:v1\n" in text, text
+    got = json.loads(cli(sandboxd, "image", "get", "team/tool:v1", "--json").stdout)
+    assert got["digest"] == desc["digest"]
+    cli(sandboxd, "create", "o1", "--image", "team/tool:v1")
+    assert cli(sandboxd, "exec", "o1", "--", "cat", "/etc/motd").stdout == b"oci via cli\n"
+    assert json.loads(cli(sandboxd, "get", "o1", "--json").stdout)["image"] == \
+        f"docker.io/team/tool@{desc['digest']}"
+    p = cli(sandboxd, "image", "get", "team/nope:v1", check=False)
+    assert p.returncode == 1 and b"team/nope:v1" in p.stderr, p.stderr
+    cli(sandboxd, "rm", "o1")
+    assert cli(sandboxd, "image", "rm", "team/tool:v1").stdout == b"team/tool:v1 deleted\n"

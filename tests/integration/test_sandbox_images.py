@@ -1,15 +1,25 @@
-"""Imported images: a host directory or tarball, imported once and cached by digest (issue 5).
+"""Imported images: a host directory or tarball as a single-layer image, imported once
+and cached by digest (issues 5 and 14).
 
-An image is the root's lower layer; the host's /usr is still mounted over its /usr, so
-the test images are small trees (/etc, /app) and the shell comes from the host.
+Images are self-contained: nothing of the host's /usr is visible, so the test trees
+bring a static busybox (oci_fixtures.py) and commands run its sh.
 """
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 
 
+def sh(d, ref, script, **kw):
+    return d.run(ref, "sh", ["-c", script], **kw)
+
+
 def make_tree(root):
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
+    for a in ("sh", "cat", "stat", "test", "echo"):
+        os.symlink("busybox", os.path.join(root, "bin", a))
     os.makedirs(os.path.join(root, "app"))
     os.makedirs(os.path.join(root, "etc"))
     with open(os.path.join(root, "app", "hello.txt"), "w") as f:
@@ -19,8 +29,16 @@ def make_tree(root):
     os.symlink("hello.txt", os.path.join(root, "app", "link"))
 
 
-def make_tar(path, members):
+def make_tar(path, members, shell=True):
     with tarfile.open(path, "w:gz") as t:
+        if shell:
+            t.add("/bin/busybox", arcname="bin/busybox")
+            info = tarfile.TarInfo("bin/sh")
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            t.addfile(info)
+            info = tarfile.TarInfo("bin/cat")
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            t.addfile(info)
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -45,9 +63,11 @@ def test_directory_image_is_cached_and_used(make_sandboxd, tmpdir_path):
 
     s = d.create("im", image=dg)
     assert s["image"] == dg
-    r = d.sh("im", "cat /app/hello.txt /app/link /etc/motd; stat -c %u /app/hello.txt; "
-                   "test -e /etc/passwd && echo passwd; echo x > /app/new && cat /app/new")
-    assert r["stdout"] == "from the image\nfrom the image\nimage motd\n0\npasswd\nx\n", r
+    r = sh(d, "im", "cat /app/hello.txt /app/link /etc/motd; stat -c %u /app/hello.txt; "
+                    "test -e /etc/passwd && echo passwd; echo x > /app/new && cat /app/new; "
+                    "test -e /usr/bin/python3 || echo no-host-usr")
+    assert r["stdout"] == ("from the image\nfrom the image\nimage motd\n0\npasswd\nx\n"
+                           "no-host-usr\n"), r
     # the source form names the same image
     s2 = d.create("im2", source={"type": "image", "image": dg}, start=False)
     assert s2["image"] == dg
@@ -60,7 +80,7 @@ def test_directory_image_is_cached_and_used(make_sandboxd, tmpdir_path):
     d.stop()
     d.start()
     assert d.ok("GET", f"/v1/images/{dg}")["source"]["path"] == tree
-    r = d.sh("im", "cat /app/hello.txt /app/new")
+    r = sh(d, "im", "cat /app/hello.txt /app/new")
     assert r["stdout"] == "from the image\nx\n", r
 
     d.ok("DELETE", "/v1/sandboxes/im")
@@ -69,6 +89,7 @@ def test_directory_image_is_cached_and_used(make_sandboxd, tmpdir_path):
     st, out = d.request("GET", f"/v1/images/{dg}")
     assert st == 404 and out["error"]["code"] == "image_not_found"
     assert not os.path.exists(os.path.join(d.state, "images", dg[7:]))
+    assert not os.path.exists(os.path.join(d.state, "store", "layers", dg[7:]))
 
 
 def test_tarball_image_and_failures(sandboxd, tmpdir_path):
@@ -81,7 +102,7 @@ def test_tarball_image_and_failures(sandboxd, tmpdir_path):
         assert img["digest"] == "sha256:" + hashlib.sha256(f.read()).hexdigest()
     assert d.request("POST", "/v1/images", {"type": "tarball", "path": good})[0] == 200
     d.create("tb", image=img["digest"])
-    assert d.sh("tb", "cat /app/data.txt")["stdout"] == "tarball data\n"
+    assert sh(d, "tb", "cat /app/data.txt")["stdout"] == "tarball data\n"
 
     bad = make_tar(os.path.join(tmpdir_path, "bad.tar.gz"),
                    [("app/ok", b"ok"), ("../escape", b"no")])
@@ -114,6 +135,8 @@ def test_tarball_image_and_failures(sandboxd, tmpdir_path):
     assert st == 400 and out["error"]["code"] == "invalid_image", out
     assert os.listdir(outside) == []
     assert len(d.ok("GET", "/v1/images")["images"]) == 1
+    layers = os.path.join(d.state, "store", "layers")
+    assert [n for n in os.listdir(layers) if n.startswith(".")] == []  # nothing half-made
 
     for body in ({"type": "tarball", "path": "relative.tar"},
                  {"type": "tarball", "path": tmpdir_path},          # a directory
@@ -131,11 +154,16 @@ def test_tarball_image_and_failures(sandboxd, tmpdir_path):
                         {"name": "nope", "source": {"type": "image", "image": missing}})
     assert st == 404 and out["error"]["code"] == "image_not_found", out
     st, out = d.request("POST", "/v1/sandboxes", {"name": "nope", "image": "ubuntu"})
-    assert st == 400, out
+    assert st == 404 and out["error"]["code"] == "image_not_found", out
+    assert "ubuntu" in out["error"]["message"] and "docker.io/library/ubuntu:latest" in \
+        out["error"]["message"], out
+    st, out = d.request("POST", "/v1/sandboxes", {"name": "nope", "image": "Bad Name!"})
+    assert st == 400 and out["error"]["field"] == "image", out
     st, out = d.request("GET", "/v1/images/" + missing)
     assert st == 404 and out["error"]["code"] == "image_not_found", out
     # the default image still works
-    assert d.create("plain", image="default")["image"] == "default-v1"
+    assert d.create("plain", image="default")["image"] == "host"
+    assert d.create("plain2", image="host")["image"] == "host"
 
 
 def test_an_import_does_not_stall_other_requests(sandboxd, tmpdir_path):

@@ -53,7 +53,7 @@ def test_validation_errors(sandboxd):
         ({"resources": {"gpus": 1}}, "gpus"),
         ({"timeout_ms": -1}, "timeout_ms"),
         ({"on_timeout": "explode"}, "on_timeout"),
-        ({"image": "ubuntu:24.04"}, "image"),
+        ({"image": "Ubuntu 24.04!"}, "image"),
         ({"surprise": True}, "surprise"),
     ]
     for body, field in cases:

@@ -243,6 +243,46 @@ Test(sandbox_plan, builds_the_documented_layout)
     sbx_plan_fini(&p);
 }
 
+Test(sandbox_plan, a_self_contained_image_is_one_overlay_of_its_layers)
+{
+    struct sbx_plan p;
+    struct err e = ERR_INIT;
+    const char *h0 = "1111111111111111111111111111111111111111111111111111111111111111",
+               *h1 = "2222222222222222222222222222222222222222222222222222222222222222";
+    const char *layers[] = {h1, h0}; /* top first */
+    struct sbx_plan_input in = {.sandbox_dir = "/s/sandboxes/x", .image_dir = "/s/images/abc",
+                                .layers_dir = "/s/store/layers", .layers = layers, .nlayers = 2,
+                                .uid_base = 165536, .tmp_bytes = 64 << 20};
+    cr_assert_eq(sbx_plan_build(&in, &p, &e), 0, "%s", e.msg);
+    cr_assert_null(find_op(&p, SBX_OP_OVERLAY, "/mnt/root"));
+    cr_assert_null(find_op(&p, SBX_OP_OVERLAY, "/mnt/root/usr"), "nothing of the host's /usr");
+    const struct sbx_op *root = find_op(&p, SBX_OP_OVERLAY_FD, "/mnt/root");
+    cr_assert_not_null(root);
+    cr_assert_str_eq(root->data, "/s/sandboxes/x/mnt/layers/image\n/s/sandboxes/x/mnt/layers/l0\n"
+                                 "/s/sandboxes/x/mnt/layers/l1");
+    cr_assert_str_eq(root->source, "/s/sandboxes/x/fs");
+    int idmaps = 0;
+    bool saw_top = false;
+    for (size_t i = 0; i < p.n; i++)
+        if (p.ops[i].kind == SBX_OP_IDMAP_BIND) {
+            idmaps++;
+            cr_assert(p.ops[i].flags & MS_RDONLY);
+            cr_assert_neq(strcmp(p.ops[i].source, "/usr"), 0);
+            if (!strcmp(p.ops[i].target, "/s/sandboxes/x/mnt/layers/l0"))
+                saw_top = !strcmp(p.ops[i].source, "/s/store/layers/2222222222222222222222222222222222222222222222222222222222222222");
+        }
+    cr_assert_eq(idmaps, 3);
+    cr_assert(saw_top, "l0 is the top layer");
+    sbx_plan_fini(&p);
+    const char *bad[] = {"../etc"};
+    in.layers = bad;
+    in.nlayers = 1;
+    cr_assert_eq(sbx_plan_build(&in, &p, &e), -1);
+    in.layers = layers;
+    in.usr_dir = "/usr"; /* layers and the host's /usr do not mix */
+    cr_assert_eq(sbx_plan_build(&in, &p, &e), -1);
+}
+
 Test(sandbox_plan, rejects_unsafe_paths)
 {
     struct sbx_plan p;

@@ -246,7 +246,7 @@ def test_create_get_list_query_update_delete(sbx_url: str) -> None:
                                                                 disk_mb=256)
             assert box.info.disk_enforced is True
             assert box.env_keys == ("FOO",) and box.timeout.total_seconds() == 60 and box.current_session_id
-            assert box.image == "default-v1" and box.expires_at and box.usage and box.usage.pids >= 1
+            assert box.image == "host" and box.expires_at and box.usage and box.usage.pids >= 1
             data = box.model_dump(mode="json")
             assert json.loads(json.dumps(data))["name"] == "alpha" and data["status"] == "running"
             with pytest.raises(dataclasses.FrozenInstanceError):
@@ -1295,17 +1295,18 @@ def test_readme_examples_async(sbx_url: str, capsys: pytest.CaptureFixture[str],
         from rebuno import sandbox
         from rebuno.sandbox import SandboxApiError, session
 
-        with pytest.raises(SandboxApiError) as e:  # only the "default" image exists so far
+        with pytest.raises(SandboxApiError) as e:  # not imported or pulled on this daemon
             async with session():
                 async with sandbox.create_sandbox(image="my-repository:latest") as instance:
                     result = await instance.run_command("my-command", capture_output=True)
                     print(result.stdout)
                     print(instance.image)  # The resolved digest-pinned image reference
-        assert (e.value.status_code, e.value.code, e.value.field) == (400, "validation_error", "image")
+        assert (e.value.status_code, e.value.code, e.value.field) == (404, "image_not_found", "image")
+        assert "docker.io/library/my-repository:latest" in str(e.value)
         async with session():
             async with sandbox.create_sandbox(image="default") as instance:
                 print(instance.image)
-        assert capsys.readouterr().out == "default-v1\n"
+        assert capsys.readouterr().out == "host\n"
 
     run(custom_image())
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 from test_sandbox_client import Daemon, daemon_lifetime, pointed_at
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxd runs as root")
@@ -516,6 +519,9 @@ def test_images_import_use_and_delete(tmp_path: Path) -> None:
 
     (tmp_path / "img" / "app").mkdir(parents=True)
     (tmp_path / "img" / "app" / "hello.txt").write_text("from the image\n")
+    (tmp_path / "img" / "bin").mkdir()  # images are self-contained: bring a cat
+    shutil.copy("/bin/busybox", tmp_path / "img" / "bin" / "busybox")
+    os.symlink("busybox", tmp_path / "img" / "bin" / "cat")
 
     async def main() -> str:
         async with sandbox.SandboxClient() as client:
@@ -535,5 +541,38 @@ def test_images_import_use_and_delete(tmp_path: Path) -> None:
     digest = run(main())
     with sync_sandbox.SyncSandboxClient() as client:
         assert [i["digest"] for i in client.list_images()] == [digest]
+        assert client.get_image(digest)["layers"] == [digest]
+        assert client.get_image("host")["reference"] == "host"
         client.delete_image(digest)
         assert client.list_images() == []
+
+
+def test_oci_image_by_reference(tmp_path: Path) -> None:
+    """An OCI image layout imported under a reference (issue 14): create_sandbox(image=REF)
+    runs on it, Sandbox.image is the digest-pinned reference, get_image and delete_image
+    take the reference."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from oci_fixtures import Layout, base_layer  # the integration tests' fixture writer
+
+    from rebuno import sandbox
+
+    lay = Layout(str(tmp_path / "layout"))
+    desc = lay.image([(base_layer([("etc/motd", "f", "from the sdk\n")]), "zstd")],
+                     {"Env": ["PATH=/bin", "GREETING=hi"], "WorkingDir": "/work"})
+    lay.add(desc)
+
+    async def main() -> None:
+        async with sandbox.SandboxClient() as client:
+            image, created = await client.import_image(tmp_path / "layout", ref="sdk/tool:1")
+            assert created and image["digest"] == desc["digest"]
+            assert image["source"]["type"] == "oci-layout"
+            assert (await client.get_image("sdk/tool:1"))["digest"] == desc["digest"]
+            async with client.create_sandbox(image="sdk/tool:1") as box:
+                assert box.image == "docker.io/sdk/tool@" + desc["digest"]
+                r = await box.run_command("sh", ["-c", "cat /etc/motd; echo $GREETING; pwd"],
+                                          capture_output=True)
+                assert r.stdout == "from the sdk\nhi\n/work\n"
+            await client.delete_image("sdk/tool:1")
+            assert await client.list_images() == []
+
+    run(main())

@@ -39,6 +39,7 @@
 #include "proxy/worker.h"
 #include "sandbox/runtime/idmap.h"
 #include "sandbox/storage/image.h"
+#include "sandbox/storage/pull.h"
 #include "sandbox/net/net.h"
 #include "sandbox/runtime/plan.h"
 #include "sandbox/storage/safefs.h"
@@ -162,6 +163,7 @@ static void sbx_free(struct sbx *s)
     if (s->timeout_ev) event_free(s->timeout_ev);
     json_decref(s->metadata);
     json_decref(s->env);
+    json_decref(s->image_config);
     sbx_ext_free(s);
     sbx_net_cfg_free(s);
     free(s->dir);
@@ -384,22 +386,41 @@ static struct sbx_cg_limits limits_of(const struct sbx *s)
     return l;
 }
 
+static void free_layers(char **layers, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(layers[i]);
+    free(layers);
+}
+
 static int session_start(struct sbx *s, struct err *err)
 {
     struct sbxd *d = s->d;
-    /* host configuration under /usr (/usr/local/etc) stays hidden, whatever the
-     * sandbox's layer holds from before */
-    char *tree = s->fs_dir ? xstrdup(s->fs_dir) : xasprintf("%s/fs", s->dir);
-    int me = sbx_image_mask_usr(tree, s->data_base ? s->data_base : s->uid_base, err);
-    free(tree);
-    if (me < 0) return -1;
+    char **layers = NULL;
+    size_t nlayers = 0;
+    json_t *icfg = NULL;
+    int host = sbx_image_session(d, s->image, &layers, &nlayers, &icfg, err);
+    if (host < 0) return -1;
+    json_decref(s->image_config);
+    s->image_config = icfg;
+    if (host) {
+        /* host configuration under /usr (/usr/local/etc) stays hidden, whatever the
+         * sandbox's layer holds from before */
+        char *tree = s->fs_dir ? xstrdup(s->fs_dir) : xasprintf("%s/fs", s->dir);
+        int me = sbx_image_mask_usr(tree, s->data_base ? s->data_base : s->uid_base, err);
+        free(tree);
+        if (me < 0) return -1;
+    }
     struct sbx_cg_limits l = limits_of(s);
     struct sbx_cgroup *cg = sbx_cg_create(d->cg, s->id, &l, err);
-    if (!cg) return -1;
+    if (!cg) {
+        free_layers(layers, nlayers);
+        return -1;
+    }
     char *image_dir = xasprintf("%s/%s", d->image_dir, s->image);
     struct sbx_spawn_params p = {
-        .plan = {.sandbox_dir = s->dir, .image_dir = image_dir, .usr_dir = "/usr",
-                 .uid_base = s->uid_base,
+        .plan = {.sandbox_dir = s->dir, .image_dir = image_dir, .usr_dir = host ? "/usr" : NULL,
+                 .layers_dir = d->layers.dir, .layers = (const char *const *)layers,
+                 .nlayers = nlayers, .uid_base = s->uid_base,
                  .tmp_bytes = (uint64_t)s->memory_mb * 1024 * 1024},
         .hostname = hostname_of(s),
         .cg = cg,
@@ -411,12 +432,14 @@ static int session_start(struct sbx *s, struct err *err)
     if (sbx_mounts_acquire(s, &p.plan, err) < 0) {
         sbx_cg_destroy(cg);
         free(image_dir);
+        free_layers(layers, nlayers);
         return -1;
     }
     struct sbx_session *ss = xcalloc(1, sizeof *ss);
     int64_t t0 = clock_mono_ms();
     int rc = sbx_session_spawn(&p, &ss->proc, err);
     free(image_dir);
+    free_layers(layers, nlayers);
     if (rc < 0) {
         sbx_cg_destroy(cg);
         free(ss);
@@ -956,7 +979,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     if (sbx_json_known(body, known, "a sandbox", err) < 0) return NULL;
     const char *name, *image;
     if (sbx_json_str(body, "name", SBX_NAME_MAX, &name, err) < 0 ||
-        sbx_json_str(body, "image", 80, &image, err) < 0)
+        sbx_json_str(body, "image", 500, &image, err) < 0)
         return NULL;
     if (name && (!sbx_name_valid(name) || uuid_valid(name))) {
         err_invalid(err, "name",
@@ -1173,8 +1196,8 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(o, "disk_enforced", json_boolean(s->disk_enforced));
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
-    char iname[80];
-    sbx_image_name(s->image, iname, sizeof iname);
+    char iname[900];
+    sbx_image_name(s->d, s->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
     json_object_set_new(o, "region", json_string(s->region));
     json_object_set_new(o, "created_at", iso(s->created_at));
@@ -1336,10 +1359,15 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     d->store = sbx_store_open(db, err);
     free(db);
     if (!d->store) goto fail;
-    if (sbx_image_ensure_default(d->image_dir, err) < 0 || sbx_images_open(d, err) < 0)
-        goto fail;
+    if (sbx_image_ensure_default(d->image_dir, err) < 0) goto fail;
     if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
         goto fail;
+    if (sbx_images_open(d, err) < 0) goto fail; /* its layers live in the store */
+    struct sbx_pull_opts po = {.auth_file = cfg->registry_auth, .ca_file = cfg->registry_ca,
+                               .plain_http = cfg->registry_plain_http,
+                               .n_plain_http = cfg->n_registry_plain_http,
+                               .stall_sec = cfg->registry_stall_sec};
+    if (sbx_pulls_open(d, &po, err) < 0) goto fail; /* uses the layer store */
     char cgname[64];
     snprintf(cgname, sizeof cgname, "rebuno-%012llx", (unsigned long long)sbx_daemon_id(real));
     if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
@@ -1430,6 +1458,7 @@ void sbxd_shutdown(struct sbxd *d)
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
     progress(d);
     sbx_images_close(d); /* so would the import thread's notifications */
+    sbx_pulls_close(d);  /* and the pulls' */
     sbx_snaps_shutdown(d);
 }
 
@@ -1446,6 +1475,7 @@ void sbxd_free(struct sbxd *d)
     if (d->quiet_ev) event_free(d->quiet_ev);
     sbx_sources_close(d);
     sbx_images_close(d);
+    sbx_pulls_free(d);
     while (d->first) {
         struct sbx *s = d->first;
         unlink_sbx(d, s);

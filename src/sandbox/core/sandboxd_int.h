@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "sandbox/storage/layers.h"
 #include "net/http.h"
 #include "sandbox/runtime/cgroup.h"
 #include "sandbox/storage/files.h"
@@ -69,6 +70,9 @@ struct sbxd {
     struct sbx_srcjob *srcjobs;    /* source.c: sources being set up */
     struct sbx_net *net;           /* net.c: proxy, veth pool, nftables (net.h) */
     struct proxy_worker *img_worker; /* images.c: the import thread (made on first use) */
+    struct sbx_layers layers;      /* images.c: the layer store (layers.h) */
+    int img_pending;               /* imports / pulls / collections in flight */
+    struct sbx_pulls *pulls;         /* pull.c: registry pulls and their jobs */
     const struct local_auth *local; /* api.c: the token every caller but health sends */
     struct sbx_daemon *record;     /* daemons.h: our host-wide record and its lock */
     struct sbx_uidpool *uids;      /* uidpool.h: the uid ranges this state folder owns */
@@ -99,6 +103,7 @@ struct sbx {
     enum sbx_state state;
     uint32_t slot, uid_base;
     char image[72]; /* SBX_IMAGE_DEFAULT or an imported image's sha256 hex */
+    json_t *image_config; /* the image's config (env, workdir, user) while a session runs */
     char region[SBX_REGION_MAX + 1]; /* as created ([a-z0-9-]); SBX_REGION_DEFAULT */
     json_t *metadata, *env;
     int64_t vcpus, memory_mb, pids_max, timeout_ms;
@@ -374,13 +379,28 @@ void sbx_api_reply_quiet(struct sbx *s, struct http_req *r, int status, const ch
 int sbx_images_open(struct sbxd *d, struct err *err); /* the table; sweep failed imports */
 void sbx_images_register(struct sbxd *d);
 void sbx_images_close(struct sbxd *d); /* waits for a running import */
-/* "default", SBX_IMAGE_DEFAULT or "sha256:<64 hex>" (syntax only). */
+/* "host", "default", "sha256:<64 hex>" or an image reference (syntax only). */
 bool sbx_image_ref_valid(const char *ref);
-/* ref (NULL: default) -> the layer directory name under images/; 404 image_not_found. */
+/* ref (NULL or "default": the default image) -> the directory name under images/ (hex,
+ * or SBX_IMAGE_DEFAULT for host); 404 image_not_found naming it. */
 int sbx_image_resolve(struct sbxd *d, const char *ref, const char *field, char *out,
                       size_t outsz, struct err *err);
-/* The API name of a layer directory name ("sha256:<hex>" for imported ones). */
-void sbx_image_name(const char *image, char *out, size_t outsz);
+/* The API name of an image directory name: "host", or the digest-pinned reference
+ * ("name@sha256:<hex>", "sha256:<hex>" without a reference). */
+void sbx_image_name(struct sbxd *d, const char *image, char *out, size_t outsz);
+/* What a session of image needs: 1 for the host image (the host's /usr), 0 for a
+ * self-contained one with *layers (heap strings: hex, top first; the caller frees) and
+ * *config (the image config, or NULL), -1 with err. */
+int sbx_image_session(struct sbxd *d, const char *image, char ***layers, size_t *n,
+                      json_t **config, struct err *err);
+struct sbx_image_rec;
+/* Record an installed image (layers.h) and its reference, on the loop: *out the image
+ * object, *created false when it was there already. 0 or -1 with err. */
+int sbx_images_commit(struct sbxd *d, const struct sbx_image_rec *rec, json_t **out,
+                      bool *created, struct err *err);
+/* +1 while an import or pull installs layers with no row yet, -1 after: garbage
+ * collection waits for none to be in flight. */
+void sbx_images_busy(struct sbxd *d, int delta);
 void sbx_api_shutdown(struct sbxd *d);
 
 #endif

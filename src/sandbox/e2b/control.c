@@ -39,8 +39,8 @@ static const char *e2b_state(const struct sbx *s)
 static json_t *template_id(const struct sbx *s)
 {
     if (!strcmp(s->image, SBX_IMAGE_DEFAULT)) return json_string(E2B_TEMPLATE_BASE);
-    char iname[80];
-    sbx_image_name(s->image, iname, sizeof iname);
+    char iname[900];
+    sbx_image_name(s->d, s->image, iname, sizeof iname);
     return json_string(iname);
 }
 
@@ -143,7 +143,7 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     const char *tmpl;
     bool auto_pause = false, internet = true;
     int64_t t = E2B_DEFAULT_TIMEOUT_S;
-    if (sbx_json_str(in, "templateID", 128, &tmpl, err) < 0 ||
+    if (sbx_json_str(in, "templateID", 500, &tmpl, err) < 0 ||
         sbx_json_bool(in, "autoPause", &auto_pause, err) < 0 ||
         sbx_json_bool(in, "allow_internet_access", &internet, err) < 0 ||
         timeout_s(in, &t, err) < 0)
@@ -167,8 +167,8 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     } else {
         json_decref(b);
         err_set(err, 404, "template_not_found", "templateID",
-                "template \"%.80s\" not found: use \"base\", a snapshot id or an imported image "
-                "(sha256:...)", tmpl);
+                "template \"%.80s\" not found: use \"base\", a snapshot id or an image "
+                "(a reference or sha256:..., imported or pulled)", tmpl);
         return NULL;
     }
     json_t *v;

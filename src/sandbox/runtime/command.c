@@ -299,10 +299,25 @@ int sbx_run_as_prepare(struct sbx *s, json_t *body, struct sbx_run_as *ra, struc
         sbx_json_str(body, "cwd", SBX_PATH_MAX, &cwd, err) < 0 ||
         sbx_json_bool(body, "sudo", &ra->sudo, err) < 0)
         return -1;
-    if (!user) user = "root";
-    if (sbx_user_resolve(&s->sess->fs, user, u, err) < 0) return -1;
+    /* the image's config: its User (when that user exists in the image), WorkingDir and
+     * Env are the defaults of a command that names none */
+    json_t *ic = s->image_config;
+    const char *iuser = json_string_value(json_object_get(ic, "user"));
+    const char *iwd = json_string_value(json_object_get(ic, "workdir"));
+    bool resolved = false;
+    if (!user && iuser && iuser[0]) {
+        char name[SBX_USER_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(iuser, ":"), iuser);
+        struct err ue = ERR_INIT;
+        resolved = name[0] && sbx_user_resolve(&s->sess->fs, name, u, &ue) == 0;
+    }
+    if (!resolved) {
+        if (!user) user = "root";
+        if (sbx_user_resolve(&s->sess->fs, user, u, err) < 0) return -1;
+    }
     snprintf(ra->user, sizeof ra->user, "%s", u->name);
     const char *home = u->home[0] == '/' ? u->home : "/";
+    if (!cwd && iwd && iwd[0] == '/') cwd = iwd;
     if (sbx_path_normalize(cwd ? cwd : home, home, ra->cwd, sizeof ra->cwd, "cwd", err) < 0)
         return -1;
     json_t *env = json_object();
@@ -318,6 +333,15 @@ int sbx_run_as_prepare(struct sbx *s, json_t *body, struct sbx_run_as *ra, struc
     env_set(env, "SHELL", who->shell[0] ? who->shell : "/bin/sh");
     env_set(env, "LANG", "C.UTF-8");
     env_set(env, "PWD", ra->cwd);
+    json_t *ienv = json_object_get(ic, "env");
+    for (size_t i = 0; i < json_array_size(ienv); i++) {
+        const char *kv = json_string_value(json_array_get(ienv, i));
+        const char *eq = kv ? strchr(kv, '=') : NULL;
+        if (!eq || eq == kv || eq - kv > 255) continue;
+        char k[256];
+        snprintf(k, sizeof k, "%.*s", (int)(eq - kv), kv);
+        env_set(env, k, eq + 1);
+    }
     sbx_net_env(s, env); /* trust variables for the egress proxy's CA (net.h) */
     json_object_update(env, s->env);
     json_t *extra = json_object_get(body, "env");

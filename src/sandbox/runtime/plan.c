@@ -78,9 +78,16 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
     if (!sbx_plan_path_ok(in->image_dir))
         return err_invalid(err, "image", "image directory \"%s\" is not a usable path",
                            in->image_dir);
-    if (!sbx_plan_path_ok(in->usr_dir))
+    if (in->usr_dir && !sbx_plan_path_ok(in->usr_dir))
         return err_invalid(err, "image", "usr directory \"%s\" is not a usable path",
                            in->usr_dir);
+    if (in->nlayers > SBX_PLAN_LAYERS_MAX || (in->nlayers && in->usr_dir) ||
+        (in->nlayers && (!in->layers_dir || !sbx_plan_path_ok(in->layers_dir))))
+        return err_invalid(err, "image", "the image's layers cannot be used");
+    for (size_t i = 0; i < in->nlayers; i++)
+        if (!in->layers[i] || strlen(in->layers[i]) != 64 ||
+            strspn(in->layers[i], "0123456789abcdef") != 64)
+            return err_invalid(err, "image", "layer %zu is not named by a sha256 hex digest", i);
     if (in->uid_base == 0) return err_invalid(err, "uid_base", "uid base must not be 0");
     if (in->fs_dir && !sbx_plan_path_ok(in->fs_dir))
         return err_invalid(err, "state_dir", "upper directory \"%s\" is not a usable path",
@@ -100,11 +107,18 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
     push(p, SBX_OP_PRIVATE);
     op_tmpfs(p, xstrdup(L), xstrdup("mode=0700,size=64k"), MS_NOSUID | MS_NODEV | MS_NOEXEC);
     op_mkdir(p, xasprintf("%s/image", L), 0700);
-    op_mkdir(p, xasprintf("%s/usr", L), 0700);
     op_two(p, SBX_OP_IDMAP_BIND, xstrdup(in->image_dir), xasprintf("%s/image", L),
            MS_RDONLY | MS_NOSUID | MS_NODEV);
-    op_two(p, SBX_OP_IDMAP_BIND, xstrdup(in->usr_dir), xasprintf("%s/usr", L),
-           MS_RDONLY | MS_NOSUID | MS_NODEV);
+    if (in->usr_dir) {
+        op_mkdir(p, xasprintf("%s/usr", L), 0700);
+        op_two(p, SBX_OP_IDMAP_BIND, xstrdup(in->usr_dir), xasprintf("%s/usr", L),
+               MS_RDONLY | MS_NOSUID | MS_NODEV);
+    }
+    for (size_t i = 0; i < in->nlayers; i++) {
+        op_mkdir(p, xasprintf("%s/l%zu", L, i), 0700);
+        op_two(p, SBX_OP_IDMAP_BIND, xasprintf("%s/%s", in->layers_dir, in->layers[i]),
+               xasprintf("%s/l%zu", L, i), MS_RDONLY | MS_NOSUID | MS_NODEV);
+    }
 
     /* U: the upper tree, bound idmapped when its files belong to another range */
     char *U = in->fs_dir ? xstrdup(in->fs_dir) : xasprintf("%s/fs", D);
@@ -114,16 +128,31 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
         p->ops[p->n - 1].ns = SBX_NS_FS;
         U = xasprintf("%s/fs", L);
     }
-    struct sbx_op *o = push(p, SBX_OP_OVERLAY);
-    o->target = xstrdup(M);
-    o->data = xasprintf("lowerdir=%s/image,upperdir=%s/upper,workdir=%s/work", L, U, U);
-    o->flags = MS_NOSUID | MS_NODEV;
-    op_mkdir(p, xasprintf("%s/usr", M), 0755);
-    o = push(p, SBX_OP_OVERLAY);
-    o->target = xasprintf("%s/usr", M);
-    o->data = xasprintf("lowerdir=%s/usr,upperdir=%s/upper/usr,workdir=%s/work-usr", L, U, U);
-    o->flags = MS_NOSUID | MS_NODEV;
-    free(U);
+    struct sbx_op *o;
+    if (in->usr_dir) {
+        o = push(p, SBX_OP_OVERLAY);
+        o->target = xstrdup(M);
+        o->data = xasprintf("lowerdir=%s/image,upperdir=%s/upper,workdir=%s/work", L, U, U);
+        o->flags = MS_NOSUID | MS_NODEV;
+        op_mkdir(p, xasprintf("%s/usr", M), 0755);
+        o = push(p, SBX_OP_OVERLAY);
+        o->target = xasprintf("%s/usr", M);
+        o->data =
+            xasprintf("lowerdir=%s/usr,upperdir=%s/upper/usr,workdir=%s/work-usr", L, U, U);
+        o->flags = MS_NOSUID | MS_NODEV;
+        free(U);
+    } else {
+        o = push(p, SBX_OP_OVERLAY_FD);
+        o->target = xstrdup(M);
+        o->source = U;
+        size_t cap = strlen(L) * (in->nlayers + 1) + 16 * (in->nlayers + 1) + 16;
+        char *lw = xmalloc(cap);
+        int w = snprintf(lw, cap, "%s/image", L);
+        for (size_t i = 0; i < in->nlayers; i++)
+            w += snprintf(lw + w, cap - (size_t)w, "\n%s/l%zu", L, i);
+        o->data = lw;
+        o->flags = MS_NOSUID | MS_NODEV;
+    }
 
     op_mkdir(p, xasprintf("%s/proc", M), 0555);
     o = push(p, SBX_OP_PROC);
@@ -239,6 +268,7 @@ const char *sbx_op_name(enum sbx_op_kind k)
     case SBX_OP_BIND_RO: return "read-only bind";
     case SBX_OP_PIVOT: return "pivot_root";
     case SBX_OP_BIND_IN: return "mount";
+    case SBX_OP_OVERLAY_FD: return "mount overlay (layers)";
     }
     return "?";
 }

@@ -19,6 +19,14 @@
  * Both overlays write into one upper tree (D/fs/upper), so a sandbox's changes are
  * one directory: what snapshots will turn into a layer.
  *
+ * A self-contained image (usr_dir NULL: every image but the built-in "host") has no
+ * /usr overlay and nothing of the host: the lowers are the image's skeleton
+ * (image_dir, on top) and its layers (layers_dir/<hex>, top first), each bound
+ * idmapped at D/mnt/layers/image and D/mnt/layers/l<i>, and one overlay is mounted
+ * with the new mount API (fsopen + one fsconfig "lowerdir+" per layer descriptor:
+ * SBX_OP_OVERLAY_FD), so the number of layers is not bound by a page of mount
+ * options.
+ *
  * With a store (storage.h) the upper, work and work-usr directories live in one
  * snapshot-able tree U (fs_dir) instead of D/fs. A tree cloned from another
  * sandbox keeps its files' on-disk owners (the range of the sandbox that wrote them,
@@ -51,7 +59,11 @@ enum sbx_op_kind {
     SBX_OP_BIND_RO,    /* source -> target, then read-only */
     SBX_OP_PIVOT,      /* target becomes / */
     SBX_OP_BIND_IN,    /* source -> data (a path inside the root `target`), idmapped */
+    SBX_OP_OVERLAY_FD, /* target; data: lowers, '\n'-separated, top first; source: the
+                        * tree holding upper/ and work/ (fsopen + lowerdir+ fds) */
 };
+
+#define SBX_PLAN_LAYERS_MAX 128 /* layers of a self-contained image (oci.h) */
 
 /* Which user namespace an idmapped bind uses (index into sbx_plan_exec's fds). */
 enum sbx_plan_ns { SBX_NS_SESSION = 0, SBX_NS_FS = 1, SBX_NS_MOUNTS = 2, SBX_NS_COUNT = 3 };
@@ -89,7 +101,11 @@ struct sbx_plan {
 struct sbx_plan_input {
     const char *sandbox_dir; /* D: absolute, holds fs/ and mnt/ */
     const char *image_dir;   /* the image layer: absolute */
-    const char *usr_dir;     /* the /usr lower: absolute (normally "/usr") */
+    const char *usr_dir;     /* the /usr lower: absolute (normally "/usr"); NULL for a
+                              * self-contained image */
+    const char *layers_dir;  /* self-contained: where the layers are (absolute) */
+    const char *const *layers; /* self-contained: layer names (64 hex), top first */
+    size_t nlayers;
     uint32_t uid_base;       /* B: host uid (and gid) of root inside */
     uint64_t tmp_bytes;      /* size cap of /tmp and /dev/shm */
     const char *fs_dir;      /* U: holds upper/, work/, work-usr/; NULL: D/fs */

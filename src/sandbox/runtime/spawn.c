@@ -149,6 +149,9 @@ struct zreq {
         char source[1024], target[SBX_MOUNT_PATH_MAX + 1];
         uint32_t readonly;
     } mounts[SBX_MOUNTS_MAX];
+    char layers_dir[1024]; /* self-contained image (usr_dir ""): its layers, top first */
+    uint32_t nlayers;
+    char layers[SBX_PLAN_LAYERS_MAX][65];
 };
 
 struct zrep {
@@ -357,8 +360,13 @@ static int clone_session(const struct zreq *q, pid_t *pid, int *pidfd, int *ctl,
     struct sbx_plan plan;
     struct err err = ERR_INIT;
     struct sbx_plan_input in = {.sandbox_dir = q->sandbox_dir, .image_dir = q->image_dir,
-                                .usr_dir = q->usr_dir, .uid_base = q->uid_base,
-                                .tmp_bytes = q->tmp_bytes};
+                                .usr_dir = q->usr_dir[0] ? q->usr_dir : NULL,
+                                .uid_base = q->uid_base, .tmp_bytes = q->tmp_bytes};
+    const char *layers[SBX_PLAN_LAYERS_MAX];
+    for (uint32_t i = 0; i < q->nlayers && i < SBX_PLAN_LAYERS_MAX; i++) layers[i] = q->layers[i];
+    in.layers = layers;
+    in.nlayers = q->nlayers;
+    in.layers_dir = q->layers_dir[0] ? q->layers_dir : NULL;
     struct sbx_plan_mount mounts[SBX_MOUNTS_MAX];
     in.fs_dir = q->fs_dir[0] ? q->fs_dir : NULL;
     in.data_base = q->data_base;
@@ -487,6 +495,13 @@ static bool mounts_ok(const struct zreq *q)
     return true;
 }
 
+static bool layers_ok(const struct zreq *q)
+{
+    for (uint32_t i = 0; i < q->nlayers && i < SBX_PLAN_LAYERS_MAX; i++)
+        if (!memchr(q->layers[i], 0, sizeof q->layers[i])) return false;
+    return true;
+}
+
 static bool zreq_ok(const struct zreq *q)
 {
     return memchr(q->sandbox_dir, 0, sizeof q->sandbox_dir) &&
@@ -495,7 +510,8 @@ static bool zreq_ok(const struct zreq *q)
            q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
            memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) && q->nofile > 0 &&
            memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
-           mounts_ok(q);
+           mounts_ok(q) && q->nlayers <= SBX_PLAN_LAYERS_MAX &&
+           memchr(q->layers_dir, 0, sizeof q->layers_dir) && layers_ok(q);
 }
 
 static void zygote_serve(int fd)
@@ -670,8 +686,11 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
                  (int)sizeof q->sandbox_dir &&
              snprintf(q->image_dir, sizeof q->image_dir, "%s", p->plan.image_dir) <
                  (int)sizeof q->image_dir &&
-             snprintf(q->usr_dir, sizeof q->usr_dir, "%s", p->plan.usr_dir) <
-                 (int)sizeof q->usr_dir &&
+             snprintf(q->usr_dir, sizeof q->usr_dir, "%s",
+                      p->plan.usr_dir ? p->plan.usr_dir : "") < (int)sizeof q->usr_dir &&
+             p->plan.nlayers <= SBX_PLAN_LAYERS_MAX &&
+             snprintf(q->layers_dir, sizeof q->layers_dir, "%s",
+                      p->plan.layers_dir ? p->plan.layers_dir : "") < (int)sizeof q->layers_dir &&
              snprintf(q->hostname, sizeof q->hostname, "%s", p->hostname) <
                  (int)sizeof q->hostname;
     if (!ok) {
@@ -680,6 +699,10 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     }
     ok = !p->plan.fs_dir ||
          snprintf(q->fs_dir, sizeof q->fs_dir, "%s", p->plan.fs_dir) < (int)sizeof q->fs_dir;
+    q->nlayers = ok ? (uint32_t)p->plan.nlayers : 0;
+    for (uint32_t i = 0; ok && i < q->nlayers; i++)
+        ok = snprintf(q->layers[i], sizeof q->layers[i], "%s", p->plan.layers[i]) <
+             (int)sizeof q->layers[i];
     q->data_base = p->plan.data_base;
     q->mount_base = p->plan.mount_base;
     q->nmounts = (uint32_t)(p->plan.nmounts > SBX_MOUNTS_MAX ? SBX_MOUNTS_MAX : p->plan.nmounts);
@@ -719,9 +742,9 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
                                       RESOLVE_NO_MAGICLINKS};
-    if (out->rootfd >= 0)
+    if (out->rootfd >= 0 && p->plan.usr_dir) /* a self-contained image has one overlay */
         out->usrfd = (int)syscall(SYS_openat2, out->rootfd, "usr", &how, sizeof how);
-    if (out->rootfd < 0 || out->usrfd < 0) {
+    if (out->rootfd < 0 || (p->plan.usr_dir && out->usrfd < 0)) {
         int err_no = errno;
         sbx_session_kill(out, 2000);
         return err_internal(err, "cannot open the sandbox root: %s", strerror(err_no));

@@ -1,11 +1,12 @@
 /*
- * image.c - build the default image layer (see image.h).
+ * image.c - build the host image's layer and self-contained images' skeletons (image.h).
  */
 #include "sandbox/storage/image.h"
 
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -341,11 +342,108 @@ int sbx_image_ensure_default(const char *images_dir, struct err *err)
     return 0;
 }
 
-int sbx_image_fill(const char *dir, struct err *err)
+
+/* ------------------------------------------------------------------ skeletons */
+
+/* Whether rel exists in the stack of layers (top first): the first layer that has it
+ * decides; a whiteout there means absent. A symlink or file on the way counts as
+ * present (the image has something of its own there). */
+static bool in_layers(const int *fds, size_t n, const char *rel)
 {
-    int root = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (root < 0) return err_internal(err, "image: %s is not a directory", dir);
-    int rc = build(root, dir, true, err);
-    close(root);
+    for (size_t i = 0; i < n; i++) {
+        int fd = sbx_safe_open(fds[i], rel, O_PATH);
+        if (fd >= 0) {
+            struct stat st;
+            bool wh = fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == 0;
+            close(fd);
+            return !wh;
+        }
+        if (fd != -ENOENT) return true;
+    }
+    return false;
+}
+
+static int skeleton(int root, const char *dir, const int *fds, size_t n, struct err *err)
+{
+    static const struct {
+        const char *path;
+        mode_t mode;
+    } dirs[] = {{"etc", 0755},      {"proc", 0555},     {"sys", 0555},       {"dev", 0755},
+                {"tmp", 01777},     {"run", 0755},      {"home", 0755},      {"root", 0700},
+                {"mnt", 0755},      {"var", 0755},      {"var/tmp", 01777},  {"usr", 0755}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (in_layers(fds, n, dirs[i].path)) continue;
+        int fd = sbx_safe_mkdir(root, dirs[i].path, dirs[i].mode, (uid_t)-1, (gid_t)-1, NULL);
+        if (fd >= 0) close(fd);
+        else if (!image_owns(fd))
+            return err_internal(err, "image: cannot create %s/%s: %s", dir, dirs[i].path,
+                                strerror(-fd));
+    }
+    /* /etc: the layers' own (or the skeleton's) */
+    int etc = sbx_safe_mkdir(root, "etc", 0755, (uid_t)-1, (gid_t)-1, NULL);
+    if (etc < 0) return err_internal(err, "image: cannot create %s/etc: %s", dir, strerror(-etc));
+    static const struct {
+        const char *name, *text;
+        mode_t mode;
+        bool always; /* the sandbox's own, whatever the image has */
+    } gen[] = {{"passwd", passwd_txt, 0644, false},       {"group", group_txt, 0644, false},
+               {"shadow", shadow_txt, 0640, false},       {"gshadow", "", 0640, false},
+               {"nsswitch.conf", nsswitch_txt, 0644, false}, {"hosts", hosts_txt, 0644, true},
+               {"hostname", "sandbox\n", 0644, true},    {"resolv.conf", resolv_txt, 0644, true}};
+    int e = 0;
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0] && !e; i++) {
+        char rel[64];
+        pf(rel, sizeof rel, "etc/%s", gen[i].name);
+        if (!gen[i].always && in_layers(fds, n, rel)) continue;
+        e = sbx_safe_replace(etc, gen[i].name, gen[i].text, strlen(gen[i].text), gen[i].mode,
+                             (uid_t)-1, (gid_t)-1, false);
+        if (e < 0)
+            err_internal(err, "image: cannot write %s/etc/%s: %s", dir, gen[i].name, strerror(-e));
+    }
+    close(etc);
+    return e ? -1 : 0;
+}
+
+static atomic_uint skel_seq;
+
+int sbx_image_make_skeleton(const char *images_dir, const char *name,
+                            const char *const *layer_dirs, size_t n, struct err *err)
+{
+    char final[PATH_MAX], tmp[PATH_MAX];
+    if (pf(final, sizeof final, "%s/%s", images_dir, name) < 0 ||
+        pf(tmp, sizeof tmp, "%s/.import-skel-%s-%d-%u", images_dir, name, (int)getpid(),
+           atomic_fetch_add(&skel_seq, 1)) < 0)
+        return err_invalid(err, "state_dir", "state directory path is too long");
+    struct stat st;
+    if (lstat(final, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    int *fds = xcalloc(n + 1, sizeof *fds);
+    size_t got = 0;
+    int rc = -1, root = -1;
+    for (; got < n; got++) {
+        fds[got] = open(layer_dirs[got], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fds[got] < 0) {
+            err_internal(err, "image: cannot open layer %s: %s", layer_dirs[got], strerror(errno));
+            goto out;
+        }
+    }
+    sbx_image_remove_tree(tmp);
+    root = mkdir(tmp, 0755) < 0 || chmod(tmp, 0755) < 0
+               ? -errno
+               : open(tmp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0) {
+        err_internal(err, "image: cannot create %s: %s", tmp, strerror(-root));
+        goto out;
+    }
+    if (skeleton(root, tmp, fds, n, err) < 0) goto out;
+    if (rename(tmp, final) < 0 && errno != ENOTEMPTY && errno != EEXIST) {
+        err_internal(err, "cannot install %s: %s", final, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (root >= 0) close(root);
+    sbx_image_remove_tree(tmp);
+    for (size_t i = 0; i < got; i++) close(fds[i]);
+    free(fds);
     return rc;
 }

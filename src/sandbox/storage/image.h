@@ -1,5 +1,6 @@
 /*
- * image.h - the default image: a read-only layer made from this machine.
+ * image.h - the built-in "host" image (a read-only layer made from this machine), and the
+ * skeletons of self-contained images (sbx_image_make_skeleton).
  *
  * The layer is a directory under the state folder holding what the sandbox root
  * needs besides /usr (which is the host's own /usr, mounted read-only and idmapped
@@ -28,12 +29,18 @@
 /* Make sure images_dir/SBX_IMAGE_DEFAULT exists. 0 or -1 with err. */
 int sbx_image_ensure_default(const char *images_dir, struct err *err);
 
-/* Fill what an imported image layer at dir lacks from the default skeleton (mount
- * points, merged-/usr links, allowlisted host /etc entries, generated /etc files),
- * never replacing an entry it has, and never writing below a symlink or a file of
- * the image (everything is made beneath dir's descriptor: safefs.h). 0 or -1 with
- * err. */
-int sbx_image_fill(const char *dir, struct err *err);
+/*
+ * The skeleton of a self-contained image: images_dir/<name>/, the top lower layer of
+ * its sessions, above its layers (layer_dirs: absolute, top first). It holds only what
+ * the layers lack (looked up top down; an overlay whiteout counts as absent): the mount
+ * points and standard directories, /etc with generated passwd, group, shadow, gshadow
+ * and nsswitch.conf when the image has none, and always the sandbox's own hosts,
+ * hostname and resolv.conf. Nothing of the host is copied. Built in a temporary and
+ * renamed into place; an existing skeleton is kept. 0 or -1 with err.
+ */
+int sbx_image_make_skeleton(const char *images_dir, const char *name,
+                            const char *const *layer_dirs, size_t n, struct err *err);
+
 /* rm -rf without following symlinks or entering mounts (best effort). */
 void sbx_image_remove_tree(const char *path);
 

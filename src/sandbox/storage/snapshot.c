@@ -226,14 +226,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static json_t *snap_json(const struct sbx_snap *n)
+static json_t *snap_json(struct sbxd *d, const struct sbx_snap *n)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(n->id));
     json_object_set_new(o, "sandbox_id", json_string(n->sandbox_id));
     json_object_set_new(o, "sandbox_name", json_string(n->sandbox_name));
-    char iname[80];
-    sbx_image_name(n->image, iname, sizeof iname);
+    char iname[900];
+    sbx_image_name(d, n->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
     json_object_set_new(o, "status", json_string("created"));
     json_object_set_new(o, "created_at", iso(n->created_at));
@@ -644,13 +644,13 @@ json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t 
              s->id, sbx_state_name(s->state), (long long)took, (long long)frozen);
     if (took_us) *took_us = took;
     if (frozen_us) *frozen_us = frozen;
-    return snap_json(n);
+    return snap_json(d, n);
 }
 
 json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id)
 {
     struct sbx_snap *n = snap_find(d, id);
-    return n ? snap_json(n) : NULL;
+    return n ? snap_json(d, n) : NULL;
 }
 
 int sbx_snapshot_delete(struct sbxd *d, const char *id)
@@ -681,7 +681,7 @@ json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *curso
             *next = n->prev ? n->prev->id : NULL;
             break;
         }
-        json_array_append_new(arr, snap_json(n));
+        json_array_append_new(arr, snap_json(d, n));
     }
     return arr;
 }
@@ -750,7 +750,7 @@ static struct sbx_snap *get_snap(struct sbxd *d, struct http_req *r)
 static void h_snap_get(struct http_req *r, void *arg)
 {
     struct sbx_snap *n = get_snap(arg, r);
-    if (n) http_reply_json(r, 200, snap_json(n));
+    if (n) http_reply_json(r, 200, snap_json(arg, n));
 }
 
 static void h_snap_delete(struct http_req *r, void *arg)

@@ -148,11 +148,12 @@ int sbx_source_check(const json_t *source, struct err *err)
         static const char *const known[] = {"type", "image", NULL};
         const char *img = NULL;
         if (sbx_json_known(source, known, "an image source", err) < 0 ||
-            sbx_json_str(source, "image", 80, &img, err) < 0)
+            sbx_json_str(source, "image", 500, &img, err) < 0)
             return -1;
         if (img && !sbx_image_ref_valid(img))
             return err_invalid(err, "source.image",
-                               "source.image must be \"default\" or \"sha256:<64 hex digits>\"");
+                               "source.image must be \"host\", \"default\", \"sha256:<64 hex "
+                               "digits>\" or an image reference (name:tag, name@sha256:...)");
         return 0;
     }
     if (!strcmp(type, "git")) {

@@ -1840,7 +1840,8 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
 
     @property
     def image(self) -> str | None:
-        """The resolved image (``default-v1``)."""
+        """The resolved image: the digest-pinned reference (``name@sha256:...``,
+        ``sha256:...``) or ``host``."""
         return self._info.image
 
     @property
@@ -2726,14 +2727,28 @@ class SandboxClient:
         """Delete a snapshot (``SandboxApiError`` 404 ``snapshot_not_found`` if it is gone)."""
         await self._api.request("DELETE", f"/snapshots/{quote(snapshot_id)}")
 
-    # --- images (a rebuno extension: there is no registry, images come from this host)
-    async def import_image(self, path: str | os.PathLike[str]) -> tuple[dict[str, Any], bool]:
-        """Import a host folder or tarball as an image, cached by digest:
-        ``(image, created)``, ``image`` being ``{"digest": "sha256:...", "size_bytes",
-        "source", "created_at"}``. Pass ``image["digest"]`` as ``create_sandbox(image=)``.
-        The path is made absolute here (sandboxd reads it, not this process's cwd)."""
+    # --- images (imported on this host; registry pulls and builds come through the same API)
+    async def import_image(self, path: str | os.PathLike[str], *, type: str | None = None,
+                           ref: str | None = None) -> tuple[dict[str, Any], bool]:
+        """Import an image from a host path, cached by digest: ``(image, created)``.
+        ``type``: ``"oci-layout"`` (an OCI image layout directory, or a tar of one),
+        ``"docker-archive"`` (a ``docker save`` tar), ``"dir"`` or ``"tarball"`` (a folder
+        or tarball as a one-layer image); by default a folder holding ``oci-layout`` is
+        an OCI layout, another folder ``"dir"``, a file ``"tarball"``. ``ref``: a name to
+        tag it with (``"name:tag"``), usable as ``create_sandbox(image=)``. ``image`` is
+        ``{"digest", "reference" (digest-pinned), "references", "layers", "config",
+        "size_bytes", "source", "created_at"}``. The path is made absolute here
+        (sandboxd reads it, not this process's cwd). Images are self-contained: nothing
+        of the host's /usr is visible in their sandboxes."""
         p = os.path.abspath(os.fspath(path))
-        body = {"type": "dir" if os.path.isdir(p) else "tarball", "path": p}
+        if type is None:
+            if os.path.isdir(p):
+                type = "oci-layout" if os.path.isfile(os.path.join(p, "oci-layout")) else "dir"
+            else:
+                type = "tarball"
+        body: dict[str, Any] = {"type": type, "path": p}
+        if ref is not None:
+            body["ref"] = ref
         resp = await self._api.request("POST", "/images", json=body, timeout=600)
         try:
             data = json.loads(resp.body)
@@ -2742,15 +2757,72 @@ class SandboxClient:
         return data, resp.status == 201
 
     async def list_images(self) -> list[dict[str, Any]]:
-        """The imported images."""
+        """The imported images (the built-in ``host`` image is not listed)."""
         return list((await self._api.json("GET", "/images")).get("images") or [])
 
-    async def delete_image(self, digest: str) -> None:
-        """Delete an imported image (``SandboxApiError`` 409 ``image_in_use`` while a
-        sandbox or snapshot uses it, 404 if there is none)."""
-        if not isinstance(digest, str) or not digest:
-            raise TypeError("delete_image() needs the image's digest")
-        await self._api.request("DELETE", f"/images/{quote(digest)}")
+    async def get_image(self, ref: str) -> dict[str, Any]:
+        """One image by reference (``"name:tag"``, ``"name@sha256:..."``), digest or
+        ``"host"`` (``SandboxApiError`` 404 ``image_not_found`` naming it otherwise)."""
+        if not isinstance(ref, str) or not ref:
+            raise TypeError("get_image() needs an image reference or digest")
+        return await self._api.json("GET", f"/images/{quote(ref)}")
+
+    async def delete_image(self, ref: str) -> None:
+        """Delete an imported image by reference or digest (``SandboxApiError`` 409
+        ``image_in_use`` while a sandbox or snapshot uses it, 404 if there is none).
+        Layers no other image has are removed with it."""
+        if not isinstance(ref, str) or not ref:
+            raise TypeError("delete_image() needs the image's reference or digest")
+        await self._api.request("DELETE", f"/images/{quote(ref)}")
+
+    async def pull_image(self, ref: str, *,
+                         on_progress: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """Pull ``ref`` (``name[:tag]``, ``name@sha256:...``, ``host[:port]/path/name:tag``)
+        from its OCI registry into sandboxd and return the image (``{"digest", "ref",
+        "reference", "references", "layers", "size_bytes", "config", "source"}``) once it is
+        installed (then ``create_sandbox(image=ref)``). The daemon
+        downloads it (credentials are the daemon's ``--registry-auth``, never sent from
+        here); ``on_progress(job)`` (sync or async) gets the job object of each progress
+        event: ``status``, ``layers`` (``digest``, ``size``, ``done``, ``cached``),
+        ``bytes_total``, ``bytes_done``, ``bytes_fetched``. A failed pull raises the
+        ``SandboxApiError`` of its error (404 ``image_not_found``, 401
+        ``registry_unauthorized``, 502 ``digest_mismatch``, 507 ``no_space``, ...).
+        A pull of a reference already being pulled joins it (one download)."""
+        if not isinstance(ref, str) or not ref:
+            raise TypeError("pull_image() needs an image reference, e.g. 'debian:bookworm'")
+        job = await self._api.json("POST", "/images", json={"type": "pull", "ref": ref})
+        path = f"/images/jobs/{quote(str(job['id']))}"
+        final: dict[str, Any] | None = None
+        for _attempt in range(4):
+            resp = await self._api.stream("GET", path + "/stream", read_timeout=60.0)
+            try:
+                async for ev in iter_sse(resp):
+                    kind = ev.get("event", "message")
+                    data = json.loads(ev.get("data") or "{}")
+                    if on_progress is not None:
+                        r = on_progress(data)
+                        if isinstance(r, Awaitable):
+                            await r
+                    if kind in ("done", "error"):
+                        final = data
+                        break
+            except (asyncio.TimeoutError, OSError):
+                pass
+            finally:
+                resp.close()
+            if final is not None:
+                break
+        if final is None:  # the stream kept breaking: the job says how it ended
+            while True:
+                final = await self._api.json("GET", path)
+                if final.get("status") in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.5)
+        if final.get("status") != "done":
+            err = final.get("error") or {"code": "pull_failed", "message": "the pull failed"}
+            raise self._api.error(int(err.get("status") or 502), json.dumps({"error": err}).encode(),
+                                  context=f"pull {ref}")
+        return dict(final.get("image") or {})
 
     # --- drives
     async def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,

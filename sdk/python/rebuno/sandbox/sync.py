@@ -968,18 +968,29 @@ class SyncSandboxClient:
         """Delete a snapshot."""
         self._r.run(self._client.delete_snapshot(snapshot_id=snapshot_id))
 
-    def import_image(self, path: Any) -> tuple[dict[str, Any], bool]:
-        """Import a host folder or tarball as an image: ``(image, created)``; see
+    def import_image(self, path: Any, *, type: str | None = None,
+                     ref: str | None = None) -> tuple[dict[str, Any], bool]:
+        """Import an image from a host path: ``(image, created)``; see
         :meth:`rebuno.sandbox.SandboxClient.import_image`."""
-        return self._r.run(self._client.import_image(path))
+        return self._r.run(self._client.import_image(path, type=type, ref=ref))
 
     def list_images(self) -> list[dict[str, Any]]:
         """The imported images."""
         return self._r.run(self._client.list_images())
 
-    def delete_image(self, digest: str) -> None:
+    def get_image(self, ref: str) -> dict[str, Any]:
+        """One image by reference, digest or ``"host"``."""
+        return self._r.run(self._client.get_image(ref))
+
+    def delete_image(self, ref: str) -> None:
         """Delete an imported image (409 ``image_in_use`` while used)."""
-        self._r.run(self._client.delete_image(digest))
+        self._r.run(self._client.delete_image(ref))
+
+    def pull_image(self, ref: str, *, on_progress: Any = None) -> dict[str, Any]:
+        """Pull an image from its OCI registry into sandboxd and return it; see
+        :meth:`rebuno.sandbox.SandboxClient.pull_image` (``on_progress(job)`` is called on
+        this thread's event loop runner, so it should be quick)."""
+        return self._r.run(self._client.pull_image(ref, on_progress=on_progress))
 
     def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
                             region: Any = None) -> tuple[SyncDrive, bool]:
