@@ -43,6 +43,7 @@ REBUNO_TEST_STORE=postgres run_pytest tests/integration/test_steps.py tests/inte
   tests/integration/test_durability.py tests/integration/test_validation.py
 run_pytest sdk/python/tests    # the Python SDK against the kernel
 run_pytest examples/coding-agent/tests   # the demo's forge and scripted model
+run_pytest examples/coding-agent-e2b/tests   # the E2B document's agent (issue 16)
 
 echo "tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]

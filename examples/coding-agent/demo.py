@@ -118,6 +118,10 @@ class Stack:
     forge_url: str = ""
     forge_ca: str = ""
     model_url: str = ""
+    # another agent over the same forge and model (examples/coding-agent-e2b): its script
+    # and its kernel config (whose folder holds its policy); None: this example's
+    agent_script: Path | None = None
+    config_file: Path | None = None
 
     # --- starting
 
@@ -171,11 +175,11 @@ class Stack:
         model = self._spawn("model", [PYTHON, str(HERE / "model.py"), "--listen", "127.0.0.1:0"])
         self.model_url = self._first_line(model, "model: ").split()[1]
 
-        config = HERE / "rebuno.yaml"
+        config = self.config_file or HERE / "rebuno.yaml"
         if self.lease_seconds is not None:
-            text = (HERE / "rebuno.yaml").read_text()
+            text = config.read_text()
             text = re.sub(r"lease_timeout_seconds: \d+", f"lease_timeout_seconds: {self.lease_seconds}", text)
-            shutil.copy(HERE / "policy.yaml", self.dir / "policy.yaml")
+            shutil.copy(config.parent / "policy.yaml", self.dir / "policy.yaml")
             config = self.dir / "rebuno.yaml"
             config.write_text(text)
         kport, sport = free_port(), free_port()
@@ -219,7 +223,7 @@ class Stack:
 
     def start_agent(self) -> Proc:
         """(Re)start the agent process."""
-        return self._spawn("agent", [PYTHON, str(HERE / "agent.py")], self.env)
+        return self._spawn("agent", [PYTHON, str(self.agent_script or HERE / "agent.py")], self.env)
 
     def kill_agent(self) -> None:
         """SIGKILL: no goodbye to the kernel, the lease just runs out."""

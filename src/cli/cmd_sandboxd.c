@@ -32,11 +32,13 @@
 #include "sandbox/runtime/spawn.h"
 #include "sandbox/core/uidpool.h"
 #include "sandbox/vercel/vercel.h"
+#include "sandbox/e2b/e2b.h"
 
 struct daemon {
     struct event_base *base;
     struct http_server *http;
     struct http_server *vercel; /* --vercel-listen: the Vercel-compatible endpoint, or NULL */
+    struct http_server *e2b; /* --e2b-listen: the E2B-compatible endpoint, or NULL */
     struct sbxd *d;
     struct local_auth *local;
     struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
@@ -68,6 +70,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     s->http = NULL; /* freed by the shutdown */
     if (s->vercel) http_server_shutdown(s->vercel, 5000);
     s->vercel = NULL;
+    if (s->e2b) http_server_shutdown(s->e2b, 5000);
+    s->e2b = NULL;
 }
 
 static void usage(FILE *out)
@@ -82,6 +86,8 @@ static void usage(FILE *out)
             "  --listen ADDR        loopback address to serve /v1 on (default 127.0.0.1:8090)\n"
             "  --vercel-listen ADDR also serve the Vercel-Sandbox-compatible API there, for the\n"
             "                       official @vercel/sandbox SDK (docs/vercel.md; off by default)\n"
+            "  --e2b-listen ADDR    also serve the E2B-compatible API there, for the official\n"
+            "                       e2b SDK (docs/e2b.md; off by default)\n"
             "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
             "  --uid-base N         first host uid of the sandboxes' uid ranges (default 100000)\n"
             "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
@@ -140,6 +146,7 @@ static int parse_num(const char *s, long long min, long long max, long long *out
 int cmd_sandboxd(int argc, char **argv)
 {
     const char *vercel_listen = NULL;
+    const char *e2b_listen = NULL;
     const char *listen = "127.0.0.1:8090", *state = ".rebuno/sandboxes", *cg = "auto";
     const char *level = "info";
     sbx_spawn_set_title_area();
@@ -178,6 +185,7 @@ int cmd_sandboxd(int argc, char **argv)
         int bad = 0;
         if (!strcmp(name, "--listen")) listen = v;
         else if (!strcmp(name, "--vercel-listen")) vercel_listen = v;
+        else if (!strcmp(name, "--e2b-listen")) e2b_listen = v;
         else if (!strcmp(name, "--state-dir")) state = v;
         else if (!strcmp(name, "--cgroup")) cg = v;
         else if (!strcmp(name, "--storage")) storage = v;
@@ -230,8 +238,8 @@ int cmd_sandboxd(int argc, char **argv)
         return 2;
     }
     log_set_level(lvl);
-    for (int k = 0; k < 2; k++) {
-        const char *a = k ? vercel_listen : listen;
+    for (int k = 0; k < 3; k++) {
+        const char *a = k == 0 ? listen : k == 1 ? vercel_listen : e2b_listen;
         if (a && !loopback(a)) {
             fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
                             "loopback (127.0.0.1 or [::1])\n",
@@ -284,6 +292,19 @@ int cmd_sandboxd(int argc, char **argv)
             s.vercel = NULL;
         }
     }
+    if (e2b_listen) {
+        s.e2b = http_server_new(s.base, &hc);
+        sbx_e2b_register(s.d, s.e2b);
+        struct err eerr = ERR_INIT; /* an optional extra: a port taken costs it alone */
+        if (http_server_listen(s.e2b, e2b_listen, &eerr) < 0) {
+            log_warn("e2b-compatible endpoint not started", "listen=%s error=\"%s\"",
+                     e2b_listen, eerr.msg);
+            fprintf(stderr, "warning: the E2B-compatible endpoint cannot listen on %s: %s "
+                            "(pick another with --e2b-listen)\n", e2b_listen, eerr.msg);
+            http_server_free(s.e2b);
+            s.e2b = NULL;
+        }
+    }
     /* after sbxd_new: the zygote, which every sandbox init comes from, never holds it */
     struct local_auth_opts lo = {state, "sandboxd", "REBUNO_SANDBOX_TOKEN", listen,
                                  http_server_port(s.http)};
@@ -299,6 +320,12 @@ int cmd_sandboxd(int argc, char **argv)
         printf("rebuno sandboxd: vercel-compatible endpoint http://127.0.0.1:%d\n",
                http_server_port(s.vercel));
     }
+    if (s.e2b) {
+        log_info("e2b-compatible endpoint ready", "listen=%s port=%d", e2b_listen,
+                 http_server_port(s.e2b));
+        printf("rebuno sandboxd: e2b-compatible endpoint http://127.0.0.1:%d\n",
+               http_server_port(s.e2b));
+    }
     fflush(stdout);
     notify(&s, "ready");
     event_base_dispatch(s.base);
@@ -311,6 +338,7 @@ out:
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
     if (s.vercel) http_server_free(s.vercel);
+    if (s.e2b) http_server_free(s.e2b);
     sbxd_free(s.d);
     local_auth_free(s.local);
     if (s.base) event_base_free(s.base);

@@ -93,7 +93,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
     char *rlist = xstrdup(c->sandbox_registry_http);
-    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 16 };
+    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 18 };
     char *argv[FIXED + 2 * MAX_OVERRIDES + 2 * MAX_REGISTRIES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
@@ -106,6 +106,8 @@ static int start_sandboxd(struct serve *s, struct err *err)
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
     argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
+    if (c->sandbox_e2b_listen[0] && strcmp(c->sandbox_e2b_listen, "off") != 0)
+        argv[n++] = "--e2b-listen", argv[n++] = c->sandbox_e2b_listen;
     if (c->sandbox_registry_auth[0])
         argv[n++] = "--registry-auth", argv[n++] = c->sandbox_registry_auth;
     if (c->sandbox_registry_ca[0]) argv[n++] = "--registry-ca", argv[n++] = c->sandbox_registry_ca;
@@ -430,9 +432,11 @@ int cmd_serve(int argc, char **argv)
            http_server_port(s.http), shown);
     free(shown);
     if (s.sandboxd)
-        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)%s%s\n", c.sandbox_listen,
+        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)%s%s%s%s\n", c.sandbox_listen,
                c.state_dir, strcmp(c.sandbox_vercel_listen, "off") ? ", Vercel-compatible on http://" : "",
-               strcmp(c.sandbox_vercel_listen, "off") ? c.sandbox_vercel_listen : "");
+               strcmp(c.sandbox_vercel_listen, "off") ? c.sandbox_vercel_listen : "",
+               strcmp(c.sandbox_e2b_listen, "off") ? ", E2B-compatible on http://" : "",
+               strcmp(c.sandbox_e2b_listen, "off") ? c.sandbox_e2b_listen : "");
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;

@@ -40,6 +40,7 @@ static const struct setting settings[] = {
     {"sandboxes", "REBUNO_SANDBOXES", "dev: run the sandbox service too (auto = when root, on, off)", C_STR, "auto", 0, 0, 0, offsetof(struct config, sandboxes)},
     {"sandbox_listen", "REBUNO_SANDBOX_LISTEN", "dev: address of the sandbox service", C_STR, "127.0.0.1:8090", 0, 0, 0, offsetof(struct config, sandbox_listen)},
     {"sandbox_vercel_listen", "REBUNO_SANDBOX_VERCEL_LISTEN", "dev: address of the sandbox service's Vercel-compatible endpoint (docs/vercel.md), or off", C_STR, "127.0.0.1:8092", 0, 0, 0, offsetof(struct config, sandbox_vercel_listen)},
+    {"sandbox_e2b_listen", "REBUNO_SANDBOX_E2B_LISTEN", "dev: address of the sandbox service's E2B-compatible endpoint (docs/e2b.md), or off", C_STR, "127.0.0.1:8091", 0, 0, 0, offsetof(struct config, sandbox_e2b_listen)},
     {"sandbox_upstream_ca", "REBUNO_SANDBOX_UPSTREAM_CA", "dev: extra PEM CA the egress proxy trusts for upstream servers", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_upstream_ca)},
     {"sandbox_upstream_overrides", "REBUNO_SANDBOX_UPSTREAM_OVERRIDES", "dev: HOST=ADDR:PORT[,...] the egress proxy dials instead of resolving HOST", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_upstream_overrides)},
     {"sandbox_registry_auth", "REBUNO_SANDBOX_REGISTRY_AUTH", "dev: docker-style auth.json with credentials sandboxd uses to pull images", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_auth)},

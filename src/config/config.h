@@ -33,6 +33,7 @@ struct config {
     char *path; /* config file, NULL when none */
     char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
     char *sandbox_vercel_listen; /* dev: sandboxd's Vercel-compatible endpoint, or "off" */
+    char *sandbox_e2b_listen; /* dev: sandboxd's E2B-compatible endpoint, or "off" */
     char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
     char *sandbox_registry_auth, *sandbox_registry_ca, *sandbox_registry_http; /* dev: too */
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;

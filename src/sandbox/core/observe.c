@@ -22,6 +22,12 @@ void sbx_cmd_notify(struct sbxd *d, struct sbx_cmd *c, int ev)
         o->on_cmd(o, c, ev);
 }
 
+void sbx_session_notify(struct sbxd *d, struct sbx *s)
+{
+    for (struct sbx_observer *o = d->observers; o; o = o->next)
+        if (o->on_session_end) o->on_session_end(o, s);
+}
+
 void sbx_stdin_forget(struct sbx_cmd *c, struct sbx_stdin_waiter *w)
 {
     for (struct stdin_chunk *k = c->in_head; k; k = k->next)

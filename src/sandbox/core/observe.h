@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 struct sbxd;
+struct sbx;
 struct sbx_cmd;
 
 enum sbx_event { SBX_EV_STARTED = 1, SBX_EV_OUTPUT = 2, SBX_EV_DONE = 4, SBX_EV_GONE = 8 };
@@ -24,6 +25,9 @@ struct sbx_observer {
     /* ev: a mask of enum sbx_event. c stays valid during the call; after SBX_EV_GONE it is
      * freed, so forget it then. */
     void (*on_cmd)(struct sbx_observer *o, struct sbx_cmd *c, int ev);
+    /* s's session ended (stopped, crashed, deleted), before its trees are unmounted: let
+     * go of anything held inside them (may be NULL) */
+    void (*on_session_end)(struct sbx_observer *o, struct sbx *s);
     /* called by sbxd_free, last (may be NULL): free what holds o */
     void (*release)(struct sbx_observer *o);
     struct sbx_observer *next; /* the core's */
@@ -33,6 +37,8 @@ struct sbx_observer {
 void sbx_observe(struct sbxd *d, struct sbx_observer *o);
 /* Tell the core's users and every observer about ev on c (command.c calls this). */
 void sbx_cmd_notify(struct sbxd *d, struct sbx_cmd *c, int ev);
+/* Tell every observer that s's session ended (sandbox.c calls this). */
+void sbx_session_notify(struct sbxd *d, struct sbx *s);
 
 struct sbx_stdin_waiter {
     /* ok: every byte of the chunk is in the pipe; !ok: the command closed its stdin or

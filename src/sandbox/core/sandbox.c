@@ -660,6 +660,7 @@ static void session_end(struct sbx *s, const char *reason, bool now)
     struct sbx_commits *commits = sbx_mounts_release(s); /* read-write drives: committed */
     sbx_cmds_session_ended(s);
     sbx_ptys_session_ended(s);
+    sbx_session_notify(s->d, s);
     s->state = SBX_STOPPED;
     s->stopped_at = s->updated_at = clock_now_ms();
     s->expires_at = 0;

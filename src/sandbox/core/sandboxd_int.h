@@ -248,6 +248,32 @@ void sbx_ptys_session_ended(struct sbx *s);
 void sbx_ptys_free(struct sbx *s);
 /* The /v1/sandboxes/:ref/ptys routes (docs/sandbox-api.md, Terminals). */
 void sbx_pty_routes(struct sbxd *d);
+/* Terminals for front-ends other than /v1's WebSocket (the E2B endpoint). The client
+ * is told when the terminal started (failed: why; it is detached then), gets output as
+ * it comes (reading stops while pending() is over SBX_PTY_OUT_HIGH, until
+ * sbx_pty_drained), and the exit (detached then). A client may detach and another
+ * attach; the terminal runs on meanwhile, until its process ends or the session does. */
+struct sbx_pty_client {
+    void (*started)(void *arg, struct sbx_pty *p, const struct err *failed);
+    void (*output)(void *arg, const void *data, size_t len);
+    size_t (*pending)(void *arg);
+    void (*exit)(void *arg, int code, int signal);
+};
+/* body: cmd (default /bin/bash), args, cwd, env, user, sudo, cols, rows, term, as /v1's
+ * POST .../ptys. The session must be running. NULL with err. */
+struct sbx_pty *sbx_pty_open(struct sbx *s, json_t *body, const struct sbx_pty_client *cl,
+                             void *arg, struct err *err);
+struct sbx_pty *sbx_pty_by_pid(struct sbx *s, int pid); /* a running one sbx_pty_open made */
+struct sbx_pty *sbx_pty_next_running(struct sbx *s, struct sbx_pty *after);
+void sbx_pty_attach(struct sbx_pty *p, const struct sbx_pty_client *cl, void *arg);
+void sbx_pty_detach(struct sbx_pty *p);
+void sbx_pty_drained(struct sbx_pty *p);
+int sbx_pty_write(struct sbx_pty *p, const void *data, size_t len, struct err *err);
+int sbx_pty_resize(struct sbx_pty *p, int cols, int rows, struct err *err);
+void sbx_pty_kill(struct sbx_pty *p, int sig); /* its whole session, through init */
+int sbx_pty_pid(const struct sbx_pty *p);
+json_t *sbx_pty_argv(const struct sbx_pty *p); /* borrowed */
+const char *sbx_pty_cwd(const struct sbx_pty *p);
 
 /* Create with an origin: fork_from (a fork of that sandbox's current files), else
  * body's "source". sbx_create() is sbx_create_ex(d, body, NULL, err). */

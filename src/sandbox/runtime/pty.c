@@ -80,6 +80,11 @@ struct sbx_pty {
     struct ws_conn *ws;
     struct http_req *create_req; /* the POST waiting for SPAWNED */
     int64_t started_at, ended_at;
+    /* opened by a front-end (sbx_pty_open) rather than /v1: its client comes and goes
+     * without hanging the terminal up, and gets output and the exit through cl */
+    bool external;
+    const struct sbx_pty_client *cl;
+    void *cl_arg;
 };
 
 static void maybe_free(struct sbx_pty *p);
@@ -233,6 +238,16 @@ static void disarm(struct sbx_pty *p)
     p->timer_kind = T_NONE;
 }
 
+static bool has_client(const struct sbx_pty *p)
+{
+    return p->ws || p->cl;
+}
+
+static size_t client_pending(const struct sbx_pty *p)
+{
+    return p->ws ? ws_pending(p->ws) : p->cl->pending(p->cl_arg);
+}
+
 /* Signal the terminal's process (scope: enum sbx_signal_scope) through init. */
 static void signal_via_init(struct sbx_pty *p, int sig, int scope)
 {
@@ -256,7 +271,7 @@ static void read_master(struct sbx_pty *p, size_t budget, bool ignore_high);
 static void finish(struct sbx_pty *p)
 {
     if (p->exit_sent) return;
-    if (p->ws && p->master >= 0) read_master(p, SBX_PTY_OUT_HIGH, true);
+    if (has_client(p) && p->master >= 0) read_master(p, SBX_PTY_OUT_HIGH, true);
     close_master(p);
     disarm(p);
     p->status = PTY_EXITED;
@@ -267,6 +282,11 @@ static void finish(struct sbx_pty *p)
         free(m);
         ws_close(p->ws, 1000, "exited");
         p->exit_sent = true;
+    } else if (p->external) { /* told now, or never (no client) */
+        const struct sbx_pty_client *cl = p->cl;
+        p->cl = NULL;
+        p->exit_sent = true;
+        if (cl) cl->exit(p->cl_arg, p->exit_code, p->term_signal);
     }
 }
 
@@ -275,8 +295,8 @@ static void finish(struct sbx_pty *p)
 static void read_master(struct sbx_pty *p, size_t budget, bool ignore_high)
 {
     char b[SBX_PTY_READ_CHUNK];
-    while (budget > 0 && p->master >= 0 && p->ws) {
-        if (!ignore_high && ws_pending(p->ws) >= SBX_PTY_OUT_HIGH) {
+    while (budget > 0 && p->master >= 0 && has_client(p)) {
+        if (!ignore_high && client_pending(p) >= SBX_PTY_OUT_HIGH) {
             if (p->rd_ev) event_del(p->rd_ev); /* on_drain resumes */
             p->rd_paused = true;
             return;
@@ -284,7 +304,10 @@ static void read_master(struct sbx_pty *p, size_t budget, bool ignore_high)
         size_t want = budget < sizeof b ? budget : sizeof b;
         ssize_t n = read(p->master, b, want);
         if (n > 0) {
-            ws_send_binary(p->ws, b, (size_t)n);
+            if (p->ws)
+                ws_send_binary(p->ws, b, (size_t)n);
+            else
+                p->cl->output(p->cl_arg, b, (size_t)n);
             budget -= (size_t)n;
             continue;
         }
@@ -300,7 +323,7 @@ static void read_master(struct sbx_pty *p, size_t budget, bool ignore_high)
 static void on_master_read(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx_pty *p = arg;
-    if (!p->ws) {
+    if (!has_client(p)) {
         event_del(p->rd_ev);
         return;
     }
@@ -326,6 +349,7 @@ static void on_master_write(evutil_socket_t fd, short what, void *arg)
     if (left == 0 && p->wr_ev) event_del(p->wr_ev);
     if (left > 0 && p->wr_ev) event_add(p->wr_ev, NULL);
     if (p->ws) ws_pause_reading(p->ws, left >= SBX_PTY_IN_MAX);
+    /* a front-end's input that does not fit is dropped past the limit (sbx_pty_write) */
 }
 
 /* ------------------------------------------------------------------ the client */
@@ -463,7 +487,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         log_info("terminal not attached in time; hanging up", "pty=%s", p->id);
         hang_up(p);
         maybe_free(p);
-    } else if (k == T_GRACE && p->exited && p->ws) {
+    } else if (k == T_GRACE && p->exited && has_client(p)) {
         finish(p);
     } else if (k == T_KILL && !p->exited) {
         signal_via_init(p, SIGKILL, SBX_SIG_SESSION);
@@ -504,6 +528,11 @@ static void spawn_failed(struct sbx_pty *p, int e, int stage)
         http_reply_err(p->create_req, &p->error);
         p->create_req = NULL;
     }
+    if (p->cl) {
+        const struct sbx_pty_client *cl = p->cl;
+        p->cl = NULL;
+        cl->started(p->cl_arg, p, &p->error);
+    }
     maybe_free(p);
 }
 
@@ -534,6 +563,10 @@ static bool spawned(struct sbx_pty *p, int pid, int fd)
         http_reply_json(p->create_req, 201, pty_json(p));
         p->create_req = NULL;
     }
+    if (p->cl) {
+        event_add(p->rd_ev, NULL);
+        p->cl->started(p->cl_arg, p, NULL);
+    }
     return true;
 }
 
@@ -555,11 +588,13 @@ static void exited(struct sbx_pty *p, int status, bool killed)
         p->exit_code = -1;
     }
     if (p->timer_kind == T_KILL) disarm(p);
-    if (p->ws) {
+    if (has_client(p)) {
         if (p->eof || p->master < 0 || killed)
             finish(p);
         else
             arm(p, T_GRACE, SBX_PTY_EXIT_GRACE_MS);
+    } else if (p->external) {
+        finish(p); /* nobody attached to tell: it is over */
     }
     /* not attached yet: the exit waits for the client (or the attach timeout) */
 }
@@ -597,9 +632,14 @@ void sbx_ptys_session_ended(struct sbx *s)
                 http_reply_err(p->create_req, &p->error);
                 p->create_req = NULL;
             }
+            if (p->cl) {
+                const struct sbx_pty_client *cl = p->cl;
+                p->cl = NULL;
+                cl->started(p->cl_arg, p, &p->error);
+            }
         } else {
             exited(p, 0, true); /* every process of the session is dead */
-            if (p->ws) {
+            if (has_client(p)) {
                 finish(p);
             } else {
                 p->hung_up = true; /* nobody can attach any more */
@@ -618,6 +658,10 @@ void sbx_ptys_free(struct sbx *s)
         if (p->create_req) {
             http_reply_error(p->create_req, 409, "session_ended", "", "the sandbox is gone");
             p->create_req = NULL;
+        }
+        if (p->cl) { /* a front-end's client: told it is over, then freed */
+            if (!p->exited) exited(p, 0, true);
+            finish(p);
         }
         if (!p->ws) {
             pty_free(p);
@@ -702,6 +746,81 @@ static bool term_ok(const char *t)
            strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") == n;
 }
 
+/* Validate a terminal body's cmd, args, cols, rows and term (cmd defaults to bash). */
+static int pty_check(json_t *body, struct err *err)
+{
+    int64_t cols, rows;
+    const char *term = NULL;
+    if (sbx_json_int(body, "cols", 1, SBX_PTY_DIM_MAX, &cols, err) < 0 ||
+        sbx_json_int(body, "rows", 1, SBX_PTY_DIM_MAX, &rows, err) < 0 ||
+        sbx_json_str(body, "term", SBX_PTY_TERM_MAX, &term, err) < 0)
+        return -1;
+    if (term && !term_ok(term))
+        return err_invalid(err, "term", "term must be 1-%d characters of [A-Za-z0-9._+-]",
+                           SBX_PTY_TERM_MAX);
+    json_t *cmd = json_object_get(body, "cmd");
+    if (!cmd || json_is_null(cmd)) json_object_set_new(body, "cmd", json_string("/bin/bash"));
+    return sbx_validate_argv(json_object_get(body, "cmd"), json_object_get(body, "args"), err);
+}
+
+/* A new terminal of s's running session for a checked body, its SPAWN_PTY sent. */
+static struct sbx_pty *pty_new(struct sbx *s, json_t *body, struct err *err)
+{
+    struct sbxd *d = s->d;
+    struct sbx_pty *p = NULL;
+    struct sbx_run_as ra = {.env = NULL};
+    json_t *cmd = json_object_get(body, "cmd"), *args = json_object_get(body, "args");
+    const char *term = NULL;
+    int64_t cols = SBX_PTY_DEFAULT_COLS, rows = SBX_PTY_DEFAULT_ROWS;
+    sbx_json_int(body, "cols", 1, SBX_PTY_DIM_MAX, &cols, err);
+    sbx_json_int(body, "rows", 1, SBX_PTY_DIM_MAX, &rows, err);
+    sbx_json_str(body, "term", SBX_PTY_TERM_MAX, &term, err);
+    if (s->nptys >= SBX_PTYS_MAX) {
+        err_set(err, 429, "too_many_ptys", "", "sandbox %s already has %d terminals", s->name,
+                SBX_PTYS_MAX);
+        goto fail;
+    }
+    if (sbx_run_as_prepare(s, body, &ra, err) < 0) goto fail;
+    if (term)
+        json_object_set_new(ra.env, "TERM", json_string(term));
+    else if (!json_object_get(ra.env, "TERM"))
+        json_object_set_new(ra.env, "TERM", json_string(SBX_PTY_DEFAULT_TERM));
+
+    p = xcalloc(1, sizeof *p);
+    p->master = -1;
+    p->in_q = evbuffer_new();
+    ASSERT(p->in_q);
+    uuid_v7(p->id);
+    p->num = ++d->cmd_seq;
+    snprintf(p->session_id, sizeof p->session_id, "%s", s->sess->id);
+    p->argv = json_array();
+    json_array_append(p->argv, cmd);
+    for (size_t i = 0; json_is_array(args) && i < json_array_size(args); i++)
+        json_array_append(p->argv, json_array_get(args, i));
+    snprintf(p->cwd, sizeof p->cwd, "%s", ra.cwd);
+    snprintf(p->user, sizeof p->user, "%s", ra.user);
+    snprintf(p->term, sizeof p->term, "%.*s", SBX_PTY_TERM_MAX,
+             json_string_value(json_object_get(ra.env, "TERM")));
+    p->sudo = ra.sudo;
+    p->cols = (int)cols;
+    p->rows = (int)rows;
+    p->status = PTY_STARTING;
+    p->started_at = clock_now_ms();
+    if (sbx_spawn_send(s, p->num, p->argv, &ra, NULL, (uint16_t)cols, (uint16_t)rows, err) < 0)
+        goto fail;
+    p->sbx = s;
+    p->next = s->ptys;
+    if (s->ptys) s->ptys->prev = p;
+    s->ptys = p;
+    s->nptys++;
+    json_decref(ra.env);
+    return p;
+fail:
+    if (p) pty_free(p);
+    json_decref(ra.env);
+    return NULL;
+}
+
 static void create_gone(struct http_req *r, void *arg)
 {
     struct sbx_pty *p = arg;
@@ -728,84 +847,27 @@ static void h_pty_create(struct http_req *r, void *arg)
         return;
     }
     struct sbx_pty *p = NULL;
-    struct sbx_run_as ra = {.env = NULL};
-    json_t *cmd, *args;
-    const char *term = NULL, *session = NULL;
-    int64_t cols = SBX_PTY_DEFAULT_COLS, rows = SBX_PTY_DEFAULT_ROWS;
+    const char *session = NULL;
     if (!json_is_object(body)) {
         err_invalid(&err, "body", "the body must be a JSON object");
         goto fail;
     }
     if (sbx_json_known(body, known, "a terminal", &err) < 0 ||
-        sbx_json_int(body, "cols", 1, SBX_PTY_DIM_MAX, &cols, &err) < 0 ||
-        sbx_json_int(body, "rows", 1, SBX_PTY_DIM_MAX, &rows, &err) < 0 ||
-        sbx_json_str(body, "term", SBX_PTY_TERM_MAX, &term, &err) < 0 ||
-        sbx_json_str(body, "session", 64, &session, &err) < 0)
+        sbx_json_str(body, "session", 64, &session, &err) < 0 || pty_check(body, &err) < 0)
         goto fail;
-    if (term && !term_ok(term)) {
-        err_invalid(&err, "term", "term must be 1-%d characters of [A-Za-z0-9._+-]",
-                    SBX_PTY_TERM_MAX);
-        goto fail;
-    }
-    cmd = json_object_get(body, "cmd");
-    args = json_object_get(body, "args");
-    if (!cmd || json_is_null(cmd)) {
-        json_object_set_new(body, "cmd", json_string("/bin/bash"));
-        cmd = json_object_get(body, "cmd");
-    }
-    if (sbx_validate_argv(cmd, args, &err) < 0) goto fail;
     struct sbx *s = get_sbx(d, r);
     if (!s || sbx_api_park(s, r, h_pty_create, d)) { /* stopping: runs again after */
         json_decref(body);
         return;
     }
     if (sbx_ensure_running(s, session, &err) < 0) goto fail;
-    if (s->nptys >= SBX_PTYS_MAX) {
-        err_set(&err, 429, "too_many_ptys", "", "sandbox %s already has %d terminals", s->name,
-                SBX_PTYS_MAX);
-        goto fail;
-    }
-    if (sbx_run_as_prepare(s, body, &ra, &err) < 0) goto fail;
-    if (term)
-        json_object_set_new(ra.env, "TERM", json_string(term));
-    else if (!json_object_get(ra.env, "TERM"))
-        json_object_set_new(ra.env, "TERM", json_string(SBX_PTY_DEFAULT_TERM));
-
-    p = xcalloc(1, sizeof *p);
-    p->master = -1;
-    p->in_q = evbuffer_new();
-    ASSERT(p->in_q);
-    uuid_v7(p->id);
-    p->num = ++d->cmd_seq;
-    snprintf(p->session_id, sizeof p->session_id, "%s", s->sess->id);
-    p->argv = json_array();
-    json_array_append(p->argv, cmd);
-    for (size_t i = 0; json_is_array(args) && i < json_array_size(args); i++)
-        json_array_append(p->argv, json_array_get(args, i));
-    snprintf(p->cwd, sizeof p->cwd, "%s", ra.cwd);
-    snprintf(p->user, sizeof p->user, "%s", ra.user);
-    snprintf(p->term, sizeof p->term, "%.*s", SBX_PTY_TERM_MAX,
-             json_string_value(json_object_get(ra.env, "TERM")));
-    p->sudo = ra.sudo;
-    p->cols = (int)cols;
-    p->rows = (int)rows;
-    p->status = PTY_STARTING;
-    p->started_at = clock_now_ms();
-    if (sbx_spawn_send(s, p->num, p->argv, &ra, NULL, (uint16_t)cols, (uint16_t)rows, &err) < 0)
-        goto fail;
-    p->sbx = s;
-    p->next = s->ptys;
-    if (s->ptys) s->ptys->prev = p;
-    s->ptys = p;
-    s->nptys++;
+    p = pty_new(s, body, &err);
+    if (!p) goto fail;
     p->create_req = r;
     http_req_on_close(r, create_gone, p);
-    json_decref(ra.env);
     json_decref(body);
     return;
 fail:
-    if (p) pty_free(p);
-    json_decref(ra.env);
     json_decref(body);
     http_reply_err(r, &err);
 }
@@ -867,6 +929,112 @@ static void h_pty_attach(struct http_req *r, void *arg)
     if (ws_server_upgrade(r, &pty_ws, p) < 0) return; /* answered */
     p->attached = true;
     if (p->timer_kind == T_ATTACH) disarm(p);
+}
+
+/* ------------------------------------------------------------------ front-ends */
+
+struct sbx_pty *sbx_pty_open(struct sbx *s, json_t *body, const struct sbx_pty_client *cl,
+                             void *arg, struct err *err)
+{
+    static const char *const known[] = {"cmd", "args", "cwd", "env", "user", "sudo",
+                                        "cols", "rows", "term", NULL};
+    if (!json_is_object(body)) {
+        err_invalid(err, "body", "the body must be a JSON object");
+        return NULL;
+    }
+    if (sbx_json_known(body, known, "a terminal", err) < 0 || pty_check(body, err) < 0)
+        return NULL;
+    struct sbx_pty *p = pty_new(s, body, err);
+    if (!p) return NULL;
+    p->external = true;
+    p->attached = true;
+    p->cl = cl;
+    p->cl_arg = arg;
+    return p;
+}
+
+struct sbx_pty *sbx_pty_by_pid(struct sbx *s, int pid)
+{
+    for (struct sbx_pty *p = s->ptys; p; p = p->next)
+        if (p->external && p->pid == pid && p->status == PTY_RUNNING && !p->exited) return p;
+    return NULL;
+}
+
+void sbx_pty_attach(struct sbx_pty *p, const struct sbx_pty_client *cl, void *arg)
+{
+    p->cl = cl;
+    p->cl_arg = arg;
+    if (p->rd_ev) {
+        p->rd_paused = false;
+        event_add(p->rd_ev, NULL);
+    }
+}
+
+void sbx_pty_detach(struct sbx_pty *p)
+{
+    p->cl = NULL;
+    p->cl_arg = NULL;
+    if (p->rd_ev) event_del(p->rd_ev); /* output waits in the terminal for the next client */
+}
+
+void sbx_pty_drained(struct sbx_pty *p)
+{
+    if (p->rd_paused && p->rd_ev && p->cl) {
+        p->rd_paused = false;
+        event_add(p->rd_ev, NULL);
+        on_master_read(p->master, EV_READ, p);
+    }
+}
+
+int sbx_pty_write(struct sbx_pty *p, const void *data, size_t len, struct err *err)
+{
+    if (p->master < 0) return err_set(err, 409, "pty_not_running", "", "the terminal is over");
+    if (evbuffer_get_length(p->in_q) + len > SBX_PTY_IN_MAX)
+        return err_set(err, 429, "pty_input_full", "", "the terminal has %u bytes of input "
+                       "waiting already", SBX_PTY_IN_MAX);
+    evbuffer_add(p->in_q, data, len);
+    on_master_write(p->master, EV_WRITE, p);
+    return 0;
+}
+
+int sbx_pty_resize(struct sbx_pty *p, int cols, int rows, struct err *err)
+{
+    if (cols < 1 || rows < 1 || cols > SBX_PTY_DIM_MAX || rows > SBX_PTY_DIM_MAX)
+        return err_invalid(err, "size", "cols and rows must be 1-%d", SBX_PTY_DIM_MAX);
+    if (p->master < 0) return err_set(err, 409, "pty_not_running", "", "the terminal is over");
+    struct winsize w = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    if (ioctl(p->master, TIOCSWINSZ, &w) < 0)
+        return err_internal(err, "cannot resize the terminal: %s", strerror(errno));
+    p->cols = cols;
+    p->rows = rows;
+    return 0;
+}
+
+void sbx_pty_kill(struct sbx_pty *p, int sig)
+{
+    signal_via_init(p, sig, SBX_SIG_SESSION);
+}
+
+int sbx_pty_pid(const struct sbx_pty *p)
+{
+    return p->pid;
+}
+
+json_t *sbx_pty_argv(const struct sbx_pty *p)
+{
+    return p->argv;
+}
+
+const char *sbx_pty_cwd(const struct sbx_pty *p)
+{
+    return p->cwd;
+}
+
+struct sbx_pty *sbx_pty_next_running(struct sbx *s, struct sbx_pty *after)
+{
+    for (struct sbx_pty *p = after ? after->next : s->ptys; p; p = p->next)
+        if (p->external && p->status == PTY_RUNNING && !p->exited) return p;
+    return NULL;
 }
 
 void sbx_pty_routes(struct sbxd *d)

@@ -425,6 +425,22 @@ int sbx_fs_mkdir(const struct sbx_fs *fs, const char *path, bool parents, int mo
     return 0;
 }
 
+int sbx_fs_open_dir(const struct sbx_fs *fs, const char *path, struct err *err)
+{
+    int fd = resolve(fs, sbx_path_rel(path), O_PATH | O_DIRECTORY, true, path, err);
+    if (fd < 0) return -1;
+    if (check_fs(fd, path, err) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool sbx_fs_fd_allowed(int fd)
+{
+    return fs_allowed(fd);
+}
+
 json_t *sbx_fs_list(const struct sbx_fs *fs, const char *path, size_t limit, struct err *err)
 {
     int pfd = resolve(fs, sbx_path_rel(path), O_PATH | O_DIRECTORY, true, path, err);

@@ -80,6 +80,10 @@ json_t *sbx_fs_list(const struct sbx_fs *fs, const char *path, size_t limit, str
 int sbx_fs_rename(const struct sbx_fs *fs, const char *from, const char *to, bool overwrite,
                   struct err *err);
 int sbx_fs_remove(const struct sbx_fs *fs, const char *path, bool recursive, struct err *err);
+/* An O_PATH descriptor of a directory (symlinks followed within the root) on an allowed
+ * file system, for watching it; -1 with err. sbx_fs_fd_allowed: whether fd is on one. */
+int sbx_fs_open_dir(const struct sbx_fs *fs, const char *path, struct err *err);
+bool sbx_fs_fd_allowed(int fd);
 /* chown a path (not following a final symlink) to owner. */
 int sbx_fs_chown(const struct sbx_fs *fs, const char *path, const struct sbx_owner *owner,
                  struct err *err);

@@ -1,0 +1,114 @@
+/*
+ * e2b_int.h - what the files of the E2B endpoint share: the endpoint's state, the
+ * Connect framing (connect.c), the sandbox and user an envd request addresses (e2b.c),
+ * and each part's route registration.
+ */
+#ifndef REBUNO_SANDBOX_E2B_INT_H
+#define REBUNO_SANDBOX_E2B_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "net/http.h"
+#include "sandbox/core/sandboxd_int.h"
+
+/* The envd version we advertise: default user (>= 0.4.0) and CloseStdin (>= 0.5.2),
+ * multipart uploads only (< 0.5.7), no xattr metadata (< 0.6.2). */
+#define E2B_ENVD_VERSION "0.5.6"
+#define E2B_DEFAULT_USER "user"
+#define E2B_TOKEN_HEX 64
+
+struct e2b_stream;
+
+struct e2b {
+    struct sbx_observer o;
+    struct sbxd *d;
+    struct http_server *http;
+    unsigned char secret[32];     /* keys the per-sandbox envd access tokens */
+    struct e2b_stream *streams;   /* process.c: open Start/Connect streams */
+};
+
+/* ---- e2b.c ---- */
+/* The envd access token of sandbox id (hex, NUL-terminated). */
+void e2b_access_token(const struct e2b *e, const char *id, char out[E2B_TOKEN_HEX + 1]);
+/* The control-plane error shape {"code": status, "message"}. */
+void e2b_api_error(struct http_req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void e2b_api_err(struct http_req *r, const struct err *e);
+/* The sandbox an envd request addresses (E2b-Sandbox-Id), running (resumed lazily).
+ * NULL after answering (502 for an unknown one, as E2B's edge does) or after parking
+ * r while the sandbox stops (fn runs again then). */
+struct sbx *e2b_envd_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn);
+/* The same for a sandbox found otherwise (NULL: answer 502). */
+struct sbx *e2b_envd_running(struct e2b *e, struct http_req *r, http_handler_fn fn, struct sbx *s);
+/* The acting user: name (NULL: the request's Basic user, else "user"), made on first
+ * use when it is the default one. 0 or -1 with err. */
+int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_user *u,
+             struct err *err);
+/* The session's files as u sees them (files.h no_user_links). */
+struct sbx_fs e2b_fs(const struct sbx *s, const struct sbx_user *u);
+/* Normalize path for u (relative: from u's home). 0 or -1 with err (400 field). */
+int e2b_path(const char *in, const struct sbx_user *u, const char *field, char *out,
+             struct err *err);
+
+/* ---- connect.c: the Connect protocol, JSON mode ---- */
+/* A unary request's message (the body, a JSON object). NULL after answering 400. */
+json_t *cx_unary_body(struct http_req *r);
+/* A server-streaming request's message: the body's single envelope. NULL after
+ * answering. */
+json_t *cx_stream_body(struct http_req *r);
+/* Unary success: 200 application/json with msg (stolen; NULL: {}). */
+void cx_reply(struct http_req *r, json_t *msg);
+/* Unary error: the status for code, {"code","message"}. */
+void cx_error(struct http_req *r, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The Connect code for one of our errors (404 -> not_found, ...). */
+const char *cx_code(const struct err *e);
+void cx_error_err(struct http_req *r, const struct err *e);
+/* Streams: start (200 application/connect+json); one message envelope (msg stolen;
+ * 0, or -EAGAIN / -EPIPE as http_stream_write: then nothing was queued, send it again
+ * after the drain callback); the end-of-stream envelope (code NULL: success), which
+ * also ends the reply (-EAGAIN: it did not, call again after the drain). */
+void cx_stream_start(struct http_req *r);
+int cx_stream_send(struct http_req *r, json_t *msg);
+int cx_stream_end(struct http_req *r, const char *code, const char *message);
+
+/* ---- the parts' routes ---- */
+void e2b_control_routes(struct e2b *e);
+void e2b_snapshot_routes(struct e2b *e);
+/* network.c: E2B's network settings (NULL: none) -> a network_policy (*out, new);
+ * internet: allow_internet_access of the create (true unless it said false). */
+int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct err *err);
+/* control.c: the Sandbox object of create, connect and fork */
+json_t *e2b_sandbox_json(struct e2b *e, const struct sbx *s);
+void e2b_process_routes(struct e2b *e);
+void e2b_files_routes(struct e2b *e);
+void e2b_fs_routes(struct e2b *e);
+/* fs.c: make path and its missing parents as u (0755, u's uid and gid), as envd does */
+int e2b_mkdirs(const struct sbx_fs *fs, const char *path, const struct sbx_user *u,
+               struct err *err);
+/* fs.c: a listing or watch failed with 404 on a path that is no directory: say so */
+void e2b_not_a_dir(const struct sbx_fs *fs, const char *path, struct err *err);
+/* watch.c: WatchDir streams, ended with their sandbox's session */
+void e2b_watch_routes(struct e2b *e);
+void e2b_watch_session_end(struct e2b *e, struct sbx *s);
+void e2b_watch_shutdown(struct e2b *e);
+/* process.c: a command event (the endpoint's observer passes it on). */
+void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev);
+void e2b_process_shutdown(struct e2b *e);
+/* pty.c: terminals, which process.c's RPCs reach by pid too. e2b_pty_start answers a
+ * Start with a "pty"; e2b_pty_connect answers a Connect to a terminal (true) or leaves
+ * r (false); e2b_pty_signal is false when pid is no terminal of s. */
+void e2b_pty_start(struct e2b *e, struct sbx *s, struct http_req *r, const json_t *body,
+                   const struct sbx_user *u);
+bool e2b_pty_connect(struct e2b *e, struct sbx *s, struct http_req *r, const json_t *body);
+void e2b_pty_list(struct sbx *s, json_t *arr);
+int e2b_pty_input(struct sbx *s, int64_t pid, const void *data, size_t len, struct err *err);
+bool e2b_pty_signal(struct sbx *s, int64_t pid, int sig, struct err *err);
+int e2b_pty_update(struct sbx *s, int64_t pid, const json_t *body, struct err *err);
+
+#endif

@@ -1,0 +1,173 @@
+/*
+ * snapshots.c - E2B's snapshot and fork routes over the core's (snapshot.c):
+ * createSnapshot (never stops the sandbox: a running one is frozen while its tree is
+ * cloned), listSnapshots, deleteSnapshot (DELETE /templates/{id}, E2B's route), and
+ * fork {count} (one core fork per copy, each answered as {sandbox} or {error}).
+ * A snapshot restores as a create with templateID = its id (control.c).
+ */
+#include "sandbox/e2b/e2b_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORK_COUNT_MAX 16
+#define SNAP_LIST_MAX 1000
+
+static json_t *snap_e2b(const json_t *snap, const char *name)
+{
+    json_t *names = json_array();
+    if (name && *name) json_array_append_new(names, json_string(name));
+    return json_pack("{s:O, s:o}", "snapshotID", json_object_get(snap, "id"), "names", names);
+}
+
+static struct sbx *find(struct e2b *e, struct http_req *r, http_handler_fn fn)
+{
+    const char *id = http_req_param(r, "id");
+    struct sbx *s = sbx_find(e->d, id);
+    if (!s) {
+        e2b_api_error(r, 404, "sandbox \"%.80s\" not found", id ? id : "");
+        return NULL;
+    }
+    return sbx_api_park(s, r, fn, e) ? NULL : s;
+}
+
+static bool body_object(struct http_req *r, json_t **out)
+{
+    struct err err = ERR_INIT;
+    *out = http_req_json(r, true, &err);
+    if (!*out) {
+        e2b_api_err(r, &err);
+        return false;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        e2b_api_error(r, 400, "the body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+static void h_snapshot(struct http_req *r, void *arg)
+{
+    struct sbx *s = find(arg, r, h_snapshot);
+    json_t *body;
+    if (!s || !body_object(r, &body)) return;
+    json_t *nv = json_object_get(body, "name");
+    if (nv && !json_is_null(nv) && (!json_is_string(nv) || json_string_length(nv) > 128)) {
+        json_decref(body);
+        e2b_api_error(r, 400, "name must be a string of at most 128 characters");
+        return;
+    }
+    char name[160] = "";
+    if (json_is_string(nv)) snprintf(name, sizeof name, "%s", json_string_value(nv));
+    json_decref(body);
+    struct err err = ERR_INIT;
+    json_t *snap = sbx_snapshot_take(s, -1, NULL, NULL, &err);
+    if (!snap) {
+        e2b_api_err(r, &err);
+        return;
+    }
+    http_reply_json(r, 201, snap_e2b(snap, name));
+    json_decref(snap);
+}
+
+static void h_list(struct http_req *r, void *arg)
+{
+    struct e2b *e = arg;
+    const char *sandbox = http_req_query(r, "sandboxID");
+    const char *cursor = http_req_query(r, "nextToken");
+    long limit = 100;
+    const char *ls = http_req_query(r, "limit");
+    if (ls) {
+        char *end;
+        limit = strtol(ls, &end, 10);
+        if (!*ls || *end || limit < 1 || limit > SNAP_LIST_MAX) {
+            e2b_api_error(r, 400, "limit must be from 1 to %d", SNAP_LIST_MAX);
+            return;
+        }
+    }
+    const char *next = NULL;
+    json_t *l = sbx_snapshot_list(e->d, sandbox && *sandbox ? sandbox : NULL,
+                                  cursor && *cursor ? cursor : NULL, limit, &next);
+    json_t *arr = json_array();
+    size_t i;
+    json_t *v;
+    for (i = 0; i < json_array_size(l); i++) {
+        v = json_array_get(l, i);
+        json_array_append_new(arr, snap_e2b(v, NULL));
+    }
+    if (next) http_add_header(r, "X-Next-Token", next);
+    json_decref(l);
+    http_reply_json(r, 200, arr);
+}
+
+static void h_delete(struct http_req *r, void *arg)
+{
+    struct e2b *e = arg;
+    const char *id = http_req_param(r, "id");
+    if (sbx_snapshot_delete(e->d, id) < 0) {
+        e2b_api_error(r, 404, "snapshot \"%.80s\" not found", id ? id : "");
+        return;
+    }
+    http_reply_raw(r, 204, NULL, NULL, 0);
+}
+
+static void h_fork(struct http_req *r, void *arg)
+{
+    struct e2b *e = arg;
+    struct sbx *s = find(e, r, h_fork);
+    json_t *body;
+    if (!s || !body_object(r, &body)) return;
+    json_t *tv = json_object_get(body, "timeout"), *cv = json_object_get(body, "count");
+    int64_t count = 1, timeout = 0;
+    if (cv && !json_is_null(cv)) {
+        if (!json_is_integer(cv) || json_integer_value(cv) < 1 ||
+            json_integer_value(cv) > FORK_COUNT_MAX) {
+            json_decref(body);
+            e2b_api_error(r, 400, "count must be from 1 to %d", FORK_COUNT_MAX);
+            return;
+        }
+        count = json_integer_value(cv);
+    }
+    if (tv && !json_is_null(tv)) {
+        if (!json_is_integer(tv) || json_integer_value(tv) < 1 ||
+            json_integer_value(tv) > SBX_TIMEOUT_MAX_MS / 1000) {
+            json_decref(body);
+            e2b_api_error(r, 400, "timeout must be whole seconds from 1 to %lld",
+                          (long long)(SBX_TIMEOUT_MAX_MS / 1000));
+            return;
+        }
+        timeout = json_integer_value(tv);
+    }
+    json_decref(body);
+    json_t *out = json_array();
+    char src_id[40];
+    snprintf(src_id, sizeof src_id, "%s", s->id);
+    for (int64_t i = 0; i < count; i++) {
+        struct sbx *src = sbx_find(e->d, src_id);
+        struct err err = ERR_INIT;
+        json_t *fb = json_object();
+        if (timeout) json_object_set_new(fb, "timeout_ms", json_integer(timeout * 1000));
+        struct sbx *f = src ? sbx_fork(e->d, src, fb, &err) : NULL;
+        json_decref(fb);
+        if (f) {
+            json_array_append_new(out, json_pack("{s:o}", "sandbox", e2b_sandbox_json(e, f)));
+        } else {
+            if (!src) err_set(&err, 404, "sandbox_not_found", "", "the source sandbox is gone");
+            json_array_append_new(out, json_pack("{s:{s:i, s:s}}", "error", "code",
+                                                 err.status ? err.status : 500, "message",
+                                                 err.msg));
+        }
+    }
+    http_reply_json(r, 201, out);
+}
+
+void e2b_snapshot_routes(struct e2b *e)
+{
+    struct http_server *h = e->http;
+    http_route(h, "POST", "/sandboxes/:id/snapshots", h_snapshot, e);
+    http_route(h, "GET", "/snapshots", h_list, e);
+    http_route(h, "DELETE", "/templates/:id", h_delete, e);
+    http_route(h, "POST", "/sandboxes/:id/fork", h_fork, e);
+}

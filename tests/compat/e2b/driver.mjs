@@ -1,0 +1,324 @@
+// driver.mjs - one case of the e2b SDK (npm e2b, pinned) against sandboxd's
+// E2B-compatible endpoint: `node driver.mjs CASE`. The endpoint comes from
+// REBUNO_E2B_COMPAT (E2B_API_URL = E2B_SANDBOX_URL = it) and the key from sandboxd's
+// local-token file (REBUNO_SANDBOX_TOKEN_FILE). Prints "RESULT <json>" of what the SDK
+// saw; tests/integration/test_e2b_compat.py makes the assertions.
+import { readFileSync } from 'node:fs'
+import * as e2b from 'e2b'
+
+const { Sandbox } = e2b
+const url = process.env.REBUNO_E2B_COMPAT
+process.env.E2B_API_URL = url
+process.env.E2B_SANDBOX_URL = url
+process.env.E2B_API_KEY = JSON.parse(readFileSync(process.env.REBUNO_SANDBOX_TOKEN_FILE, 'utf8')).token
+
+const errName = (e) => {
+  for (const n of ['SandboxNotFoundError', 'FileNotFoundError', 'NotFoundError', 'CommandExitError',
+    'InvalidArgumentError', 'AuthenticationError', 'TimeoutError', 'SandboxError']) {
+    if (e2b[n] && e instanceof e2b[n]) return n
+  }
+  return e?.constructor?.name ?? String(e)
+}
+const catching = async (f) => { try { return { ok: await f() } } catch (e) { return { error: errName(e), message: String(e.message ?? e) } } }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const tag = `t${process.pid}-${Date.now()}`
+
+const cases = {
+  async lifecycle() {
+    const sbx = await Sandbox.create('base', { timeoutMs: 120_000, metadata: { suite: 'e2b', run: tag } })
+    const info = await sbx.getInfo()
+    const listed = await Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()
+    const none = await Sandbox.list({ query: { metadata: { run: tag + 'x' } } }).nextItems()
+    const running = await sbx.isRunning()
+    await sbx.setTimeout(60_000)
+    const info2 = await sbx.getInfo()
+    const again = await Sandbox.connect(sbx.sandboxId)
+    const hello = await again.commands.run('echo hello')
+    const killed = await sbx.kill()
+    const killedAgain = await Sandbox.kill(sbx.sandboxId)
+    const gone = await catching(() => Sandbox.getInfo(sbx.sandboxId))
+    const goneConnect = await catching(() => Sandbox.connect(sbx.sandboxId))
+    return {
+      id: sbx.sandboxId, info: { state: info.state, metadata: info.metadata, templateId: info.templateId,
+        endAt: info.endAt, startedAt: info.startedAt }, endAt2: info2.endAt,
+      listed: listed.map((s) => s.sandboxId), none: none.length, running, hello: hello.stdout,
+      killed, killedAgain, gone, goneConnect,
+    }
+  },
+
+  async commands() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { FROM_CREATE: 'c1' } })
+    try {
+      const r = await sbx.commands.run('echo out; echo err >&2; echo "$FROM_CREATE $FROM_RUN"; pwd; whoami',
+        { envs: { FROM_RUN: 'r1' } })
+      const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
+      const root = await sbx.commands.run('whoami; echo $HOME', { user: 'root' })
+      const fail = await catching(() => sbx.commands.run('echo partial; exit 3'))
+      let exitErr = null
+      try { await sbx.commands.run('echo partial; exit 3') } catch (e) { exitErr = { exitCode: e.exitCode, stdout: e.stdout } }
+      // streaming: callbacks see each line as it comes
+      const seen = []
+      const streamed = await sbx.commands.run('for i in 1 2 3; do echo line$i; sleep 0.1; done; echo e1 >&2',
+        { onStdout: (d) => seen.push(['out', d]), onStderr: (d) => seen.push(['err', d]) })
+      // background with stdin: cat echoes what is sent, then closing stdin ends it
+      const outs = []
+      const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => outs.push(d) })
+      await sbx.commands.sendStdin(h.pid, 'ping\n')
+      for (let i = 0; i < 50 && !outs.join('').includes('ping'); i++) await sleep(100)
+      const listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
+      await sbx.commands.closeStdin(h.pid)
+      const catRes = await h.wait()
+      // kill a running one: it ends by signal
+      const sl = await sbx.commands.run('sleep 60', { background: true })
+      const extra = []
+      const conn = await sbx.commands.connect(sl.pid, { onStdout: (d) => extra.push(d) })
+      const killed = await sbx.commands.kill(sl.pid)
+      const killRes = await catching(() => conn.wait())
+      let killExit = null
+      try { await sl.wait() } catch (e) { killExit = e.exitCode }
+      const killMissing = await sbx.commands.kill(999999)
+      const sendMissing = await catching(() => sbx.commands.sendStdin(999999, 'x'))
+      const connMissing = await catching(() => sbx.commands.connect(999999))
+      const bash = await sbx.commands.run('echo $0; shopt -q login_shell && echo login')
+      return {
+        out: r.stdout, err: r.stderr, exit: r.exitCode, cwd: cwd.stdout, root: root.stdout,
+        fail, exitErr, seen, streamed: streamed.stdout, cat: catRes.stdout, catExit: catRes.exitCode,
+        listed, catPid: h.pid, killed, killRes, killExit, killMissing, sendMissing, connMissing,
+        bash: bash.stdout,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async files() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const w = await sbx.files.write('notes/a.txt', 'hello files\n')
+      const text = await sbx.files.read('notes/a.txt')
+      const bytes = new Uint8Array(256).map((_, i) => i)
+      await sbx.files.write('/tmp/bin.dat', bytes)
+      const back = await sbx.files.read('/tmp/bin.dat', { format: 'bytes' })
+      const multi = await sbx.files.write([
+        { path: '/tmp/m/one.txt', data: 'one' },
+        { path: 'm2/two.txt', data: 'two' },
+      ])
+      const seenByShell = await sbx.commands.run('cat /tmp/m/one.txt ~/m2/two.txt; stat -c %U ~/notes/a.txt')
+      const empty = await sbx.files.write('/tmp/empty', '')
+      const emptyBack = await sbx.files.read('/tmp/empty')
+      const missing = await catching(() => sbx.files.read('/nope/missing.txt'))
+      const big = 'x'.repeat(3 * 1024 * 1024)
+      await sbx.files.write('/tmp/big.txt', big)
+      const bigBack = await sbx.files.read('/tmp/big.txt')
+      // signed URLs, fetched with no SDK headers
+      const dlUrl = await sbx.downloadUrl('notes/a.txt', { useSignatureExpiration: 60 })
+      const signedRead = await (await fetch(dlUrl)).text()
+      const upUrl = await sbx.uploadUrl('signed/up.txt', { useSignatureExpiration: 60 })
+      const form = new FormData()
+      form.append('file', new Blob(['via signed url']), 'signed/up.txt')
+      const upStatus = (await fetch(upUrl, { method: 'POST', body: form })).status
+      const signedBack = await sbx.files.read('signed/up.txt')
+      const expired = await fetch(await sbx.downloadUrl('notes/a.txt', { useSignatureExpiration: -10 }))
+      const forged = await fetch(dlUrl.replace(/signature=[^&]+/, 'signature=v1_AAAA'))
+      const otherPath = await fetch(dlUrl.replace('notes%2Fa.txt', 'notes%2Fb.txt').replace('notes/a.txt', 'notes/b.txt'))
+      return {
+        signedRead, upStatus, signedBack, expired: [expired.status, await expired.json()],
+        forged: forged.status, otherPath: otherPath.status,
+        w, text, bytesOk: Buffer.from(back).equals(Buffer.from(bytes)), multi, shell: seenByShell.stdout,
+        empty, emptyBack, missing, bigOk: bigBack === big,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async filesystem() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.files.write('proj/src/main.py', 'print(1)\n')
+      await sbx.files.write('proj/README', 'r')
+      const info = await sbx.files.getInfo('proj/src/main.py')
+      const dirInfo = await sbx.files.getInfo('/home/user/proj')
+      const list1 = (await sbx.files.list('proj')).map((e) => [e.name, e.type, e.path]).sort()
+      const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path)  // envd's walk order
+      const madeInfo = await sbx.files.makeDir('mk/a/b').then(() => sbx.files.getInfo('mk/a'))
+      const exists = await sbx.files.exists('proj/README')
+      const notExists = await sbx.files.exists('proj/nope')
+      const made = await sbx.files.makeDir('proj/new/deep')
+      const madeAgain = await sbx.files.makeDir('proj/new/deep')
+      const renamed = await sbx.files.rename('proj/README', 'proj/README.md')
+      const oldGone = await sbx.files.exists('proj/README')
+      await sbx.files.remove('proj/new')
+      const removedGone = await sbx.files.exists('proj/new')
+      const removeMissing = await catching(() => sbx.files.remove('proj/never-there'))
+      const listMissing = await catching(() => sbx.files.list('/no/such/dir'))
+      const infoMissing = await catching(() => sbx.files.getInfo('/no/such/file'))
+      // watch: events for writes made by a command inside, relative names, recursive
+      const events = []
+      const wh = await sbx.files.watchDir('proj', (ev) => events.push([ev.type, ev.name]), { recursive: true })
+      // (a directory is watched once its create event is seen: write into it after that)
+      await sbx.commands.run('mkdir -p ~/proj/w')
+      for (let i = 0; i < 50 && !events.some((e) => e[1] === 'w'); i++) await sleep(100)
+      await sbx.commands.run('echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
+      for (let i = 0; i < 50 && !events.some((e) => e[1] === 'top.txt' && e[0] === 'remove'); i++) await sleep(100)
+      await wh.stop()
+      return {
+        info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
+          group: info.group, permissions: info.permissions, mode: info.mode,
+          modified: String(info.modifiedTime) },
+        dirType: dirInfo.type, madeDir: [madeInfo.mode, madeInfo.permissions, madeInfo.owner, madeInfo.group], list1, list2, exists, notExists, made, madeAgain, renamed: renamed.path,
+        oldGone, removedGone, removeMissing, listMissing, infoMissing, events,
+      }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async pause() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run: tag } })
+    await sbx.files.write('/tmp/state.txt', 'kept')
+    const bg = await sbx.commands.run('sleep 300', { background: true, timeoutMs: 0 })
+    const paused = await sbx.pause()
+    const pausedAgain = await Sandbox.pause(sbx.sandboxId)
+    const infoPaused = await Sandbox.getInfo(sbx.sandboxId)
+    const listedPaused = (await Sandbox.list({ query: { metadata: { run: tag }, state: ['paused'] } }).nextItems()).map((s) => s.sandboxId)
+    const listedRunning = (await Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()).length
+    const back = await Sandbox.connect(sbx.sandboxId)
+    const infoBack = await back.getInfo()
+    const file = await back.files.read('/tmp/state.txt')
+    const procs = (await back.commands.list()).map((p) => p.pid)
+    // on_timeout pause: the sandbox pauses itself after its timeout
+    const auto = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+    await auto.files.write('/tmp/a.txt', 'auto')
+    let autoState = null
+    for (let i = 0; i < 100; i++) {
+      autoState = (await Sandbox.getInfo(auto.sandboxId)).state
+      if (autoState === 'paused') break
+      await sleep(100)
+    }
+    const autoBack = await Sandbox.connect(auto.sandboxId, { timeoutMs: 60_000 })
+    const autoFile = await autoBack.files.read('/tmp/a.txt')
+    const autoLifecycle = (await autoBack.getInfo()).lifecycle
+    await autoBack.kill()
+    await back.kill()
+    return { paused, pausedAgain, infoPaused: infoPaused.state, listedPaused, listedRunning,
+      infoBack: infoBack.state, file, bgAlive: procs.includes(bg.pid), autoState, autoFile, autoLifecycle, id: sbx.sandboxId }
+  },
+
+  async snapshots() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { run: tag } })
+    await sbx.files.write('snap.txt', 'at snapshot')
+    const snap = await sbx.createSnapshot()
+    await sbx.files.write('snap.txt', 'after snapshot')
+    const stillRunning = (await sbx.getInfo()).state
+    const listed = (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()).map((x) => x.snapshotId)
+    const restored = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+    const restoredFile = await restored.files.read('snap.txt')
+    const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+    const forkFiles = []
+    for (const f of forks) {
+      forkFiles.push(f instanceof Error ? String(f) : await f.files.read('snap.txt'))
+    }
+    const forkIds = forks.map((f) => f.sandboxId)
+    const badFork = await catching(() => Sandbox.connect('no-such').then((x) => x.fork()))
+    const deleted = await Sandbox.deleteSnapshot(snap.snapshotId)
+    const deletedAgain = await Sandbox.deleteSnapshot(snap.snapshotId)
+    for (const f of forks) if (!(f instanceof Error)) await f.kill()
+    await restored.kill()
+    await sbx.kill()
+    return { snapshotId: snap.snapshotId, stillRunning, listed, restoredFile, forkFiles,
+      forkIds, srcId: sbx.sandboxId, badFork, deleted, deletedAgain }
+  },
+
+  async network() {
+    const host = process.env.E2B_TEST_HOST
+    const token = process.env.E2B_TEST_TOKEN
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { denyOut: [e2b.ALL_TRAFFIC ?? '0.0.0.0/0'], allowOut: [host] } })
+    try {
+      const before = await catching(() => sbx.commands.run(`curl -sSk https://${host}/before`))
+      await sbx.updateNetwork({ denyOut: ['0.0.0.0/0'],
+        rules: { [host]: [{ transform: { headers: { Authorization: `Bearer ${token}` } } }] } })
+      const after = await catching(() => sbx.commands.run(`curl -sS https://${host}/after -H 'Authorization: made-up-inside'`))
+      const denied = await catching(() => sbx.commands.run('curl -sS --max-time 5 https://denied.example/'))
+      const inside = await sbx.commands.run("env; for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null; true")
+      const badCidr = await catching(() => sbx.updateNetwork({ allowOut: ['10.0.0.0/8'] }))
+      const badDeny = await catching(() => sbx.updateNetwork({ denyOut: ['8.8.8.8'] }))
+      return { before, after, denied, leaked: inside.stdout.includes(token), insideLen: inside.stdout.length,
+        badCidr, badDeny }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async pty() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const dec = new TextDecoder()
+      let out = ''
+      const waitFor = async (re) => { for (let i = 0; i < 100 && !re.test(out); i++) await sleep(100); return re.test(out) }
+      const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) }, timeoutMs: 0 })
+      const enc = new TextEncoder()
+      await sbx.pty.sendInput(t.pid, enc.encode('echo hi-$((1+2)); tty; whoami\n'))
+      const sawHi = await waitFor(/hi-3/)
+      const sawTty = await waitFor(/\/dev\/pts\/\d+/)
+      await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
+      await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
+      const sawSize = await waitFor(/30 100/)
+      const listed = (await sbx.commands.list()).some((p) => p.pid === t.pid)
+      // a new client for the same terminal: the old one ends, the terminal runs on
+      await t.disconnect()
+      let out2 = ''
+      const t2 = await sbx.pty.connect(t.pid, { onData: (d) => { out2 += dec.decode(d, { stream: true }) } })
+      await sbx.pty.sendInput(t.pid, enc.encode('echo again-$((2*3))\n'))
+      for (let i = 0; i < 100 && !/again-6/.test(out2); i++) await sleep(100)
+      const sawAgain = /again-6/.test(out2)
+      await sbx.pty.sendInput(t.pid, enc.encode('exit 7\n'))
+      let exitCode = null
+      try { await t2.wait(); exitCode = 0 } catch (e) { exitCode = e.exitCode }
+      const k = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 0 })
+      const killed = await sbx.pty.kill(k.pid)
+      let killExit = null
+      try { await k.wait() } catch (e) { killExit = e.exitCode }
+      const killMissing = await sbx.pty.kill(999999)
+      const badResize = await catching(() => sbx.pty.resize(999999, { cols: 10, rows: 10 }))
+      return { sawHi, sawTty, whoami: /\nuser\r?\n/.test(out), sawSize, listed, sawAgain, exitCode, killed, killExit, killMissing, badResize }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async badargs() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    const badCwd = await catching(() => sbx.commands.run('pwd', { cwd: '/no/such/dir' }))
+    const badUser = await catching(() => sbx.commands.run('pwd', { user: 'nobody-here' }))
+    const listFile = await catching(() => sbx.files.list('/etc/hostname'))
+    const readDir = await catching(() => sbx.files.read('/etc'))
+    const watchFile = await catching(() => sbx.files.watchDir('/etc/hostname', () => {}))
+    const watchProc = await catching(() => sbx.files.watchDir('/proc', () => {}))
+    const badEnv = await catching(() => sbx.commands.run('true', { envs: { 'BAD=NAME': 'x' } }))
+    const badTimeout = await catching(() => Sandbox.create({ timeoutMs: 10 * 24 * 3600 * 1000 }))
+    await sbx.kill()
+    const afterKill = await catching(() => sbx.commands.run('true'))
+    const afterKillFiles = await catching(() => sbx.files.read('/etc/hostname'))
+    const afterKillRunning = await sbx.isRunning()
+    return { badCwd, badUser, listFile, readDir, watchFile, watchProc, badEnv, badTimeout, afterKill,
+      afterKillFiles, afterKillRunning }
+  },
+
+  async errors() {
+    const bad = await catching(() => Sandbox.connect('no-such-sandbox'))
+    const badInfo = await catching(() => Sandbox.getInfo('no-such-sandbox'))
+    const badKill = await Sandbox.kill('no-such-sandbox')
+    const badTemplate = await catching(() => Sandbox.create('no-such-template'))
+    const wrongKey = await catching(() => Sandbox.list({ apiKey: 'wrong' }).nextItems())
+    return { bad, badInfo, badKill, badTemplate, wrongKey }
+  },
+}
+
+const name = process.argv[2]
+if (!cases[name]) {
+  console.error(`unknown case ${name}; one of ${Object.keys(cases).join(', ')}`)
+  process.exit(2)
+}
+const result = await cases[name]()
+console.log('RESULT ' + JSON.stringify(result))

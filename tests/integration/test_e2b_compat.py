@@ -1,0 +1,388 @@
+"""The official e2b SDK (npm, pinned 2.51.0) drives sandboxd's E2B-compatible endpoint
+(issue 16, docs/e2b.md), against a real sandboxd run as root.
+
+tests/compat/e2b/ holds the pinned package.json + package-lock.json; `npm ci` installs them
+(once, from the npm registry). Each test runs one case of driver.mjs, which uses the SDK
+with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointed here and prints what it saw;
+the assertions are here. Some checks go around the SDK to the daemon's /v1 API, to see that
+the SDK's view is the real state.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import free_port
+
+COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat", "e2b")
+
+
+@pytest.fixture(scope="session")
+def sdk():
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node and npm are needed for the e2b SDK tests")
+    mod = os.path.join(COMPAT, "node_modules", "e2b", "package.json")
+    stamp = os.path.join(COMPAT, "node_modules", ".package-lock.json")
+    lock = os.path.join(COMPAT, "package-lock.json")
+    if not os.path.exists(mod) or not os.path.exists(stamp) or \
+            os.path.getmtime(stamp) < os.path.getmtime(lock):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=COMPAT, check=True,
+                       capture_output=True, timeout=600)
+    with open(mod) as f:
+        assert json.load(f)["version"] == "2.51.0"
+    return COMPAT
+
+
+@pytest.fixture
+def ed(make_sandboxd, sdk):
+    port = free_port()
+    d = make_sandboxd(args=["--e2b-listen", f"127.0.0.1:{port}"]).start()
+    d.e2b_port = port
+    return d
+
+
+def run_case(d, case, timeout=240, extra_env=None):
+    env = dict(os.environ, REBUNO_E2B_COMPAT=f"http://127.0.0.1:{d.e2b_port}",
+               REBUNO_SANDBOX_TOKEN_FILE=os.path.join(d.state, "local-token"))
+    for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG", "E2B_DOMAIN"):
+        env.pop(k, None)
+    env.update(extra_env or {})
+    p = subprocess.run(["node", "driver.mjs", case], cwd=COMPAT, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, f"case {case} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}\n" \
+                                         f"{d.read_log()[-3000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_lifecycle_create_info_list_timeout_connect_kill(ed):
+    r = run_case(ed, "lifecycle")
+    assert r["info"]["state"] == "running" and r["info"]["templateId"] == "base"
+    assert r["info"]["metadata"] == {"suite": "e2b", "run": r["info"]["metadata"]["run"]}
+    assert r["listed"] == [r["id"]] and r["none"] == 0 and r["running"] is True
+    # setTimeout(60 s) moved the end earlier than create's 120 s
+    assert r["endAt2"] < r["info"]["endAt"]
+    assert r["hello"] == "hello\n"
+    assert r["killed"] is True and r["killedAgain"] is False
+    assert r["gone"]["error"] == "SandboxNotFoundError"
+    assert r["goneConnect"]["error"] == "SandboxNotFoundError"
+    st, _ = ed.request("GET", f"/v1/sandboxes/{r['id']}")
+    assert st == 404
+
+
+def test_commands_run_stream_stdin_kill_env_cwd_user(ed):
+    r = run_case(ed, "commands")
+    # bash -l as the default user "user" in its home; env from create and from the run
+    assert r["out"] == "out\nc1 r1\n/home/user\nuser\n" and r["err"] == "err\n" and r["exit"] == 0
+    assert r["bash"] == "/bin/bash\nlogin\n"
+    assert r["cwd"] == "/tmp\n" and r["root"] == "root\n/root\n"
+    assert r["fail"]["error"] == "CommandExitError"
+    assert r["exitErr"] == {"exitCode": 3, "stdout": "partial\n"}
+    assert r["seen"] == [["out", "line1\n"], ["out", "line2\n"], ["out", "line3\n"], ["err", "e1\n"]]
+    assert r["cat"] == "ping\n" and r["catExit"] == 0
+    assert {"pid": r["catPid"], "cmd": "/bin/bash", "args": ["-l", "-c", "cat"]} in r["listed"]
+    # a signal: envd's exit shape (-1, "signal: killed")
+    assert r["killed"] is True and r["killExit"] == -1
+    assert r["killRes"] == {"error": "CommandExitError", "message": "signal: killed"}
+    assert r["killMissing"] is False
+    assert r["sendMissing"]["error"] == "NotFoundError"
+    assert r["connMissing"]["error"] == "NotFoundError"
+
+
+def test_files_read_write_bytes_multipart(ed):
+    r = run_case(ed, "files")
+    assert r["w"] == {"name": "a.txt", "type": "file", "path": "/home/user/notes/a.txt"}
+    assert r["text"] == "hello files\n" and r["bytesOk"] is True and r["bigOk"] is True
+    assert [m["path"] for m in r["multi"]] == ["/tmp/m/one.txt", "/home/user/m2/two.txt"]
+    # the files belong to the user who wrote them
+    assert r["shell"] == "onetwouser\n"
+    assert r["emptyBack"] == ""
+    assert r["missing"]["error"] == "FileNotFoundError"
+    # signed URLs: the signature names the sandbox (no headers), the path and the expiry
+    assert r["signedRead"] == "hello files\n"
+    assert r["upStatus"] == 200 and r["signedBack"] == "via signed url"
+    assert r["expired"] == [401, {"code": 401, "message": "signature is already expired"}]
+    assert r["forged"] == 401 and r["otherPath"] == 401
+
+
+def test_errors_unknown_sandbox_template_key(ed):
+    r = run_case(ed, "errors")
+    assert r["bad"]["error"] == "SandboxNotFoundError"
+    assert r["badInfo"]["error"] == "SandboxNotFoundError"
+    assert r["badKill"] is False
+    # a template is an image reference here: an unknown one is 404 naming it
+    assert r["badTemplate"]["error"] == "SandboxError" and r["badTemplate"]["message"].startswith("404: ")
+    assert "no-such-template" in r["badTemplate"]["message"]
+    assert r["wrongKey"]["error"] == "AuthenticationError"
+
+
+def test_envd_routes_refuse_without_the_access_token(ed):
+    """envd calls need the sandbox's access token; a wrong one is refused, and a known
+    token does not open another sandbox."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", ed.e2b_port, timeout=30)
+    c.request("POST", "/process.Process/List", body=b"{}",
+              headers={"Content-Type": "application/json", "E2b-Sandbox-Id": "x",
+                       "X-Access-Token": "0" * 64})
+    resp = c.getresponse()
+    body = json.loads(resp.read())
+    assert resp.status == 401 and body["code"] == "unauthenticated"
+    c.request("GET", "/v2/sandboxes", headers={"X-API-KEY": "nope"})
+    resp = c.getresponse()
+    assert resp.status == 401 and json.loads(resp.read())["code"] == 401
+
+
+def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
+    r = run_case(ed, "filesystem")
+    i = r["info"]
+    assert (i["name"], i["type"], i["path"], i["size"]) == ("main.py", "file", "/home/user/proj/src/main.py", 9)
+    assert (i["owner"], i["group"], i["permissions"], i["mode"]) == ("user", "user", "-rw-r--r--", 0o644)
+    assert r["dirType"] == "dir"
+    # directories made for the user are its own, 0755, parents too (envd's)
+    assert r["madeDir"] == [0o755, "drwxr-xr-x", "user", "user"]
+    assert r["list1"] == [["README", "file", "/home/user/proj/README"], ["src", "dir", "/home/user/proj/src"]]
+    assert r["list2"] == ["/home/user/proj/README", "/home/user/proj/src", "/home/user/proj/src/main.py"]
+    assert r["exists"] is True and r["notExists"] is False
+    # MakeDir makes parents; an existing directory is already_exists -> false
+    assert r["made"] is True and r["madeAgain"] is False
+    assert r["renamed"] == "/home/user/proj/README.md" and r["oldGone"] is False
+    # Remove is recursive, and a missing path is no error (envd's RemoveAll)
+    assert r["removedGone"] is False and "error" not in r["removeMissing"]
+    assert r["listMissing"]["error"] == "FileNotFoundError"
+    assert r["infoMissing"]["error"] == "FileNotFoundError"
+    # inotify, recursive, names relative to the watched directory
+    ev = [tuple(e) for e in r["events"]]
+    for want in [("create", "w"), ("create", "w/f.txt"), ("write", "w/f.txt"), ("create", "top.txt"),
+                 ("remove", "top.txt")]:
+        assert want in ev, ev
+    assert ev.index(("create", "top.txt")) < ev.index(("remove", "top.txt"))
+
+
+def test_pause_connect_resumes_with_files_and_processes_and_on_timeout_pause(ed):
+    r = run_case(ed, "pause")
+    assert r["paused"] is True and r["pausedAgain"] is False
+    assert r["infoPaused"] == "paused" and r["listedPaused"] == [r["id"]] and r["listedRunning"] == 0
+    # connect resumed it: its files and its running process (memory) are intact
+    assert r["infoBack"] == "running" and r["file"] == "kept" and r["bgAlive"] is True
+    assert r["autoState"] == "paused" and r["autoFile"] == "auto"
+    assert r["autoLifecycle"] == {"onTimeout": "pause", "autoResume": False}
+
+
+def test_snapshots_restore_and_fork(ed):
+    r = run_case(ed, "snapshots")
+    # a snapshot never stops the sandbox; restoring one is a create from its id
+    assert r["stillRunning"] == "running"
+    assert r["listed"] == [r["snapshotId"]]
+    assert r["restoredFile"] == "at snapshot"
+    # forks copy the live files, each its own sandbox
+    assert r["forkFiles"] == ["after snapshot", "after snapshot"]
+    assert len(set(r["forkIds"])) == 2 and r["srcId"] not in r["forkIds"]
+    assert r["badFork"]["error"] == "SandboxNotFoundError"
+    assert r["deleted"] is True and r["deletedAgain"] is False
+
+
+TOKEN = "ghs_" + "E2bN3tw0rkT0k3n" * 2
+
+
+@pytest.fixture
+def net_env(make_sandboxd, sdk, tmp_path):
+    if not shutil.which("nft"):
+        pytest.skip("needs nft")
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    up = Upstream(pki)
+    port = free_port()
+    d = make_sandboxd(args=["--e2b-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+                            "--upstream-override", f"github.example:443=127.0.0.1:{up.port}"]).start()
+    d.e2b_port = port
+    try:
+        yield d, up
+    finally:
+        up.close()
+
+
+def test_update_network_injects_the_header_outside_the_sandbox(net_env):
+    d, up = net_env
+    r = run_case(d, "network", extra_env={"E2B_TEST_HOST": "github.example", "E2B_TEST_TOKEN": TOKEN})
+    assert "ok GET /before" in r["before"]["ok"]["stdout"]
+    assert "ok GET /after" in r["after"]["ok"]["stdout"]
+    auth = [[v for k, v in q["headers"] if k.lower() == "authorization"] for q in up.requests]
+    paths = [q["path"] for q in up.requests]
+    # before the rule: nothing added; after it: the proxy's value replaced the sandbox's
+    assert auth[paths.index("/before")] == []
+    assert auth[paths.index("/after")] == [f"Bearer {TOKEN}"]
+    # a host not allowed is refused; the token is nowhere in any process's environment
+    assert r["denied"]["error"] == "CommandExitError"
+    assert r["leaked"] is False and r["insideLen"] > 100
+    # what cannot be enforced locally is refused, naming the field
+    assert r["badCidr"]["error"] == "SandboxError" and "allowOut" in r["badCidr"]["message"]
+    assert r["badDeny"]["error"] == "SandboxError" and "denyOut" in r["badDeny"]["message"]
+
+
+def test_pty_create_input_resize_reconnect_exit_kill(ed):
+    r = run_case(ed, "pty")
+    # a real terminal, as the default user; input echoed through it, resize seen by stty
+    assert r["sawHi"] and r["sawTty"] and r["whoami"] and r["sawSize"] and r["listed"]
+    # a second client (connect by pid) takes over; the terminal ran on meanwhile
+    assert r["sawAgain"] is True and r["exitCode"] == 7
+    assert r["killed"] is True and r["killExit"] == -1 and r["killMissing"] is False
+    assert r["badResize"]["error"] == "NotFoundError"
+
+
+def test_bad_arguments_give_the_sdk_errors(ed):
+    r = run_case(ed, "badargs")
+    assert r["badCwd"]["error"] == "InvalidArgumentError"
+    assert r["badUser"]["error"] == "NotFoundError"
+    assert r["listFile"]["error"] == "InvalidArgumentError" and "not a directory" in r["listFile"]["message"]
+    assert r["readDir"]["error"] == "InvalidArgumentError"
+    assert r["watchFile"]["error"] == "InvalidArgumentError"
+    assert "permission_denied" in r["watchProc"]["message"]
+    assert r["badEnv"]["error"] == "InvalidArgumentError"
+    assert r["badTimeout"]["error"] == "SandboxError" and "timeout" in r["badTimeout"]["message"]
+    # a killed sandbox: envd calls fail as E2B's do (502 from the edge), health says no
+    assert r["afterKill"]["error"] == "SandboxNotFoundError"
+    assert r["afterKillFiles"]["error"] == "TimeoutError"
+    assert r["afterKillRunning"] is False
+
+
+class Raw:
+    """The endpoint over plain HTTP, as a hostile client would speak it."""
+
+    def __init__(self, d):
+        import http.client
+        self.port = d.e2b_port
+        self.key = json.load(open(os.path.join(d.state, "local-token")))["token"]
+        self.http = http.client
+        c = self.conn()
+        c.request("POST", "/v2/sandboxes", body=json.dumps({"templateID": "base"}),
+                  headers={"X-API-KEY": self.key, "Content-Type": "application/json"})
+        r = c.getresponse()
+        sb = json.loads(r.read())
+        assert r.status == 201, sb
+        self.id, self.token = sb["sandboxID"], sb["envdAccessToken"]
+
+    def conn(self):
+        return self.http.HTTPConnection("127.0.0.1", self.port, timeout=60)
+
+    def envd(self, method, path, body=b"", headers=None):
+        h = {"E2b-Sandbox-Id": self.id, "X-Access-Token": self.token}
+        h.update(headers or {})
+        c = self.conn()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, r.getheader("Content-Type"), data
+
+    @staticmethod
+    def envelope(msg, flags=0, length=None):
+        import struct
+        raw = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+        return bytes([flags]) + struct.pack(">I", len(raw) if length is None else length) + raw
+
+    def run(self, cmd, user=None):
+        import base64
+        h = {"Content-Type": "application/connect+json"}
+        if user:
+            h["Authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+        st, _, data = self.envd("POST", "/process.Process/Start",
+                                self.envelope({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}), h)
+        assert st == 200, data
+        return data
+
+
+def test_hostile_input_is_refused_and_stays_inside(ed):
+    import uuid
+    x = Raw(ed)
+    ct = {"Content-Type": "application/connect+json"}
+    # Connect framing: short, lying and compressed envelopes; bad and oversized messages
+    st, _, body = x.envd("POST", "/process.Process/Start", b"\0\0\0", ct)
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope({"a": 1}, length=1000), ct)
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope({"a": 1}, flags=1), ct)
+    assert json.loads(body)["code"] == "unimplemented"
+    st, _, body = x.envd("POST", "/process.Process/List", b"{", {"Content-Type": "application/json"})
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    st, _, body = x.envd("POST", "/process.Process/SendInput", json.dumps(
+        {"process": {"pid": 1}, "input": {"stdin": "x" * (2 << 20)}}).encode(), {"Content-Type": "application/json"})
+    assert st in (413, 429) and b"code" in body
+    st, _, body = x.envd("POST", "/process.Process/SendSignal", json.dumps(
+        {"process": {"pid": -5}, "signal": "SIGNAL_SIGKILL"}).encode(), {"Content-Type": "application/json"})
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    # odd headers do not break a stream
+    st, _, body = x.envd("POST", "/process.Process/Start", x.envelope(
+        {"process": {"cmd": "/bin/echo", "args": ["ok"]}}), {**ct, "Keepalive-Ping-Interval": "-5",
+                                                           "Connect-Timeout-Ms": "99999999999999999999"})
+    assert st == 200 and b'"end"' in body
+    # an id no token was made for, and an absurd one
+    st, _, body = x.envd("POST", "/process.Process/List", b"{}", {"E2b-Sandbox-Id": "y" * 5000})
+    assert st in (400, 401, 431)
+
+    # uploads: no boundary, garbage, traversal in the filename (stays in the sandbox)
+    st, _, body = x.envd("POST", "/files", b"--x\r\n", {"Content-Type": "multipart/form-data"})
+    assert st == 400
+    st, _, body = x.envd("POST", "/files", b"garbage", {"Content-Type": "multipart/form-data; boundary=zz"})
+    assert st == 400
+    name = f"e2b-escape-{uuid.uuid4().hex[:8]}"
+    part = (f"--zz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../../../../../tmp/{name}\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\ninside\r\n--zz--\r\n").encode()
+    st, _, body = x.envd("POST", "/files?username=root", part, {"Content-Type": "multipart/form-data; boundary=zz"})
+    assert st == 200 and json.loads(body)[0]["path"] == f"/tmp/{name}", body
+    assert not os.path.exists(f"/tmp/{name}")
+    assert b'"stdout":"aW5zaWRl"' in x.run(f"cat /tmp/{name}")  # base64 of "inside"
+    # a body over the limit is refused from its head, before a byte of it is read
+    import socket
+    with socket.create_connection(("127.0.0.1", x.port), timeout=30) as sk:
+        sk.sendall((f"POST /files?path=/tmp/big HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {x.id}\r\n"
+                    f"X-Access-Token: {x.token}\r\nContent-Type: application/octet-stream\r\n"
+                    f"Content-Length: {17 << 20}\r\n\r\n").encode())
+        assert sk.recv(64).startswith(b"HTTP/1.1 413")
+    # reads: kernel file systems refused; a link the user made is not followed for it
+    for p in ("/proc/self/environ", "/proc/1/environ"):
+        st, _, body = x.envd("GET", f"/files?path={p}&username=root")
+        assert st in (403, 404), body
+    x.run("ln -s /etc ~/etc-link", user="user")
+    st, _, body = x.envd("GET", "/files?path=/home/user/etc-link/hostname&username=user")
+    assert st == 403, body
+    st, _, body = x.envd("GET", "/files?path=/etc/hostname&username=nobody-here")
+    assert st == 404
+    # control plane: a malformed metadata query, a bad body
+    c = x.conn()
+    c.request("GET", "/v2/sandboxes?metadata=%25ZZ", headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["code"] == 400
+    c.request("POST", "/v2/sandboxes", body=b"[1]", headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["code"] == 400
+    c.request("POST", "/v2/sandboxes", body=json.dumps({"templateID": "base", "network": {"egressProxy": {"address": "x:1"}}}),
+              headers={"X-API-KEY": x.key})
+    r = c.getresponse()
+    assert r.status == 400 and json.loads(r.read())["field"] == "egressProxy"
+    c.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
+    assert c.getresponse().status == 204
+
+
+def test_rebuno_dev_serves_the_endpoint_on_its_own_port(make_kernel, sdk):
+    """`rebuno dev` starts sandboxd with --e2b-listen (setting sandbox_e2b_listen), and
+    the official SDK drives it there."""
+    from test_dev_sandboxes import wait_for_sandboxd
+    sport, eport = free_port(), free_port()
+    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{sport}",
+                          "--sandbox-e2b-listen", f"127.0.0.1:{eport}"]).start()
+    wait_for_sandboxd(sport, k)
+
+    class D:
+        e2b_port = eport
+        state = os.path.join(k.state_dir, "state", "sandboxes")
+
+        @staticmethod
+        def read_log():
+            return k.read_log()
+    r = run_case(D, "lifecycle")
+    assert r["hello"] == "hello\n" and r["killed"] is True
