@@ -54,10 +54,10 @@ static int tw_close(struct tw *w, int rc)
     if (!w->a) return -1;
     if (archive_write_close(w->a) != ARCHIVE_OK && rc == 0) {
         int e = archive_errno(w->a);
-        rc = e == ENOSPC || e == EDQUOT
-                 ? err_set(w->err, 507, "no_space", "", "no space left for a layer of the build")
-                 : err_internal(w->err, "cannot finish a layer tar: %s",
-                                archive_error_string(w->a));
+        rc =
+            e == ENOSPC || e == EDQUOT
+                ? err_set(w->err, 507, "no_space", "", "no space left for a layer of the build")
+                : err_internal(w->err, "cannot finish a layer tar: %s", archive_error_string(w->a));
     }
     archive_write_free(w->a);
     w->a = NULL;
@@ -104,7 +104,8 @@ static int put(struct tw *w, const char *path, const struct stat *st, int fd, co
         char buf[65536];
         int64_t left = st->st_size;
         while (left > 0) {
-            ssize_t n = read(fd, buf, (size_t)(left < (int64_t)sizeof buf ? left : (int64_t)sizeof buf));
+            ssize_t n =
+                read(fd, buf, (size_t)(left < (int64_t)sizeof buf ? left : (int64_t)sizeof buf));
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) { /* shrank meanwhile: pad with zeros to the size in the header */
                 memset(buf, 0, sizeof buf);
@@ -113,7 +114,8 @@ static int put(struct tw *w, const char *path, const struct stat *st, int fd, co
             if (archive_write_data(w->a, buf, (size_t)n) < 0) {
                 int ae = archive_errno(w->a);
                 rc = ae == ENOSPC || ae == EDQUOT
-                         ? err_set(w->err, 507, "no_space", "", "no space left for a layer of "
+                         ? err_set(w->err, 507, "no_space", "",
+                                   "no space left for a layer of "
                                    "the build")
                          : err_internal(w->err, "cannot write %s to a layer tar: %s", path,
                                         archive_error_string(w->a));
@@ -183,7 +185,8 @@ static char **list(int dirfd)
 
 static void list_free(char **v)
 {
-    for (size_t i = 0; v && v[i]; i++) free(v[i]);
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
     free(v);
 }
 
@@ -193,8 +196,9 @@ static int walk(struct tw *w, int dirfd, const char *prefix, bool diff, int dept
     if (depth > DEPTH_MAX)
         return err_invalid(w->err, "recipe", "a folder nests deeper than %d levels", DEPTH_MAX);
     char **names = list(dirfd);
-    if (!names) return err_internal(w->err, "cannot list %s: %s", prefix[0] ? prefix : ".",
-                                    strerror(errno));
+    if (!names)
+        return err_internal(w->err, "cannot list %s: %s", prefix[0] ? prefix : ".",
+                            strerror(errno));
     int rc = 0;
     for (size_t i = 0; rc == 0 && names[i]; i++) {
         const char *n = names[i];
@@ -203,7 +207,8 @@ static int walk(struct tw *w, int dirfd, const char *prefix, bool diff, int dept
         if (strlen(rel) > 4000) {
             rc = err_invalid(w->err, "recipe", "a path is over 4000 bytes: %.100s...", rel);
         } else if (fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-            if (errno != ENOENT) rc = err_internal(w->err, "cannot stat %s: %s", rel, strerror(errno));
+            if (errno != ENOENT)
+                rc = err_internal(w->err, "cannot stat %s: %s", rel, strerror(errno));
         } else if (diff && depth == 0 && excluded(rel)) {
             /* the sandbox's own files */
         } else if (S_ISDIR(st.st_mode)) {
@@ -219,8 +224,8 @@ static int walk(struct tw *w, int dirfd, const char *prefix, bool diff, int dept
                     char *sub = xasprintf("%s/", rel);
                     rc = put(w, sub, &st, -1, NULL, false);
                     char v[4] = "";
-                    if (rc == 0 && diff && fgetxattr(fd, "trusted.overlay.opaque", v, sizeof v) == 1 &&
-                        v[0] == 'y') {
+                    if (rc == 0 && diff &&
+                        fgetxattr(fd, "trusted.overlay.opaque", v, sizeof v) == 1 && v[0] == 'y') {
                         char *wh = xasprintf("%s.wh..wh..opq", sub);
                         rc = put(w, wh, &st, -1, NULL, true);
                         free(wh);
@@ -233,15 +238,18 @@ static int walk(struct tw *w, int dirfd, const char *prefix, bool diff, int dept
         } else if (S_ISREG(st.st_mode)) {
             int fd = openat(dirfd, n, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
             struct stat fst;
-            if (fd < 0) rc = err_internal(w->err, "cannot open %s: %s", rel, strerror(errno));
+            if (fd < 0)
+                rc = err_internal(w->err, "cannot open %s: %s", rel, strerror(errno));
             else if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st.st_ino)
                 rc = err_internal(w->err, "%s changed while read", rel);
-            else rc = put(w, rel, &fst, fd, NULL, false);
+            else
+                rc = put(w, rel, &fst, fd, NULL, false);
             if (fd >= 0) close(fd);
         } else if (S_ISLNK(st.st_mode)) {
             char target[PATH_MAX];
             ssize_t tl = readlinkat(dirfd, n, target, sizeof target - 1);
-            if (tl < 0) rc = err_internal(w->err, "cannot read link %s: %s", rel, strerror(errno));
+            if (tl < 0)
+                rc = err_internal(w->err, "cannot read link %s: %s", rel, strerror(errno));
             else {
                 target[tl] = '\0';
                 rc = put(w, rel, &st, -1, target, false);
@@ -284,8 +292,10 @@ int sbx_build_copy(int ctx_dirfd, const char *src, const char *dst, int dst_is_d
 {
     *entries = 0;
     if (!rel_ok(src))
-        return err_invalid(err, "recipe", "COPY %.200s: the source must be a path inside the "
-                           "context folder (relative, without \"..\")", src);
+        return err_invalid(err, "recipe",
+                           "COPY %.200s: the source must be a path inside the "
+                           "context folder (relative, without \"..\")",
+                           src);
     if (dst[0] != '/') return err_internal(err, "COPY destination %s is not absolute", dst);
     int fd = sbx_safe_open(ctx_dirfd, src, O_RDONLY | O_NONBLOCK);
     if (fd == -ELOOP || fd == -EXDEV || fd == -ENOTDIR || fd == -ENOENT)

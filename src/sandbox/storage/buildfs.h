@@ -24,8 +24,7 @@
 
 /* The tar of the changes in upper_dirfd (a sandbox's "upper" directory) into out_fd.
  * base: the host uid of root inside in those files. *entries: how many were written. */
-int sbx_build_diff(int upper_dirfd, uint32_t base, int out_fd, int64_t *entries,
-                   struct err *err);
+int sbx_build_diff(int upper_dirfd, uint32_t base, int out_fd, int64_t *entries, struct err *err);
 
 /* The tar of context/src placed at dst (absolute, normalised) into out_fd: a folder's
  * contents go into dst; a file becomes dst, or dst/<name> when dst_is_dir. */

@@ -44,6 +44,7 @@
 #include "base/xalloc.h"
 #include "net/http.h"
 #include "proxy/worker.h"
+#include "sandbox/storage/build.h"
 #include "sandbox/storage/image.h"
 #include "sandbox/storage/layers.h"
 #include "sandbox/storage/oci.h"
@@ -798,6 +799,12 @@ static void h_import(struct http_req *r, void *arg)
     json_t *body;
     if (!sbx_api_body(r, false, &body)) return;
     struct err err = ERR_INIT;
+    const char *kind = json_string_value(json_object_get(body, "type"));
+    if (kind && !strcmp(kind, "build")) { /* from a recipe: build.c */
+        sbx_build_post(d, r, body);
+        json_decref(body);
+        return;
+    }
     static const char *const known[] = {"type", "path", "ref", NULL};
     const char *type = NULL, *path = NULL, *ref = NULL;
     struct sbx_oci_ref pr;
@@ -959,6 +966,7 @@ static void h_gc(struct http_req *r, void *arg)
 
 void sbx_images_register(struct sbxd *d)
 {
+    sbx_builds_register(d); /* builds: build.c (before images/:ref) */
     http_route(d->http, "POST", "/v1/images", h_import, d);
     http_route(d->http, "GET", "/v1/images", h_list, d);
     http_route(d->http, "POST", "/v1/images/gc", h_gc, d);
@@ -968,6 +976,7 @@ void sbx_images_register(struct sbxd *d)
 
 void sbx_images_close(struct sbxd *d)
 {
+    sbx_builds_close(d);
     proxy_worker_free(d->img_worker); /* waits for a running import; drops queued ones */
     d->img_worker = NULL;
     sbx_layers_close(&d->layers);

@@ -14,7 +14,8 @@
 
 #include "base/xalloc.h"
 
-static int bad(struct err *err, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(struct err *err, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int bad(struct err *err, int line, const char *fmt, ...)
 {
     char msg[300];
@@ -51,9 +52,12 @@ static int exec_form(const char *rest, struct sbx_recipe_step *s, struct err *er
     for (size_t i = 0; rc == 1 && i < json_array_size(a); i++) {
         const char *v = json_string_value(json_array_get(a, i));
         if (!v || strlen(v) > SBX_RECIPE_ARG_MAX || !chars_ok(v))
-            rc = bad(err, s->line, "%sthe JSON form holds strings only (at most 4096 bytes, "
-                     "no control characters)", "");
-        else push(s, v, strlen(v));
+            rc = bad(err, s->line,
+                     "%sthe JSON form holds strings only (at most 4096 bytes, "
+                     "no control characters)",
+                     "");
+        else
+            push(s, v, strlen(v));
     }
     json_decref(a);
     return rc;
@@ -64,7 +68,8 @@ static void words(const char *rest, struct sbx_recipe_step *s)
 {
     const char *p = rest;
     for (;;) {
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         if (!*p) break;
         size_t n = strcspn(p, " \t");
         push(s, p, n);
@@ -79,7 +84,8 @@ static int env_pairs(const char *rest, struct sbx_recipe_step *s, struct err *er
         /* legacy "ENV K V..." */
         size_t n = strcspn(rest, " \t");
         const char *v = rest + n;
-        while (*v == ' ' || *v == '\t') v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
         if (!n || !*v) return bad(err, s->line, "%sENV needs K=V (or K V)", "");
         push(s, rest, n);
         push(s, v, strlen(v));
@@ -89,7 +95,8 @@ static int env_pairs(const char *rest, struct sbx_recipe_step *s, struct err *er
     char *val = xmalloc(strlen(rest) + 1);
     int rc = 0;
     while (rc == 0) {
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         if (!*p) break;
         size_t kn = strcspn(p, "= \t");
         if (!kn || p[kn] != '=') {
@@ -101,9 +108,12 @@ static int env_pairs(const char *rest, struct sbx_recipe_step *s, struct err *er
         size_t vn = 0;
         bool q = false;
         while (*p && (q || (*p != ' ' && *p != '\t'))) {
-            if (*p == '"') q = !q, p++;
-            else if (*p == '\\' && p[1]) val[vn++] = p[1], p += 2;
-            else val[vn++] = *p++;
+            if (*p == '"')
+                q = !q, p++;
+            else if (*p == '\\' && p[1])
+                val[vn++] = p[1], p += 2;
+            else
+                val[vn++] = *p++;
         }
         if (q) rc = bad(err, s->line, "%san unterminated \" in ENV", "");
         push(s, val, vn);
@@ -124,7 +134,8 @@ static int one(const char *line, int lineno, bool first, struct sbx_recipe *r, s
 {
     size_t kn = strcspn(line, " \t");
     const char *rest = line + kn;
-    while (*rest == ' ' || *rest == '\t') rest++;
+    while (*rest == ' ' || *rest == '\t')
+        rest++;
     static const struct {
         const char *name;
         enum sbx_step_kind kind;
@@ -142,8 +153,7 @@ static int one(const char *line, int lineno, bool first, struct sbx_recipe *r, s
     if (first != (names[k].kind == SBX_STEP_FROM))
         return bad(err, lineno, "%sFROM comes first, and only once", "");
     if (!*rest) return bad(err, lineno, "%s needs an argument", names[k].name);
-    if (r->n >= SBX_RECIPE_STEPS_MAX)
-        return bad(err, lineno, "%sat most 100 instructions", "");
+    if (r->n >= SBX_RECIPE_STEPS_MAX) return bad(err, lineno, "%sat most 100 instructions", "");
     if (rest[0] == '-' && rest[1] == '-')
         return bad(err, lineno, "flags (%.40s) are not supported", rest);
     r->steps = xrealloc(r->steps, (r->n + 1) * sizeof *r->steps);
@@ -165,11 +175,14 @@ static int one(const char *line, int lineno, bool first, struct sbx_recipe *r, s
     case SBX_STEP_COPY:
         if ((e = exec_form(rest, s, err)) < 0) return -1;
         if (e == 0) words(rest, s);
-        if (s->nargs != 2) return bad(err, lineno, "%sCOPY takes one source and one destination", "");
+        if (s->nargs != 2)
+            return bad(err, lineno, "%sCOPY takes one source and one destination", "");
         for (size_t i = 0; i < 2; i++)
             if (!s->args[i][0] || strlen(s->args[i]) > SBX_RECIPE_ARG_MAX || !chars_ok(s->args[i]))
-                return bad(err, lineno, "%sa COPY path is empty, too long or has control "
-                           "characters", "");
+                return bad(err, lineno,
+                           "%sa COPY path is empty, too long or has control "
+                           "characters",
+                           "");
         return 0;
     case SBX_STEP_ENV:
         return env_pairs(rest, s, err);
@@ -204,7 +217,8 @@ int sbx_recipe_parse(const char *text, size_t len, struct sbx_recipe *r, struct 
         size_t l = strlen(p);
         if (l && p[l - 1] == '\r') p[--l] = '\0';
         char *t = p;
-        while (*t == ' ' || *t == '\t') t++;
+        while (*t == ' ' || *t == '\t')
+            t++;
         bool comment = *t == '#';
         if (!comment) {
             if (!cn) start = lineno;
@@ -214,7 +228,8 @@ int sbx_recipe_parse(const char *text, size_t len, struct sbx_recipe *r, struct 
             if (cn && tl) cur[cn++] = ' ';
             memcpy(cur + cn, t, tl);
             cn += tl;
-            while (cn && (cur[cn - 1] == ' ' || cur[cn - 1] == '\t')) cn--;
+            while (cn && (cur[cn - 1] == ' ' || cur[cn - 1] == '\t'))
+                cn--;
             cur[cn] = '\0';
             if (!cont && cn) {
                 if (one(cur, start, r->n == 0, r, err) < 0) {
@@ -240,7 +255,8 @@ void sbx_recipe_fini(struct sbx_recipe *r)
 {
     for (size_t i = 0; i < r->n; i++) {
         free(r->steps[i].text);
-        for (size_t j = 0; j < r->steps[i].nargs; j++) free(r->steps[i].args[j]);
+        for (size_t j = 0; j < r->steps[i].nargs; j++)
+            free(r->steps[i].args[j]);
         free(r->steps[i].args);
     }
     free(r->steps);
@@ -252,21 +268,26 @@ int sbx_recipe_path(const char *cwd, const char *p, char *out, size_t outsz)
     char *full = p[0] == '/' ? xstrdup(p) : xasprintf("%s/%s", cwd, p);
     size_t n = 0;
     int rc = 0;
-    if (outsz < 2) rc = -1;
-    else out[n++] = '/';
+    if (outsz < 2)
+        rc = -1;
+    else
+        out[n++] = '/';
     char *save = NULL;
     for (char *c = strtok_r(full, "/", &save); rc == 0 && c; c = strtok_r(NULL, "/", &save)) {
         if (!strcmp(c, ".")) continue;
         if (!strcmp(c, "..")) {
-            if (n <= 1) rc = -1;
+            if (n <= 1)
+                rc = -1;
             else {
-                while (n > 1 && out[n - 1] != '/') n--;
+                while (n > 1 && out[n - 1] != '/')
+                    n--;
                 if (n > 1) n--;
             }
             continue;
         }
         size_t cl = strlen(c);
-        if (n + (n > 1) + cl + 1 > outsz) rc = -1;
+        if (n + (n > 1) + cl + 1 > outsz)
+            rc = -1;
         else {
             if (n > 1) out[n++] = '/';
             memcpy(out + n, c, cl);

@@ -24,13 +24,19 @@
 #define SBX_RECIPE_STEPS_MAX 100    /* instructions (each RUN/COPY may add a layer) */
 #define SBX_RECIPE_ARG_MAX 4096     /* bytes of one COPY path, ENV value, ... */
 
-enum sbx_step_kind { SBX_STEP_FROM, SBX_STEP_RUN, SBX_STEP_COPY, SBX_STEP_ENV, SBX_STEP_WORKDIR,
-                     SBX_STEP_USER };
+enum sbx_step_kind {
+    SBX_STEP_FROM,
+    SBX_STEP_RUN,
+    SBX_STEP_COPY,
+    SBX_STEP_ENV,
+    SBX_STEP_WORKDIR,
+    SBX_STEP_USER
+};
 
 struct sbx_recipe_step {
     enum sbx_step_kind kind;
-    int line;   /* 1-based line where it starts */
-    char *text; /* "RUN make all": the instruction as the cache and the log know it */
+    int line;    /* 1-based line where it starts */
+    char *text;  /* "RUN make all": the instruction as the cache and the log know it */
     char **args; /* FROM: [ref]; RUN: argv (shell form: /bin/sh -c CMD); COPY: [src, dst];
                   * ENV: K, V, K2, V2...; WORKDIR: [path]; USER: [user] */
     size_t nargs;
