@@ -213,3 +213,33 @@ def test_build_stream_sends_log_lines_then_done(make_sandboxd, tmpdir_path):
     lines = [json.loads(data)["line"] for e, data in events if e == "log"]
     assert "streamed-line" in lines, lines
     assert json.loads(events[-1][1])["image"]["digest"].startswith("sha256:")
+
+
+def test_cli_image_build(make_sandboxd, tmpdir_path):
+    import subprocess
+    from conftest import BIN
+    d = make_sandboxd().start()
+    base_image(d, tmpdir_path)
+    ctx = os.path.join(tmpdir_path, "cli-ctx")
+    os.makedirs(ctx)
+    with open(os.path.join(ctx, "f"), "w") as f:
+        f.write("from-cli\n")
+    recipe = os.path.join(tmpdir_path, "Recipe")
+    with open(recipe, "w") as f:
+        f.write("FROM example.test/base:v1\nCOPY f /f\nRUN echo step-output; cat /f > /g\n")
+    env = dict(os.environ, REBUNO_SANDBOX_URL=d.url)
+    p = subprocess.run([BIN, "sandbox", "image", "build", "-f", recipe, ctx, "--ref",
+                        "example.test/cli:v1"], capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p
+    digest = p.stdout.decode().strip()
+    assert digest.startswith("sha256:") and b"step-output" in p.stderr and b"STEP 3/3" in p.stderr
+    assert d.ok("GET", "/v1/images/" + quote("example.test/cli:v1"))["digest"] == digest
+    with open(recipe, "w") as f:
+        f.write("FROM example.test/base:v1\nRUN exit 5\n")
+    p = subprocess.run([BIN, "sandbox", "image", "build", "-f", recipe, "--json"],
+                       capture_output=True, env=env, timeout=120)
+    assert p.returncode != 0
+    e = json.loads(p.stdout or p.stderr)
+    assert e["error"]["code"] == "build_failed", e
+    p = subprocess.run([BIN, "sandbox", "image", "build", ctx], capture_output=True, env=env)
+    assert p.returncode == 2 and b"-f RECIPE" in p.stderr, p
