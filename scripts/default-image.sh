@@ -38,11 +38,12 @@ if [ ! -s "$TAR" ]; then
     mkdir -p "$CACHE"
     t0=$(date +%s)
     echo "default-image.sh: building Debian bookworm with mmdebstrap into $TAR (once) ..." >&2
-    # --variant=apt: essential packages + apt; docs, man pages and apt lists are left out.
+    # --variant=apt: essential packages + apt; docs, man pages and apt lists are left out,
+    # and so are device nodes (no image layer may hold one: the sandbox gets its own /dev).
     mmdebstrap --variant=apt --include="$PKGS" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-        --aptopt='Acquire::Retries "3"' \
+        --aptopt='Acquire::Retries "3"' --skip=output/dev \
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
         --format=tar bookworm "$TAR.tmp" "$MIRROR" >&2
     mv "$TAR.tmp" "$TAR"
