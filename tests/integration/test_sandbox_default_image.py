@@ -36,3 +36,22 @@ def test_debian_default_image(make_sandboxd):
     assert u["home_dir"] == "/home/alice"
     r = d.run("deb", "bash", ["-c", "id -un; getent passwd alice | cut -d: -f6"], user="alice")
     assert r["stdout"] == "alice\n/home/alice\n", r
+    # a build on it: RUN changes /etc (useradd), USER runs as the new account, and the
+    # sandbox's own /etc/hostname is not part of any layer
+    st, job = d.request("POST", "/v1/images", {
+        "type": "build", "ref": "example.test/deb-tool:v1",
+        "recipe": "FROM docker.io/rebuno/default:latest\n"
+                  "RUN useradd -m -s /bin/bash bob && echo built > /home/bob/x\n"
+                  "USER bob\nWORKDIR /home/bob\nRUN id -un > who && python3 -c 'print(1)' >> who\n"})
+    assert st == 202, job
+    import time
+    deadline = time.time() + 300
+    while job["status"] == "building":
+        assert time.time() < deadline, job
+        time.sleep(0.2)
+        job = d.ok("GET", "/v1/images/builds/" + job["id"])
+    assert job["status"] == "done", job
+    d.create("deb-built", image="example.test/deb-tool:v1")
+    r = d.run("deb-built", "bash", ["-c", "cat x who; pwd; id -un; getent passwd bob | cut -d: -f7;"
+              " cat /etc/hostname"])
+    assert r["stdout"] == "built\nbob\n1\n/home/bob\nbob\n/bin/bash\ndeb-built\n", r

@@ -148,6 +148,8 @@ Test(buildfs, diff_has_whiteouts_opaque_dirs_and_shifted_owners, .init = setup, 
     mk("upper/etc");
     put_file("upper/etc/hostname", "box\n");
     put_file("upper/etc/hosts", "127.0.0.1 box\n");
+    mk("upper/etc2");
+    put_file("upper/etc2/hostname", "not the sandbox's own: kept\n");
     mk("upper/app");
     put_file("upper/app/new", "n\n");
     char p[256];
@@ -175,10 +177,18 @@ Test(buildfs, diff_has_whiteouts_opaque_dirs_and_shifted_owners, .init = setup, 
     cr_assert_str_eq(l, "app/ d 65534\n"
                         "app/.wh.gone f 0\n"
                         "app/new f 1000\n"
+                        "etc2/ d 65534\n"
+                        "etc2/hostname f 65534\n"
                         "link l 65534\n"
                         "opq/ d 65534\n"
                         "opq/.wh..wh..opq f 0\n");
-    cr_assert_eq(n, 6);
+    cr_assert_eq(n, 8);
+    /* with another change in /etc, /etc is kept but its own files are still left out */
+    put_file("upper/etc/passwd", "root:x:0:0::/root:/bin/sh\n");
+    cr_assert_eq(ftruncate(fd, 0), 0);
+    lseek(fd, 0, SEEK_SET);
+    cr_assert_eq(sbx_build_diff(up, base, fd, &n, &e), 0, "%s", e.msg);
+    cr_assert_not_null(strstr(listing(fd), "etc/ d 65534\netc/passwd f 65534\netc2/"));
     close(fd);
     close(up);
 }

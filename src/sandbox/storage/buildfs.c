@@ -209,7 +209,7 @@ static int walk(struct tw *w, int dirfd, const char *prefix, bool diff, int dept
         } else if (fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
             if (errno != ENOENT)
                 rc = err_internal(w->err, "cannot stat %s: %s", rel, strerror(errno));
-        } else if (diff && depth == 0 && excluded(rel)) {
+        } else if (diff && depth == 1 && excluded(rel)) {
             /* the sandbox's own files */
         } else if (S_ISDIR(st.st_mode)) {
             int fd = openat(dirfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
