@@ -243,3 +243,28 @@ def test_cli_image_build(make_sandboxd, tmpdir_path):
     assert e["error"]["code"] == "build_failed", e
     p = subprocess.run([BIN, "sandbox", "image", "build", ctx], capture_output=True, env=env)
     assert p.returncode == 2 and b"-f RECIPE" in p.stderr, p
+
+
+def test_a_build_interrupted_by_a_stop_leaves_nothing(make_sandboxd, tmpdir_path):
+    d = make_sandboxd().start()
+    base = base_image(d, tmpdir_path)
+    st, job = d.request("POST", "/v1/images", {"type": "build", "ref": "example.test/cut:v1",
+                                               "recipe": "FROM example.test/base:v1\n"
+                                                         "RUN echo a > /a\nRUN sleep 60\n"})
+    assert st == 202
+    deadline = time.time() + 60
+    while not any(s["name"].startswith("build-") and s["name"].endswith("-3")
+                  for s in d.ok("GET", "/v1/sandboxes")["sandboxes"]):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    assert d.stop() == 0  # the build fails (shutting down); the daemon exits cleanly
+    d.start()
+    assert d.ok("GET", "/v1/sandboxes")["sandboxes"] == []
+    assert [i["digest"] for i in d.ok("GET", "/v1/images")["images"]] == [base["digest"]]
+    st, _ = d.request("GET", "/v1/images/" + quote("example.test/cut:v1"))
+    assert st == 404
+    st, _ = d.request("GET", "/v1/images/builds/" + job["id"])
+    assert st == 404  # jobs live in memory
+    # the first RUN's layer is still cached
+    again = build(d, "FROM example.test/base:v1\nRUN echo a > /a\n")
+    assert again["steps"][1].get("cached"), again

@@ -423,7 +423,7 @@ static void work(void *arg)
             r->size_bytes = size;
             r->config_json = json_dumps(j->config, JSON_COMPACT);
             r->ref = j->final && j->ref[0] ? xstrdup(j->ref) : NULL;
-            r->source_type = xstrdup("build");
+            r->source_type = xstrdup(j->final ? "build" : "build-step");
             r->source_path = xstrdup(j->final ? (j->context[0] ? j->context : "") : j->id);
         }
         return;
@@ -1182,6 +1182,18 @@ void sbx_builds_register(struct sbxd *d)
     d->builds = bs;
     sbx_observe(d, &bs->obs);
     cache_open(d);
+    /* what builds interrupted by a stop or a crash left: their step sandboxes and the
+     * images of their steps so far (their layers stay for the cache) */
+    for (struct sbx *s = d->first, *next; s; s = next) {
+        next = s->next;
+        if (!json_is_string(json_object_get(s->metadata, "rebuno.build"))) continue;
+        struct err e = ERR_INIT;
+        log_info("build: removing the sandbox of an interrupted build", "sandbox=%s", s->name);
+        if (sbx_delete(s, &e) < 0)
+            log_warn("build: cannot delete a leftover sandbox", "sandbox=%s error=\"%s\"", s->name,
+                     e.msg);
+    }
+    sqlite3_exec(db(d), "DELETE FROM images WHERE source_type = 'build-step'", NULL, NULL, NULL);
     http_route(d->http, "GET", "/v1/images/builds/:id", h_get, d);
     http_route(d->http, "GET", "/v1/images/builds/:id/stream", h_stream, d);
 }
