@@ -268,3 +268,25 @@ def test_a_build_interrupted_by_a_stop_leaves_nothing(make_sandboxd, tmpdir_path
     # the first RUN's layer is still cached
     again = build(d, "FROM example.test/base:v1\nRUN echo a > /a\n")
     assert again["steps"][1].get("cached"), again
+
+
+def test_run_sandboxes_take_the_builds_network_policy(make_sandboxd, tmpdir_path):
+    d = make_sandboxd().start()
+    base_image(d, tmpdir_path)
+    st, job = d.request("POST", "/v1/images", {"type": "build", "network_policy": "bogus",
+                                               "recipe": "FROM example.test/base:v1\nRUN true\n"})
+    assert st == 202, job
+    while job["status"] == "building":
+        time.sleep(0.1)
+        job = d.ok("GET", "/v1/images/builds/" + job["id"])
+    assert job["status"] == "failed" and job["error"]["field"].startswith("network_policy"), job
+    assert d.ok("GET", "/v1/sandboxes")["sandboxes"] == []
+    job = build(d, "FROM example.test/base:v1\nRUN echo ok > /ok\n")  # default: deny-all
+    st, job2 = d.request("POST", "/v1/images", {"type": "build", "network_policy": "allow-all",
+                                                "recipe": "FROM example.test/base:v1\n"
+                                                          "RUN echo net > /net\n"})
+    assert st == 202
+    while job2["status"] == "building":
+        time.sleep(0.1)
+        job2 = d.ok("GET", "/v1/images/builds/" + job2["id"])
+    assert job2["status"] == "done", job2

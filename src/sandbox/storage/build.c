@@ -58,6 +58,7 @@ struct bjob {
     char context[1024];
     int ctx_fd;
     char from[800];
+    json_t *netpol; /* network_policy of the RUN sandboxes, or NULL (the default) */
     /* state: layers so far (bottom first), config, the cache key of the state */
     char (*layers)[SBX_OCI_DIGEST_LEN + 1];
     size_t nlayers;
@@ -335,6 +336,7 @@ static void job_finish(struct bjob *j)
             sbx_recipe_fini(&x->rec);
             free(x->layers);
             json_decref(x->config);
+            json_decref(x->netpol);
             json_decref(x->steps);
             json_decref(x->log);
             json_decref(x->image);
@@ -697,6 +699,7 @@ static void run_start(struct bjob *j)
     char img[80];
     snprintf(img, sizeof img, "sha256:%s", j->tmp_img);
     json_object_set_new(body, "image", json_string(img));
+    if (j->netpol) json_object_set(body, "network_policy", j->netpol);
     struct err e = ERR_INIT;
     struct sbx *s = sbx_create(j->d, body, &e);
     json_decref(body);
@@ -960,7 +963,7 @@ void sbx_build_post(struct sbxd *d, struct http_req *r, json_t *body)
 {
     struct sbx_builds *bs = builds_of(d);
     struct err err = ERR_INIT;
-    static const char *const known[] = {"type", "recipe", "context", "ref", NULL};
+    static const char *const known[] = {"type", "recipe", "context", "ref", "network_policy", NULL};
     const char *recipe = NULL, *ctx = NULL, *ref = NULL;
     struct sbx_oci_ref pr;
     struct sbx_recipe rec = {0};
@@ -1054,6 +1057,8 @@ void sbx_build_post(struct sbxd *d, struct http_req *r, json_t *body)
     if (ctx) snprintf(j->context, sizeof j->context, "%s", ctx);
     if (ref) snprintf(j->ref, sizeof j->ref, "%s", pr.canonical);
     snprintf(j->from, sizeof j->from, "%s", from);
+    json_t *np = json_object_get(body, "network_policy");
+    if (np && !json_is_null(np)) j->netpol = json_deep_copy(np); /* checked by each sbx_create */
     j->layers = xcalloc(nb + 1, sizeof *j->layers);
     for (size_t i = 0; i < nb; i++) /* bottom first */
         snprintf(j->layers[i], sizeof j->layers[i], "sha256:%.64s", blayers[nb - 1 - i]);
@@ -1159,6 +1164,7 @@ static void release(struct sbx_observer *o)
         sbx_recipe_fini(&j->rec);
         free(j->layers);
         json_decref(j->config);
+        json_decref(j->netpol);
         json_decref(j->steps);
         json_decref(j->log);
         json_decref(j->image);

@@ -2757,7 +2757,7 @@ class SandboxClient:
         return data, resp.status == 201
 
     async def build_image(self, recipe: str, context: str | os.PathLike[str] | None = None, *,
-                          ref: str | None = None,
+                          ref: str | None = None, network_policy: Any = None,
                           on_log: Callable[[str], Any] | None = None) -> dict[str, Any]:
         """Build an image from a Dockerfile-like ``recipe`` (the text: ``FROM``, ``RUN``,
         ``COPY``, ``ENV``, ``WORKDIR``, ``USER``) and return it (the image object of
@@ -2769,7 +2769,8 @@ class SandboxClient:
         sha256:...``). A failed build raises the ``SandboxApiError`` of its error (400
         ``build_failed`` with the step's exit code and output tail, 400
         ``validation_error`` for a bad recipe, 404 ``image_not_found`` for an unknown
-        ``FROM``); nothing of it is recorded."""
+        ``FROM``); nothing of it is recorded. ``network_policy`` (as for
+        ``create_sandbox``; default ``"deny-all"``) is that of every ``RUN``."""
         if not isinstance(recipe, str) or not recipe:
             raise TypeError("build_image() needs the recipe's text, e.g. 'FROM base:v1\\nRUN ...'")
         body: dict[str, Any] = {"type": "build", "recipe": recipe}
@@ -2777,6 +2778,8 @@ class SandboxClient:
             body["context"] = os.path.abspath(os.fspath(context))
         if ref is not None:
             body["ref"] = ref
+        if network_policy is not None:
+            body["network_policy"] = network_policy
         job = await self._api.json("POST", "/images", json=body)
         path = f"/images/builds/{quote(str(job['id']))}"
         final: dict[str, Any] | None = None

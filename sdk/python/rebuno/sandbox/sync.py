@@ -975,10 +975,12 @@ class SyncSandboxClient:
         return self._r.run(self._client.import_image(path, type=type, ref=ref))
 
     def build_image(self, recipe: str, context: Any = None, *, ref: str | None = None,
-                    on_log: Any = None) -> dict[str, Any]:
+                    network_policy: Any = None, on_log: Any = None) -> dict[str, Any]:
         """Build an image from a Dockerfile-like recipe; see
         :meth:`rebuno.sandbox.SandboxClient.build_image`."""
-        return self._r.run(self._client.build_image(recipe, context, ref=ref, on_log=on_log))
+        return self._r.run(self._client.build_image(recipe, context, ref=ref,
+                                                         network_policy=network_policy,
+                                                         on_log=on_log))
 
     def list_images(self) -> list[dict[str, Any]]:
         """The imported images."""
