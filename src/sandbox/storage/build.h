@@ -6,9 +6,10 @@
  *
  * All on the loop but the file work (buildfs.h, the layer store: a worker thread).
  * Each RUN runs in a sandbox of this daemon (sbx_create, sbx_cmd_start: the normal
- * isolation; the build's "network_policy", else deny-all) on an image of the layers so far; once it
- * exits 0, the sandbox is stopped and its upper tree's changes become one layer. COPY makes a layer
- * from the context folder without a sandbox; ENV, WORKDIR and USER change the config.
+ * isolation; the build's "network_policy", else deny-all) on an image of the layers so
+ * far; once it exits 0, the sandbox is stopped and its upper tree's changes become one
+ * layer. COPY makes a layer from the context folder without a sandbox; ENV, WORKDIR and
+ * USER change the config.
  * A step whose parent state and instruction are those of an earlier build reuses its
  * layer (the build_cache table). Only a complete image is ever recorded.
  */
