@@ -23,14 +23,14 @@ if out=$(make lint 2>&1); then passed=$((passed+1)); else echo "$out" | tail -n 
 # the daemons they start register their local tokens here, not in ~/.config
 XDG_CONFIG_HOME=$(mktemp -d /tmp/rebuno-test-config.XXXXXX); export XDG_CONFIG_HOME
 trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
-export REBUNO_BIN="$PWD/build/asan/rebuno"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 # the demo's Debian default image (test_sandbox_default_image.py): built once with mmdebstrap
 # from the Debian mirror (about two minutes on 2 cores), cached in /var/cache/rebuno after
 if [ "$(id -u)" = 0 ] && command -v mmdebstrap >/dev/null; then
   REBUNO_DEFAULT_IMAGE_TAR=$(bash scripts/default-image.sh --build-only) || echo "warning: the default image could not be built; its test is skipped"
   export REBUNO_DEFAULT_IMAGE_TAR
 fi
+export REBUNO_BIN="$PWD/build/asan/rebuno"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 run_pytest() {  # $1: test folder; adds its counts to the totals
   local out rc line p f e
   out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider "$1" 2>&1); rc=$?

@@ -260,9 +260,7 @@ int cmd_sandbox_snap(int argc, char **argv)
 static void usage_image(FILE *f)
 {
     fprintf(f,
-            "usage: rebuno sandbox image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
-            "           from a Dockerfile-like recipe (rebuno sandbox image build -h)\n"
-            "       rebuno sandbox image import PATH [--type T] [--ref NAME:TAG]\n"
+            "usage: rebuno sandbox image import PATH [--type T] [--ref NAME:TAG]\n"
             "           an image from this host, cached by digest. T: oci-layout (an OCI image\n"
             "           layout folder, or a tar of one), docker-archive (a `docker save` tar),\n"
             "           dir or tarball (a folder or tarball as one layer). Default: a folder\n"
@@ -274,6 +272,8 @@ static void usage_image(FILE *f)
             "       rebuno sandbox image rm REF        delete one (refused while a sandbox or a\n"
             "                                          snapshot uses it); its unshared layers go\n"
             "       rebuno sandbox image gc            remove layers no image uses\n"
+            "       rebuno sandbox image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
+            "                                          from a Dockerfile-like recipe (-h: more)\n"
             "then: rebuno sandbox create NAME --image REF\n");
 }
 

@@ -70,11 +70,11 @@ static void usage(FILE *f)
             "  stop|pause|resume|rm NAME\n"
             "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
             "                           snapshots and forks (rebuno sandbox snapshot -h)\n"
-            "  image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
-            "                           build an image from a Dockerfile-like recipe\n"
             "  image import PATH | image ls | image get REF | image rm REF | image gc\n"
             "                           self-contained images: OCI layouts, docker archives,\n"
-            "                           host folders or tarballs (rebuno sandbox image -h)\n\n"
+            "                           host folders or tarballs (rebuno sandbox image -h)\n"
+            "  image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
+            "                           build an image from a Dockerfile-like recipe\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n"
             "token: $REBUNO_SANDBOX_TOKEN, else sandboxd's local token (found for its user)\n"
             "with --json a failure prints {\"error\":{...}} on one line of stderr\n",
@@ -637,11 +637,11 @@ out:
 int cmd_sandbox(int argc, char **argv)
 {
     int ai = cli_find_action(argc, argv); /* snapshots and forks: cmd_drive.c */
+    if (ai > 0 && ai + 1 < argc && !strcmp(argv[ai], "image") && !strcmp(argv[ai + 1], "build"))
+        return cmd_sandbox_image_build(argc, argv); /* cmd_image_build.c */
     if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
                    !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
         return cmd_sandbox_snap(argc, argv);
-    if (ai > 0 && ai + 1 < argc && !strcmp(argv[ai], "image") && !strcmp(argv[ai + 1], "build"))
-        return cmd_sandbox_image_build(argc, argv); /* cmd_image_build.c */
     if (ai > 0 && (!strcmp(argv[ai], "image") || !strcmp(argv[ai], "images") ||
                    !strcmp(argv[ai], "image-rm")))
         return cmd_sandbox_image(argc, argv);

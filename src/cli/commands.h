@@ -8,9 +8,9 @@ int cmd_exec(int argc, char **argv);
 int cmd_approval(int argc, char **argv);
 int cmd_sandboxd(int argc, char **argv); /* sandboxd */
 int cmd_sandbox(int argc, char **argv);  /* sandbox */
+int cmd_sandbox_image_build(int argc, char **argv); /* sandbox image build: cmd_image_build.c */
 int cmd_sandbox_snap(int argc, char **argv); /* sandbox snapshot|snapshots|snapshot-rm|fork */
 int cmd_sandbox_image(int argc, char **argv); /* sandbox image import|images|image-rm */
-int cmd_sandbox_image_build(int argc, char **argv); /* sandbox image build: cmd_image_build.c */
 int cmd_drive(int argc, char **argv);        /* drive: cmd_drive.c */
 int cmd_egress_proxy(int argc, char **argv); /* src/proxy/cmd_egress_proxy.c; hidden, for tests */
 

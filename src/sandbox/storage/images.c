@@ -798,13 +798,13 @@ static void h_import(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     json_t *body;
     if (!sbx_api_body(r, false, &body)) return;
-    struct err err = ERR_INIT;
-    const char *kind = json_string_value(json_object_get(body, "type"));
-    if (kind && !strcmp(kind, "build")) { /* from a recipe: build.c */
-        sbx_build_post(d, r, body);
+    if (json_is_string(json_object_get(body, "type")) &&
+        !strcmp(json_string_value(json_object_get(body, "type")), "build")) {
+        sbx_build_post(d, r, body); /* from a recipe: build.c */
         json_decref(body);
         return;
     }
+    struct err err = ERR_INIT;
     static const char *const known[] = {"type", "path", "ref", NULL};
     const char *type = NULL, *path = NULL, *ref = NULL;
     struct sbx_oci_ref pr;
