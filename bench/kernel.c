@@ -16,6 +16,11 @@
  *   - health under slowloris: GET /v0/health latency, each on a fresh connection, while
  *     4,200 connections drip a byte of a request head every 5 s each (issue 13's load).
  *
+ * With --store postgres (issue 15) it instead starts a real PostgreSQL (initdb + pg_ctl in
+ * a temporary folder, fsync on, as nobody when run as root) and prints: a naive loop of one
+ * durable PostgreSQL transaction per write, 32 agents on SQLite, and 32 agents spread over
+ * 1, 2 and 3 kernel replicas on that PostgreSQL, with the ratios the issue aims at.
+ *
  * The simulated agents are one epoll loop over N non-blocking sockets (one
  * connection, one execution and one dispatch per agent) so the client spends as
  * little of the machine's CPU as possible; every agent has at most one request in
@@ -31,6 +36,8 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <libpq-fe.h>
+#include <pwd.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -86,6 +93,7 @@ struct opts {
     const char *tmp; /* parent of the temporary folders */
     double slow_seconds; /* slowloris load */
     bool quick, no_replay, no_baseline, no_slowloris, verbose;
+    bool postgres; /* --store postgres */
 };
 
 static struct opts O;
@@ -104,6 +112,12 @@ struct kproc {
 static struct kproc *live[MAX_LIVE];
 static char tmp_dirs[MAX_LIVE][PATH_MAX];
 static volatile sig_atomic_t interrupted;
+/* --store postgres: the server we started (stopped by cleanup) and the --store URI the
+ * next kernels get */
+static char pg_dir[PATH_MAX], pg_bindir[PATH_MAX];
+static int pg_port;
+static char kernel_store_uri[2 * PATH_MAX];
+static void pg_stop(void);
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -133,6 +147,7 @@ static void kill_wait(pid_t pid, double grace)
 
 static void cleanup(void)
 {
+    pg_stop();
     for (int i = 0; i < MAX_LIVE; i++) {
         if (live[i]) {
             kill_wait(live[i]->pid, 5.0);
@@ -565,9 +580,12 @@ static void kernel_start(struct kproc *k, const char *config_yaml)
     snprintf(listen_addr, sizeof listen_addr, "127.0.0.1:%d", k->port);
     /* --sandboxes off: the kernel alone (as root, dev would also start sandboxd, which
      * costs CPU here and, killed with SIGKILL, could leave its store mounted) */
-    char *argv[] = {(char *)O.bin,  "dev",         "--listen",  listen_addr, "--state-dir",
-                    state,          "--sandboxes", "off",       "--log-level", "warn",
-                    cfg[0] ? "--config" : NULL,    cfg,         NULL};
+    char *argv[16] = {(char *)O.bin,  "dev",         "--listen",  listen_addr, "--state-dir",
+                      state,          "--sandboxes", "off",       "--log-level", "warn"};
+    int ac = 10;
+    if (kernel_store_uri[0]) argv[ac++] = "--store", argv[ac++] = kernel_store_uri;
+    if (cfg[0]) argv[ac++] = "--config", argv[ac++] = cfg;
+    argv[ac] = NULL;
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
@@ -1330,6 +1348,9 @@ static void usage(FILE *f)
         "  --slowloris-seconds S health probes under slowloris this long (default 15: past the\n"
         "                        10 s head deadline; --quick: 5)\n"
         "  --no-baseline, --no-replay, --no-slowloris  skip those parts\n"
+        "  --store postgres      instead: a real PostgreSQL (started here), a naive loop of one\n"
+        "                        durable transaction per write, 32 agents on SQLite and on 1, 2\n"
+        "                        and 3 kernel replicas sharing the PostgreSQL\n"
         "  --verbose             print each kernel's pid, port and state folder (to attach a "
         "profiler)\n",
         MAX_AGENTS);
@@ -1372,6 +1393,12 @@ static void parse_args(int argc, char **argv)
             O.verbose = true;
         } else if (!strcmp(a, "--no-baseline")) {
             O.no_baseline = true;
+        } else if (!strcmp(a, "--store") && v) {
+            if (strcmp(v, "postgres") && strcmp(v, "sqlite")) {
+                fprintf(stderr, "bench/kernel: --store is sqlite or postgres\n");
+                exit(2);
+            }
+            O.postgres = !strcmp(v, "postgres"), i++;
         } else if (!strcmp(a, "--no-slowloris")) {
             O.no_slowloris = true;
         } else if (!strcmp(a, "--slowloris-seconds")) {
@@ -1432,6 +1459,8 @@ static const char *fs_note(void)
     return "";
 }
 
+static int run_postgres(void);
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -1443,6 +1472,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (O.postgres) return run_postgres();
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char n1[32], n2[32], n3[32];
@@ -1576,5 +1606,322 @@ int main(int argc, char **argv)
         printf("bench.kernel.slowloris_health_p50_ms=%.3f\n", slow.p50_ms);
         printf("bench.kernel.slowloris_health_p99_ms=%.3f\n", slow.p99_ms);
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ PostgreSQL (--store postgres) */
+
+#define PG_AIM_VS_NAIVE 3.0   /* 1 replica >= 3x the naive loop in durable writes/s */
+#define PG_AIM_SCALE 0.9      /* 2 replicas >= 0.9x one replica's round trips/s */
+#define PG_AIM_CPU 1.2        /* kernel CPU per round trip within 20% of one replica's */
+#define PG_MAX_REPLICAS 3
+
+static uid_t pg_uid;
+static gid_t pg_gid;
+static bool pg_as_other;
+
+/* Run a PostgreSQL program as the server's user; dies unless it exits 0. */
+static void pg_run(char *const argv[])
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        char log[PATH_MAX + 16];
+        snprintf(log, sizeof log, "%s/tools.log", pg_dir);
+        if (pg_as_other && (setgid(pg_gid) < 0 || setuid(pg_uid) < 0)) _exit(126);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        if (chdir(pg_dir) < 0) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char log[PATH_MAX + 16];
+        snprintf(log, sizeof log, "%s/tools.log", pg_dir);
+        print_log_tail(log);
+        die("%s failed", argv[0]);
+    }
+}
+
+static void pg_stop(void)
+{
+    if (!pg_dir[0]) return;
+    if (pg_port) {
+        char ctl[PATH_MAX + 16], data[PATH_MAX + 16];
+        snprintf(ctl, sizeof ctl, "%s/pg_ctl", pg_bindir);
+        snprintf(data, sizeof data, "%s/data", pg_dir);
+        char *argv[] = {ctl, "-D", data, "-m", "immediate", "-w", "stop", NULL};
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (pg_as_other && (setgid(pg_gid) < 0 || setuid(pg_uid) < 0)) _exit(126);
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+            execv(ctl, argv);
+            _exit(127);
+        }
+        if (pid > 0) waitpid(pid, NULL, 0);
+        pg_port = 0;
+    }
+    rm_rf(pg_dir);
+    pg_dir[0] = '\0';
+}
+
+static void pg_start(void)
+{
+    const char *cands[] = {"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin",
+                           "/usr/lib/postgresql/15/bin", NULL};
+    for (int i = 0; cands[i] && !pg_bindir[0]; i++) {
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s/initdb", cands[i]);
+        if (access(p, X_OK) == 0) snprintf(pg_bindir, sizeof pg_bindir, "%s", cands[i]);
+    }
+    if (!pg_bindir[0]) die("PostgreSQL is not installed (apt-get install postgresql-15; scripts/deps.sh)");
+    make_tmp(pg_dir, sizeof pg_dir, "pg");
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("nobody");
+        if (!pw) die("run as root, the benchmark starts PostgreSQL as nobody, who does not exist here");
+        pg_uid = pw->pw_uid, pg_gid = pw->pw_gid, pg_as_other = true;
+        if (chown(pg_dir, pg_uid, pg_gid) < 0) die("chown %s: %s", pg_dir, strerror(errno));
+    }
+    char initdb[PATH_MAX + 16], ctl[PATH_MAX + 16], data[PATH_MAX + 16], log[PATH_MAX + 16], opts[PATH_MAX + 128];
+    snprintf(initdb, sizeof initdb, "%s/initdb", pg_bindir);
+    snprintf(ctl, sizeof ctl, "%s/pg_ctl", pg_bindir);
+    snprintf(data, sizeof data, "%s/data", pg_dir);
+    snprintf(log, sizeof log, "%s/pg.log", pg_dir);
+    char *iargv[] = {initdb, "-D", data, "-U", "rebuno", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust", NULL};
+    pg_run(iargv);
+    int port = free_port();
+    /* defaults kept where they matter: fsync=on, synchronous_commit=on, full_page_writes=on */
+    snprintf(opts, sizeof opts, "-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=100", port, pg_dir);
+    char *sargv[] = {ctl, "-D", data, "-l", log, "-o", opts, "-w", "-t", "60", "start", NULL};
+    pg_run(sargv);
+    pg_port = port;
+}
+
+static PGconn *pg_connect(const char *schema)
+{
+    char uri[2 * PATH_MAX];
+    snprintf(uri, sizeof uri, "postgres://rebuno@/postgres?host=%s&port=%d%s%s", pg_dir, pg_port,
+             schema ? "&options=-csearch_path%3D" : "", schema ? schema : "");
+    PGconn *c = PQconnectdb(uri);
+    if (PQstatus(c) != CONNECTION_OK) die("cannot connect to the benchmark's PostgreSQL: %s", PQerrorMessage(c));
+    PQclear(PQexec(c, "SET client_min_messages = warning")); /* no NOTICE per dropped table */
+    return c;
+}
+
+static void pg_exec(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) die("postgres: %s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+}
+
+/* The naive loop: one INSERT per autocommit (durable) transaction, over the Unix socket
+ * like the kernels. */
+static struct baseline run_pg_naive(double seconds)
+{
+    PGconn *c = pg_connect(NULL);
+    pg_exec(c, "CREATE TABLE naive(id BIGSERIAL PRIMARY KEY, payload TEXT NOT NULL)");
+    PGresult *r = PQprepare(c, "ins", "INSERT INTO naive(payload) VALUES ($1)", 1, NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres prepare: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    struct samples lat = {0};
+    struct baseline b = {0};
+    char payload[256];
+    int64_t t_measure = now_ns() + 200000000, t_end = t_measure + (int64_t)(seconds * 1e9);
+    for (long long i = 0;; i++) {
+        check_interrupted();
+        snprintf(payload, sizeof payload,
+                 "{\"execution_id\":\"0192f1a0-7b3c-7e21-9a0c-5d1e2f3a4b5c\",\"seq\":%lld,"
+                 "\"type\":\"step.succeeded\",\"payload\":{\"i\":%lld}}", i, i);
+        int64_t t0 = now_ns();
+        if (t0 >= t_end) break;
+        const char *v[] = {payload};
+        r = PQexecPrepared(c, "ins", 1, v, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres insert: %s", PQresultErrorMessage(r));
+        PQclear(r);
+        int64_t t1 = now_ns();
+        if (t0 >= t_measure) {
+            b.tx++;
+            samples_add(&lat, t1 - t0);
+        }
+    }
+    b.tx_per_s = (double)b.tx / seconds;
+    b.p50_us = (double)pct(&lat, 0.50) / 1e3;
+    b.p99_us = (double)pct(&lat, 0.99) / 1e3;
+    samples_free(&lat);
+    pg_exec(c, "DROP TABLE naive");
+    PQfinish(c);
+    return b;
+}
+
+static long long pg_count_succeeded(const char *schema)
+{
+    PGconn *c = pg_connect(schema);
+    PGresult *r = PQexec(c, "SELECT count(*) FROM steps WHERE status='succeeded'");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) die("postgres count: %s", PQresultErrorMessage(r));
+    long long n = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(c);
+    return n;
+}
+
+/* n agents spread over `replicas` kernels sharing one schema; CPU summed over the kernels. */
+static struct level_result run_pg_level(int n, int replicas)
+{
+    struct level_result lr = {.agents = n};
+    char schema[32];
+    snprintf(schema, sizeof schema, "bench_r%d_%d", replicas, n);
+    PGconn *admin = pg_connect(NULL);
+    char sql[96];
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", schema);
+    pg_exec(admin, sql);
+    /* over the server's Unix socket, as a kernel on the database's host would connect */
+    snprintf(kernel_store_uri, sizeof kernel_store_uri,
+             "postgres://rebuno@/postgres?host=%s&port=%d&options=-csearch_path%%3D%s", pg_dir, pg_port, schema);
+    struct kproc k[PG_MAX_REPLICAS];
+    for (int i = 0; i < replicas; i++) kernel_start(&k[i], NULL);
+    kernel_store_uri[0] = '\0';
+    struct agent *ag = xcalloc((size_t)n, sizeof *ag);
+    for (int i = 0; i < n; i++) {
+        struct agent *a = &ag[i];
+        conn_open(&a->c, k[i % replicas].port);
+        snprintf(a->name, sizeof a->name, "a%d", i + 1);
+        agent_register(a, a->name);
+        char *id = create_exec(&a->c, a->name);
+        json_t *cl = agent_claim(a, a->name, 0);
+        if (!cl) die("claim for %s found no work", a->name);
+        agent_dispatch(a, cl);
+        json_decref(cl);
+        free(id);
+        a->next = 0;
+        a->stride = 1;
+        a->limit = -1;
+    }
+    struct run_stats rs = {0};
+    int64_t t_measure = now_ns() + (int64_t)(O.warmup * 1e9);
+    int64_t t_end = t_measure + (int64_t)(O.seconds * 1e9);
+    double kcpu0 = 0, kcpu = 0, ccpu0 = self_cpu_s();
+    for (int i = 0; i < replicas; i++) kcpu0 += proc_cpu_s(k[i].pid);
+    run_agents(ag, n, t_measure, t_end, &rs);
+    for (int i = 0; i < replicas; i++) kcpu += proc_cpu_s(k[i].pid);
+    kcpu -= kcpu0;
+    double ccpu = self_cpu_s() - ccpu0;
+    lr.rt_per_s = (double)rs.rts_in_window / O.seconds;
+    lr.rt_p50_ms = (double)pct(&rs.rt, 0.50) / 1e6;
+    lr.rt_p99_ms = (double)pct(&rs.rt, 0.99) / 1e6;
+    lr.submit_p50_ms = (double)pct(&rs.submit, 0.50) / 1e6;
+    lr.submit_p99_ms = (double)pct(&rs.submit, 0.99) / 1e6;
+    lr.complete_p50_ms = (double)pct(&rs.complete, 0.50) / 1e6;
+    lr.complete_p99_ms = (double)pct(&rs.complete, 0.99) / 1e6;
+    if (rs.acked) {
+        lr.kernel_cpu_us_per_rt = kcpu * 1e6 / (double)rs.acked;
+        lr.client_cpu_us_per_rt = ccpu * 1e6 / (double)rs.acked;
+    }
+    lr.acked = rs.acked;
+    for (int i = 0; i < replicas; i++) kernel_stop(&k[i], true);
+    lr.found = pg_count_succeeded(schema);
+    for (int i = 0; i < n; i++) conn_close(&ag[i].c);
+    free(ag);
+    samples_free(&rs.rt);
+    samples_free(&rs.submit);
+    samples_free(&rs.complete);
+    for (int i = 0; i < replicas; i++) kernel_remove(&k[i]);
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", schema);
+    pg_exec(admin, sql);
+    PQfinish(admin);
+    if (lr.found < lr.acked)
+        die("durability: %lld step completions were acknowledged but only %lld are in PostgreSQL after kill -9",
+            lr.acked, lr.found);
+    return lr;
+}
+
+static void print_level(const char *label, const struct level_result *r, double naive)
+{
+    char n1[32], vs[32] = "-";
+    if (naive > 0) snprintf(vs, sizeof vs, "%.2fx", WRITES_PER_RT * r->rt_per_s / naive);
+    printf("%-22s %13s  %14s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %10.0f %6.0f\n", label,
+           commas(r->rt_per_s, n1, sizeof n1), vs, r->rt_p50_ms, r->rt_p99_ms, r->submit_p50_ms, r->submit_p99_ms,
+           r->complete_p50_ms, r->complete_p99_ms, r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt);
+}
+
+static int run_postgres(void)
+{
+    const int agents = 32;
+    char n1[32], n2[32], n3[32];
+    pg_start();
+    printf("rebuno kernel benchmark, PostgreSQL store (%ld cores shared by the database, the replicas "
+           "and the client;\n  PostgreSQL from %s, fsync=on, synchronous_commit=on, data in %s%s)\n",
+           sysconf(_SC_NPROCESSORS_ONLN), pg_bindir, pg_dir, fs_note());
+    printf("round trip = POST .../steps (proceed) + POST .../steps/{id}/complete (recorded); %d agents, "
+           "%.2g s warm-up, %.3g s measured\n\n", agents, O.warmup, O.seconds);
+    struct baseline naive = run_pg_naive(O.baseline_seconds);
+    printf("naive: PostgreSQL, 1 durable tx per write ...... %s tx/s  (p50 %.0f us, p99 %.0f us)\n\n",
+           commas(naive.tx_per_s, n1, sizeof n1), naive.p50_us, naive.p99_us);
+    printf("%-22s %13s  %14s  %6s  %6s  %18s  %19s  %17s\n", "store", "round-trips/s", "writes vs naive",
+           "p50 ms", "p99 ms", "submit p50/p99 ms", "complete p50/p99 ms", "cpu us/rt kernel client");
+    struct level_result sq = run_level(agents);
+    print_level("SQLite, 1 kernel", &sq, naive.tx_per_s);
+    struct level_result pr[PG_MAX_REPLICAS];
+    for (int r = 1; r <= PG_MAX_REPLICAS; r++) {
+        pr[r - 1] = run_pg_level(agents, r);
+        char label[48];
+        snprintf(label, sizeof label, "PostgreSQL, %d replica%s", r, r > 1 ? "s" : "");
+        print_level(label, &pr[r - 1], naive.tx_per_s);
+    }
+    double vs_naive = WRITES_PER_RT * pr[0].rt_per_s / naive.tx_per_s;
+    double scale2 = pr[1].rt_per_s / pr[0].rt_per_s, scale3 = pr[2].rt_per_s / pr[0].rt_per_s;
+    double cpu2 = pr[1].kernel_cpu_us_per_rt / pr[0].kernel_cpu_us_per_rt;
+    double cpu3 = pr[2].kernel_cpu_us_per_rt / pr[0].kernel_cpu_us_per_rt;
+    printf("\naims (issue 15):\n");
+    printf("  1 replica durable writes/s >= %.0fx the naive loop -> %.2fx (%s)\n", PG_AIM_VS_NAIVE, vs_naive,
+           vs_naive >= PG_AIM_VS_NAIVE ? "met" : "MISSED");
+    printf("  2 replicas round trips/s >= %.1fx one replica's -> %.2fx (%s); 3 replicas: %.2fx\n", PG_AIM_SCALE,
+           scale2, scale2 >= PG_AIM_SCALE ? "met" : "MISSED", scale3);
+    printf("  2 replicas kernel CPU per round trip within 20%% of one replica's -> %.2fx (%s); 3 replicas: "
+           "%.2fx\n", cpu2, cpu2 <= PG_AIM_CPU ? "met" : "MISSED", cpu3);
+    printf("  PostgreSQL 1 replica vs SQLite round trips/s: %.2fx\n", pr[0].rt_per_s / sq.rt_per_s);
+    struct replay_result small = {0}, big = {0}, big_start = {0}, big_end = {0};
+    double build_s = 0, build_rate = 0;
+    if (!O.no_replay) { /* the replay lookups of the SQLite run, on one replica */
+        PGconn *admin = pg_connect(NULL);
+        pg_exec(admin, "CREATE SCHEMA bench_replay");
+        snprintf(kernel_store_uri, sizeof kernel_store_uri,
+                 "postgres://rebuno@/postgres?host=%s&port=%d&options=-csearch_path%%3Dbench_replay", pg_dir,
+                 pg_port);
+        run_replay(&small, &big, &big_start, &big_end, &build_s, &build_rate);
+        kernel_store_uri[0] = '\0';
+        pg_exec(admin, "DROP SCHEMA bench_replay CASCADE");
+        PQfinish(admin);
+        double r50 = small.p50_us > 0 ? big.p50_us / small.p50_us : 0;
+        double r99 = small.p99_us > 0 ? big.p99_us / small.p99_us : 0;
+        printf("  replay lookups flat in history length: %s events p50 %.0f us p99 %.0f us vs %s events "
+               "p50 %.0f us p99 %.0f us -> %.2fx / %.2fx (aim ~1x; the history was built at %s rt/s)\n",
+               commas((double)big.events, n1, sizeof n1), big.p50_us, big.p99_us,
+               commas((double)small.events, n2, sizeof n2), small.p50_us, small.p99_us, r50, r99,
+               commas(build_rate, n3, sizeof n3));
+        printf("bench.pg.replay_p50_ratio=%.3f\n", r50);
+    }
+    printf("durability: after each run every kernel was killed with SIGKILL; acknowledged / found: SQLite %s/%s",
+           commas((double)sq.acked, n1, sizeof n1), commas((double)sq.found, n2, sizeof n2));
+    for (int r = 0; r < PG_MAX_REPLICAS; r++)
+        printf(", %d replica%s %s/%s", r + 1, r ? "s" : "", commas((double)pr[r].acked, n1, sizeof n1),
+               commas((double)pr[r].found, n2, sizeof n2));
+    printf(" (all present)\n\n");
+    printf("bench.pg.naive_tx_per_s=%.0f\n", naive.tx_per_s);
+    printf("bench.sqlite.rt_per_s.agents32=%.0f\n", sq.rt_per_s);
+    for (int r = 0; r < PG_MAX_REPLICAS; r++) {
+        printf("bench.pg.rt_per_s.replicas%d=%.0f\n", r + 1, pr[r].rt_per_s);
+        printf("bench.pg.cpu_us_per_rt.replicas%d=%.1f\n", r + 1, pr[r].kernel_cpu_us_per_rt);
+        printf("bench.pg.rt_p99_ms.replicas%d=%.3f\n", r + 1, pr[r].rt_p99_ms);
+    }
+    printf("bench.pg.writes_vs_naive.replicas1=%.3f\n", vs_naive);
+    printf("bench.pg.scale.replicas2=%.3f\n", scale2);
+    printf("bench.pg.cpu_ratio.replicas2=%.3f\n", cpu2);
+    pg_stop();
     return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/run.sh - run the benchmarks (what `make bench` does after building): the kernel,
-# then the sandboxes (as root) and the egress proxy.
+# then the sandboxes (as root), the egress proxy and image pulls (as root).
 #
 #   bash bench/run.sh [build/bench/kernel options]     e.g. --quick, --seconds 5, --agents 1,32
 #   BENCH_ARGS="--quick" make bench
@@ -46,4 +46,21 @@ if [[ -x build/bench/proxy ]]; then
     echo "bench/run.sh: report saved to build/bench/proxy.txt"
 else
     echo "bench/run.sh: skipped the proxy benchmark (build/bench/proxy is missing)"
+fi
+
+# Image pulls (issue 14): a loopback docker-registry, skopeo beside sandboxd's pull.
+if [[ $(id -u) -eq 0 && -x /usr/bin/docker-registry && -x /usr/bin/skopeo ]]; then
+    /usr/bin/python3 bench/image_pull.py --runs 3 | tee build/bench/image_pull.txt
+    echo "bench/run.sh: report saved to build/bench/image_pull.txt"
+else
+    echo "bench/run.sh: skipped the image pull benchmark (needs root, docker-registry, skopeo)"
+fi
+
+# The Vercel-compatible endpoint through the official SDK beside the /v1 Python client
+# (root, node; the SDK is installed by npm ci in tests/compat/vercel when missing).
+if [[ $(id -u) -eq 0 ]] && command -v node >/dev/null && command -v npm >/dev/null; then
+    bash bench/vercel_compat.sh | tee build/bench/vercel_compat.txt
+    echo "bench/run.sh: report saved to build/bench/vercel_compat.txt"
+else
+    echo "bench/run.sh: skipped the Vercel-compatible endpoint benchmark (needs root and node)"
 fi

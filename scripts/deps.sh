@@ -6,11 +6,20 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
       libyaml-dev libsqlite3-dev libssl-dev libseccomp-dev libcap-dev libcurl4-openssl-dev libarchive-dev
       libcriterion-dev python3 python3-pytest python3-pip python3-venv python3-httpx
       sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
-      btrfs-progs tmux curl cppcheck umoci skopeo busybox-static zstd)
+      btrfs-progs tmux curl cppcheck umoci skopeo busybox-static zstd docker-registry
+      libpq-dev postgresql-15)
 # libarchive-dev: unpacking image layers (tar, gzip, zstd). umoci, skopeo, busybox-static, zstd:
 # self-contained test images (a static shell, zstd layers, docker archives).
+# docker-registry: the real OCI registry the pull tests and bench/image_pull.py start on
+# loopback (own config, storage and free port; its packaged service is not used).
 # python3-pip/python3-venv: the SDK's offline `pip install ./sdk/python` test;
+# libpq-dev: the PostgreSQL store (store: postgres://...); postgresql-15: the real server its tests
+# start (initdb + pg_ctl in a temp folder), never a system service.
 # python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
+# nodejs/npm: the @vercel/sandbox conformance tests (tests/compat/vercel, npm ci from the
+# registry). Only when there is no node at all: a newer one (the SDK wants >= 20.18.1,
+# Debian 12 has 18) is left alone, and with an older one those tests skip, saying why.
+command -v node >/dev/null || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

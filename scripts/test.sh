@@ -31,17 +31,22 @@ if [ "$(id -u)" = 0 ] && command -v mmdebstrap >/dev/null; then
 fi
 export REBUNO_BIN="$PWD/build/asan/rebuno"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
-run_pytest() {  # $1: test folder; adds its counts to the totals
+run_pytest() {  # $@: test folders or files; adds their counts to the totals
   local out rc line p f e
-  out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider "$1" 2>&1); rc=$?
-  echo "== $1"; echo "$out" | tail -n 60
+  out=$(/usr/bin/python3 -m pytest -q -p no:cacheprovider "$@" 2>&1); rc=$?
+  echo "== ${REBUNO_TEST_STORE:-sqlite}: $*"; echo "$out" | tail -n 60
   line=$(echo "$out" | grep -E "[0-9]+ (passed|failed)|no tests ran" | tail -n1)
   count() { echo "$line" | grep -oE "[0-9]+ $1" | grep -oE "[0-9]+" | head -n1; }
   p=$(count passed); f=$(count failed); e=$(count error)
   passed=$((passed+${p:-0})); failed=$((failed+${f:-0}+${e:-0}))
   if [ $rc -ne 0 ] && [ -z "$f" ] && [ -z "$e" ]; then failed=$((failed+1)); fi
 }
-run_pytest tests/integration   # the kernel, CLI, sandboxes, proxy
+run_pytest tests/integration   # the kernel, CLI, sandboxes, proxy (SQLite store)
+# the core kernel tests again on the PostgreSQL store (a real server they start: pgserver.py);
+# test_multi_replica.py, in the run above, always uses PostgreSQL
+REBUNO_TEST_STORE=postgres run_pytest tests/integration/test_steps.py tests/integration/test_events.py \
+  tests/integration/test_approvals.py tests/integration/test_sessions_forks.py \
+  tests/integration/test_durability.py tests/integration/test_validation.py
 run_pytest sdk/python/tests    # the Python SDK against the kernel
 run_pytest examples/coding-agent/tests   # the demo's forge and scripted model
 

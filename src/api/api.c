@@ -78,6 +78,8 @@ struct api {
     struct kernel *k;
     struct store *st;
     struct event *flush_ev, *sweep_ev;
+    struct event *watch_ev; /* changes other replicas committed (store_watch_fd) */
+    int watch_fd;
     int batch_ops;
     struct held_reply *held, **held_tail;
     struct waiter *waiters;
@@ -131,17 +133,37 @@ static int op_begin(struct api *a, struct err *err)
 {
     if (!store_in_tx(a->st)) {
         int r = store_begin(a->st);
-        if (r < 0) return err_internal(err, "storage unavailable: %s", store_errmsg(a->st));
+        if (r < 0)
+            return err_set(err, 503, "storage_unavailable", "", "storage unavailable: %s; retry shortly",
+                           store_errmsg(a->st));
         event_active(a->flush_ev, 0, 0);
     }
-    if (store_op_begin(a->st) < 0) return err_internal(err, "storage error: %s", store_errmsg(a->st));
+    if (store_op_begin(a->st) < 0)
+        return err_set(err, 503, "storage_unavailable", "", "storage error: %s; retry shortly", store_errmsg(a->st));
     return 0;
 }
 
-static void op_end(struct api *a, bool ok)
+/* End the operation; false when it succeeded but the store could not keep it (it was
+ * rolled back) and err says why. The PostgreSQL store reports a late failure of an
+ * operation's queued writes by failing the batch's commit instead. */
+static bool op_end(struct api *a, bool ok, struct err *err)
 {
-    if (store_op_end(a->st, ok) < 0) log_error("savepoint failed", "error=\"%s\"", store_errmsg(a->st));
+    int r = store_op_end(a->st, ok);
+    bool done = true;
+    if (r < 0) {
+        log_error("savepoint failed", "error=\"%s\"", store_errmsg(a->st));
+        if (ok) {
+            done = false;
+            *err = (struct err)ERR_INIT;
+            if (r == -ENOTCONN || r == -EAGAIN)
+                err_set(err, 503, r == -EAGAIN ? "storage_conflict" : "storage_unavailable", "",
+                        "storage error: %s; retry shortly", store_errmsg(a->st));
+            else
+                err_internal(err, "storage error: %s", store_errmsg(a->st));
+        }
+    }
     if (++a->batch_ops >= MAX_BATCH) flush(a);
+    return done;
 }
 
 static void wake_agent(struct api *a, const char *agent);
@@ -152,7 +174,7 @@ static void flush(struct api *a)
     int r = store_commit(a->st);
     bool ok = r == 0;
     if (!ok) {
-        log_error("commit failed; replying 500 to the batch", "error=\"%s\" ops=%d", store_errmsg(a->st), a->batch_ops);
+        log_error("commit failed; replying 503 to the batch", "error=\"%s\" ops=%d", store_errmsg(a->st), a->batch_ops);
         store_rollback(a->st);
     }
     a->batch_ops = 0;
@@ -165,7 +187,11 @@ static void flush(struct api *a)
             http_req_on_close(h->req, NULL, NULL);
             if (!ok) {
                 json_decref(h->body);
-                http_reply_error(h->req, 500, "internal_error", "", "the write could not be made durable; nothing was changed");
+                /* A COMMIT whose connection broke may still have landed: say so, never 2xx. */
+                http_reply_error(h->req, 503, "storage_unavailable", "",
+                                 r == -ENOTCONN ? "the database connection was lost at commit; the change may or may "
+                                                  "not have been made: read it back before retrying"
+                                                : "the write could not be made durable; nothing was changed");
             } else if (h->err.status) {
                 http_reply_err(h->req, &h->err);
             } else {
@@ -209,7 +235,10 @@ static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, voi
         return;
     }
     int rc = fn(a, r, ctx, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        rc = -1;
+    }
     if (rc < 0) reply_err(a, r, &err);
     else reply(a, r, out ? status : 204, out);
 }
@@ -801,7 +830,11 @@ static bool waiter_try(struct waiter *w)
     if (op_begin(a, &err) < 0) return false;
     struct caller who = {NULL};
     int rc = kernel_claim(a->k, &who, w->agent, w->worker_id, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
     if (rc == 0 && !out) return false;
     struct http_req *r = w->req;
     http_req_on_close(r, NULL, NULL);
@@ -851,7 +884,11 @@ static void h_claim(struct api *a, struct http_req *r)
     if (op_begin(a, &err) < 0) goto fail;
     struct caller who = caller_of(r);
     int rc = kernel_claim(a->k, &who, http_req_param(r, "agent"), c.worker_id, &out, &err);
-    op_end(a, rc == 0);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
     if (rc < 0) goto fail;
     if (out) {
         reply(a, r, 200, out);
@@ -1282,11 +1319,77 @@ static void h_health(struct api *a, struct http_req *r)
     http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* --- changes committed by other replicas --- */
+
+static void watch_arm(struct api *a);
+
+static void pump_exec(struct api *a, const char *exec_id)
+{
+    for (struct watcher *w = a->watchers, *next; w; w = next) {
+        next = w->next;
+        if (!exec_id || strcmp(w->exec_id, exec_id) == 0) pump(w);
+    }
+}
+
+static void on_change(char kind, const char *name, void *arg)
+{
+    struct api *a = arg;
+    if (kind == 'a') {
+        wake_agent(a, name);
+    } else if (kind == 'e') {
+        pump_exec(a, name);
+    } else { /* anything may have changed: every agent someone waits for, every watcher */
+        int n = 0;
+        for (struct waiter *w = a->waiters; w; w = w->next) n++;
+        char **agents = xcalloc((size_t)n + 1, sizeof *agents);
+        int k = 0;
+        for (struct waiter *w = a->waiters; w; w = w->next) {
+            bool seen = false;
+            for (int i = 0; i < k && !seen; i++) seen = strcmp(agents[i], w->agent) == 0;
+            if (!seen) agents[k++] = xstrdup(w->agent);
+        }
+        for (int i = 0; i < k; i++) {
+            wake_agent(a, agents[i]);
+            free(agents[i]);
+        }
+        free(agents);
+        pump_exec(a, NULL);
+    }
+}
+
+static void watch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct api *a = arg;
+    if (store_watch_read(a->st, on_change, a) < 0) {
+        log_warn("lost the PostgreSQL listener; reconnecting", "%s", "");
+        /* its descriptor is closed: a new one may get the same number, so always re-add */
+        event_free(a->watch_ev);
+        a->watch_ev = NULL;
+        a->watch_fd = -1;
+    }
+    watch_arm(a);
+}
+
+/* (Re-)register the listener's descriptor, which changes when it reconnects. */
+static void watch_arm(struct api *a)
+{
+    int fd = store_watch_fd(a->st);
+    if (fd == a->watch_fd && (fd < 0 || a->watch_ev)) return;
+    if (a->watch_ev) event_free(a->watch_ev);
+    a->watch_ev = NULL;
+    a->watch_fd = fd;
+    if (fd < 0) return;
+    a->watch_ev = event_new(a->base, fd, EV_READ | EV_PERSIST, watch_cb, a);
+    event_add(a->watch_ev, NULL);
+    event_active(a->watch_ev, EV_READ, 0); /* a new listener: report the gap */
+}
+
 /* --- timers --- */
 
 static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct api *a = arg;
+    watch_arm(a);
     int64_t now = clock_now_ms();
     int64_t due = kernel_next_due(a->k);
     if (due == 0 || due > now) return;
@@ -1296,7 +1399,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     int n = kernel_sweep(a->k, now, &err);
-    op_end(a, n >= 0);
+    if (!op_end(a, n >= 0, &err)) n = -1;
     if (n < 0) log_error("sweep failed", "error=\"%s\"", err.msg);
 }
 
@@ -1355,6 +1458,8 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
     a->sweep_ev = event_new(base, -1, EV_PERSIST, sweep_cb, a);
     struct timeval tv = {0, SWEEP_INTERVAL_MS * 1000};
     event_add(a->sweep_ev, &tv);
+    a->watch_fd = -1;
+    watch_arm(a);
     a->keys = xcalloc((size_t)n_keys + 1, sizeof *a->keys);
     a->n_keys = n_keys;
     for (int i = 0; i < n_keys; i++) {
@@ -1395,6 +1500,7 @@ void api_shutdown(struct api *a)
     }
     while (a->watchers) watcher_end(a->watchers);
     event_del(a->sweep_ev);
+    if (a->watch_ev) event_del(a->watch_ev);
 }
 
 void api_free(struct api *a)
@@ -1405,6 +1511,7 @@ void api_free(struct api *a)
     while (a->watchers) watcher_free(a->watchers);
     event_free(a->flush_ev);
     event_free(a->sweep_ev);
+    if (a->watch_ev) event_free(a->watch_ev);
     for (int i = 0; i < a->n_keys; i++) free(a->keys[i].agent);
     free(a->keys);
     free(a->routes);

@@ -43,6 +43,30 @@ static void set_key(struct client *c, const char *key, const char *state_file)
     free(path);
 }
 
+/* Make the i-th of c->all_urls (comma-separated, blanks and a trailing '/' trimmed) current. */
+static void use_url(struct client *c, int i)
+{
+    const char *p = c->all_urls;
+    for (int k = 0; k < i; k++) p = strchr(p, ',') + 1;
+    while (*p == ' ') p++;
+    size_t n = strcspn(p, ",");
+    while (n > 0 && (p[n - 1] == '/' || p[n - 1] == ' ')) n--;
+    free(c->url);
+    c->url = xstrndup(p, n);
+    c->cur_url = i;
+}
+
+/* After a connection that could not be opened: the next replica, unless all were tried
+ * (*tried counts them). */
+static bool fail_over(struct client *c, CURLcode rc, int *tried)
+{
+    if (c->n_urls < 2 || *tried + 1 >= c->n_urls) return false;
+    if (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST) return false;
+    (*tried)++;
+    use_url(c, (c->cur_url + 1) % c->n_urls);
+    return true;
+}
+
 static void setup(struct client *c, const char *url)
 {
     memset(c, 0, sizeof *c);
@@ -50,10 +74,11 @@ static void setup(struct client *c, const char *url)
         fprintf(stderr, "fatal: cannot initialise libcurl\n");
         abort();
     }
-    c->url = xstrdup(url);
-    size_t n = strlen(c->url);
-    while (n > 0 && c->url[n - 1] == '/')
-        c->url[--n] = '\0';
+    c->all_urls = xstrdup(url);
+    c->n_urls = 1;
+    for (const char *p = url; *p; p++) c->n_urls += *p == ',';
+    c->cur_url = -1;
+    use_url(c, 0);
     c->timeout_ms = REQUEST_TIMEOUT_MS;
     c->curl = curl_easy_init();
     if (!c->curl) {
@@ -81,6 +106,8 @@ void client_fini(struct client *c)
 {
     if (c->curl) curl_easy_cleanup(c->curl);
     free(c->url);
+    free(c->all_urls);
+    c->all_urls = NULL;
     free(c->api_key);
     free(c->key_from);
     free(c->looked);
@@ -334,6 +361,13 @@ int client_request(struct client *c, const char *method, const char *path, json_
     }
 
     CURLcode rc = curl_easy_perform(h);
+    for (int tried = 0; rc != CURLE_OK && fail_over(c, rc, &tried);) { /* nothing was sent */
+        free(url);
+        url = xasprintf("%s%s", c->url, path);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        errbuf[0] = '\0';
+        rc = curl_easy_perform(h);
+    }
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     int ret = -1;
@@ -518,6 +552,7 @@ int client_stream(struct client *c, const char *path, const char *last_event_id,
     char *url = xasprintf("%s%s", c->url, path);
     int64_t fail_since = 0;
     long backoff = RETRY_MIN_MS;
+    int moved = 0; /* replicas tried since the last back-off */
     int ret;
 
     for (;;) {
@@ -596,6 +631,11 @@ int client_stream(struct client *c, const char *path, const char *last_event_id,
                 ret = -1;
                 break;
             }
+            if (fail_over(c, rc, &moved)) { /* the next replica at once; resumes at Last-Event-ID */
+                free(url);
+                url = xasprintf("%s%s", c->url, path);
+                continue;
+            }
         }
 
         int64_t now = clock_mono_ms();
@@ -610,6 +650,7 @@ int client_stream(struct client *c, const char *path, const char *last_event_id,
             break;
         }
         sleep_ms(backoff);
+        moved = 0;
         backoff = backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : backoff * 2;
     }
 

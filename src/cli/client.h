@@ -33,7 +33,9 @@
 #define CLIENT_MAX_SSE_EVENT (64u << 20) /* cap on one SSE event's data */
 
 struct client {
-    char *url;       /* base URL without trailing '/' */
+    char *url;       /* base URL without trailing '/': the one in use of all_urls */
+    char *all_urls;  /* as given: several kernel replicas separated by commas */
+    int n_urls, cur_url;
     char *api_key;   /* NULL: send no Authorization header */
     char *key_from;  /* the local token file api_key came from, NULL when given */
     char *looked;    /* no key given or found: where the local token was looked for */
@@ -43,6 +45,8 @@ struct client {
 };
 
 /* url / api_key: the --url / --api-key values or NULL, which falls back to
+ * ("http://a:8080,http://b:8080": replicas, tried in turn when one cannot be reached;
+ * a request is resent to the next only if its connection could not be opened)
  * $REBUNO_URL / $REBUNO_API_KEY, then to CLIENT_DEFAULT_URL / the kernel's local token
  * (registered for the URL's address, else in ${REBUNO_STATE_DIR:-.rebuno}/local-token). */
 void client_init(struct client *c, const char *url, const char *api_key);

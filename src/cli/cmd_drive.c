@@ -260,7 +260,9 @@ int cmd_sandbox_snap(int argc, char **argv)
 static void usage_image(FILE *f)
 {
     fprintf(f,
-            "usage: rebuno sandbox image import PATH [--type T] [--ref NAME:TAG]\n"
+            "usage: rebuno sandbox image pull REF  from an OCI registry (name[:tag],\n"
+            "           host[:port]/path/name:tag, ...@sha256:...), with a progress bar\n"
+            "       rebuno sandbox image import PATH [--type T] [--ref NAME:TAG]\n"
             "           an image from this host, cached by digest. T: oci-layout (an OCI image\n"
             "           layout folder, or a tar of one), docker-archive (a `docker save` tar),\n"
             "           dir or tarball (a folder or tarball as one layer). Default: a folder\n"

@@ -70,6 +70,7 @@ static void usage(FILE *f)
             "  stop|pause|resume|rm NAME\n"
             "  snapshot NAME | snapshots [NAME] | snapshot-rm ID | fork NAME [NEW]\n"
             "                           snapshots and forks (rebuno sandbox snapshot -h)\n"
+            "  image pull REF           pull an image from an OCI registry (progress bar)\n"
             "  image import PATH | image ls | image get REF | image rm REF | image gc\n"
             "                           self-contained images: OCI layouts, docker archives,\n"
             "                           host folders or tarballs (rebuno sandbox image -h)\n"
@@ -642,6 +643,8 @@ int cmd_sandbox(int argc, char **argv)
     if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
                    !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
         return cmd_sandbox_snap(argc, argv);
+    if (ai > 0 && ai + 1 < argc && !strcmp(argv[ai], "image") && !strcmp(argv[ai + 1], "pull"))
+        return cmd_sandbox_image_pull(argc, argv); /* cmd_image_pull.c */
     if (ai > 0 && (!strcmp(argv[ai], "image") || !strcmp(argv[ai], "images") ||
                    !strcmp(argv[ai], "image-rm")))
         return cmd_sandbox_image(argc, argv);

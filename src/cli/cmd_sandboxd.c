@@ -31,10 +31,12 @@
 #include "sandbox/core/sandboxd.h"
 #include "sandbox/runtime/spawn.h"
 #include "sandbox/core/uidpool.h"
+#include "sandbox/vercel/vercel.h"
 
 struct daemon {
     struct event_base *base;
     struct http_server *http;
+    struct http_server *vercel; /* --vercel-listen: the Vercel-compatible endpoint, or NULL */
     struct sbxd *d;
     struct local_auth *local;
     struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
@@ -64,6 +66,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     sbxd_shutdown(s->d);
     http_server_shutdown(s->http, 5000);
     s->http = NULL; /* freed by the shutdown */
+    if (s->vercel) http_server_shutdown(s->vercel, 5000);
+    s->vercel = NULL;
 }
 
 static void usage(FILE *out)
@@ -76,6 +80,8 @@ static void usage(FILE *out)
             "user's ${XDG_CONFIG_HOME:-~/.config}/rebuno/local/: this user's clients find it.\n\n"
             "options:\n"
             "  --listen ADDR        loopback address to serve /v1 on (default 127.0.0.1:8090)\n"
+            "  --vercel-listen ADDR also serve the Vercel-Sandbox-compatible API there, for the\n"
+            "                       official @vercel/sandbox SDK (docs/vercel.md; off by default)\n"
             "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
             "  --uid-base N         first host uid of the sandboxes' uid ranges (default 100000)\n"
             "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
@@ -92,6 +98,13 @@ static void usage(FILE *out)
             "  --upstream-override HOST[:80|:443]=ADDR:PORT  send the proxy's connections for\n"
             "                       HOST there (repeatable; tests and demos)\n"
             "  --upstream-ca FILE   extra PEM CA the proxy trusts for upstream servers\n"
+            "  --registry-auth FILE docker-style auth.json with credentials for image\n"
+            "                       registries (never read from a sandbox)\n"
+            "  --registry-ca FILE   extra PEM CA trusted for image registries\n"
+            "  --registry-http HOST[:PORT]  reach this registry over plain http (repeatable;\n"
+            "                       a registry on loopback for tests and demos)\n"
+            "  --registry-stall-timeout S  a registry sending under 1 KiB/s for S s fails\n"
+            "                       the pull (default 30)\n"
             "  --max-connections N  API connections at most; when full, a new one sheds the\n"
             "                       one waiting longest for a request (default 4096)\n"
             "  --max-connections-per-peer N  per client address (default: all of them;\n"
@@ -126,6 +139,7 @@ static int parse_num(const char *s, long long min, long long max, long long *out
 
 int cmd_sandboxd(int argc, char **argv)
 {
+    const char *vercel_listen = NULL;
     const char *listen = "127.0.0.1:8090", *state = ".rebuno/sandboxes", *cg = "auto";
     const char *level = "info";
     sbx_spawn_set_title_area();
@@ -138,6 +152,9 @@ int cmd_sandboxd(int argc, char **argv)
     long long notify_fd = -1;
     const char *overrides[64];
     int noverrides = 0;
+    const char *reg_auth = NULL, *reg_ca = NULL, *reg_http[64];
+    int nreg_http = 0;
+    long long reg_stall = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -160,6 +177,7 @@ int cmd_sandboxd(int argc, char **argv)
         }
         int bad = 0;
         if (!strcmp(name, "--listen")) listen = v;
+        else if (!strcmp(name, "--vercel-listen")) vercel_listen = v;
         else if (!strcmp(name, "--state-dir")) state = v;
         else if (!strcmp(name, "--cgroup")) cg = v;
         else if (!strcmp(name, "--storage")) storage = v;
@@ -174,6 +192,13 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--uid-ranges")) uid_ranges = v;
         else if (!strcmp(name, "--notify-fd"))
             bad = parse_num(v, 3, 1 << 20, &notify_fd) || fcntl((int)notify_fd, F_GETFD) < 0;
+        else if (!strcmp(name, "--registry-auth")) reg_auth = v;
+        else if (!strcmp(name, "--registry-ca")) reg_ca = v;
+        else if (!strcmp(name, "--registry-stall-timeout")) bad = parse_num(v, 1, 3600, &reg_stall);
+        else if (!strcmp(name, "--registry-http")) {
+            if (nreg_http == 64) bad = 1;
+            else reg_http[nreg_http++] = v;
+        }
         else if (!strcmp(name, "--upstream-override")) {
             if (noverrides == 64) bad = 1;
             else overrides[noverrides++] = v;
@@ -205,11 +230,14 @@ int cmd_sandboxd(int argc, char **argv)
         return 2;
     }
     log_set_level(lvl);
-    if (!loopback(listen)) {
-        fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
-                        "loopback (127.0.0.1 or [::1])\n",
-                listen);
-        return 2;
+    for (int k = 0; k < 2; k++) {
+        const char *a = k ? vercel_listen : listen;
+        if (a && !loopback(a)) {
+            fprintf(stderr, "error: refusing to listen on %s: the sandbox API only listens on "
+                            "loopback (127.0.0.1 or [::1])\n",
+                    a);
+            return 2;
+        }
     }
     struct daemon s = {.notify_fd = (int)notify_fd};
     if (s.notify_fd >= 0) { /* ours alone: no child inherits it, no write ever blocks */
@@ -236,10 +264,26 @@ int cmd_sandboxd(int argc, char **argv)
                               .net_cidr = net_cidr,
                               .upstream_overrides = overrides, .n_upstream_overrides = noverrides,
                               .upstream_ca = upstream_ca, .uid_ranges = uid_ranges,
+                              .registry_auth = reg_auth, .registry_ca = reg_ca,
+                              .registry_plain_http = reg_http, .n_registry_plain_http = nreg_http,
+                              .registry_stall_sec = (int)reg_stall,
                               .progress = on_progress, .progress_arg = &s};
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;
+    if (vercel_listen) { /* an optional extra: a port taken costs it, not the service */
+        s.vercel = http_server_new(s.base, &hc);
+        sbx_vercel_register(s.d, s.vercel);
+        struct err verr = ERR_INIT;
+        if (http_server_listen(s.vercel, vercel_listen, &verr) < 0) {
+            log_warn("vercel-compatible endpoint not started", "listen=%s error=\"%s\"",
+                     vercel_listen, verr.msg);
+            fprintf(stderr, "warning: the Vercel-compatible endpoint cannot listen on %s: %s "
+                            "(pick another with --vercel-listen)\n", vercel_listen, verr.msg);
+            http_server_free(s.vercel);
+            s.vercel = NULL;
+        }
+    }
     /* after sbxd_new: the zygote, which every sandbox init comes from, never holds it */
     struct local_auth_opts lo = {state, "sandboxd", "REBUNO_SANDBOX_TOKEN", listen,
                                  http_server_port(s.http)};
@@ -249,6 +293,12 @@ int cmd_sandboxd(int argc, char **argv)
     log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s token_file=%s", listen,
              http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
+    if (s.vercel) {
+        log_info("vercel-compatible endpoint ready", "listen=%s port=%d", vercel_listen,
+                 http_server_port(s.vercel));
+        printf("rebuno sandboxd: vercel-compatible endpoint http://127.0.0.1:%d\n",
+               http_server_port(s.vercel));
+    }
     fflush(stdout);
     notify(&s, "ready");
     event_base_dispatch(s.base);
@@ -260,6 +310,7 @@ out:
     cli_stop_signals_free(&s.stop);
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
+    if (s.vercel) http_server_free(s.vercel);
     sbxd_free(s.d);
     local_auth_free(s.local);
     if (s.base) event_base_free(s.base);

@@ -92,11 +92,12 @@ static int start_sandboxd(struct serve *s, struct err *err)
      * comma/space separated list (each HOST=ADDR:PORT; sandboxd checks the rest) */
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
-    enum { MAX_OVERRIDES = 64, FIXED = 10 };
-    char *argv[FIXED + 2 * MAX_OVERRIDES + 1];
+    char *rlist = xstrdup(c->sandbox_registry_http);
+    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 16 };
+    char *argv[FIXED + 2 * MAX_OVERRIDES + 2 * MAX_REGISTRIES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        free(state), free(list);
+        free(state), free(list), free(rlist);
         return err_set(err, 500, "sandboxd", "", "cannot start the sandbox service: %s", strerror(errno));
     }
     char fdstr[16];
@@ -105,13 +106,31 @@ static int start_sandboxd(struct serve *s, struct err *err)
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
     argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
+    if (c->sandbox_registry_auth[0])
+        argv[n++] = "--registry-auth", argv[n++] = c->sandbox_registry_auth;
+    if (c->sandbox_registry_ca[0]) argv[n++] = "--registry-ca", argv[n++] = c->sandbox_registry_ca;
+    int nreg = 0;
+    if (c->sandbox_vercel_listen[0] && strcmp(c->sandbox_vercel_listen, "off") != 0)
+        argv[n++] = "--vercel-listen", argv[n++] = c->sandbox_vercel_listen;
     char *save = NULL;
+    for (char *item = strtok_r(rlist, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
+        if (++nreg > MAX_REGISTRIES) {
+            err_invalid(err, "sandbox_registry_http",
+                        "sandbox_registry_http: at most %d registries (HOST[:PORT], comma separated)",
+                        MAX_REGISTRIES);
+            free(state), free(list), free(rlist);
+            close(pfd[0]), close(pfd[1]);
+            return -1;
+        }
+        argv[n++] = "--registry-http", argv[n++] = item;
+    }
+    save = NULL;
     for (char *item = strtok_r(list, ", \t\n", &save); item; item = strtok_r(NULL, ", \t\n", &save)) {
         if (!strchr(item, '=') || n >= FIXED + 2 * MAX_OVERRIDES) {
             err_invalid(err, "sandbox_upstream_overrides",
                         "sandbox_upstream_overrides: at most %d items, each HOST=ADDR:PORT (got \"%s\")",
                         MAX_OVERRIDES, item);
-            free(state), free(list);
+            free(state), free(list), free(rlist);
             close(pfd[0]), close(pfd[1]);
             return -1;
         }
@@ -135,7 +154,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
         _exit(127);
     }
     int e = errno;
-    free(state), free(list);
+    free(state), free(list), free(rlist);
     close(pfd[1]);
     if (pid < 0) {
         close(pfd[0]);
@@ -340,10 +359,12 @@ int cmd_serve(int argc, char **argv)
                     c.listen);
         goto fail;
     }
-    if (c.store[0] && strncmp(c.store, "sqlite:", 7) != 0) {
+    if (c.store[0] && strncmp(c.store, "sqlite:", 7) != 0 && !store_spec_is_postgres(c.store)) {
+        char *shown = store_spec_redacted(c.store);
         err_invalid(&err, "store",
-                    "store \"%s\" is not supported; use sqlite:PATH (PostgreSQL is planned)",
-                    c.store);
+                    "store \"%s\" is not supported; use sqlite:PATH or postgres://user[:password]@host[:port]/database",
+                    shown);
+        free(shown);
         goto fail;
     }
     db = config_store_path(&c);
@@ -352,7 +373,7 @@ int cmd_serve(int argc, char **argv)
                 c.state_dir, strerror(errno));
         goto fail;
     }
-    char why[512];
+    char why[1024];
     if (!(st = store_open(db, why, sizeof why))) {
         err_set(&err, 500, "store", "store", "%s", why);
         goto fail;
@@ -396,15 +417,19 @@ int cmd_serve(int argc, char **argv)
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
+    char *shown = store_spec_redacted(db); /* never a password in logs */
     log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
-             dev ? "dev" : "server", c.listen, http_server_port(s.http), db, c.n_agents,
+             dev ? "dev" : "server", c.listen, http_server_port(s.http), shown, c.n_agents,
              c.n_keys ? "api_keys" : "local_token(loopback only)",
              s.local ? local_auth_path(s.local) : "-");
     /* A line people and scripts can read: where to point REBUNO_URL. */
     printf("rebuno %s: kernel on http://127.0.0.1:%d (store %s)\n", dev ? "dev" : "server",
-           http_server_port(s.http), db);
+           http_server_port(s.http), shown);
+    free(shown);
     if (s.sandboxd)
-        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
+        printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)%s%s\n", c.sandbox_listen,
+               c.state_dir, strcmp(c.sandbox_vercel_listen, "off") ? ", Vercel-compatible on http://" : "",
+               strcmp(c.sandbox_vercel_listen, "off") ? c.sandbox_vercel_listen : "");
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;

@@ -11,7 +11,9 @@ int cmd_sandbox(int argc, char **argv);  /* sandbox */
 int cmd_sandbox_image_build(int argc, char **argv); /* sandbox image build: cmd_image_build.c */
 int cmd_sandbox_snap(int argc, char **argv); /* sandbox snapshot|snapshots|snapshot-rm|fork */
 int cmd_sandbox_image(int argc, char **argv); /* sandbox image import|images|image-rm */
+int cmd_sandbox_image_pull(int argc, char **argv); /* sandbox image pull REF: cmd_image_pull.c */
 int cmd_drive(int argc, char **argv);        /* drive: cmd_drive.c */
+int cmd_store(int argc, char **argv);        /* store copy: cmd_store.c */
 int cmd_egress_proxy(int argc, char **argv); /* src/proxy/cmd_egress_proxy.c; hidden, for tests */
 
 /* stop_signals.c: SIGINT, SIGTERM and SIGHUP stop a daemon gracefully. add: each calls

@@ -28,6 +28,7 @@ static void usage(FILE *out)
             "  drive     create, list, fork, delete drives for sandboxes\n"
             "tools:\n"
             "  policy    check or try a policy file\n"
+            "  store     copy a kernel store into another (SQLite -> PostgreSQL)\n"
             "  version   print the version\n\n"
             "Run 'rebuno <command> --help' for a command's options.\n",
             REBUNO_VERSION);
@@ -48,6 +49,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);
     if (!strcmp(cmd, "drive")) return cmd_drive(argc - 1, argv + 1);
+    if (!strcmp(cmd, "store")) return cmd_store(argc - 1, argv + 1);
     if (!strcmp(cmd, "egress-proxy")) return cmd_egress_proxy(argc - 1, argv + 1); /* dev/tests */
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("rebuno %s\n", REBUNO_VERSION);

@@ -7,6 +7,7 @@
  * empty key). Anchors and aliases are rejected.
  */
 #include "config/config.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -34,12 +35,16 @@ struct setting {
 static const struct setting settings[] = {
     {"listen", "REBUNO_LISTEN", "address the kernel listens on", C_STR, "127.0.0.1:8080", 0, 0, 0, offsetof(struct config, listen)},
     {"state_dir", "REBUNO_STATE_DIR", "folder for the database and other state", C_STR, ".rebuno", 0, 0, 0, offsetof(struct config, state_dir)},
-    {"store", "REBUNO_STORE", "store: sqlite:PATH (default: sqlite in state_dir)", C_STR, "", 0, 0, 0, offsetof(struct config, store)},
+    {"store", "REBUNO_STORE", "store: sqlite:PATH or postgres://user@host/db (default: sqlite in state_dir)", C_STR, "", 0, 0, 0, offsetof(struct config, store)},
     {"log_level", "REBUNO_LOG_LEVEL", "debug, info, warn or error", C_STR, "info", 0, 0, 0, offsetof(struct config, log_level)},
     {"sandboxes", "REBUNO_SANDBOXES", "dev: run the sandbox service too (auto = when root, on, off)", C_STR, "auto", 0, 0, 0, offsetof(struct config, sandboxes)},
     {"sandbox_listen", "REBUNO_SANDBOX_LISTEN", "dev: address of the sandbox service", C_STR, "127.0.0.1:8090", 0, 0, 0, offsetof(struct config, sandbox_listen)},
+    {"sandbox_vercel_listen", "REBUNO_SANDBOX_VERCEL_LISTEN", "dev: address of the sandbox service's Vercel-compatible endpoint (docs/vercel.md), or off", C_STR, "127.0.0.1:8092", 0, 0, 0, offsetof(struct config, sandbox_vercel_listen)},
     {"sandbox_upstream_ca", "REBUNO_SANDBOX_UPSTREAM_CA", "dev: extra PEM CA the egress proxy trusts for upstream servers", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_upstream_ca)},
     {"sandbox_upstream_overrides", "REBUNO_SANDBOX_UPSTREAM_OVERRIDES", "dev: HOST=ADDR:PORT[,...] the egress proxy dials instead of resolving HOST", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_upstream_overrides)},
+    {"sandbox_registry_auth", "REBUNO_SANDBOX_REGISTRY_AUTH", "dev: docker-style auth.json with credentials sandboxd uses to pull images", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_auth)},
+    {"sandbox_registry_ca", "REBUNO_SANDBOX_REGISTRY_CA", "dev: extra PEM CA sandboxd trusts for image registries", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_ca)},
+    {"sandbox_registry_http", "REBUNO_SANDBOX_REGISTRY_HTTP", "dev: HOST[:PORT][,...] registries sandboxd reaches over plain http", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_http)},
     I(lease_timeout_seconds, "REBUNO_LEASE_TIMEOUT_SECONDS", 120, 1, 86400, "default lease of a claimed dispatch"),
     I(max_attempts, "REBUNO_MAX_ATTEMPTS", 5, 1, 1000, "expired leases before an execution fails (dispatch_exhausted)"),
     I(approval_timeout_seconds, "REBUNO_APPROVAL_TIMEOUT_SECONDS", 900, 1, 2592000, "default approval timeout"),
@@ -403,5 +408,6 @@ void config_usage(FILE *out)
 char *config_store_path(const struct config *c)
 {
     if (c->store && strncmp(c->store, "sqlite:", 7) == 0) return xstrdup(c->store + 7);
+    if (c->store && store_spec_is_postgres(c->store)) return xstrdup(c->store);
     return xasprintf("%s/kernel.db", c->state_dir);
 }

@@ -30,7 +30,9 @@ struct config_key {
 struct config {
     char *path; /* config file, NULL when none */
     char *listen, *state_dir, *store, *log_level, *sandboxes, *sandbox_listen;
+    char *sandbox_vercel_listen; /* dev: sandboxd's Vercel-compatible endpoint, or "off" */
     char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
+    char *sandbox_registry_auth, *sandbox_registry_ca, *sandbox_registry_http; /* dev: too */
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;
     int64_t http_max_connections, http_max_connections_per_peer; /* the API server's limits */
     int64_t http_header_timeout_seconds, http_body_timeout_seconds, http_body_min_rate;

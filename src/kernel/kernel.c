@@ -32,6 +32,11 @@
 int k_store_fail(struct err *err, int r, const char *what)
 {
     if (r == -ENOENT) return err_notfound(err, "%s not found", what);
+    if (r == -ENOTCONN)
+        return err_set(err, 503, "storage_unavailable", "", "the database is unreachable while %s; retry shortly", what);
+    if (r == -EAGAIN)
+        return err_set(err, 503, "storage_conflict", "", "another kernel replica held the same data while %s; retry",
+                       what);
     return err_internal(err, "storage error while %s (%d)", what, r);
 }
 
@@ -75,6 +80,7 @@ void k_note_exec(struct kernel *k, const char *id)
     struct kernel_notes *n = &k->notes;
     for (int i = 0; i < n->n_execs; i++)
         if (strcmp(n->execs[i], id) == 0) return;
+    store_notify(k->st, 'e', id); /* other replicas' watchers */
     if (n->n_execs == n->cap_execs)
         n->execs = xrealloc(n->execs, (size_t)(n->cap_execs = n->cap_execs ? n->cap_execs * 2 : 16) * sizeof *n->execs);
     memcpy(n->execs[n->n_execs++], id, UUID_STR_LEN);
@@ -85,6 +91,7 @@ void k_note_agent(struct kernel *k, const char *agent)
     struct kernel_notes *n = &k->notes;
     for (int i = 0; i < n->n_agents; i++)
         if (strcmp(n->agents[i], agent) == 0) return;
+    store_notify(k->st, 'a', agent); /* other replicas' long-polling claims */
     if (n->n_agents == n->cap_agents)
         n->agents = xrealloc(n->agents, (size_t)(n->cap_agents = n->cap_agents ? n->cap_agents * 2 : 8) * sizeof *n->agents);
     n->agents[n->n_agents++] = xstrdup(agent);

@@ -1747,6 +1747,39 @@ void http_sse_start(struct http_req *r)
     bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_SSE_LIMIT, 0);
 }
 
+/* A raw stream (NDJSON and the like): the SSE machinery with another content type. */
+void http_stream_start(struct http_req *r, const char *content_type)
+{
+    ASSERT(!r->done && !r->sse && header_ok("Content-Type", content_type));
+    r->sse = true;
+    struct http_conn *c = r->conn;
+    if (!c) return;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add_printf(out, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
+                             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+                             "Connection: close\r\n", content_type);
+    for (size_t i = 0; i < r->out_hdrs.n; i++)
+        if (strcasecmp(r->out_hdrs.v[i].key, "Content-Type") != 0)
+            evbuffer_add_printf(out, "%s: %s\r\n", r->out_hdrs.v[i].key, r->out_hdrs.v[i].val);
+    evbuffer_add(out, "\r\n", 2);
+    c->close_after = true; /* no length: the body ends with the connection */
+    bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_SSE_LIMIT, 0);
+}
+
+int http_stream_write(struct http_req *r, const void *data, size_t len)
+{
+    ASSERT(r->sse && !r->done);
+    struct http_conn *c = r->conn;
+    if (!c) return -EPIPE;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_get_length(out) > HTTP_SSE_LIMIT) {
+        r->want_drain = true;
+        return -EAGAIN;
+    }
+    evbuffer_add(out, data, len);
+    return 0;
+}
+
 /* "name: value\n" with line breaks in value flattened (they would end the field). */
 static void sse_field(struct evbuffer *out, const char *name, const char *value)
 {

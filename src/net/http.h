@@ -138,6 +138,14 @@ void http_sse_on_drain(struct http_req *r, http_close_fn fn, void *arg);
 /* Finish the stream; the connection is closed after the data is flushed. */
 void http_sse_end(struct http_req *r);
 
+/* --- raw streams (NDJSON): like SSE, but the caller frames the bytes --- */
+/* Send 200 with this Content-Type (exactly), no length; the body ends when the connection
+ * does. Then http_stream_write, http_sse_on_drain and http_sse_end as for SSE. */
+void http_stream_start(struct http_req *r, const char *content_type);
+/* Queue bytes: 0, or -EAGAIN past the back-pressure limit (nothing queued; wait for the
+ * drain callback), -EPIPE when the client is gone. */
+int http_stream_write(struct http_req *r, const void *data, size_t len);
+
 /* --- protocol upgrade (101 Switching Protocols) --- */
 struct bufferevent;
 /*

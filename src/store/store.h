@@ -1,8 +1,9 @@
 /*
  * store.h - persistence of the kernel's event log and projections.
  *
- * The store is an interface so a PostgreSQL implementation can sit beside the
- * embedded SQLite one; today only SQLite exists (store_sqlite.c). All calls
+ * The store is an interface (store.c dispatches through a table of functions) with
+ * two implementations: the embedded SQLite one (store_sqlite.c, the default) and
+ * PostgreSQL (store_pg.c), which several kernel replicas can share. All calls
  * happen on the kernel's loop thread. The caller groups writes in transactions:
  * store_begin() opens a batch (group commit), store_op_begin()/store_op_end()
  * wrap each logical operation in a savepoint so one failing request rolls back
@@ -22,11 +23,31 @@
 
 struct store;
 
-/* path: SQLite database file (created with its directory's permissions 0600). */
-struct store *store_open(const char *path, char *errbuf, size_t errlen);
+/* spec: a SQLite database file, "sqlite:PATH", or a PostgreSQL connection URI
+ * ("postgres://user@host:port/db" or "postgresql://..."). */
+struct store *store_open(const char *spec, char *errbuf, size_t errlen);
+/* Is spec a PostgreSQL URI? */
+bool store_spec_is_postgres(const char *spec);
+/* spec with any password replaced by "***", for logs (caller frees). */
+char *store_spec_redacted(const char *spec);
 void store_close(struct store *st);
-/* Text of the last SQLite error, for logs. */
+/* Text of the last store error, for logs. */
 const char *store_errmsg(struct store *st);
+/* Which implementation: "sqlite" or "postgres". */
+const char *store_kind(struct store *st);
+
+/* Changes committed by other processes sharing the store (kernel replicas on one
+ * PostgreSQL). store_notify records, inside the open batch, that an agent got queued
+ * work (kind 'a', name = agent) or an execution got events ('e', its id); the other
+ * replicas hear it when the batch commits. store_watch_fd is a descriptor to watch
+ * for reading (-1 when nothing can arrive: SQLite, or the listener is reconnecting;
+ * it may change, so ask again after each read and on a timer); store_watch_read
+ * reports what arrived, kind '*' meaning "anything may have changed" (after a
+ * reconnect). -ENOTCONN from any call: the database is unreachable right now. */
+void store_notify(struct store *st, char kind, const char *name);
+int store_watch_fd(struct store *st);
+typedef void (*store_change_fn)(char kind, const char *name, void *arg);
+int store_watch_read(struct store *st, store_change_fn fn, void *arg);
 
 int store_begin(struct store *st);
 int store_commit(struct store *st);
@@ -88,6 +109,10 @@ int store_counter_get(struct store *st, const char *exec_id, const char *kind, c
 int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
                       const char *args_hash, int64_t consumed, const char *request_id);
 int store_counters_clear(struct store *st, const char *exec_id);
+typedef int (*store_counter_fn)(const char *kind, const char *target, const char *args_hash,
+                                int64_t consumed, const char *last_request, void *arg);
+/* Every counter of exec_id (store copy). last_request NULL when none. */
+int store_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg);
 
 /* approvals */
 int store_approval_insert(struct store *st, const struct approval *a);

@@ -15,7 +15,7 @@
  * 4), steps rows with one unique index on (execution_id, step_id) (schema 5); see
  * the migrations for why.
  */
-#include "store/store.h"
+#include "store/store_int.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -245,7 +245,8 @@ static const char *stmt_sql[S_COUNT] = {
                           " AND ref=?4 LIMIT 1",
 };
 
-struct store {
+struct sq {
+    struct store base; /* first: the public handle */
     sqlite3 *db;
     sqlite3_stmt *stmt[S_COUNT];
     bool in_tx;
@@ -283,7 +284,7 @@ struct store {
 
 static void *checkpointer(void *arg)
 {
-    struct store *st = arg;
+    struct sq *st = arg;
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(st->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         sqlite3_close(db);
@@ -345,7 +346,7 @@ static void exec_copy(struct execution *dst, const struct execution *src)
     dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
 }
 
-static struct exec_slot *exec_slot_of(struct store *st, const char *id)
+static struct exec_slot *exec_slot_of(struct sq *st, const char *id)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
@@ -353,13 +354,13 @@ static struct exec_slot *exec_slot_of(struct store *st, const char *id)
 }
 
 /* The cached row of id, or NULL. */
-static struct exec_slot *exec_cache_find(struct store *st, const char *id)
+static struct exec_slot *exec_cache_find(struct sq *st, const char *id)
 {
     struct exec_slot *s = exec_slot_of(st, id);
     return s->used && strcmp(s->e.id, id) == 0 ? s : NULL;
 }
 
-static void exec_cache_put(struct store *st, const struct execution *e)
+static void exec_cache_put(struct sq *st, const struct execution *e)
 {
     struct exec_slot *s = exec_slot_of(st, e->id);
     bool same = s->used && strcmp(s->e.id, e->id) == 0;
@@ -369,7 +370,7 @@ static void exec_cache_put(struct store *st, const struct execution *e)
     if (!same) s->no_resources = false;
 }
 
-static void exec_cache_clear(struct store *st)
+static void exec_cache_clear(struct sq *st)
 {
     for (int i = 0; st->exec_cache && i < EXEC_CACHE_SLOTS; i++) {
         if (!st->exec_cache[i].used) continue;
@@ -392,7 +393,7 @@ static int rc_errno(int rc)
     }
 }
 
-static sqlite3_stmt *use(struct store *st, enum stmt_id id)
+static sqlite3_stmt *use(struct sq *st, enum stmt_id id)
 {
     sqlite3_stmt *s = st->stmt[id];
     sqlite3_reset(s);
@@ -431,12 +432,12 @@ static int run(sqlite3_stmt *s)
 
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
 {
-    ((struct store *)arg)->wal_frames = frames;
+    ((struct sq *)arg)->wal_frames = frames;
     return SQLITE_OK;
 }
 
 /* Bring an older database up to the current schema, one version per transaction. */
-static int migrate(struct store *st, char *errbuf, size_t errlen)
+static int migrate(struct sq *st, char *errbuf, size_t errlen)
 {
     for (;;) {
         sqlite3_stmt *q;
@@ -446,7 +447,12 @@ static int migrate(struct store *st, char *errbuf, size_t errlen)
         if (sqlite3_step(q) == SQLITE_ROW) version = sqlite3_column_int(q, 0);
         sqlite3_finalize(q);
         int n = (int)(sizeof migrations / sizeof migrations[0]);
-        if (version >= n + 1) return 0;
+        if (version > n + 1) {
+            snprintf(errbuf, errlen, "the database has schema %d, newer than this rebuno's %d: run a newer rebuno",
+                     version, n + 1);
+            return -1;
+        }
+        if (version == n + 1) return 0;
         char *sql = xasprintf("BEGIN IMMEDIATE; %s UPDATE meta SET value='%d' WHERE key='schema_version'; COMMIT;",
                               migrations[version - 1], version + 1);
         char *msg = NULL;
@@ -464,9 +470,13 @@ fail:
     return -1;
 }
 
-struct store *store_open(const char *path, char *errbuf, size_t errlen)
+static const struct store_vt sqlite_vt;
+static void sq_close(struct store *base_);
+
+struct store *store_sqlite_open(const char *path, char *errbuf, size_t errlen)
 {
-    struct store *st = xcalloc(1, sizeof *st);
+    struct sq *st = xcalloc(1, sizeof *st);
+    st->base.vt = &sqlite_vt;
     st->exec_cache = xcalloc(EXEC_CACHE_SLOTS, sizeof *st->exec_cache);
     /* WAL writes coalesced into one pwrite per commit (walbuf.h); needs synchronous=FULL,
      * which the pragmas below set and nothing changes. */
@@ -500,14 +510,15 @@ struct store *store_open(const char *path, char *errbuf, size_t errlen)
             goto fail;
         }
     }
-    return st;
+    return &st->base;
 fail:
-    store_close(st);
+    sq_close(&st->base);
     return NULL;
 }
 
-void store_close(struct store *st)
+static void sq_close(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     if (!st) return;
     if (st->ckpt_running) {
         pthread_mutex_lock(&st->ckpt_mu);
@@ -527,13 +538,15 @@ void store_close(struct store *st)
     free(st);
 }
 
-const char *store_errmsg(struct store *st)
+static const char *sq_errmsg(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     return sqlite3_errmsg(st->db);
 }
 
-int store_begin(struct store *st)
+static int sq_begin(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     int r = run(use(st, S_BEGIN));
     if (r == 0) st->in_tx = true;
     return r;
@@ -541,7 +554,7 @@ int store_begin(struct store *st)
 
 /* After a commit, with no transaction open: let the next batch restart the WAL once it
  * is long (see WAL_RESTART_FRAMES). */
-static void wal_bound(struct store *st)
+static void wal_bound(struct sq *st)
 {
     if (st->wal_frames < WAL_RESTART_FRAMES) return;
     if (st->ckpt_running) {
@@ -568,8 +581,9 @@ static void wal_bound(struct store *st)
     st->wal_frames = 0;
 }
 
-int store_commit(struct store *st)
+static int sq_commit(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     int r = run(use(st, S_COMMIT));
     if (r == 0) {
         st->in_tx = false;
@@ -578,26 +592,30 @@ int store_commit(struct store *st)
     return r;
 }
 
-int store_rollback(struct store *st)
+static int sq_rollback(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     exec_cache_clear(st);
     int r = run(use(st, S_ROLLBACK));
     st->in_tx = false;
     return r;
 }
 
-bool store_in_tx(const struct store *st)
+static bool sq_in_tx(const struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     return st->in_tx;
 }
 
-int store_op_begin(struct store *st)
+static int sq_op_begin(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     return run(use(st, S_SAVEPOINT));
 }
 
-int store_op_end(struct store *st, bool ok)
+static int sq_op_end(struct store *base_, bool ok)
 {
+    struct sq *st = (struct sq *)base_;
     if (!ok) {
         exec_cache_clear(st);
         int r = run(use(st, S_ROLLBACK_TO));
@@ -608,16 +626,18 @@ int store_op_end(struct store *st, bool ok)
 
 /* --- agents --- */
 
-int store_agent_upsert(struct store *st, const char *name, int64_t now)
+static int sq_agent_upsert(struct store *base_, const char *name, int64_t now)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_AGENT_UPSERT);
     bind_text(s, 1, name);
     sqlite3_bind_int64(s, 2, now);
     return run(s);
 }
 
-int store_agents_each(struct store *st, store_name_fn fn, void *arg)
+static int sq_agents_each(struct store *base_, store_name_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_AGENTS);
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) r = fn((const char *)sqlite3_column_text(s, 0), arg);
@@ -684,15 +704,17 @@ static void read_exec(sqlite3_stmt *s, struct execution *e)
     e->restoration = col_dup(s, 23);
 }
 
-int store_exec_insert(struct store *st, const struct execution *e)
+static int sq_exec_insert(struct store *base_, const struct execution *e)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_EXEC_INSERT);
     bind_exec(s, e);
     return run(s);
 }
 
-int store_exec_update(struct store *st, const struct execution *e)
+static int sq_exec_update(struct store *base_, const struct execution *e)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_EXEC_UPDATE);
     bind_exec(s, e);
     int r = run(s);
@@ -707,8 +729,9 @@ int store_exec_update(struct store *st, const struct execution *e)
     return r;
 }
 
-int store_exec_get(struct store *st, const char *id, struct execution *out)
+static int sq_exec_get(struct store *base_, const char *id, struct execution *out)
 {
+    struct sq *st = (struct sq *)base_;
     struct exec_slot *c = exec_cache_find(st, id);
     if (c) {
         exec_copy(out, &c->e);
@@ -724,9 +747,10 @@ int store_exec_get(struct store *st, const char *id, struct execution *out)
     return r;
 }
 
-int store_exec_list(struct store *st, const char *agent, const char *status, const char *session,
+static int sq_exec_list(struct store *base_, const char *agent, const char *status, const char *session,
                     const char *cursor, int limit, store_exec_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     /* Built per call: the filter combinations are few and listing is not a hot path. */
     char sql[640];
     snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE 1=1%s%s%s%s ORDER BY id DESC LIMIT ?4",
@@ -750,8 +774,9 @@ int store_exec_list(struct store *st, const char *agent, const char *status, con
     return r;
 }
 
-int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN])
+static int sq_exec_next_queued(struct store *base_, const char *agent, char id_out[UUID_STR_LEN])
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_EXEC_NEXT_QUEUED);
     bind_text(s, 1, agent);
     int rc = sqlite3_step(s);
@@ -761,7 +786,7 @@ int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID
     return r;
 }
 
-static int collect_ids(struct store *st, enum stmt_id id, int64_t now, char (*ids)[UUID_STR_LEN],
+static int collect_ids(struct sq *st, enum stmt_id id, int64_t now, char (*ids)[UUID_STR_LEN],
                        int max, int *n)
 {
     sqlite3_stmt *s = use(st, id);
@@ -774,22 +799,25 @@ static int collect_ids(struct store *st, enum stmt_id id, int64_t now, char (*id
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
 }
 
-int store_exec_expired_leases(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+static int sq_exec_expired_leases(struct store *base_, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
 {
+    struct sq *st = (struct sq *)base_;
     return collect_ids(st, S_EXEC_EXPIRED, now, ids, max, n);
 }
 
-int store_exec_past_deadline(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+static int sq_exec_past_deadline(struct store *base_, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
 {
+    struct sq *st = (struct sq *)base_;
     return collect_ids(st, S_EXEC_PAST_DEADLINE, now, ids, max, n);
 }
 
-int store_approvals_expired(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+static int sq_approvals_expired(struct store *base_, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
 {
+    struct sq *st = (struct sq *)base_;
     return collect_ids(st, S_APPROVALS_EXPIRED, now, ids, max, n);
 }
 
-static int64_t scalar(struct store *st, enum stmt_id id)
+static int64_t scalar(struct sq *st, enum stmt_id id)
 {
     sqlite3_stmt *s = use(st, id);
     int64_t v = 0;
@@ -798,8 +826,9 @@ static int64_t scalar(struct store *st, enum stmt_id id)
     return v;
 }
 
-int64_t store_next_timer(struct store *st)
+static int64_t sq_next_timer(struct store *base_)
 {
+    struct sq *st = (struct sq *)base_;
     int64_t best = 0;
     enum stmt_id ids[] = {S_NEXT_LEASE, S_NEXT_DEADLINE, S_NEXT_APPROVAL};
     for (size_t i = 0; i < ARRAY_LEN(ids); i++) {
@@ -811,9 +840,10 @@ int64_t store_next_timer(struct store *st)
 
 /* --- events --- */
 
-int store_event_append(struct store *st, struct execution *e, const char *type, const char *payload,
+static int sq_event_append(struct store *base_, struct execution *e, const char *type, const char *payload,
                        int64_t at)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_EVENT_INSERT);
     bind_text(s, 1, e->id);
     sqlite3_bind_int64(s, 2, e->last_seq + 1);
@@ -829,9 +859,10 @@ int store_event_append(struct store *st, struct execution *e, const char *type, 
     return r;
 }
 
-int store_events_each(struct store *st, const char *exec_id, int64_t after, int limit,
+static int sq_events_each(struct store *base_, const char *exec_id, int64_t after, int limit,
                       store_event_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_EVENTS);
     bind_text(s, 1, exec_id);
     sqlite3_bind_int64(s, 2, after);
@@ -891,8 +922,9 @@ static void read_step(sqlite3_stmt *s, struct step *p)
     p->resources = col_dup(s, 17);
 }
 
-int store_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
+static int sq_step_get(struct store *base_, const char *exec_id, const char *step_id, struct step *out)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_STEP_GET);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, step_id);
@@ -903,15 +935,17 @@ int store_step_get(struct store *st, const char *exec_id, const char *step_id, s
     return r;
 }
 
-int store_step_insert(struct store *st, const struct step *p)
+static int sq_step_insert(struct store *base_, const struct step *p)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_STEP_INSERT);
     bind_step(s, p);
     return run(s);
 }
 
-int store_step_update(struct store *st, const struct step *p)
+static int sq_step_update(struct store *base_, const struct step *p)
 {
+    struct sq *st = (struct sq *)base_;
     /* The WHERE clause pins the immutable columns: an update can change a step's
      * outcome, never its identity or arguments. */
     sqlite3_stmt *s = use(st, S_STEP_UPDATE);
@@ -934,16 +968,18 @@ static int steps_loop(sqlite3_stmt *s, store_step_fn fn, void *arg)
     return r;
 }
 
-int store_steps_each(struct store *st, const char *exec_id, store_step_fn fn, void *arg)
+static int sq_steps_each(struct store *base_, const char *exec_id, store_step_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_STEPS);
     bind_text(s, 1, exec_id);
     return steps_loop(s, fn, arg);
 }
 
-int store_steps_each_status(struct store *st, const char *exec_id, enum step_status status,
+static int sq_steps_each_status(struct store *base_, const char *exec_id, enum step_status status,
                             store_step_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     /* Collected first: the callback may update the rows being iterated. */
     sqlite3_stmt *s = use(st, S_STEPS_STATUS);
     bind_text(s, 1, exec_id);
@@ -965,9 +1001,10 @@ int store_steps_each_status(struct store *st, const char *exec_id, enum step_sta
     return r;
 }
 
-int store_step_has_indeterminate(struct store *st, const char *exec_id, const char *kind,
+static int sq_step_has_indeterminate(struct store *base_, const char *exec_id, const char *kind,
                                  const char *target, const char *args_hash, bool *out)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_STEP_INDET);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, kind);
@@ -981,9 +1018,10 @@ int store_step_has_indeterminate(struct store *st, const char *exec_id, const ch
 
 /* --- counters --- */
 
-int store_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
+static int sq_counter_get(struct store *base_, const char *exec_id, const char *kind, const char *target,
                       const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_COUNTER_GET);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, kind);
@@ -999,9 +1037,10 @@ int store_counter_get(struct store *st, const char *exec_id, const char *kind, c
     return r;
 }
 
-int store_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
+static int sq_counter_set(struct store *base_, const char *exec_id, const char *kind, const char *target,
                       const char *args_hash, int64_t consumed, const char *request_id)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_COUNTER_SET);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, kind);
@@ -1012,11 +1051,29 @@ int store_counter_set(struct store *st, const char *exec_id, const char *kind, c
     return run(s);
 }
 
-int store_counters_clear(struct store *st, const char *exec_id)
+static int sq_counters_clear(struct store *base_, const char *exec_id)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_COUNTERS_CLEAR);
     bind_text(s, 1, exec_id);
     return run(s);
+}
+
+static int sq_counters_each(struct store *base_, const char *exec_id, store_counter_fn fn, void *arg)
+{
+    struct sq *st = (struct sq *)base_;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT kind, target, args_hash, consumed, last_request FROM step_counters"
+                           " WHERE execution_id = ?1 ORDER BY kind, target, args_hash", -1, &s, NULL) != SQLITE_OK)
+        return -EIO;
+    bind_text(s, 1, exec_id);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = fn((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1),
+               (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
+               (const char *)sqlite3_column_text(s, 4), arg);
+    sqlite3_finalize(s);
+    return r;
 }
 
 /* --- approvals --- */
@@ -1056,15 +1113,17 @@ static void read_approval(sqlite3_stmt *s, struct approval *a)
     a->rationale = col_dup(s, 12);
 }
 
-int store_approval_insert(struct store *st, const struct approval *a)
+static int sq_approval_insert(struct store *base_, const struct approval *a)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_APPROVAL_INSERT);
     bind_approval(s, a);
     return run(s);
 }
 
-int store_approval_get(struct store *st, const char *id, struct approval *out)
+static int sq_approval_get(struct store *base_, const char *id, struct approval *out)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_APPROVAL_GET);
     bind_text(s, 1, id);
     int rc = sqlite3_step(s);
@@ -1074,16 +1133,18 @@ int store_approval_get(struct store *st, const char *id, struct approval *out)
     return r;
 }
 
-int store_approval_update(struct store *st, const struct approval *a)
+static int sq_approval_update(struct store *base_, const struct approval *a)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_APPROVAL_UPDATE);
     bind_approval(s, a);
     return run(s);
 }
 
-int store_approvals_each(struct store *st, const char *status, const char *exec_id, int limit,
+static int sq_approvals_each(struct store *base_, const char *status, const char *exec_id, int limit,
                          store_approval_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     char sql[384];
     snprintf(sql, sizeof sql, "SELECT " APPROVAL_COLS " FROM approvals WHERE 1=1%s%s"
              " ORDER BY created_at, id LIMIT ?3",
@@ -1106,7 +1167,7 @@ int store_approvals_each(struct store *st, const char *status, const char *exec_
 
 /* --- sessions --- */
 
-static int one_id(struct store *st, enum stmt_id id, const char *a, const char *b, char out[UUID_STR_LEN])
+static int one_id(struct sq *st, enum stmt_id id, const char *a, const char *b, char out[UUID_STR_LEN])
 {
     sqlite3_stmt *s = use(st, id);
     bind_text(s, 1, a);
@@ -1118,24 +1179,28 @@ static int one_id(struct store *st, enum stmt_id id, const char *a, const char *
     return r;
 }
 
-int store_session_active(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+static int sq_session_active(struct store *base_, const char *session, char id_out[UUID_STR_LEN])
 {
+    struct sq *st = (struct sq *)base_;
     return one_id(st, S_SESSION_ACTIVE, session, NULL, id_out);
 }
 
-int store_session_next_waiting(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+static int sq_session_next_waiting(struct store *base_, const char *session, char id_out[UUID_STR_LEN])
 {
+    struct sq *st = (struct sq *)base_;
     return one_id(st, S_SESSION_WAITING, session, NULL, id_out);
 }
 
-int store_session_last_completed(struct store *st, const char *session, const char *agent,
+static int sq_session_last_completed(struct store *base_, const char *session, const char *agent,
                                  char id_out[UUID_STR_LEN])
 {
+    struct sq *st = (struct sq *)base_;
     return one_id(st, S_SESSION_LAST_COMPLETED, session, agent, id_out);
 }
 
-int store_session_any(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+static int sq_session_any(struct store *base_, const char *session, char id_out[UUID_STR_LEN])
 {
+    struct sq *st = (struct sq *)base_;
     return one_id(st, S_SESSION_EXISTS, session, NULL, id_out);
 }
 
@@ -1174,8 +1239,9 @@ static void read_resource(sqlite3_stmt *s, struct resource *r)
     r->checkpoint_ref = col_dup(s, 11);
 }
 
-int store_resource_get(struct store *st, const char *exec_id, const char *key, struct resource *out)
+static int sq_resource_get(struct store *base_, const char *exec_id, const char *key, struct resource *out)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_RESOURCE_GET);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, key);
@@ -1186,8 +1252,9 @@ int store_resource_get(struct store *st, const char *exec_id, const char *key, s
     return r;
 }
 
-int store_resource_insert(struct store *st, const struct resource *r)
+static int sq_resource_insert(struct store *base_, const struct resource *r)
 {
+    struct sq *st = (struct sq *)base_;
     struct exec_slot *c = exec_cache_find(st, r->exec_id);
     if (c) c->no_resources = false;
     sqlite3_stmt *s = use(st, S_RESOURCE_INSERT);
@@ -1195,15 +1262,17 @@ int store_resource_insert(struct store *st, const struct resource *r)
     return run(s);
 }
 
-int store_resource_update(struct store *st, const struct resource *r)
+static int sq_resource_update(struct store *base_, const struct resource *r)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_RESOURCE_UPDATE);
     bind_resource(s, r);
     return run(s);
 }
 
-int store_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg)
+static int sq_resources_each(struct store *base_, const char *exec_id, store_resource_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     struct exec_slot *c = exec_cache_find(st, exec_id);
     if (c && c->no_resources) return 0;
     /* Collected first: callers update the rows they visit. */
@@ -1229,8 +1298,9 @@ int store_resources_each(struct store *st, const char *exec_id, store_resource_f
 
 /* --- checkpoints --- */
 
-int store_checkpoint_insert(struct store *st, const struct checkpoint *c)
+static int sq_checkpoint_insert(struct store *base_, const struct checkpoint *c)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_CHECKPOINT_INSERT);
     bind_text(s, 1, c->exec_id);
     bind_text(s, 2, c->key);
@@ -1241,8 +1311,9 @@ int store_checkpoint_insert(struct store *st, const struct checkpoint *c)
     return run(s);
 }
 
-int store_checkpoints_each(struct store *st, const char *exec_id, store_checkpoint_fn fn, void *arg)
+static int sq_checkpoints_each(struct store *base_, const char *exec_id, store_checkpoint_fn fn, void *arg)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_CHECKPOINTS);
     bind_text(s, 1, exec_id);
     int rc, r = 0;
@@ -1262,9 +1333,10 @@ int store_checkpoints_each(struct store *st, const char *exec_id, store_checkpoi
     return r;
 }
 
-int store_checkpoints_invalidate(struct store *st, const char *exec_id, const char *key,
+static int sq_checkpoints_invalidate(struct store *base_, const char *exec_id, const char *key,
                                  int64_t generation, int64_t seq)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_CHECKPOINT_INVALIDATE);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, key);
@@ -1273,9 +1345,10 @@ int store_checkpoints_invalidate(struct store *st, const char *exec_id, const ch
     return run(s);
 }
 
-int store_checkpoint_covered(struct store *st, const char *exec_id, const char *key,
+static int sq_checkpoint_covered(struct store *base_, const char *exec_id, const char *key,
                              int64_t generation, bool *out)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_CHECKPOINT_COVERED);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, key);
@@ -1286,9 +1359,10 @@ int store_checkpoint_covered(struct store *st, const char *exec_id, const char *
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : rc_errno(rc);
 }
 
-int store_checkpoint_find(struct store *st, const char *exec_id, const char *key, int64_t generation,
+static int sq_checkpoint_find(struct store *base_, const char *exec_id, const char *key, int64_t generation,
                           const char *ref, int64_t *covered_seq)
 {
+    struct sq *st = (struct sq *)base_;
     sqlite3_stmt *s = use(st, S_CHECKPOINT_FIND);
     bind_text(s, 1, exec_id);
     bind_text(s, 2, key);
@@ -1300,3 +1374,79 @@ int store_checkpoint_find(struct store *st, const char *exec_id, const char *key
     sqlite3_reset(s);
     return r;
 }
+
+/* --- one process owns the file: nothing to hear from others --- */
+
+static const char *sq_kind(struct store *st)
+{
+    return "sqlite";
+}
+
+static void sq_notify(struct store *st, char kind, const char *name)
+{
+}
+
+static int sq_watch_fd(struct store *st)
+{
+    return -1;
+}
+
+static int sq_watch_read(struct store *st, store_change_fn fn, void *arg)
+{
+    return 0;
+}
+
+static const struct store_vt sqlite_vt = {
+    .close = sq_close,
+    .errmsg = sq_errmsg,
+    .begin = sq_begin,
+    .commit = sq_commit,
+    .rollback = sq_rollback,
+    .in_tx = sq_in_tx,
+    .op_begin = sq_op_begin,
+    .op_end = sq_op_end,
+    .agent_upsert = sq_agent_upsert,
+    .agents_each = sq_agents_each,
+    .exec_insert = sq_exec_insert,
+    .exec_update = sq_exec_update,
+    .exec_get = sq_exec_get,
+    .exec_list = sq_exec_list,
+    .exec_next_queued = sq_exec_next_queued,
+    .exec_expired_leases = sq_exec_expired_leases,
+    .exec_past_deadline = sq_exec_past_deadline,
+    .approvals_expired = sq_approvals_expired,
+    .next_timer = sq_next_timer,
+    .event_append = sq_event_append,
+    .events_each = sq_events_each,
+    .step_get = sq_step_get,
+    .step_insert = sq_step_insert,
+    .step_update = sq_step_update,
+    .steps_each = sq_steps_each,
+    .steps_each_status = sq_steps_each_status,
+    .step_has_indeterminate = sq_step_has_indeterminate,
+    .counter_get = sq_counter_get,
+    .counter_set = sq_counter_set,
+    .counters_clear = sq_counters_clear,
+    .counters_each = sq_counters_each,
+    .approval_insert = sq_approval_insert,
+    .approval_get = sq_approval_get,
+    .approval_update = sq_approval_update,
+    .approvals_each = sq_approvals_each,
+    .session_active = sq_session_active,
+    .session_next_waiting = sq_session_next_waiting,
+    .session_last_completed = sq_session_last_completed,
+    .session_any = sq_session_any,
+    .resource_get = sq_resource_get,
+    .resource_insert = sq_resource_insert,
+    .resource_update = sq_resource_update,
+    .resources_each = sq_resources_each,
+    .checkpoint_insert = sq_checkpoint_insert,
+    .checkpoints_each = sq_checkpoints_each,
+    .checkpoints_invalidate = sq_checkpoints_invalidate,
+    .checkpoint_covered = sq_checkpoint_covered,
+    .checkpoint_find = sq_checkpoint_find,
+    .kind = sq_kind,
+    .notify = sq_notify,
+    .watch_fd = sq_watch_fd,
+    .watch_read = sq_watch_read,
+};

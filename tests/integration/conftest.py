@@ -29,6 +29,10 @@ from rebuno import _localauth  # noqa: E402  (the SDK of this checkout)
 # (tests that do pass --sandboxes on).
 os.environ.setdefault("REBUNO_SANDBOXES", "off")
 
+# REBUNO_TEST_STORE=postgres runs every kernel on a real PostgreSQL (pgserver.py), one
+# schema per state folder; the default is the embedded SQLite store.
+TEST_STORE = os.environ.get("REBUNO_TEST_STORE", "sqlite")
+
 BIN = os.environ.get("REBUNO_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "asan", "rebuno")
 
@@ -70,6 +74,7 @@ class Kernel:
 
     def __init__(self, state_dir, config=None, mode="dev", env=None, args=()):
         self.state_dir = state_dir
+        self.config = config
         self.config_path = None
         self.mode = mode
         self.env = env or {}
@@ -91,6 +96,11 @@ class Kernel:
         can signal the whole group as Ctrl-C or systemd would."""
         cmd = [BIN, self.mode, "--listen", f"127.0.0.1:{self.port}", "--state-dir",
                os.path.join(self.state_dir, "state"), *self.args]
+        if TEST_STORE == "postgres" and not any(a.startswith("--store") for a in self.args) \
+                and "REBUNO_STORE" not in self.env and "store:" not in (self.config or ""):
+            import pgserver
+            pg = pgserver.shared()
+            cmd += ["--store", pg.schema_uri(pg.schema_for(os.path.realpath(self.state_dir)))]
         if self.config_path:
             cmd += ["--config", self.config_path]
         env = dict(os.environ, **self.env)
@@ -229,6 +239,11 @@ class Dispatch:
         if state is not None:
             body["state"] = state
         return self.call("POST", "/complete", body)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import pgserver
+    pgserver.shutdown_shared()
 
 
 @pytest.fixture

@@ -25,6 +25,12 @@ Retry rules (:meth:`Transport.request`):
   ``internal_error`` guarantees nothing was changed);
 * ``401`` when the transport sent a daemon's local token (:mod:`rebuno._localauth`) and
   finds a new one (the daemon restarted): sent again once with it.
+
+Several URLs (``"http://a:8080,http://b:8080"``: kernel replicas sharing one PostgreSQL):
+the transport talks to one at a time and moves to the next when a connection cannot be
+opened (nothing was sent, so any request may go elsewhere), trying each once before it
+backs off; a request already sent is never resent to another replica unless it is
+idempotent, by the rules above.
 """
 
 from __future__ import annotations
@@ -231,14 +237,17 @@ class Transport:
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 35.0,
                  headers: Mapping[str, str] | None = None, local_token: LocalToken | None = None):
-        u = urllib.parse.urlsplit(base_url.rstrip("/"))
-        if u.scheme not in ("http", "https") or not u.hostname:
+        self._urls = [x.strip().rstrip("/") for x in base_url.split(",") if x.strip()]
+        if not self._urls:
             raise ValueError(f"bad URL {base_url!r}: expected http://host[:port][/prefix]")
-        self.base_url = base_url.rstrip("/")
-        self.scheme = u.scheme
-        self.host = u.hostname
-        self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.prefix = u.path.rstrip("/")
+        for url in self._urls:
+            u = urllib.parse.urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname:
+                raise ValueError(f"bad URL {url!r}: expected http://host[:port][/prefix]"
+                                 " (several: separated by commas)")
+        self.base_url = ",".join(self._urls)
+        self._cur = -1
+        self._use(0)
         self.timeout = timeout
         self.default_headers: dict[str, str] = {"User-Agent": USER_AGENT}
         if api_key:
@@ -246,9 +255,29 @@ class Transport:
         if headers:
             self.default_headers.update(headers)
         self.local_token = None if "Authorization" in self.default_headers else local_token
-        self._idle: list[_Conn] = []
         self._closed = False
+
+    def _use(self, i: int) -> None:
+        """Talk to URL i from now on (its own keep-alive connections)."""
+        if i == self._cur:
+            return
+        for c in getattr(self, "_idle", []):
+            c.close()
+        self._idle: list[_Conn] = []
+        self._cur = i
+        u = urllib.parse.urlsplit(self._urls[i])
+        self.url = self._urls[i]
+        self.scheme = u.scheme
+        self.host = u.hostname or ""
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.prefix = u.path.rstrip("/")
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
+
+    def _fail_over(self, err: Exception) -> None:
+        if len(self._urls) > 1:
+            nxt = (self._cur + 1) % len(self._urls)
+            logger.info("%s; trying %s", err, self._urls[nxt])
+            self._use(nxt)
 
     # --- connections -------------------------------------------------------
     async def _connect(self, timeout: float | None) -> _Conn:
@@ -396,6 +425,7 @@ class Transport:
         server_retries = 0
         stale_retry_used = False
         token_retry_used = False
+        moved = 0  # replicas tried since the last back-off
         while True:
             if self._closed:
                 raise NetworkError("transport closed")
@@ -405,6 +435,11 @@ class Transport:
                 resp = got
             except _ConnectFailed as e:
                 err: Exception = e
+                self._fail_over(e)
+                if moved + 1 < len(self._urls):
+                    moved += 1
+                    continue  # nothing was sent: the next replica, at once
+                moved = 0
             except _SendFailed as e:
                 if not e.fresh and not e.got_bytes and not stale_retry_used:
                     stale_retry_used = True  # a keep-alive connection the server had closed
@@ -453,11 +488,16 @@ class Transport:
         if json is not None:
             body = _json.dumps(json, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
         stale_retry_used = token_retry_used = False
+        moved = 0
         while True:
             try:
                 r = await self._exchange(method, path, body, headers,
                                          connect_timeout or self.timeout, True, read_timeout)
             except _ConnectFailed as e:
+                self._fail_over(e)
+                if moved + 1 < len(self._urls):
+                    moved += 1
+                    continue
                 raise NetworkError(str(e)) from e
             except _SendFailed as e:
                 if not stale_retry_used and not e.fresh and not e.got_bytes:

@@ -91,8 +91,10 @@ def kernel_api_key(api_key: str | None = None) -> str | None:
 
 def kernel_transport(base_url: str, api_key: str | None, timeout: float) -> Transport:
     """A transport to the kernel that sends ``api_key``, or else the kernel's local token
-    (:mod:`rebuno._localauth`: a kernel with no ``api_keys`` makes one at every start)."""
-    local = None if api_key else LocalToken(base_url, KERNEL_STATE_FILE)
+    (:mod:`rebuno._localauth`: a kernel with no ``api_keys`` makes one at every start).
+    ``base_url`` may list several replicas separated by commas (see :class:`Transport`); a
+    local token belongs to one kernel, so replicas need ``api_keys``."""
+    local = None if api_key or "," in base_url else LocalToken(base_url, KERNEL_STATE_FILE)
     return Transport(base_url, api_key=api_key, timeout=timeout, local_token=local)
 
 

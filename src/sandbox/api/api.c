@@ -25,6 +25,7 @@
 #include "net/local_auth.h"
 #include "sandbox/core/text.h"
 #include "sandbox/core/validate.h"
+#include "sandbox/storage/pull.h"
 
 #define JSON_BODY_MAX (1u << 20)
 #define SSE_CHUNK (48u * 1024)
@@ -1290,5 +1291,6 @@ void sbx_api_register(struct sbxd *d)
     http_route(h, "DELETE", "/v1/sandboxes/:ref/files", h_file_remove, d);
     sbx_api_register_ext(d); /* snapshots, forks, drives, sources: snapshot.c */
     sbx_pty_routes(d); /* terminals: pty.c */
+    sbx_pulls_register(d);  /* registry pulls: pull.c (before images/:digest) */
     sbx_images_register(d); /* imported images: images.c */
 }

@@ -39,6 +39,7 @@
 #include "proxy/worker.h"
 #include "sandbox/runtime/idmap.h"
 #include "sandbox/storage/image.h"
+#include "sandbox/storage/pull.h"
 #include "sandbox/net/net.h"
 #include "sandbox/runtime/plan.h"
 #include "sandbox/storage/safefs.h"
@@ -1371,6 +1372,11 @@ struct sbxd *sbxd_new(struct event_base *base, struct http_server *http,
     if (sbx_storage_open(real, cfg->storage_mode, cfg->storage_size, &d->storage, err) < 0)
         goto fail;
     if (sbx_images_open(d, err) < 0) goto fail; /* its layers live in the store */
+    struct sbx_pull_opts po = {.auth_file = cfg->registry_auth, .ca_file = cfg->registry_ca,
+                               .plain_http = cfg->registry_plain_http,
+                               .n_plain_http = cfg->n_registry_plain_http,
+                               .stall_sec = cfg->registry_stall_sec};
+    if (sbx_pulls_open(d, &po, err) < 0) goto fail; /* uses the layer store */
     char cgname[64];
     snprintf(cgname, sizeof cgname, "rebuno-%012llx", (unsigned long long)sbx_daemon_id(real));
     if (sbx_cg_root_open(cfg->cgroup_mode, cgname, &d->cg, err) < 0) goto fail;
@@ -1461,6 +1467,7 @@ void sbxd_shutdown(struct sbxd *d)
     sbx_net_close(d); /* the proxy's listeners would keep the loop running */
     progress(d);
     sbx_images_close(d); /* so would the import thread's notifications */
+    sbx_pulls_close(d);  /* and the pulls' */
     sbx_snaps_shutdown(d);
 }
 
@@ -1477,6 +1484,7 @@ void sbxd_free(struct sbxd *d)
     if (d->quiet_ev) event_free(d->quiet_ev);
     sbx_sources_close(d);
     sbx_images_close(d);
+    sbx_pulls_free(d);
     while (d->first) {
         struct sbx *s = d->first;
         unlink_sbx(d, s);

@@ -31,6 +31,12 @@ struct sbxd_config {
     const char *const *upstream_overrides; /* "HOST[:80|:443]=ADDR:PORT" for the proxy */
     int n_upstream_overrides;
     const char *upstream_ca;   /* extra PEM trust for the proxy's upstreams */
+    /* image pulls (registry.h): all NULL/0 for the defaults */
+    const char *registry_auth; /* docker-style auth.json with registry credentials */
+    const char *registry_ca;   /* extra PEM CA trusted for registries */
+    const char *const *registry_plain_http; /* "host[:port]" reached over plain http */
+    int n_registry_plain_http;
+    int registry_stall_sec;    /* a registry under 1 KiB/s this long fails (0: 30) */
     /* host-wide state (daemons.h, uidpool.h); NULL: the defaults under /run and /var/lib */
     const char *daemons_dir;   /* records of running daemons */
     const char *uid_ranges;    /* the table of which state folder owns which uid range */

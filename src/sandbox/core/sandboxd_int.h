@@ -73,6 +73,7 @@ struct sbxd {
     struct proxy_worker *img_worker; /* images.c: the import thread (made on first use) */
     struct sbx_layers layers;      /* images.c: the layer store (layers.h) */
     int img_pending;               /* imports / pulls / collections in flight */
+    struct sbx_pulls *pulls;         /* pull.c: registry pulls and their jobs */
     const struct local_auth *local; /* api.c: the token every caller but health sends */
     struct sbx_daemon *record;     /* daemons.h: our host-wide record and its lock */
     struct sbx_uidpool *uids;      /* uidpool.h: the uid ranges this state folder owns */
@@ -261,6 +262,20 @@ void sbx_snaps_shutdown(struct sbxd *d); /* stop the expiry timer */
  * data_base (and image, for a snapshot). 0 or -1 with err. */
 int sbx_upper_make(struct sbx *s, const json_t *source, struct sbx *fork_from, struct err *err);
 void sbx_upper_remove(struct sbx *s);
+/* The operations behind the snapshot and fork routes, for every front-end. A snapshot
+ * never stops s (a running one is frozen while its tree is cloned). exp: its expiration
+ * in ms (0: never), -1 for s's or the daemon's default. Returns the /v1 snapshot object
+ * (docs/sandbox-api.md), or NULL with err; took_us/frozen_us may be NULL. */
+json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t *frozen_us,
+                          struct err *err);
+json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id); /* NULL: none (or expired) */
+int sbx_snapshot_delete(struct sbxd *d, const char *id);         /* 0 or -ENOENT */
+/* Snapshots in creation order after cursor (an id, or NULL), of sandbox (id or name; NULL:
+ * all), at most limit; *next: the cursor of the next page, or NULL. */
+json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *cursor, long limit,
+                          const char **next);
+/* A fork of src: its configuration, overridden by body's /v1 fork fields (validated). */
+struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *err);
 /* err for a failed tree operation (e: -errno): 507 no_space when e says the store or a
  * quota is full (ENOSPC, EDQUOT), else 500 with code. Returns -1. */
 int sbx_err_space(struct err *err, int e, const char *code, const char *fmt, ...)
@@ -301,6 +316,13 @@ void sbx_commits_work(struct sbx_storage *st, struct sbx_commits *c);
 void sbx_commits_finish(struct sbxd *d, struct sbx_commits *c);
 void sbx_commits_run(struct sbxd *d, struct sbx_commits *c);
 json_t *sbx_mounts_json(struct sbxd *d, const json_t *mounts);
+/* The operations behind the drive routes, for every front-end; drives in the /v1 shape.
+ * ensure: the drive of that name, or a new one of max bytes (0: the default), *created
+ * saying which. delete: by id or name, 404 / 409 drive_attached; the object it was. */
+json_t *sbx_drive_ensure(struct sbxd *d, const char *name, int64_t max, bool *created,
+                         struct err *err);
+json_t *sbx_drive_list_json(struct sbxd *d, const char *prefix); /* in creation order */
+json_t *sbx_drive_delete(struct sbxd *d, const char *ref, struct err *err);
 
 /* ---- source.c: git and tarball sources, tar uploads ---- */
 /* Validate a create body's git/tarball "source" (others are handled elsewhere). */
@@ -308,8 +330,21 @@ int sbx_source_check(const json_t *source, struct err *err);
 /* After a create: if s has a pending git/tarball source, run it and answer r when it
  * is done (true); false: nothing to do, the caller answers. */
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r);
+/* The same, answered by done: s once its source is set up (and any stop after it is
+ * over), or NULL and why it failed (the sandbox is deleted then). */
+typedef void (*sbx_source_done_fn)(struct http_req *r, struct sbx *s, const char *error);
+bool sbx_source_begin_ex(struct sbxd *d, struct sbx *s, struct http_req *r,
+                         sbx_source_done_fn done);
 /* A command of a source job changed state (called from sbx_cmd_notify). */
 void sbx_source_on_event(struct sbxd *d, struct sbx_cmd *c, int ev);
+/* Extract a tar (plain, gzip, xz, bzip2 or zstd: by its first bytes) of len bytes into
+ * target (absolute, normalized) of s's running session, as its root, through tar inside
+ * the sandbox; done answers r when it is over (error: tar's complaint, or NULL). The
+ * body is copied; r's close cancels nothing but the answer. */
+typedef void (*sbx_extract_done_fn)(struct http_req *r, const char *error, const char *target,
+                                    size_t bytes);
+void sbx_extract_begin(struct sbxd *d, struct sbx *s, struct http_req *r, const char *target,
+                       const void *body, size_t len, sbx_extract_done_fn done);
 void sbx_sources_register(struct sbxd *d);
 void sbx_sources_close(struct sbxd *d);
 

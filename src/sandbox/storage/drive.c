@@ -663,6 +663,32 @@ static struct sbx_drive *drive_new(struct sbxd *d, const char *name, int64_t max
     return v;
 }
 
+json_t *sbx_drive_ensure(struct sbxd *d, const char *name, int64_t max, bool *created,
+                         struct err *err)
+{
+    *created = false;
+    if (max == 0) max = DRIVE_SIZE_DEFAULT;
+    if (!name || !sbx_name_valid(name) || uuid_valid(name)) {
+        err_invalid(err, "name",
+                    "name must be 1-%d characters of A-Z a-z 0-9 . _ - starting with a letter or "
+                    "digit (and not look like an id)",
+                    SBX_NAME_MAX);
+        return NULL;
+    }
+    if (max < DRIVE_SIZE_MIN || max > DRIVE_SIZE_MAX) {
+        err_invalid(err, "max_size_bytes", "max_size_bytes must be between %lld and %lld",
+                    DRIVE_SIZE_MIN, DRIVE_SIZE_MAX);
+        return NULL;
+    }
+    struct sbx_drive *v = drive_find(d, name);
+    if (v) return drive_json(d, v);
+    v = drive_new(d, name, max, NULL, err);
+    if (!v) return NULL;
+    log_info("drive created", "drive=%s name=%s", v->id, v->name);
+    *created = true;
+    return drive_json(d, v);
+}
+
 static void h_drive_create(struct http_req *r, void *arg)
 {
     struct sbxd *d = arg;
@@ -672,34 +698,31 @@ static void h_drive_create(struct http_req *r, void *arg)
     static const char *const known[] = {"name", "max_size_bytes", "region", NULL};
     const char *name = NULL, *region = NULL;
     int64_t max = DRIVE_SIZE_DEFAULT;
+    json_t *o = NULL;
+    bool created = false;
     if (sbx_json_known(body, known, "a drive", &err) < 0 ||
         sbx_json_str(body, "name", SBX_NAME_MAX, &name, &err) < 0 ||
         sbx_json_str(body, "region", 64, &region, &err) < 0 ||
         sbx_json_int(body, "max_size_bytes", DRIVE_SIZE_MIN, DRIVE_SIZE_MAX, &max, &err) < 0) {
-    } else if (!name || !sbx_name_valid(name) || uuid_valid(name)) {
-        err_invalid(&err, "name",
-                    "name must be 1-%d characters of A-Z a-z 0-9 . _ - starting with a letter or "
-                    "digit (and not look like an id)",
-                    SBX_NAME_MAX);
     } else if (region && strcmp(region, "local") != 0) {
         err_invalid(&err, "region", "this service has one region: \"local\"");
     } else {
-        struct sbx_drive *v = drive_find(d, name);
-        if (v) {
-            json_decref(body);
-            http_reply_json(r, 200, drive_json(d, v));
-            return;
-        }
-        v = drive_new(d, name, max, NULL, &err);
-        if (v) {
-            json_decref(body);
-            log_info("drive created", "drive=%s name=%s", v->id, v->name);
-            http_reply_json(r, 201, drive_json(d, v));
-            return;
-        }
+        o = sbx_drive_ensure(d, name, max, &created, &err);
     }
     json_decref(body);
-    http_reply_err(r, &err);
+    if (o)
+        http_reply_json(r, created ? 201 : 200, o);
+    else
+        http_reply_err(r, &err);
+}
+
+json_t *sbx_drive_list_json(struct sbxd *d, const char *prefix)
+{
+    json_t *arr = json_array();
+    for (struct sbx_drive *v = d->drives->first; v; v = v->next)
+        if (!prefix || !strncmp(v->name, prefix, strlen(prefix)))
+            json_array_append_new(arr, drive_json(d, v));
+    return arr;
 }
 
 static void h_drive_get(struct http_req *r, void *arg)
@@ -809,32 +832,31 @@ static void h_drive_fork(struct http_req *r, void *arg)
     http_reply_err(r, &err);
 }
 
-static void h_drive_delete(struct http_req *r, void *arg)
+json_t *sbx_drive_delete(struct sbxd *d, const char *ref, struct err *err)
 {
-    struct sbxd *d = arg;
-    struct sbx_drive *v = get_drive(d, r);
-    if (!v) return;
-    if (v->writer || v->readers || v->committing) {
-        http_reply_error(r, 409, "drive_attached", "",
-                         "drive %s is mounted by a running sandbox%s%s; stop it first", v->name,
-                         v->writer ? " " : "", v->writer ? v->writer->name : "");
-        return;
+    struct sbx_drive *v = drive_find(d, ref);
+    if (!v) {
+        err_set(err, 404, "not_found", "", "no drive with name or id \"%.80s\"", ref ? ref : "");
+        return NULL;
     }
-    struct err err = ERR_INIT;
+    if (v->writer || v->readers || v->committing) {
+        err_set(err, 409, "drive_attached", "",
+                "drive %s is mounted by a running sandbox%s%s; stop it first", v->name,
+                v->writer ? " " : "", v->writer ? v->writer->name : "");
+        return NULL;
+    }
     sqlite3 *db = sbx_store_db(d->store);
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, "DELETE FROM drives WHERE id = ?1", -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_text(q, 1, v->id, -1, SQLITE_STATIC);
         if (sqlite3_step(q) != SQLITE_DONE)
-            err_set(&err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
+            err_set(err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
         sqlite3_finalize(q);
     } else {
-        err_set(&err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
+        err_set(err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
     }
-    if (err.status) {
-        http_reply_err(r, &err);
-        return;
-    }
+    if (err->status) return NULL;
+    json_t *o = drive_json(d, v);
     static const char *const parts[] = {"data", "committed", "committed.new"};
     for (size_t i = 0; i < 3; i++) {
         char *p = drive_path(v, parts[i]);
@@ -845,6 +867,18 @@ static void h_drive_delete(struct http_req *r, void *arg)
     log_info("drive deleted", "drive=%s name=%s", v->id, v->name);
     drive_unlink(d->drives, v);
     drive_free(v);
+    return o;
+}
+
+static void h_drive_delete(struct http_req *r, void *arg)
+{
+    struct err err = ERR_INIT;
+    json_t *o = sbx_drive_delete(arg, http_req_param(r, "dref"), &err);
+    if (!o) {
+        http_reply_err(r, &err);
+        return;
+    }
+    json_decref(o);
     http_reply_raw(r, 204, NULL, NULL, 0);
 }
 

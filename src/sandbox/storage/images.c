@@ -46,6 +46,7 @@
 #include "proxy/worker.h"
 #include "sandbox/storage/build.h"
 #include "sandbox/storage/image.h"
+#include "sandbox/storage/pull.h"
 #include "sandbox/storage/layers.h"
 #include "sandbox/storage/oci.h"
 #include "sandbox/storage/safefs.h"
@@ -805,6 +806,12 @@ static void h_import(struct http_req *r, void *arg)
         return;
     }
     struct err err = ERR_INIT;
+    const char *kind = json_string_value(json_object_get(body, "type"));
+    if (kind && !strcmp(kind, "pull")) { /* from a registry: pull.c */
+        sbx_pull_post(d, r, body);
+        json_decref(body);
+        return;
+    }
     static const char *const known[] = {"type", "path", "ref", NULL};
     const char *type = NULL, *path = NULL, *ref = NULL;
     struct sbx_oci_ref pr;

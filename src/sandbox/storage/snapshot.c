@@ -617,6 +617,81 @@ void sbx_snaps_close(struct sbxd *d)
 
 /* ------------------------------------------------------------------ handlers */
 
+json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t *frozen_us,
+                          struct err *err)
+{
+    struct sbxd *d = s->d;
+    if (exp < 0) exp = s->snap_expiration_ms >= 0 ? s->snap_expiration_ms
+                                                  : d->cfg.snapshot_expiration_ms;
+    if (exp < 0) exp = 0;
+    struct sbx_snap *n = xcalloc(1, sizeof *n);
+    uuid_v7(n->id);
+    snprintf(n->sandbox_id, sizeof n->sandbox_id, "%s", s->id);
+    snprintf(n->sandbox_name, sizeof n->sandbox_name, "%s", s->name);
+    snprintf(n->image, sizeof n->image, "%s", s->image);
+    n->data_base = s->data_base ? s->data_base : s->uid_base;
+    n->path = xasprintf("%s/snapshots/%s", d->storage->root, n->id);
+    int64_t t0 = now_us(), frozen = 0;
+    if (clone_live(s, n->path, true, &frozen, err) < 0) {
+        snap_free(n);
+        return NULL;
+    }
+    int64_t took = now_us() - t0;
+    n->created_at = clock_now_ms();
+    n->expiration_ms = exp;
+    n->expires_at = exp > 0 ? n->created_at + exp : 0;
+    if (snap_insert(d, n, err) < 0) {
+        sbx_storage_remove(d->storage, n->path);
+        snap_free(n);
+        return NULL;
+    }
+    snap_link(d->snaps, n);
+    log_info("snapshot created", "snapshot=%s sandbox=%s state=%s us=%lld frozen_us=%lld", n->id,
+             s->id, sbx_state_name(s->state), (long long)took, (long long)frozen);
+    if (took_us) *took_us = took;
+    if (frozen_us) *frozen_us = frozen;
+    return snap_json(d, n);
+}
+
+json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id)
+{
+    struct sbx_snap *n = snap_find(d, id);
+    return n ? snap_json(d, n) : NULL;
+}
+
+int sbx_snapshot_delete(struct sbxd *d, const char *id)
+{
+    struct sbx_snap *n = snap_find(d, id);
+    if (!n) return -ENOENT;
+    snap_destroy(d, n, "deleted");
+    return 0;
+}
+
+json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *cursor, long limit,
+                          const char **next)
+{
+    struct sbx *s = sandbox ? sbx_find(d, sandbox) : NULL;
+    const char *want = s ? s->id : sandbox; /* a deleted sandbox's id still matches */
+    on_tick(-1, 0, d);
+    json_t *arr = json_array();
+    *next = NULL;
+    bool past = cursor == NULL;
+    for (struct sbx_snap *n = d->snaps->first; n; n = n->next) {
+        if (!past) {
+            past = !strcmp(n->id, cursor);
+            continue;
+        }
+        if (want && strcmp(n->sandbox_id, want) != 0 && strcmp(n->sandbox_name, want) != 0)
+            continue;
+        if ((long)json_array_size(arr) == limit) {
+            *next = n->prev ? n->prev->id : NULL;
+            break;
+        }
+        json_array_append_new(arr, snap_json(d, n));
+    }
+    return arr;
+}
+
 static void h_snap_create(struct http_req *r, void *arg)
 {
     struct sbxd *d = arg;
@@ -631,45 +706,18 @@ static void h_snap_create(struct http_req *r, void *arg)
                  ? -1
                  : 0;
     json_decref(body);
-    if (rc < 0) {
+    int64_t took = 0, frozen = 0;
+    json_t *o = rc < 0 ? NULL : sbx_snapshot_take(s, exp, &took, &frozen, &err);
+    if (!o) {
         http_reply_err(r, &err);
         return;
     }
-    if (exp < 0) exp = s->snap_expiration_ms >= 0 ? s->snap_expiration_ms
-                                                  : d->cfg.snapshot_expiration_ms;
-    if (exp < 0) exp = 0;
-    struct sbx_snap *n = xcalloc(1, sizeof *n);
-    uuid_v7(n->id);
-    snprintf(n->sandbox_id, sizeof n->sandbox_id, "%s", s->id);
-    snprintf(n->sandbox_name, sizeof n->sandbox_name, "%s", s->name);
-    snprintf(n->image, sizeof n->image, "%s", s->image);
-    n->data_base = s->data_base ? s->data_base : s->uid_base;
-    n->path = xasprintf("%s/snapshots/%s", d->storage->root, n->id);
-    int64_t t0 = now_us(), frozen = 0;
-    if (clone_live(s, n->path, true, &frozen, &err) < 0) {
-        snap_free(n);
-        http_reply_err(r, &err);
-        return;
-    }
-    int64_t took = now_us() - t0;
-    n->created_at = clock_now_ms();
-    n->expiration_ms = exp;
-    n->expires_at = exp > 0 ? n->created_at + exp : 0;
-    if (snap_insert(d, n, &err) < 0) {
-        sbx_storage_remove(d->storage, n->path);
-        snap_free(n);
-        http_reply_err(r, &err);
-        return;
-    }
-    snap_link(d->snaps, n);
-    log_info("snapshot created", "snapshot=%s sandbox=%s state=%s us=%lld frozen_us=%lld", n->id,
-             s->id, sbx_state_name(s->state), (long long)took, (long long)frozen);
     char v[32];
     snprintf(v, sizeof v, "%.3f", took / 1000.0);
     http_add_header(r, "X-Rebuno-Snapshot-Ms", v);
     snprintf(v, sizeof v, "%.3f", frozen / 1000.0);
     http_add_header(r, "X-Rebuno-Frozen-Ms", v);
-    http_reply_json(r, 201, snap_json(d, n));
+    http_reply_json(r, 201, o);
 }
 
 static void h_snap_list(struct http_req *r, void *arg)
@@ -688,25 +736,8 @@ static void h_snap_list(struct http_req *r, void *arg)
         }
         if (limit == 0) limit = 100;
     }
-    struct sbx *s = ref ? sbx_find(d, ref) : NULL;
-    const char *want = s ? s->id : ref; /* a deleted sandbox's id still matches */
-    on_tick(-1, 0, d);
-    json_t *arr = json_array();
     const char *next = NULL;
-    bool past = cursor == NULL;
-    for (struct sbx_snap *n = d->snaps->first; n; n = n->next) {
-        if (!past) {
-            past = !strcmp(n->id, cursor);
-            continue;
-        }
-        if (want && strcmp(n->sandbox_id, want) != 0 && strcmp(n->sandbox_name, want) != 0)
-            continue;
-        if ((long)json_array_size(arr) == limit) {
-            next = n->prev ? n->prev->id : NULL;
-            break;
-        }
-        json_array_append_new(arr, snap_json(d, n));
-    }
+    json_t *arr = sbx_snapshot_list(d, ref, cursor, limit, &next);
     json_t *o = json_object();
     json_object_set_new(o, "snapshots", arr);
     json_object_set_new(o, "next_cursor", next ? json_string(next) : json_null());
@@ -736,22 +767,12 @@ static void h_snap_delete(struct http_req *r, void *arg)
     http_reply_raw(r, 204, NULL, NULL, 0);
 }
 
-/* POST /v1/sandboxes/:ref/fork: the source's configuration, overridden by the body. */
-static void h_fork(struct http_req *r, void *arg)
+struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *err)
 {
-    struct sbxd *d = arg;
-    struct sbx *src = sbx_api_sandbox(d, r);
-    json_t *body;
-    if (!src || sbx_api_park(src, r, h_fork, d) || !sbx_api_body(r, true, &body)) return;
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "snapshot_expiration_ms", "mounts",
                                         "start", "network_policy", "network_id", "ports", NULL};
-    struct err err = ERR_INIT;
-    if (sbx_json_known(body, known, "a fork", &err) < 0) {
-        json_decref(body);
-        http_reply_err(r, &err);
-        return;
-    }
+    if (sbx_json_known(body, known, "a fork", err) < 0) return NULL;
     json_t *res = json_pack("{s:I, s:I, s:I, s:I, s:I}", "vcpus", (json_int_t)src->vcpus,
                             "memory", (json_int_t)src->memory_mb, "pids",
                             (json_int_t)src->pids_max, "nofile", (json_int_t)src->nofile,
@@ -780,10 +801,23 @@ static void h_fork(struct http_req *r, void *arg)
         if (!strcmp(k, "resources")) continue;
         json_object_set(c, k, v);
     }
-    json_decref(body);
-    int64_t t0 = now_us();
-    struct sbx *s = sbx_create_ex(d, c, src, &err);
+    struct sbx *s = sbx_create_ex(d, c, src, err);
     json_decref(c);
+    if (s) log_info("sandbox forked", "sandbox=%s from=%s", s->id, src->id);
+    return s;
+}
+
+/* POST /v1/sandboxes/:ref/fork: the source's configuration, overridden by the body. */
+static void h_fork(struct http_req *r, void *arg)
+{
+    struct sbxd *d = arg;
+    struct sbx *src = sbx_api_sandbox(d, r);
+    json_t *body;
+    if (!src || sbx_api_park(src, r, h_fork, d) || !sbx_api_body(r, true, &body)) return;
+    struct err err = ERR_INIT;
+    int64_t t0 = now_us();
+    struct sbx *s = sbx_fork(d, src, body, &err);
+    json_decref(body);
     if (!s) {
         http_reply_err(r, &err);
         return;
@@ -791,7 +825,6 @@ static void h_fork(struct http_req *r, void *arg)
     char v2[32];
     snprintf(v2, sizeof v2, "%.3f", (now_us() - t0) / 1000.0);
     http_add_header(r, "X-Rebuno-Create-Ms", v2);
-    log_info("sandbox forked", "sandbox=%s from=%s", s->id, src->id);
     http_reply_json(r, 201, sbx_json(s, true));
 }
 

@@ -68,6 +68,8 @@ struct sbx_srcjob {
     char *target;
     char errmsg[1024];
     int64_t t0;
+    sbx_extract_done_fn done; /* JOB_EXTRACT: answers the request */
+    sbx_source_done_fn created; /* JOB_CREATE: answers it, or NULL for /v1's answers */
 };
 
 /* ------------------------------------------------------------------ validation */
@@ -411,7 +413,10 @@ static void job_done(struct sbx_srcjob *j)
                      (long long)(clock_mono_ms() - j->t0));
             if (j->req) { /* (once the stop is over, if any) */
                 http_req_on_close(j->req, NULL, NULL);
-                sbx_api_reply_quiet(s, j->req, 201, "X-Rebuno-Create-Ms", j->t0);
+                if (j->created)
+                    j->created(j->req, s, NULL);
+                else
+                    sbx_api_reply_quiet(s, j->req, 201, "X-Rebuno-Create-Ms", j->t0);
             }
         } else {
             log_warn("sandbox source failed; sandbox deleted", "sandbox=%s type=%s error=\"%s\"",
@@ -419,20 +424,18 @@ static void job_done(struct sbx_srcjob *j)
             if (s) sbx_delete(s, &err);
             if (j->req) {
                 http_req_on_close(j->req, NULL, NULL);
-                http_reply_error(j->req, 400, "source_failed", "source",
-                                 "the %s source could not be set up: %s", j->what, j->errmsg);
+                char msg[1100];
+                snprintf(msg, sizeof msg, "the %s source could not be set up: %s", j->what,
+                         j->errmsg);
+                if (j->created)
+                    j->created(j->req, NULL, msg);
+                else
+                    http_reply_error(j->req, 400, "source_failed", "source", "%s", msg);
             }
         }
     } else if (j->req) {
         http_req_on_close(j->req, NULL, NULL);
-        if (j->failed) {
-            http_reply_error(j->req, 400, "extract_failed", "", "%s", j->errmsg);
-        } else {
-            json_t *o = json_object();
-            json_object_set_new(o, "path", json_string(j->target));
-            json_object_set_new(o, "bytes", json_integer((json_int_t)j->buf_len));
-            http_reply_json(j->req, 200, o);
-        }
+        j->done(j->req, j->failed ? j->errmsg : NULL, j->target, j->buf_len);
     }
     job_free(j);
 }
@@ -461,10 +464,17 @@ static void job_start(struct sbx_srcjob *j)
 
 bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
 {
+    return sbx_source_begin_ex(d, s, r, NULL);
+}
+
+bool sbx_source_begin_ex(struct sbxd *d, struct sbx *s, struct http_req *r,
+                         sbx_source_done_fn done)
+{
     if (!s->origin || !json_is_true(json_object_get(s->origin, "pending"))) return false;
     json_t *src = s->origin;
     const char *type = json_string_value(json_object_get(src, "type"));
     struct sbx_srcjob *j = job_new(d, s, r, JOB_CREATE);
+    j->created = done;
     snprintf(j->what, sizeof j->what, "%s", type);
     j->stop_after = json_is_true(json_object_get(src, "stop_after"));
     json_object_del(src, "stop_after");
@@ -516,6 +526,32 @@ bool sbx_source_begin(struct sbxd *d, struct sbx *s, struct http_req *r)
     return true;
 }
 
+void sbx_extract_begin(struct sbxd *d, struct sbx *s, struct http_req *r, const char *target,
+                       const void *body, size_t len, sbx_extract_done_fn done)
+{
+    struct sbx_srcjob *j = job_new(d, s, r, JOB_EXTRACT);
+    snprintf(j->what, sizeof j->what, "extract");
+    j->done = done;
+    j->target = xstrdup(target);
+    j->buf = xmalloc(len ? len : 1);
+    memcpy(j->buf, body, len);
+    j->buf_len = len;
+    add_extract(j, FEED_BUF, zflag((const unsigned char *)body, len));
+    job_start(j);
+}
+
+static void extract_done(struct http_req *r, const char *error, const char *target, size_t bytes)
+{
+    if (error) {
+        http_reply_error(r, 400, "extract_failed", "", "%s", error);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "path", json_string(target));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    http_reply_json(r, 200, o);
+}
+
 /* POST /v1/sandboxes/:ref/files/extract?path=DIR with a tar (maybe compressed) body. */
 static void h_extract(struct http_req *r, void *arg)
 {
@@ -537,14 +573,7 @@ static void h_extract(struct http_req *r, void *arg)
         http_reply_error(r, 400, "validation_error", "body", "the body must be a tar archive");
         return;
     }
-    struct sbx_srcjob *j = job_new(d, s, r, JOB_EXTRACT);
-    snprintf(j->what, sizeof j->what, "extract");
-    j->target = xstrdup(target);
-    j->buf = xmalloc(len);
-    memcpy(j->buf, body, len);
-    j->buf_len = len;
-    add_extract(j, FEED_BUF, zflag((const unsigned char *)body, len));
-    job_start(j);
+    sbx_extract_begin(d, s, r, target, body, len, extract_done);
 }
 
 void sbx_sources_register(struct sbxd *d)

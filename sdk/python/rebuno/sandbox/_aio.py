@@ -2841,6 +2841,55 @@ class SandboxClient:
             raise TypeError("delete_image() needs the image's reference or digest")
         await self._api.request("DELETE", f"/images/{quote(ref)}")
 
+    async def pull_image(self, ref: str, *,
+                         on_progress: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """Pull ``ref`` (``name[:tag]``, ``name@sha256:...``, ``host[:port]/path/name:tag``)
+        from its OCI registry into sandboxd and return the image (``{"digest", "ref",
+        "reference", "references", "layers", "size_bytes", "config", "source"}``) once it is
+        installed (then ``create_sandbox(image=ref)``). The daemon
+        downloads it (credentials are the daemon's ``--registry-auth``, never sent from
+        here); ``on_progress(job)`` (sync or async) gets the job object of each progress
+        event: ``status``, ``layers`` (``digest``, ``size``, ``done``, ``cached``),
+        ``bytes_total``, ``bytes_done``, ``bytes_fetched``. A failed pull raises the
+        ``SandboxApiError`` of its error (404 ``image_not_found``, 401
+        ``registry_unauthorized``, 502 ``digest_mismatch``, 507 ``no_space``, ...).
+        A pull of a reference already being pulled joins it (one download)."""
+        if not isinstance(ref, str) or not ref:
+            raise TypeError("pull_image() needs an image reference, e.g. 'debian:bookworm'")
+        job = await self._api.json("POST", "/images", json={"type": "pull", "ref": ref})
+        path = f"/images/jobs/{quote(str(job['id']))}"
+        final: dict[str, Any] | None = None
+        for _attempt in range(4):
+            resp = await self._api.stream("GET", path + "/stream", read_timeout=60.0)
+            try:
+                async for ev in iter_sse(resp):
+                    kind = ev.get("event", "message")
+                    data = json.loads(ev.get("data") or "{}")
+                    if on_progress is not None:
+                        r = on_progress(data)
+                        if isinstance(r, Awaitable):
+                            await r
+                    if kind in ("done", "error"):
+                        final = data
+                        break
+            except (asyncio.TimeoutError, OSError):
+                pass
+            finally:
+                resp.close()
+            if final is not None:
+                break
+        if final is None:  # the stream kept breaking: the job says how it ended
+            while True:
+                final = await self._api.json("GET", path)
+                if final.get("status") in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.5)
+        if final.get("status") != "done":
+            err = final.get("error") or {"code": "pull_failed", "message": "the pull failed"}
+            raise self._api.error(int(err.get("status") or 502), json.dumps({"error": err}).encode(),
+                                  context=f"pull {ref}")
+        return dict(final.get("image") or {})
+
     # --- drives
     async def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
                                   region: Any = None) -> tuple[Drive, bool]:

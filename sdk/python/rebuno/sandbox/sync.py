@@ -994,6 +994,12 @@ class SyncSandboxClient:
         """Delete an imported image (409 ``image_in_use`` while used)."""
         self._r.run(self._client.delete_image(ref))
 
+    def pull_image(self, ref: str, *, on_progress: Any = None) -> dict[str, Any]:
+        """Pull an image from its OCI registry into sandboxd and return it; see
+        :meth:`rebuno.sandbox.SandboxClient.pull_image` (``on_progress(job)`` is called on
+        this thread's event loop runner, so it should be quick)."""
+        return self._r.run(self._client.pull_image(ref, on_progress=on_progress))
+
     def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
                             region: Any = None) -> tuple[SyncDrive, bool]:
         """The drive called ``name`` and whether this call created it."""

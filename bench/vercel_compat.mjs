@@ -1,0 +1,60 @@
+// bench/vercel_compat.mjs - create -> first output, and a command's round trip, through the
+// official @vercel/sandbox SDK against sandboxd's Vercel-compatible endpoint. Run by
+// bench/vercel_compat.sh (which starts the daemon); prints one JSON line of samples (ms).
+//   node bench/vercel_compat.mjs ROUNDS CMDS
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const compat = path.join(here, "..", "tests", "compat", "vercel");
+const { Sandbox } = await import(pathToFileURL(path.join(compat, "node_modules", "@vercel", "sandbox", "dist", "index.js")));
+const { rebuno } = await import(pathToFileURL(path.join(compat, "rebuno-vercel.mjs")));
+
+const rounds = Number(process.argv[2] || 5), cmds = Number(process.argv[3] || 20);
+const o = rebuno();
+const create = [], rtt = [];
+for (let i = 0; i < rounds; i++) {
+  const t0 = performance.now();
+  const sb = await Sandbox.create({ ...o, timeout: 120000 });
+  const r = await sb.runCommand("echo", ["hi"]);
+  if ((await r.stdout()) !== "hi\n") throw new Error("unexpected output");
+  create.push(performance.now() - t0);
+  for (let k = 0; k < cmds; k++) {
+    const t = performance.now();
+    await sb.runCommand("true", []);
+    rtt.push(performance.now() - t);
+  }
+  await sb.delete();
+}
+// the same wire without the SDK's client work (its validation and stream parsing): one
+// fetch per command, the body read whole
+const raw = [];
+{
+  const sb = await Sandbox.create({ ...o, timeout: 120000 });
+  const url = `https://vercel.com/api/v2/sandboxes/sessions/${sb.currentSession().sessionId}/cmd?teamId=t`;
+  const headers = { authorization: `Bearer ${o.token}`, "content-type": "application/json" };
+  const body = JSON.stringify({ command: "true", args: [], env: {}, sudo: false, wait: true, logs: true });
+  for (let k = 0; k < rounds * cmds; k++) {
+    const t = performance.now();
+    const r = await o.fetch(url, { method: "POST", headers, body });
+    await r.text();
+    raw.push(performance.now() - t);
+  }
+  await sb.delete();
+}
+// and /v1 with the same plain fetch: what is the endpoint's, what is the client's
+const rawV1 = [];
+if (process.env.REBUNO_SANDBOX_URL) {
+  const v1 = process.env.REBUNO_SANDBOX_URL.replace(/\/+$/, "") + "/v1";
+  const headers = { authorization: `Bearer ${o.token}`, "content-type": "application/json" };
+  const sb = await (await fetch(`${v1}/sandboxes`, { method: "POST", headers, body: "{}" })).json();
+  const body = JSON.stringify({ cmd: "true", args: [], wait: true });
+  for (let k = 0; k < rounds * cmds; k++) {
+    const t = performance.now();
+    const r = await fetch(`${v1}/sandboxes/${sb.id}/commands`, { method: "POST", headers, body });
+    await r.text();
+    rawV1.push(performance.now() - t);
+  }
+  await fetch(`${v1}/sandboxes/${sb.id}`, { method: "DELETE", headers });
+}
+console.log(JSON.stringify({ client: "@vercel/sandbox 3.5.0", create, rtt, raw, rawV1 }));

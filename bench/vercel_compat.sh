@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/vercel_compat.sh - the Vercel-compatible endpoint beside /v1 (issue 17): create ->
+# first output, and a command's round trip, through the official @vercel/sandbox SDK
+# (bench/vercel_compat.mjs) and through the project's /v1 Python client
+# (bench/vercel_compat_v1.py), against one sandboxd; prints medians, the ratios (aim: the
+# SDK within 1.2x of /v1) and Vercel's published 1.75 s create for scale.
+#
+#   bash bench/vercel_compat.sh [ROUNDS [CMDS]]      as root; default 5 rounds, 20 commands each
+#
+# Needs build/rebuno, node, and the SDK installed (npm ci in tests/compat/vercel, which this
+# does when it is missing). State goes on a tmpfs (see bench/run.sh for why).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5} cmds=${2:-20}
+[[ -x build/rebuno ]] || { echo "bench/vercel_compat.sh: build first: make build/rebuno" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "bench/vercel_compat.sh: needs root (sandboxd does)" >&2; exit 2; }
+[[ -d tests/compat/vercel/node_modules/@vercel/sandbox ]] ||
+    (cd tests/compat/vercel && npm ci --no-audit --no-fund >/dev/null)
+
+tmp=$(mktemp -d)
+mount -t tmpfs -o size=2g tmpfs "$tmp"
+pid=
+cleanup() {
+    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+    umount -l "$tmp" 2>/dev/null; rmdir "$tmp" 2>/dev/null || true
+}
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p1=$(port) p2=$(port)
+build/rebuno sandboxd --listen "127.0.0.1:$p1" --vercel-listen "127.0.0.1:$p2" \
+    --state-dir "$tmp/state" --log-level warn >"$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 200); do [[ -s $tmp/state/local-token ]] && break; sleep 0.05; done
+export REBUNO_SANDBOX_TOKEN_FILE=$tmp/state/local-token
+export REBUNO_SANDBOX_TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token"])' "$REBUNO_SANDBOX_TOKEN_FILE")
+export REBUNO_VERCEL_COMPAT=http://127.0.0.1:$p2 REBUNO_SANDBOX_URL=http://127.0.0.1:$p1 CI=1
+
+# warm-up (first sandbox builds the default image), then both clients
+python3 bench/vercel_compat_v1.py 1 1 >/dev/null
+v=$(node bench/vercel_compat.mjs "$rounds" "$cmds")
+p=$(python3 bench/vercel_compat_v1.py "$rounds" "$cmds")
+python3 - "$v" "$p" "$rounds" "$cmds" <<'PY'
+import json, statistics, sys
+v, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+med = lambda xs: statistics.median(xs)
+print(f"Vercel-compatible endpoint vs /v1 ({sys.argv[3]} sandboxes, {sys.argv[4]} commands each; median ms)")
+print(f"{'':32}{'create->first output':>22}{'command round trip':>20}")
+for r in (v, p):
+    print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}")
+print(f"{'plain fetch, this endpoint':32}{'':>22}{med(v['raw']):>20.2f}")
+if v["rawV1"]:
+    print(f"{'plain fetch, /v1':32}{'':>22}{med(v['rawV1']):>20.2f}")
+cr, rr = med(v["create"]) / med(p["create"]), med(v["rtt"]) / med(p["rtt"])
+print(f"{'ratio SDK / v1 (aim <= 1.2)':32}{cr:>22.2f}{rr:>20.2f}")
+print(f"{'Vercel published create':32}{1750.0:>22.1f}{'':>20}   (ours {1750.0 / med(v['create']):.1f}x faster through the SDK)")
+PY

@@ -1,0 +1,32 @@
+"""bench/vercel_compat_v1.py - the same measurements as bench/vercel_compat.mjs through
+the project's /v1 Python client (rebuno.sandbox.sync): create -> first output, and a
+command's round trip. Run by bench/vercel_compat.sh; prints one JSON line of samples (ms).
+    python3 bench/vercel_compat_v1.py ROUNDS CMDS"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk", "python"))
+from rebuno.sandbox import sync  # noqa: E402
+
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+cmds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+create, rtt = [], []
+client = sync.SyncSandboxClient()  # $REBUNO_SANDBOX_URL, $REBUNO_SANDBOX_TOKEN
+try:
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        sb = client.create_sandbox(destroy=False)
+        r = sb.run_command("echo", ["hi"], capture_output=True)
+        out = r.stdout if isinstance(r.stdout, str) else r.stdout.decode()
+        assert out == "hi\n", out
+        create.append((time.perf_counter() - t0) * 1000)
+        for _ in range(cmds):
+            t = time.perf_counter()
+            sb.run_command("true", [])
+            rtt.append((time.perf_counter() - t) * 1000)
+        sb.delete()
+finally:
+    client.close()
+print(json.dumps({"client": "rebuno.sandbox (/v1)", "create": create, "rtt": rtt}))

@@ -1,0 +1,270 @@
+/*
+ * objects.c - the Vercel SDK's objects (its zod validators: times in epoch ms, camelCase
+ * names) made from the core's sandboxes, sessions, commands and snapshots, and its
+ * network policy shapes mapped to and from /v1's.
+ *
+ * A Vercel session is one run of a sandbox: its id is "sbs_<sandbox id>_<n>", n the
+ * sandbox's session counter, so an id stays meaningful after its session ended (410)
+ * and across daemon restarts, with nothing stored.
+ */
+#include "sandbox/vercel/vc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "sandbox/net/net.h"
+
+void vc_sid(const struct sbx *s, int64_t seq, char out[VC_SID_MAX])
+{
+    snprintf(out, VC_SID_MAX, "sbs_%s_%lld", s->id, (long long)seq);
+}
+
+int vc_sid_parse(const char *sid, char id[40], int64_t *seq)
+{
+    if (!sid || strncmp(sid, "sbs_", 4) != 0) return -1;
+    const char *p = sid + 4, *us = strrchr(p, '_');
+    if (!us || us == p || (size_t)(us - p) >= 40) return -1;
+    if (!us[1] || strlen(us + 1) > 18 || strspn(us + 1, "0123456789") != strlen(us + 1))
+        return -1;
+    long long n = strtoll(us + 1, NULL, 10);
+    snprintf(id, 40, "%.*s", (int)(us - p), p);
+    *seq = n;
+    return 0;
+}
+
+int64_t vc_iso_ms(const json_t *v)
+{
+    int64_t ms = 0;
+    if (!json_is_string(v) || clock_parse_iso(json_string_value(v), &ms) < 0) return 0;
+    return ms;
+}
+
+static const char *status_of(const struct sbx *s)
+{
+    if (sbx_busy(s)) return "stopping";
+    return s->state == SBX_STOPPED ? "stopped" : "running"; /* paused: resumed on use */
+}
+
+static void set_ms(json_t *o, const char *k, int64_t ms)
+{
+    if (ms > 0) json_object_set_new(o, k, json_integer(ms));
+}
+
+/* ------------------------------------------------------------------ network policy */
+
+json_t *vc_policy_in(const json_t *p, struct err *err)
+{
+    if (json_is_string(p)) return json_incref((json_t *)p); /* "allow-all" ... as /v1 */
+    if (!json_is_object(p)) {
+        err_invalid(err, "networkPolicy", "networkPolicy must be an object such as "
+                                          "{\"mode\":\"deny-all\"} or {\"allow\":[...]}");
+        return NULL;
+    }
+    json_t *mode = json_object_get(p, "mode");
+    if (mode) {
+        const char *m = json_string_value(mode);
+        if (!m || (strcmp(m, "allow-all") && strcmp(m, "deny-all"))) {
+            err_invalid(err, "networkPolicy.mode",
+                        "networkPolicy.mode must be \"allow-all\" or \"deny-all\"");
+            return NULL;
+        }
+        return json_string(m);
+    }
+    if (json_object_get(p, "subnets")) {
+        err_set(err, 400, "unsupported", "networkPolicy.subnets",
+                "networkPolicy.subnets (CIDR rules) is not supported locally: allow domains");
+        return NULL;
+    }
+    json_t *allow = json_object_get(p, "allow");
+    if (!allow || json_object_size(p) != 1) {
+        err_invalid(err, "networkPolicy", "networkPolicy must have \"allow\" (a list of "
+                                          "domains, or a map of domains to rules) or \"mode\"");
+        return NULL;
+    }
+    return json_pack("{s:O}", "allow", allow); /* /v1 validates the rules */
+}
+
+json_t *vc_policy_out(struct sbx *s)
+{
+    json_t *o = json_object();
+    sbx_net_json(s, o, false);
+    json_t *p = json_object_get(o, "network_policy"), *out;
+    if (json_is_object(p) && json_is_string(json_object_get(p, "mode"))) p = json_object_get(p, "mode");
+    if (json_is_string(p)) {
+        out = json_pack("{s:s}", "mode", json_string_value(p));
+    } else {
+        json_t *map = json_is_object(json_object_get(p, "allow")) ? json_object_get(p, "allow") : p;
+        json_t *domains = json_array(), *inj = json_array();
+        json_t *list = json_object_get(p, "allow");
+        if (json_is_array(list)) {
+            json_array_extend(domains, list);
+        } else if (json_is_object(map)) {
+            const char *k;
+            json_t *rules;
+            json_object_foreach(map, k, rules) {
+                json_array_append_new(domains, json_string(k));
+                json_t *names = json_array();
+                size_t i;
+                json_t *rule;
+                json_array_foreach(rules, i, rule) {
+                    size_t j;
+                    json_t *t;
+                    json_array_foreach(json_object_get(rule, "transform"), j, t) {
+                        const char *h;
+                        json_t *hv;
+                        json_object_foreach(json_object_get(t, "headers"), h, hv) {
+                            json_array_append_new(names, json_string(h));
+                        }
+                    }
+                }
+                if (json_array_size(names))
+                    json_array_append_new(inj, json_pack("{s:s, s:o}", "domain", k,
+                                                         "headerNames", names));
+                else
+                    json_decref(names);
+            }
+        }
+        out = json_pack("{s:s, s:o, s:o}", "mode", "custom", "allowedDomains", domains,
+                        "injectionRules", inj);
+    }
+    json_decref(o);
+    return out;
+}
+
+/* ------------------------------------------------------------------ objects */
+
+json_t *vc_session_json(struct sbx *s)
+{
+    char sid[VC_SID_MAX];
+    vc_sid(s, s->session_seq, sid);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(sid));
+    json_object_set_new(o, "memory", json_integer(s->memory_mb));
+    json_object_set_new(o, "vcpus", json_integer(s->vcpus));
+    json_object_set_new(o, "region", json_string(s->region));
+    json_object_set_new(o, "status", json_string(status_of(s)));
+    int64_t start = s->started_at > 0 ? s->started_at : s->created_at;
+    /* the SDK computes expiresAt as startedAt + timeout: extensions are in timeout */
+    int64_t timeout = s->sess && s->expires_at > start ? s->expires_at - start : s->timeout_ms;
+    json_object_set_new(o, "timeout", json_integer(timeout));
+    json_object_set_new(o, "requestedAt", json_integer(start));
+    json_object_set_new(o, "createdAt", json_integer(start));
+    set_ms(o, "startedAt", start);
+    if (!s->sess) set_ms(o, "stoppedAt", s->stopped_at);
+    if (!s->sess && s->stopped_at > start) set_ms(o, "duration", s->stopped_at - start);
+    json_object_set_new(o, "updatedAt", json_integer(s->updated_at));
+    json_object_set_new(o, "cwd", json_string(VC_CWD));
+    json_object_set_new(o, "networkPolicy", vc_policy_out(s));
+    if (s->origin && json_is_string(json_object_get(s->origin, "snapshot_id")))
+        json_object_set(o, "sourceSnapshotId", json_object_get(s->origin, "snapshot_id"));
+    return o;
+}
+
+json_t *vc_sandbox_json(struct sbx *s)
+{
+    char sid[VC_SID_MAX], iname[900];
+    vc_sid(s, s->session_seq, sid);
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(s->name));
+    json_object_set_new(o, "persistent", json_true()); /* stop always keeps files here */
+    json_object_set_new(o, "region", json_string(s->region));
+    json_object_set_new(o, "vcpus", json_integer(s->vcpus));
+    json_object_set_new(o, "memory", json_integer(s->memory_mb));
+    sbx_image_name(s->d, s->image, iname, sizeof iname);
+    json_object_set_new(o, "image", json_string(iname));
+    json_object_set_new(o, "timeout", json_integer(s->timeout_ms));
+    json_object_set_new(o, "networkPolicy", vc_policy_out(s));
+    json_object_set_new(o, "createdAt", json_integer(s->created_at));
+    json_object_set_new(o, "updatedAt", json_integer(s->updated_at));
+    if (s->sess) set_ms(o, "expiresAt", s->expires_at);
+    json_object_set_new(o, "currentSessionId", json_string(sid));
+    json_object_set_new(o, "status", json_string(status_of(s)));
+    json_object_set_new(o, "cwd", json_string(VC_CWD));
+    json_object_set_new(o, "tags", json_deep_copy(s->metadata));
+    if (json_object_size(s->mounts)) json_object_set_new(o, "mounts", vc_mounts_out(s));
+    if (s->snap_expiration_ms >= 0)
+        json_object_set_new(o, "snapshotExpiration", json_integer(s->snap_expiration_ms));
+    json_object_set_new(o, "id", json_string(s->id)); /* ours, beside Vercel's fields */
+    return o;
+}
+
+/* Published ports: the loopback URL they have while a session runs. Vercel's subdomain
+ * (the SDK's domain() turns it into https://<it>.vercel.run) cannot exist locally. */
+json_t *vc_routes_json(struct sbx *s)
+{
+    json_t *o = json_object(), *out = json_array();
+    sbx_net_json(s, o, false);
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(o, "ports"), i, p) {
+        json_int_t hp = json_integer_value(json_object_get(p, "host_port"));
+        if (!hp) continue;
+        char sub[48];
+        snprintf(sub, sizeof sub, "127-0-0-1-%lld", (long long)hp);
+        json_array_append_new(out, json_pack("{s:O, s:s, s:O}", "url", json_object_get(p, "url"),
+                                             "subdomain", sub, "port", json_object_get(p, "port")));
+    }
+    json_decref(o);
+    return out;
+}
+
+json_t *vc_sandbox_reply(struct sbx *s, int resumed)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "sandbox", vc_sandbox_json(s));
+    json_object_set_new(o, "session", vc_session_json(s));
+    json_object_set_new(o, "routes", vc_routes_json(s));
+    if (resumed >= 0) json_object_set_new(o, "resumed", json_boolean(resumed));
+    return o;
+}
+
+json_t *vc_cmd_json(const struct sbx_cmd *c)
+{
+    const struct sbx *s = c->sbx;
+    char sid[VC_SID_MAX];
+    /* the session it ran in: the current one, unless that is a later one */
+    vc_sid(s, s->sess && strcmp(s->sess->id, c->session_id) ? s->session_seq - 1 : s->session_seq,
+           sid);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(c->id));
+    json_object_set_new(o, "name", json_copy(json_array_get(c->argv, 0)));
+    json_t *args = json_array();
+    for (size_t i = 1; i < json_array_size(c->argv); i++)
+        json_array_append(args, json_array_get(c->argv, i));
+    json_object_set_new(o, "args", args);
+    json_object_set_new(o, "cwd", json_string(c->cwd[0] ? c->cwd : VC_CWD));
+    json_object_set_new(o, "sessionId", json_string(sid));
+    int64_t start = c->started_at > 0 ? c->started_at : clock_now_ms();
+    json_object_set_new(o, "startedAt", json_integer(start));
+    if (c->status == CMD_EXITED || c->status == CMD_FAILED) {
+        /* a command that could not start is "command not found", as a shell says */
+        json_object_set_new(o, "exitCode", json_integer(c->status == CMD_FAILED ? 127 : c->exit_code));
+        int64_t end = c->ended_at > 0 ? c->ended_at : start;
+        json_object_set_new(o, "durationMs", json_integer(end > start ? end - start : 0));
+    } else {
+        json_object_set_new(o, "exitCode", json_null());
+    }
+    return o;
+}
+
+json_t *vc_snapshot_json(struct sbxd *d, json_t *snap)
+{
+    json_t *o = json_object();
+    json_object_set(o, "id", json_object_get(snap, "id"));
+    struct sbx *s = sbx_find_id(d, json_string_value(json_object_get(snap, "sandbox_id")));
+    char sid[VC_SID_MAX] = "";
+    if (s) vc_sid(s, s->session_seq, sid);
+    json_object_set_new(o, "sourceSessionId", json_string(sid));
+    json_object_set_new(o, "region", json_string(VC_REGION));
+    json_object_set_new(o, "status", json_string("created"));
+    json_object_set_new(o, "sizeBytes", json_integer(0)); /* trees share their blocks */
+    int64_t created = vc_iso_ms(json_object_get(snap, "created_at"));
+    json_object_set_new(o, "createdAt", json_integer(created));
+    json_object_set_new(o, "updatedAt", json_integer(created));
+    set_ms(o, "expiresAt", vc_iso_ms(json_object_get(snap, "expires_at")));
+    json_object_set_new(o, "creationMethod", json_string("snapshot"));
+    json_decref(snap);
+    return o;
+}

@@ -1,0 +1,75 @@
+/*
+ * vc_int.h - what the files of the Vercel-compatible endpoint share: its state, the
+ * session ids it hands out, the object mapping (objects.c), the command routes and
+ * their NDJSON streams (logs.c) and the file routes (files.c). routes.c has the rest.
+ */
+#ifndef REBUNO_SANDBOX_VERCEL_VC_INT_H
+#define REBUNO_SANDBOX_VERCEL_VC_INT_H
+
+#include "sandbox/core/sandboxd_int.h"
+#include "sandbox/vercel/vercel.h"
+
+#define VC_CWD "/vercel/sandbox" /* the session cwd, as on Vercel */
+#define VC_REGION "local"
+#define VC_SID_MAX 96
+#define VC_JSON_MAX (1u << 20)
+
+struct vc_stream;
+
+struct vc {
+    struct sbx_observer o;     /* first: the core hands it back */
+    struct sbxd *d;
+    struct http_server *h;
+    struct vc_stream *streams; /* logs.c: NDJSON streams and long-polls */
+};
+
+/* ---- routes.c ---- */
+/* The sandbox of session sid ("sbs_<sandbox id>_<n>") when n is its current session
+ * and that session runs (a paused one is resumed); else an answer: 404 for an unknown
+ * sid, 410 session_stopped for an ended session (the SDK then resumes the sandbox and
+ * retries). While the sandbox is stopping, r is parked and self runs again once it is
+ * over; NULL then too. */
+struct sbx *vc_session_sbx(struct vc *v, struct http_req *r, http_handler_fn self);
+/* The sandbox sid names, whatever the state of that session (commands outlive it). */
+struct sbx *vc_sid_sbx(struct vc *v, struct http_req *r);
+/* The JSON object body of r, or an answer (400/413) and NULL. */
+json_t *vc_body(struct http_req *r, bool allow_empty);
+/* err with the /v1 field names mapped to the SDK's (timeout_ms -> timeout ...). */
+void vc_reply_err(struct http_req *r, struct err *err);
+
+/* ---- objects.c ---- */
+void vc_sid(const struct sbx *s, int64_t seq, char out[VC_SID_MAX]);
+/* Parse a sid: the sandbox id (37 bytes) and the session number. 0 or -1. */
+int vc_sid_parse(const char *sid, char id[40], int64_t *seq);
+json_t *vc_session_json(struct sbx *s);
+json_t *vc_sandbox_json(struct sbx *s);
+json_t *vc_routes_json(struct sbx *s);
+/* {sandbox, session, routes[, resumed]} */
+json_t *vc_sandbox_reply(struct sbx *s, int resumed);
+json_t *vc_cmd_json(const struct sbx_cmd *c);
+/* A /v1 snapshot object as the SDK's Snapshot (consumed). */
+json_t *vc_snapshot_json(struct sbxd *d, json_t *snap);
+/* A network policy as the SDK sends it -> the /v1 network_policy (new reference), or NULL
+ * with err. */
+json_t *vc_policy_in(const json_t *p, struct err *err);
+/* The sandbox's (redacted) /v1 policy -> {mode} or the legacy {mode:"custom", ...}. */
+json_t *vc_policy_out(struct sbx *s);
+/* Epoch ms of an ISO 8601 UTC time as the core writes them; 0 for null/invalid. */
+int64_t vc_iso_ms(const json_t *v);
+
+/* ---- logs.c ---- */
+/* How many bytes of p[0..n) end with whole UTF-8 characters (a split last one waits). */
+size_t vc_utf8_whole(const unsigned char *p, size_t n);
+void vc_cmd_routes(struct vc *v);
+void vc_on_cmd(struct sbx_observer *o, struct sbx_cmd *c, int ev);
+
+/* ---- drives.c ---- */
+void vc_drive_routes(struct vc *v);
+/* The SDK's mounts -> /v1's (new reference), or NULL with err; and back, for s. */
+json_t *vc_mounts_in(const json_t *m, struct err *err);
+json_t *vc_mounts_out(struct sbx *s);
+
+/* ---- files.c ---- */
+void vc_file_routes(struct vc *v);
+
+#endif

@@ -1,0 +1,1764 @@
+/*
+ * store_pg.c - the PostgreSQL store, which several kernel replicas can share.
+ *
+ * Like the SQLite store it is used only from the kernel's loop thread, and the API
+ * layer groups each loop turn's writes into one transaction (group commit): BEGIN,
+ * one savepoint per request, one COMMIT whose WAL flush covers the whole batch, so
+ * a reply is sent only after its writes are durable. Statements are prepared once
+ * per connection and sent with libpq's blocking calls; the database is expected
+ * close by (a round trip is tens of microseconds on one host, under a millisecond
+ * in one data centre), and a lost connection fails fast (-ENOTCONN, which the API
+ * answers with 503) instead of waiting: reconnecting is tried at most once a
+ * second, never inside a batch (a batch whose connection broke can only roll back).
+ *
+ * Several replicas. Everything that changes an execution first locks its row
+ * (store_exec_get inside a batch is SELECT ... FOR UPDATE, then a fresh read: in
+ * READ COMMITTED the next statement sees whatever the previous holder committed),
+ * so events get gap-free seq numbers whoever appends, and no two replicas can both
+ * decide a step, claim, approval or fork. Rows this batch has locked are cached
+ * until it ends (nobody else can change them). Claims and expiry sweeps take rows
+ * with FOR UPDATE SKIP LOCKED, so replicas never queue behind each other's work and
+ * re-check every row under its lock. A session's admission is serialised with a
+ * transaction-scoped advisory lock on its name. Replicas tell each other what a
+ * commit changed with NOTIFY on channel "rebuno" (sent in the batch, so delivered
+ * only if it commits), heard on a second connection that LISTENs.
+ *
+ * Schema: tables in the connection's search_path, versioned in meta like SQLite's;
+ * migrations run under an advisory lock so replicas starting together do not race,
+ * and a database of a newer schema is refused.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/xalloc.h"
+
+#define RECONNECT_MS 1000
+#define NOTIFY_MAX 7000 /* a NOTIFY payload is limited to 8000 bytes */
+#define MIGRATE_LOCK 7405182001LL
+#define SESSION_LOCK_SPACE 7405
+
+/* Migrations, applied in order to databases older than their version (1-based). */
+static const char *migrations[] = {
+    /* 1: the schema of SQLite's version 5 */
+    "CREATE TABLE agents(name TEXT COLLATE \"C\" PRIMARY KEY, created_at BIGINT NOT NULL);"
+    "CREATE TABLE executions("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, agent TEXT COLLATE \"C\" NOT NULL, session TEXT COLLATE \"C\","
+    " input TEXT NOT NULL, status TEXT NOT NULL, output TEXT, state TEXT, failure_reason TEXT,"
+    " created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, deadline_at BIGINT NOT NULL,"
+    " last_seq BIGINT NOT NULL, dispatch_id TEXT NOT NULL, attempt BIGINT NOT NULL,"
+    " dstate TEXT NOT NULL, queued_at BIGINT NOT NULL, worker_id TEXT NOT NULL,"
+    " lease_deadline BIGINT NOT NULL, lease_ms BIGINT NOT NULL, max_attempts BIGINT NOT NULL,"
+    " parent_id TEXT NOT NULL DEFAULT '', forked_from TEXT NOT NULL DEFAULT '',"
+    " fork_seq BIGINT NOT NULL DEFAULT 0, restoration TEXT);"
+    "CREATE INDEX executions_queue ON executions(agent, queued_at) WHERE dstate='queued';"
+    "CREATE INDEX executions_lease ON executions(lease_deadline) WHERE dstate='leased';"
+    "CREATE INDEX executions_deadline ON executions(deadline_at)"
+    " WHERE deadline_at > 0 AND status IN ('pending','running','blocked');"
+    "CREATE INDEX executions_agent ON executions(agent, id);"
+    "CREATE INDEX executions_status ON executions(status, id);"
+    "CREATE INDEX executions_session ON executions(session, id) WHERE session IS NOT NULL;"
+    "CREATE TABLE events(execution_id TEXT COLLATE \"C\" NOT NULL, seq BIGINT NOT NULL,"
+    " type TEXT NOT NULL, payload TEXT NOT NULL, at BIGINT NOT NULL, PRIMARY KEY(execution_id, seq));"
+    "CREATE TABLE steps(ord BIGSERIAL NOT NULL, step_id TEXT COLLATE \"C\" NOT NULL,"
+    " execution_id TEXT COLLATE \"C\" NOT NULL, kind TEXT NOT NULL, target TEXT NOT NULL,"
+    " args_hash TEXT NOT NULL, occurrence BIGINT NOT NULL, idempotency TEXT NOT NULL, status TEXT NOT NULL,"
+    " args TEXT NOT NULL, result TEXT, error TEXT, rule_id TEXT, approval_id TEXT NOT NULL,"
+    " runs BIGINT NOT NULL, indeterminate INTEGER NOT NULL, created_at BIGINT NOT NULL,"
+    " completed_at BIGINT NOT NULL, resources TEXT, PRIMARY KEY(execution_id, step_id));"
+    "CREATE INDEX steps_indeterminate ON steps(execution_id, kind, target, args_hash)"
+    " WHERE indeterminate = 1;"
+    "CREATE TABLE step_counters(execution_id TEXT COLLATE \"C\" NOT NULL, kind TEXT NOT NULL,"
+    " target TEXT NOT NULL, args_hash TEXT NOT NULL, consumed BIGINT NOT NULL, last_request TEXT,"
+    " PRIMARY KEY(execution_id, kind, target, args_hash));"
+    "CREATE TABLE approvals(id TEXT COLLATE \"C\" PRIMARY KEY, execution_id TEXT COLLATE \"C\" NOT NULL,"
+    " step_id TEXT NOT NULL, status TEXT NOT NULL, rule_id TEXT, reason TEXT, message TEXT,"
+    " approvers TEXT, timeout_at BIGINT NOT NULL, created_at BIGINT NOT NULL,"
+    " decided_at BIGINT NOT NULL, decided_by TEXT, rationale TEXT);"
+    "CREATE INDEX approvals_pending ON approvals(timeout_at) WHERE status='pending';"
+    "CREATE INDEX approvals_execution ON approvals(execution_id, created_at);"
+    "CREATE TABLE resources(execution_id TEXT COLLATE \"C\" NOT NULL, key TEXT COLLATE \"C\" NOT NULL,"
+    " driver_id TEXT NOT NULL, configuration TEXT NOT NULL, coverage_reuse INTEGER NOT NULL,"
+    " every_steps BIGINT NOT NULL, on_completion INTEGER NOT NULL, registered_seq BIGINT NOT NULL,"
+    " generation BIGINT NOT NULL, count BIGINT NOT NULL, binding TEXT, checkpoint_ref TEXT,"
+    " PRIMARY KEY(execution_id, key));"
+    "CREATE TABLE checkpoints(execution_id TEXT COLLATE \"C\" NOT NULL, key TEXT COLLATE \"C\" NOT NULL,"
+    " generation BIGINT NOT NULL, ref TEXT NOT NULL, covered_seq BIGINT NOT NULL,"
+    " invalidated_seq BIGINT NOT NULL, PRIMARY KEY(execution_id, key, generation, covered_seq));",
+};
+#define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
+
+#define EXEC_COLS                                                                          \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
+    " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
+    " restoration"
+/* last_seq comes from the events, so appending never rewrites the execution row. */
+#define EXEC_SELECT                                                                        \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at,"                                                            \
+    " (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = executions.id),"     \
+    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms,"       \
+    " max_attempts, parent_id, forked_from, fork_seq, restoration"
+#define STEP_COLS                                                                          \
+    "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
+    " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
+    " completed_at, resources"
+#define RESOURCE_COLS                                                                      \
+    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps,"           \
+    " on_completion, registered_seq, generation, count, binding, checkpoint_ref"
+#define APPROVAL_COLS                                                                      \
+    "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
+    " created_at, decided_at, decided_by, rationale"
+
+enum stmt_id {
+    S_AGENT_UPSERT, S_AGENTS,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
+    S_EVENT_INSERT, S_EVENTS,
+    S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
+    S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
+    S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
+    S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
+    S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
+    S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
+    S_COUNT
+};
+
+static const char *stmt_sql[S_COUNT] = {
+    [S_AGENT_UPSERT] = "INSERT INTO agents(name, created_at) VALUES($1, $2) ON CONFLICT DO NOTHING",
+    [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
+    [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
+                      "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
+    [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+    [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
+                   " FROM executions WHERE id = $1",
+    [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
+                      " state=$7, failure_reason=$8, created_at=$9, updated_at=$10,"
+                      " deadline_at=$11, last_seq=$12, dispatch_id=$13, attempt=$14, dstate=$15,"
+                      " queued_at=$16, worker_id=$17, lease_deadline=$18, lease_ms=$19,"
+                      " max_attempts=$20, parent_id=$21, forked_from=$22, fork_seq=$23,"
+                      " restoration=$24 WHERE id=$1",
+    [S_EXEC_NEXT_QUEUED] = "SELECT id FROM executions WHERE dstate='queued' AND agent=$1"
+                           " ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+    [S_EXEC_EXPIRED] = "SELECT id FROM executions WHERE dstate='leased' AND lease_deadline <= $1"
+                       " ORDER BY lease_deadline LIMIT $2 FOR UPDATE SKIP LOCKED",
+    [S_EXEC_PAST_DEADLINE] = "SELECT id FROM executions WHERE deadline_at > 0 AND deadline_at <= $1"
+                             " AND status IN ('pending','running','blocked') LIMIT $2 FOR UPDATE SKIP LOCKED",
+    [S_NEXT_TIMER] = "SELECT (SELECT min(lease_deadline) FROM executions WHERE dstate='leased'),"
+                     " (SELECT min(deadline_at) FROM executions WHERE deadline_at > 0"
+                     "  AND status IN ('pending','running','blocked')),"
+                     " (SELECT min(timeout_at) FROM approvals WHERE status='pending')",
+    [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES($1,$2,$3,$4,$5)",
+    [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=$1 AND seq > $2"
+                 " ORDER BY seq LIMIT $3",
+    [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE execution_id = $1 AND step_id = $2",
+    [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
+                      "$12,$13,$14,$15,$16,$17,$18)",
+    [S_STEP_UPDATE] = "UPDATE steps SET status=$8, result=$10, error=$11, rule_id=$12,"
+                      " approval_id=$13, runs=$14, indeterminate=$15, completed_at=$17,"
+                      " idempotency=$7 WHERE execution_id=$2 AND step_id=$1 AND kind=$3"
+                      " AND target=$4 AND args_hash=$5 AND occurrence=$6 AND args=$9"
+                      " AND created_at=$16 AND (resources IS NOT DISTINCT FROM $18)",
+    [S_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=$1 ORDER BY created_at, ord",
+    [S_STEPS_STATUS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=$1 AND status=$2"
+                       " ORDER BY created_at, ord",
+    [S_STEP_INDET] = "SELECT 1 FROM steps WHERE execution_id=$1 AND kind=$2 AND target=$3"
+                     " AND args_hash=$4 AND indeterminate=1 LIMIT 1",
+    [S_COUNTER_GET] = "SELECT consumed, last_request FROM step_counters WHERE execution_id=$1 AND kind=$2"
+                      " AND target=$3 AND args_hash=$4",
+    [S_COUNTER_SET] = "INSERT INTO step_counters(execution_id, kind, target, args_hash, consumed, last_request)"
+                      " VALUES($1,$2,$3,$4,$5,$6) ON CONFLICT (execution_id, kind, target, args_hash) DO UPDATE SET"
+                      " consumed = greatest(step_counters.consumed, excluded.consumed),"
+                      " last_request = excluded.last_request",
+    [S_COUNTERS_CLEAR] = "DELETE FROM step_counters WHERE execution_id=$1",
+    [S_COUNTERS] = "SELECT kind, target, args_hash, consumed, last_request FROM step_counters"
+                   " WHERE execution_id=$1 ORDER BY kind, target, args_hash",
+    [S_APPROVAL_INSERT] = "INSERT INTO approvals(" APPROVAL_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,"
+                          "$8,$9,$10,$11,$12,$13)",
+    /* An approval changes only together with its execution: lock that. */
+    [S_APPROVAL_LOCK] = "SELECT 1 FROM executions WHERE id = (SELECT execution_id FROM approvals WHERE id=$1)"
+                        " FOR UPDATE",
+    [S_APPROVAL_GET] = "SELECT " APPROVAL_COLS " FROM approvals WHERE id=$1",
+    [S_APPROVAL_UPDATE] = "UPDATE approvals SET status=$2, decided_at=$3, decided_by=$4,"
+                          " rationale=$5 WHERE id=$1",
+    [S_APPROVALS_EXPIRED] = "SELECT id FROM approvals WHERE status='pending' AND timeout_at <= $1"
+                            " ORDER BY timeout_at LIMIT $2",
+    [S_SESSION_LOCK] = "SELECT pg_advisory_xact_lock(7405, hashtext($1))",
+    [S_SESSION_ACTIVE] = "SELECT id FROM executions WHERE session=$1 AND (status IN ('running','blocked')"
+                         " OR (status='pending' AND dstate != 'none')) LIMIT 1",
+    [S_SESSION_WAITING] = "SELECT id FROM executions WHERE session=$1 AND status='pending' AND dstate='none'"
+                          " ORDER BY id LIMIT 1",
+    [S_SESSION_LAST_COMPLETED] = "SELECT id FROM executions WHERE session=$1 AND agent=$2"
+                                 " AND status='completed' ORDER BY id DESC LIMIT 1",
+    [S_SESSION_EXISTS] = "SELECT id FROM executions WHERE session=$1 LIMIT 1",
+    [S_RESOURCE_GET] = "SELECT " RESOURCE_COLS " FROM resources WHERE execution_id=$1 AND key=$2",
+    [S_RESOURCE_INSERT] = "INSERT INTO resources(" RESOURCE_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
+                          " ON CONFLICT DO NOTHING",
+    [S_RESOURCE_UPDATE] = "UPDATE resources SET every_steps=$3, on_completion=$4, generation=$5, count=$6,"
+                          " binding=$7, checkpoint_ref=$8 WHERE execution_id=$1 AND key=$2",
+    [S_RESOURCES] = "SELECT " RESOURCE_COLS " FROM resources WHERE execution_id=$1 ORDER BY registered_seq, key",
+    [S_CHECKPOINT_INSERT] = "INSERT INTO checkpoints(execution_id, key, generation, ref, covered_seq,"
+                            " invalidated_seq) VALUES($1,$2,$3,$4,$5,$6)"
+                            " ON CONFLICT (execution_id, key, generation, covered_seq) DO UPDATE SET"
+                            " ref = excluded.ref, invalidated_seq = excluded.invalidated_seq",
+    [S_CHECKPOINTS] = "SELECT execution_id, key, generation, ref, covered_seq, invalidated_seq FROM checkpoints"
+                      " WHERE execution_id=$1 ORDER BY covered_seq, key",
+    [S_CHECKPOINT_INVALIDATE] = "UPDATE checkpoints SET invalidated_seq=$4 WHERE execution_id=$1 AND key=$2"
+                                " AND generation=$3 AND invalidated_seq=0",
+    [S_CHECKPOINT_COVERED] = "SELECT 1 FROM checkpoints WHERE execution_id=$1 AND key=$2 AND generation=$3"
+                             " AND invalidated_seq=0 LIMIT 1",
+    [S_CHECKPOINT_FIND] = "SELECT covered_seq FROM checkpoints WHERE execution_id=$1 AND key=$2 AND generation=$3"
+                          " AND ref=$4 LIMIT 1",
+};
+
+struct pg {
+    struct store base; /* first: the public handle */
+    char *uri;
+    PGconn *c;  /* statements */
+    PGconn *lc; /* LISTEN rebuno */
+    bool in_tx, in_op, release_pending;
+    int64_t next_connect, next_listen; /* monotonic ms before which no reconnect is tried */
+    bool listen_gap;                   /* the listener was down: changes may have been missed */
+    char replica[UUID_STR_LEN];        /* tags our own notifications */
+    char errmsg[512];
+    /* what this batch will NOTIFY: "<replica>\n" then "k name\n" lines */
+    char *notes;
+    size_t notes_len, notes_cap;
+    bool notes_any, notes_overflow;
+    /* Statements not sent yet (see "Deferred writes" below): SQL text, and per statement
+     * what its result must be */
+    char *q;
+    size_t q_len, q_cap;
+    unsigned char *expect;
+    int n_expect, cap_expect;
+    uint64_t sends;                     /* q_send calls, to tell whether an operation sent anything */
+    size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
+    int op_x0, op_x1;
+    uint64_t op_sends;
+    bool op_release_was;
+    int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
+    bool broken; /* a write of an earlier operation failed: the batch can only roll back */
+    /* executions this batch has locked, as it last wrote or read them */
+    struct execution *locked;
+    bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
+    int n_locked, cap_locked;
+};
+
+static struct pg *PG(struct store *st)
+{
+    return (struct pg *)st;
+}
+
+/* --- helpers --- */
+
+enum expect { X_OK, X_ONE_ROW };
+
+struct params {
+    const char *v[26];
+    char num[26][24];
+    int n;
+};
+
+static void p_str(struct params *ps, const char *s)
+{
+    ps->v[ps->n++] = s;
+}
+
+static void p_int(struct params *ps, int64_t x)
+{
+    snprintf(ps->num[ps->n], sizeof ps->num[0], "%" PRId64, x);
+    ps->v[ps->n] = ps->num[ps->n];
+    ps->n++;
+}
+
+static void set_err(struct pg *p, const char *msg)
+{
+    snprintf(p->errmsg, sizeof p->errmsg, "%s", msg ? msg : "unknown error");
+    size_t n = strlen(p->errmsg);
+    while (n && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' ')) p->errmsg[--n] = 0;
+}
+
+static int result_errno(struct pg *p, PGresult *r)
+{
+    set_err(p, r ? PQresultErrorMessage(r) : PQerrorMessage(p->c));
+    if (!p->c || PQstatus(p->c) != CONNECTION_OK) return -ENOTCONN;
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!state) return -EIO;
+    if (strcmp(state, "23505") == 0) return -EEXIST;
+    /* deadlock, serialization failure, lock not available: another replica, try again */
+    if (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0 || strcmp(state, "55P03") == 0)
+        return -EAGAIN;
+    /* the server is shutting down or in recovery */
+    if (strncmp(state, "57P", 3) == 0 || strncmp(state, "08", 2) == 0) return -ENOTCONN;
+    if (strcmp(state, "53100") == 0) return -ENOSPC;
+    return -EIO;
+}
+
+static int connect_main(struct pg *p, char *errbuf, size_t errlen);
+
+/* A usable connection, reconnecting when it broke outside a batch (rate-limited). */
+static int ensure(struct pg *p)
+{
+    if (p->c && PQstatus(p->c) == CONNECTION_OK) {
+        if (!p->broken) return 0;
+        set_err(p, "a write of an earlier request in this batch failed; the batch is rolled back");
+        return -EIO;
+    }
+    if (p->in_tx) return -ENOTCONN; /* the batch died with its connection */
+    int64_t now = clock_mono_ms();
+    if (now < p->next_connect) return -ENOTCONN;
+    p->next_connect = now + RECONNECT_MS;
+    char why[512];
+    if (connect_main(p, why, sizeof why) < 0) {
+        set_err(p, why);
+        return -ENOTCONN;
+    }
+    return 0;
+}
+
+/* Run prepared statement id; *rc = 0 with the result (caller clears), or -errno and NULL. */
+static int q_send(struct pg *p, PGresult **last);
+static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x);
+
+static PGresult *exec_stmt(struct pg *p, enum stmt_id id, const struct params *ps, int *rc)
+{
+    if ((*rc = ensure(p)) < 0) return NULL;
+    if (p->n_expect > 0) { /* the queued writes and this statement in one round trip */
+        PGresult *r = NULL;
+        if ((*rc = q_stmt(p, (int)id, ps, X_OK)) < 0 || (*rc = q_send(p, &r)) < 0) return NULL;
+        return r;
+    }
+    char name[16];
+    snprintf(name, sizeof name, "r%d", (int)id);
+    PGresult *r = PQexecPrepared(p->c, name, ps ? ps->n : 0, ps ? ps->v : NULL, NULL, NULL, 0);
+    ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) return r;
+    *rc = result_errno(p, r);
+    PQclear(r);
+    if (p->in_tx && !p->in_op) p->broken = true; /* no savepoint to go back to */
+    return NULL;
+}
+
+/* A statement whose rows do not matter; *changed (if not NULL) = rows affected. */
+static bool deferrable(enum stmt_id id);
+
+static int run(struct pg *p, enum stmt_id id, const struct params *ps, int64_t *changed)
+{
+    int rc;
+    if (p->in_op && deferrable(id)) { /* checked when it is sent */
+        if ((rc = ensure(p)) < 0) return rc;
+        if (changed) *changed = 1;
+        return q_stmt(p, (int)id, ps, changed ? X_ONE_ROW : X_OK);
+    }
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    if (!r) return rc;
+    if (changed) *changed = strtoll(PQcmdTuples(r), NULL, 10);
+    PQclear(r);
+    return 0;
+}
+
+static int simple(struct pg *p, const char *sql)
+{
+    if (!p->c || PQstatus(p->c) != CONNECTION_OK) {
+        set_err(p, "the connection to PostgreSQL is lost");
+        return -ENOTCONN;
+    }
+    PGresult *r = PQexec(p->c, sql);
+    ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : result_errno(p, r);
+    PQclear(r);
+    return rc;
+}
+
+static char *g_dup(PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : xstrdup(PQgetvalue(r, row, col));
+}
+
+static void g_copy(PGresult *r, int row, int col, char *dst, size_t n)
+{
+    snprintf(dst, n, "%s", PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col));
+}
+
+static int64_t g_int(PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+/* --- deferred writes ---
+ *
+ * Inside a batch, statements whose result the kernel does not read (inserts, updates,
+ * BEGIN, SAVEPOINT/RELEASE/ROLLBACK TO, the row lock before a read) are not sent one by
+ * one: they are queued as SQL text (EXECUTE of the prepared statement with quoted
+ * literals) and go out in one simple-query message with the next statement whose rows are
+ * needed, which may be the next request's first read, or with the COMMIT. Each queued
+ * statement's result is still checked (success, and exactly one row for an update that
+ * must find its row). A failure after the current request's SAVEPOINT is that request's
+ * (it rolls back to it); one before it belongs to a request already answered as done,
+ * so the batch is marked broken: its COMMIT fails and every reply in it becomes an error,
+ * never a wrong 2xx. A round trip per read instead of one per statement. */
+static void q_add(struct pg *p, const char *text, size_t n)
+{
+    if (p->q_len + n + 1 > p->q_cap) {
+        size_t cap = p->q_cap ? p->q_cap : 4096;
+        while (cap < p->q_len + n + 1) cap *= 2;
+        p->q = xrealloc(p->q, p->q_cap = cap);
+    }
+    memcpy(p->q + p->q_len, text, n);
+    p->q_len += n;
+    p->q[p->q_len] = 0;
+}
+
+static void q_expect(struct pg *p, enum expect x)
+{
+    if (p->n_expect == p->cap_expect)
+        p->expect = xrealloc(p->expect, (size_t)(p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64));
+    p->expect[p->n_expect++] = (unsigned char)x;
+}
+
+/* Queue one statement of plain SQL (no parameters). */
+static void q_sql(struct pg *p, const char *sql, enum expect x)
+{
+    q_add(p, sql, strlen(sql));
+    q_add(p, ";", 1);
+    q_expect(p, x);
+}
+
+/* Queue EXECUTE of prepared statement id with ps as literals; -ENOMEM if quoting failed. */
+static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
+{
+    char head[24];
+    int n = snprintf(head, sizeof head, "EXECUTE r%d", id);
+    q_add(p, head, (size_t)n);
+    for (int i = 0; ps && i < ps->n; i++) {
+        q_add(p, i ? "," : "(", 1);
+        if (!ps->v[i]) {
+            q_add(p, "NULL", 4);
+            continue;
+        }
+        char *lit = PQescapeLiteral(p->c, ps->v[i], strlen(ps->v[i]));
+        if (!lit) return -ENOMEM;
+        q_add(p, lit, strlen(lit));
+        PQfreemem(lit);
+    }
+    if (ps && ps->n) q_add(p, ")", 1);
+    q_add(p, ";", 1);
+    q_expect(p, x);
+    return 0;
+}
+
+static void q_reset(struct pg *p)
+{
+    p->q_len = 0;
+    if (p->q) p->q[0] = 0;
+    p->n_expect = 0;
+}
+
+/* Send what is queued (and whatever the caller queued last); *last = the last statement's
+ * result when asked (caller clears). Each result is checked against its expectation. */
+static int q_send(struct pg *p, PGresult **last)
+{
+    if (last) *last = NULL;
+    if (p->n_expect == 0) return 0;
+    p->sends++;
+    if (!p->c || PQstatus(p->c) != CONNECTION_OK) {
+        q_reset(p);
+        set_err(p, "the connection to PostgreSQL is lost");
+        return -ENOTCONN;
+    }
+    int rc = 0, i = 0, failed_at = -1, sp = p->op_sp;
+    p->op_sp = -1;
+    if (!PQsendQuery(p->c, p->q)) {
+        q_reset(p);
+        return result_errno(p, NULL);
+    }
+    PGresult *r, *keep = NULL;
+    while ((r = PQgetResult(p->c)) != NULL) {
+        ExecStatusType s = PQresultStatus(r);
+        if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+            rc = result_errno(p, r);
+            failed_at = i;
+        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_ONE_ROW &&
+                   strtoll(PQcmdTuples(r), NULL, 10) != 1) {
+            set_err(p, "a row to update was not found");
+            rc = -ENOENT;
+            failed_at = i;
+        }
+        i++;
+        if (last && rc == 0) {
+            PQclear(keep);
+            keep = r;
+        } else {
+            PQclear(r);
+        }
+    }
+    if (rc == 0 && i < p->n_expect) { /* fewer results than statements: cut off */
+        rc = result_errno(p, NULL);
+        if (rc == 0) rc = -EIO;
+    }
+    q_reset(p);
+    if (rc == 0 && last) *last = keep;
+    else PQclear(keep);
+    /* A failure after the current operation's SAVEPOINT is that operation's (it rolls
+     * back to it); one before it hit an earlier operation, already answered as done:
+     * only the whole batch can go now (its COMMIT fails, every reply becomes an error). */
+    if (rc < 0 && p->in_tx && !(p->in_op && (sp < 0 || failed_at > sp))) p->broken = true;
+    return rc;
+}
+
+static bool deferrable(enum stmt_id id)
+{
+    switch (id) {
+    case S_AGENT_UPSERT: case S_EXEC_INSERT: case S_EXEC_UPDATE: case S_EVENT_INSERT: case S_STEP_INSERT:
+    case S_STEP_UPDATE: case S_COUNTER_SET: case S_COUNTERS_CLEAR: case S_APPROVAL_INSERT:
+    case S_APPROVAL_UPDATE: case S_RESOURCE_UPDATE: case S_CHECKPOINT_INSERT: case S_CHECKPOINT_INVALIDATE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* --- connections, schema --- */
+
+/* host:port of a connection (or of its options when it failed), for messages. */
+static void where(PGconn *c, const char *uri, char *out, size_t n)
+{
+    const char *host = c ? PQhost(c) : NULL, *port = c ? PQport(c) : NULL, *db = c ? PQdb(c) : NULL;
+    char *red = store_spec_redacted(uri);
+    if (host && *host)
+        snprintf(out, n, "%s%s port %s, database \"%s\"", host[0] == '/' ? "socket folder " : "host ", host,
+                 port && *port ? port : "5432", db ? db : "?");
+    else
+        snprintf(out, n, "%s", red);
+    free(red);
+}
+
+static PGconn *open_conn(const char *uri, char *errbuf, size_t errlen)
+{
+    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+    const char *vals[] = {uri, "3", "rebuno", NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (c && PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, "SET client_min_messages = warning");
+        PQclear(r);
+        return c;
+    }
+    char at[300];
+    where(c, uri, at, sizeof at);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", c ? PQerrorMessage(c) : "out of memory");
+    /* libpq's message spans lines: one line, no trailing blanks or full stop */
+    char *w = msg;
+    for (const char *q = msg; *q; q++) {
+        char ch = *q == '\n' || *q == '\t' ? ' ' : *q;
+        if (ch == ' ' && (w == msg || w[-1] == ' ')) continue;
+        *w++ = ch;
+    }
+    while (w > msg && (w[-1] == ' ' || w[-1] == '.')) w--;
+    *w = 0;
+    snprintf(errbuf, errlen,
+             "cannot connect to PostgreSQL at %s: %s; check that PostgreSQL runs there and accepts this "
+             "user, and that the store setting (store: in the config, REBUNO_STORE or --store) names the "
+             "right host, port, database, user and password",
+             at, msg);
+    PQfinish(c);
+    return NULL;
+}
+
+static int migrate(struct pg *p, char *errbuf, size_t errlen)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock(%lld)", MIGRATE_LOCK);
+    if (simple(p, sql) < 0) goto fail;
+    int rc = -1;
+    for (;;) {
+        int version = 0;
+        if (simple(p, "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)") < 0)
+            goto fail_locked;
+        PGresult *r = PQexec(p->c, "SELECT value FROM meta WHERE key='schema_version'");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            set_err(p, PQresultErrorMessage(r));
+            PQclear(r);
+            goto fail_locked;
+        }
+        if (PQntuples(r) == 1) version = atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (version > SCHEMA_VERSION) {
+            snprintf(errbuf, errlen,
+                     "the PostgreSQL database has rebuno schema %d, newer than this rebuno's %d: run a newer "
+                     "rebuno (or point store at another database)",
+                     version, SCHEMA_VERSION);
+            goto out;
+        }
+        if (version == SCHEMA_VERSION) break;
+        char *m = xasprintf("BEGIN; %s INSERT INTO meta(key, value) VALUES('schema_version', '%d')"
+                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value; COMMIT;",
+                            migrations[version], version + 1);
+        int mr = simple(p, m);
+        free(m);
+        if (mr < 0) {
+            snprintf(errbuf, errlen, "cannot migrate the PostgreSQL database to schema %d: %s", version + 1,
+                     p->errmsg);
+            simple(p, "ROLLBACK");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%lld)", MIGRATE_LOCK);
+    simple(p, sql);
+    return rc;
+fail_locked:
+    snprintf(errbuf, errlen, "cannot read the schema version: %s", p->errmsg);
+    goto out;
+fail:
+    snprintf(errbuf, errlen, "cannot lock the schema for migration: %s", p->errmsg);
+    return -1;
+}
+
+static int connect_main(struct pg *p, char *errbuf, size_t errlen)
+{
+    PQfinish(p->c);
+    p->c = open_conn(p->uri, errbuf, errlen);
+    if (!p->c) return -1;
+    for (int i = 0; i < S_COUNT; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "r%d", i);
+        PGresult *r = PQprepare(p->c, name, stmt_sql[i], 0, NULL);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            snprintf(errbuf, errlen, "cannot prepare statement %d: %s", i, PQresultErrorMessage(r));
+            PQclear(r);
+            PQfinish(p->c);
+            p->c = NULL;
+            return -1;
+        }
+        PQclear(r);
+    }
+    return 0;
+}
+
+static int connect_listener(struct pg *p)
+{
+    char why[512];
+    PQfinish(p->lc);
+    p->lc = open_conn(p->uri, why, sizeof why);
+    if (!p->lc) return -1;
+    PGresult *r = PQexec(p->lc, "LISTEN rebuno");
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok || PQsetnonblocking(p->lc, 1) < 0) {
+        PQfinish(p->lc);
+        p->lc = NULL;
+        return -1;
+    }
+    p->listen_gap = true;
+    return 0;
+}
+
+static void pg_close(struct store *st);
+static const struct store_vt pg_vt;
+
+struct store *store_pg_open(const char *uri, char *errbuf, size_t errlen)
+{
+    struct pg *p = xcalloc(1, sizeof *p);
+    p->base.vt = &pg_vt;
+    p->uri = xstrdup(uri);
+    uuid_v7(p->replica);
+    if (!(p->c = open_conn(uri, errbuf, errlen))) goto fail;
+    if (migrate(p, errbuf, errlen) < 0 || connect_main(p, errbuf, errlen) < 0) goto fail;
+    if (connect_listener(p) < 0) {
+        snprintf(errbuf, errlen, "cannot LISTEN on PostgreSQL: %s", PQerrorMessage(p->c));
+        goto fail;
+    }
+    p->listen_gap = false;
+    return &p->base;
+fail:
+    pg_close(&p->base);
+    return NULL;
+}
+
+static void unlock_all(struct pg *p)
+{
+    for (int i = 0; i < p->n_locked; i++) execution_fini(&p->locked[i]);
+    p->n_locked = 0;
+}
+
+static void pg_close(struct store *st)
+{
+    struct pg *p = PG(st);
+    unlock_all(p);
+    free(p->locked);
+    free(p->nores);
+    PQfinish(p->c);
+    PQfinish(p->lc);
+    free(p->notes);
+    free(p->q);
+    free(p->expect);
+    free(p->uri);
+    free(p);
+}
+
+static const char *pg_errmsg(struct store *st)
+{
+    return PG(st)->errmsg;
+}
+
+static const char *pg_kind(struct store *st)
+{
+    return "postgres";
+}
+
+/* --- transactions --- */
+
+static void notes_reset(struct pg *p)
+{
+    p->notes_len = 0;
+    p->notes_any = p->notes_overflow = false;
+}
+
+static int pg_begin(struct store *st)
+{
+    struct pg *p = PG(st);
+    int r = ensure(p);
+    if (r < 0) return r;
+    q_reset(p);
+    p->broken = false;
+    p->op_sp = -1;
+    q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
+    p->in_tx = true;
+    p->release_pending = false;
+    notes_reset(p);
+    return 0;
+}
+
+static int pg_commit(struct store *st)
+{
+    struct pg *p = PG(st);
+    int r = ensure(p); /* -EIO when broken */
+    if (r < 0) return r;
+    if (p->notes_any || p->notes_overflow) {
+        char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
+        const char *text = payload ? payload : p->notes;
+        char *lit = PQescapeLiteral(p->c, text, strlen(text));
+        free(payload);
+        if (!lit) return -ENOMEM;
+        char *sql = xasprintf("SELECT pg_notify('rebuno', %s)", lit);
+        PQfreemem(lit);
+        q_sql(p, sql, X_OK);
+        free(sql);
+    }
+    q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
+    if ((r = q_send(p, NULL)) < 0) return r;
+    p->in_tx = p->in_op = false;
+    unlock_all(p);
+    notes_reset(p);
+    return 0;
+}
+
+static int pg_rollback(struct store *st)
+{
+    struct pg *p = PG(st);
+    unlock_all(p);
+    notes_reset(p);
+    q_reset(p);
+    p->in_tx = p->in_op = p->broken = false;
+    int r = simple(p, "ROLLBACK");
+    return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
+}
+
+static bool pg_in_tx(const struct store *st)
+{
+    return ((const struct pg *)st)->in_tx;
+}
+
+static int pg_op_begin(struct store *st)
+{
+    struct pg *p = PG(st);
+    int r = ensure(p);
+    if (r < 0) return r;
+    p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
+    /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
+    if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    q_sql(p, "SAVEPOINT op", X_OK);
+    p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
+    p->op_sp = p->n_expect - 1;
+    p->release_pending = false;
+    p->in_op = true;
+    return 0;
+}
+
+/* The operation reached the store with nothing: forget its SAVEPOINT. */
+static bool op_untouched(struct pg *p)
+{
+    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1) return false;
+    p->q_len = p->op_q0, p->n_expect = p->op_x0;
+    if (p->q) p->q[p->q_len] = 0;
+    p->release_pending = p->op_release_was;
+    return true;
+}
+
+static int pg_op_end(struct store *st, bool ok)
+{
+    struct pg *p = PG(st);
+    p->in_op = false;
+    p->op_sp = -1;
+    if (op_untouched(p)) return 0;
+    if (ok) {
+        /* Its writes stay queued: they go out with the next request's first read or the
+         * COMMIT, RELEASE first; a failure then fails the batch (q_send). */
+        p->release_pending = true;
+        return 0;
+    }
+    if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
+        p->q_len = p->op_q0, p->n_expect = p->op_x0;
+        if (p->q) p->q[p->q_len] = 0;
+        p->release_pending = p->op_release_was;
+        unlock_all(p); /* rows it inserted were cached */
+        return 0;
+    }
+    q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
+    q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    p->release_pending = false;
+    unlock_all(p); /* the locks taken since the savepoint are gone */
+    return 0;
+}
+
+/* --- notifications between replicas --- */
+
+static void pg_notify(struct store *st, char kind, const char *name)
+{
+    struct pg *p = PG(st);
+    if (!p->in_tx || p->notes_overflow) return;
+    char line[300];
+    int n = snprintf(line, sizeof line, "%c %s\n", kind, name);
+    if (n <= 0 || (size_t)n >= sizeof line) {
+        p->notes_overflow = true;
+        return;
+    }
+    if (p->notes_len == 0) {
+        if (p->notes_cap < 64) p->notes = xrealloc(p->notes, p->notes_cap = 1024);
+        p->notes_len = (size_t)snprintf(p->notes, p->notes_cap, "%s\n", p->replica);
+    }
+    if (memmem(p->notes, p->notes_len, line, (size_t)n)) return;
+    if (p->notes_len + (size_t)n > NOTIFY_MAX) {
+        p->notes_overflow = true;
+        return;
+    }
+    if (p->notes_len + (size_t)n + 1 > p->notes_cap) p->notes = xrealloc(p->notes, p->notes_cap *= 2);
+    memcpy(p->notes + p->notes_len, line, (size_t)n + 1);
+    p->notes_len += (size_t)n;
+    p->notes_any = true;
+}
+
+static int pg_watch_fd(struct store *st)
+{
+    struct pg *p = PG(st);
+    if (p->lc && PQstatus(p->lc) == CONNECTION_OK) return PQsocket(p->lc);
+    int64_t now = clock_mono_ms();
+    if (now < p->next_listen) return -1;
+    p->next_listen = now + RECONNECT_MS;
+    return connect_listener(p) == 0 ? PQsocket(p->lc) : -1;
+}
+
+static int pg_watch_read(struct store *st, store_change_fn fn, void *arg)
+{
+    struct pg *p = PG(st);
+    if (p->listen_gap) {
+        p->listen_gap = false;
+        fn('*', "", arg);
+    }
+    if (!p->lc) return -ENOTCONN;
+    if (!PQconsumeInput(p->lc) || PQstatus(p->lc) != CONNECTION_OK) {
+        PQfinish(p->lc);
+        p->lc = NULL;
+        return -ENOTCONN;
+    }
+    PGnotify *n;
+    size_t self = strlen(p->replica);
+    while ((n = PQnotifies(p->lc)) != NULL) {
+        const char *s = n->extra;
+        if (strncmp(s, p->replica, self) != 0 || s[self] != '\n') {
+            const char *line = strchr(s, '\n');
+            while (line && line[1]) {
+                line++;
+                const char *end = strchr(line, '\n');
+                size_t len = end ? (size_t)(end - line) : strlen(line);
+                if (len >= 2 && line[1] == ' ') {
+                    char name[300];
+                    snprintf(name, sizeof name, "%.*s", (int)(len - 2), line + 2);
+                    fn(line[0], name, arg);
+                }
+                line = end;
+            }
+        }
+        PQfreemem(n);
+    }
+    return 0;
+}
+
+/* --- agents --- */
+
+static int pg_agent_upsert(struct store *st, const char *name, int64_t now)
+{
+    struct params ps = {0};
+    p_str(&ps, name);
+    p_int(&ps, now);
+    return run(PG(st), S_AGENT_UPSERT, &ps, NULL);
+}
+
+static int pg_agents_each(struct store *st, store_name_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_AGENTS, NULL, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) rc = fn(PQgetvalue(r, i, 0), arg);
+    PQclear(r);
+    return rc;
+}
+
+/* --- executions --- */
+
+static void bind_exec(struct params *ps, const struct execution *e)
+{
+    p_str(ps, e->id);
+    p_str(ps, e->agent);
+    p_str(ps, e->session);
+    p_str(ps, e->input);
+    p_str(ps, exec_status_name(e->status));
+    p_str(ps, e->output);
+    p_str(ps, e->state);
+    p_str(ps, e->failure_reason);
+    p_int(ps, e->created_at);
+    p_int(ps, e->updated_at);
+    p_int(ps, e->deadline_at);
+    p_int(ps, e->last_seq);
+    p_str(ps, e->dispatch_id);
+    p_int(ps, e->attempt);
+    p_str(ps, dispatch_state_name(e->dstate));
+    p_int(ps, e->queued_at);
+    p_str(ps, e->worker_id);
+    p_int(ps, e->lease_deadline);
+    p_int(ps, e->lease_ms);
+    p_int(ps, e->max_attempts);
+    p_str(ps, e->parent_id);
+    p_str(ps, e->forked_from);
+    p_int(ps, e->fork_seq);
+    p_str(ps, e->restoration);
+}
+
+static void read_exec(PGresult *r, int i, struct execution *e)
+{
+    memset(e, 0, sizeof *e);
+    g_copy(r, i, 0, e->id, sizeof e->id);
+    e->agent = g_dup(r, i, 1);
+    e->session = g_dup(r, i, 2);
+    e->input = g_dup(r, i, 3);
+    exec_status_parse(PQgetvalue(r, i, 4), &e->status);
+    e->output = g_dup(r, i, 5);
+    e->state = g_dup(r, i, 6);
+    e->failure_reason = g_dup(r, i, 7);
+    e->created_at = g_int(r, i, 8);
+    e->updated_at = g_int(r, i, 9);
+    e->deadline_at = g_int(r, i, 10);
+    e->last_seq = g_int(r, i, 11);
+    g_copy(r, i, 12, e->dispatch_id, sizeof e->dispatch_id);
+    e->attempt = g_int(r, i, 13);
+    dispatch_state_parse(PQgetvalue(r, i, 14), &e->dstate);
+    e->queued_at = g_int(r, i, 15);
+    g_copy(r, i, 16, e->worker_id, sizeof e->worker_id);
+    e->lease_deadline = g_int(r, i, 17);
+    e->lease_ms = g_int(r, i, 18);
+    e->max_attempts = g_int(r, i, 19);
+    g_copy(r, i, 20, e->parent_id, sizeof e->parent_id);
+    g_copy(r, i, 21, e->forked_from, sizeof e->forked_from);
+    e->fork_seq = g_int(r, i, 22);
+    e->restoration = g_dup(r, i, 23);
+}
+
+static void exec_copy(struct execution *dst, const struct execution *src)
+{
+    *dst = *src;
+    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
+    dst->session = src->session ? xstrdup(src->session) : NULL;
+    dst->input = src->input ? xstrdup(src->input) : NULL;
+    dst->output = src->output ? xstrdup(src->output) : NULL;
+    dst->state = src->state ? xstrdup(src->state) : NULL;
+    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
+    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
+}
+
+static struct execution *locked_find(struct pg *p, const char *id)
+{
+    for (int i = 0; i < p->n_locked; i++)
+        if (strcmp(p->locked[i].id, id) == 0) return &p->locked[i];
+    return NULL;
+}
+
+/* Remember (or refresh) a row this batch holds locked, keeping the cached last_seq
+ * when it is ahead (store_exec_update writes the caller's, which may lag). */
+static void locked_put(struct pg *p, const struct execution *e)
+{
+    struct execution *c = locked_find(p, e->id);
+    if (c) {
+        int64_t seq = c->last_seq;
+        execution_fini(c);
+        exec_copy(c, e);
+        if (seq > c->last_seq) c->last_seq = seq;
+        return;
+    }
+    if (p->n_locked == p->cap_locked) {
+        p->cap_locked = p->cap_locked ? p->cap_locked * 2 : 16;
+        p->locked = xrealloc(p->locked, (size_t)p->cap_locked * sizeof *p->locked);
+        p->nores = xrealloc(p->nores, (size_t)p->cap_locked * sizeof *p->nores);
+    }
+    p->nores[p->n_locked] = false;
+    exec_copy(&p->locked[p->n_locked++], e);
+}
+
+static int pg_exec_insert(struct store *st, const struct execution *e)
+{
+    struct pg *p = PG(st);
+    struct params ps = {0};
+    bind_exec(&ps, e);
+    int r = run(p, S_EXEC_INSERT, &ps, NULL);
+    if (r == 0 && p->in_tx) {
+        locked_put(p, e); /* a new row is ours until commit */
+        p->nores[locked_find(p, e->id) - p->locked] = true;
+    }
+    return r;
+}
+
+static int pg_exec_update(struct store *st, const struct execution *e)
+{
+    struct pg *p = PG(st);
+    struct params ps = {0};
+    bind_exec(&ps, e);
+    int64_t n = 0;
+    int r = run(p, S_EXEC_UPDATE, &ps, &n);
+    if (r == 0 && n != 1) return -ENOENT;
+    if (r == 0 && p->in_tx) locked_put(p, e);
+    return r;
+}
+
+static int pg_exec_get(struct store *st, const char *id, struct execution *out)
+{
+    struct pg *p = PG(st);
+    struct execution *c = p->in_tx ? locked_find(p, id) : NULL;
+    if (c) {
+        exec_copy(out, c);
+        return 0;
+    }
+    struct params ps = {0};
+    p_str(&ps, id);
+    int rc;
+    /* Inside an operation: lock, then read what the last holder committed. A read between
+     * operations (GET while a batch is open) locks nothing: a lock error there would
+     * abort the whole batch, not one savepoint. */
+    bool lock = p->in_tx && p->in_op;
+    if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
+        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+    }
+    PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
+    if (!r) return rc;
+    bool nores = false;
+    if (PQntuples(r) == 0) {
+        rc = -ENOENT;
+    } else {
+        read_exec(r, 0, out);
+        nores = strcmp(PQgetvalue(r, 0, 24), "f") == 0;
+    }
+    PQclear(r);
+    if (rc == 0 && lock) {
+        locked_put(p, out);
+        p->nores[locked_find(p, id) - p->locked] = nores;
+    }
+    return rc;
+}
+
+static int pg_exec_list(struct store *st, const char *agent, const char *status, const char *session,
+                        const char *cursor, int limit, store_exec_fn fn, void *arg)
+{
+    struct pg *p = PG(st);
+    char sql[700];
+    struct params ps = {0};
+    int len = snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE true");
+    if (agent) p_str(&ps, agent), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND agent = $%d", ps.n);
+    if (status) p_str(&ps, status), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status = $%d", ps.n);
+    if (cursor) p_str(&ps, cursor), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND id < $%d", ps.n);
+    if (session) p_str(&ps, session), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND session = $%d", ps.n);
+    p_int(&ps, limit);
+    snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY id DESC LIMIT $%d", ps.n);
+    int rc = ensure(p);
+    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
+    if (rc < 0) return rc;
+    PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = result_errno(p, r);
+        PQclear(r);
+        return rc;
+    }
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct execution e;
+        read_exec(r, i, &e);
+        rc = fn(&e, arg);
+        execution_fini(&e);
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int one_id(struct pg *p, enum stmt_id id, const struct params *ps, char out[UUID_STR_LEN])
+{
+    int rc;
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) rc = -ENOENT;
+    else g_copy(r, 0, 0, out, UUID_STR_LEN);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN])
+{
+    struct params ps = {0};
+    p_str(&ps, agent);
+    return one_id(PG(st), S_EXEC_NEXT_QUEUED, &ps, id_out);
+}
+
+static int collect_ids(struct pg *p, enum stmt_id id, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    struct params ps = {0};
+    p_int(&ps, now);
+    p_int(&ps, max);
+    int rc;
+    *n = 0;
+    PGresult *r = exec_stmt(p, id, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) g_copy(r, i, 0, ids[(*n)++], UUID_STR_LEN);
+    PQclear(r);
+    return 0;
+}
+
+static int pg_exec_expired_leases(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(PG(st), S_EXEC_EXPIRED, now, ids, max, n);
+}
+
+static int pg_exec_past_deadline(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(PG(st), S_EXEC_PAST_DEADLINE, now, ids, max, n);
+}
+
+static int pg_approvals_expired(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return collect_ids(PG(st), S_APPROVALS_EXPIRED, now, ids, max, n);
+}
+
+static int64_t pg_next_timer(struct store *st)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_NEXT_TIMER, NULL, &rc);
+    if (!r) return 0;
+    int64_t best = 0;
+    for (int i = 0; i < 3 && PQntuples(r) == 1; i++) {
+        int64_t v = g_int(r, 0, i);
+        if (v > 0 && (best == 0 || v < best)) best = v;
+    }
+    PQclear(r);
+    return best;
+}
+
+/* --- events --- */
+
+static int pg_event_append(struct store *st, struct execution *e, const char *type, const char *payload,
+                           int64_t at)
+{
+    struct pg *p = PG(st);
+    struct params ps = {0};
+    p_str(&ps, e->id);
+    p_int(&ps, e->last_seq + 1);
+    p_str(&ps, type);
+    p_str(&ps, payload);
+    p_int(&ps, at);
+    int r = run(p, S_EVENT_INSERT, &ps, NULL);
+    if (r == 0) {
+        e->last_seq++;
+        struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
+        if (c && c->last_seq < e->last_seq) c->last_seq = e->last_seq;
+    }
+    return r;
+}
+
+static int pg_events_each(struct store *st, const char *exec_id, int64_t after, int limit, store_event_fn fn,
+                          void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_int(&ps, after);
+    p_int(&ps, limit);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_EVENTS, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++)
+        rc = fn(g_int(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), g_int(r, i, 3), arg);
+    PQclear(r);
+    return rc;
+}
+
+/* --- steps --- */
+
+static void bind_step(struct params *ps, const struct step *s)
+{
+    p_str(ps, s->step_id);
+    p_str(ps, s->exec_id);
+    p_str(ps, s->kind);
+    p_str(ps, s->target);
+    p_str(ps, s->args_hash);
+    p_int(ps, s->occurrence);
+    p_str(ps, idempotency_name(s->idem));
+    p_str(ps, step_status_name(s->status));
+    p_str(ps, s->args);
+    p_str(ps, s->result);
+    p_str(ps, s->error);
+    p_str(ps, s->rule_id);
+    p_str(ps, s->approval_id);
+    p_int(ps, s->runs);
+    p_int(ps, s->indeterminate);
+    p_int(ps, s->created_at);
+    p_int(ps, s->completed_at);
+    p_str(ps, s->resources);
+}
+
+static void read_step(PGresult *r, int i, struct step *s)
+{
+    memset(s, 0, sizeof *s);
+    g_copy(r, i, 0, s->step_id, sizeof s->step_id);
+    g_copy(r, i, 1, s->exec_id, sizeof s->exec_id);
+    s->kind = g_dup(r, i, 2);
+    s->target = g_dup(r, i, 3);
+    g_copy(r, i, 4, s->args_hash, sizeof s->args_hash);
+    s->occurrence = g_int(r, i, 5);
+    idempotency_parse(PQgetvalue(r, i, 6), &s->idem);
+    step_status_parse(PQgetvalue(r, i, 7), &s->status);
+    s->args = g_dup(r, i, 8);
+    s->result = g_dup(r, i, 9);
+    s->error = g_dup(r, i, 10);
+    s->rule_id = g_dup(r, i, 11);
+    g_copy(r, i, 12, s->approval_id, sizeof s->approval_id);
+    s->runs = g_int(r, i, 13);
+    s->indeterminate = g_int(r, i, 14) != 0;
+    s->created_at = g_int(r, i, 15);
+    s->completed_at = g_int(r, i, 16);
+    s->resources = g_dup(r, i, 17);
+}
+
+static int pg_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, step_id);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_STEP_GET, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) rc = -ENOENT;
+    else read_step(r, 0, out);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_step_insert(struct store *st, const struct step *s)
+{
+    struct params ps = {0};
+    bind_step(&ps, s);
+    return run(PG(st), S_STEP_INSERT, &ps, NULL);
+}
+
+static int pg_step_update(struct store *st, const struct step *s)
+{
+    /* The WHERE clause pins the immutable columns, as in the SQLite store. */
+    struct params ps = {0};
+    bind_step(&ps, s);
+    int64_t n = 0;
+    int r = run(PG(st), S_STEP_UPDATE, &ps, &n);
+    return r == 0 && n != 1 ? -ENOENT : r;
+}
+
+static int steps_rows(struct pg *p, enum stmt_id id, const struct params *ps, store_step_fn fn, void *arg)
+{
+    /* The whole result is read before the callbacks run, so they may update rows. */
+    int rc;
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct step s;
+        read_step(r, i, &s);
+        rc = fn(&s, arg);
+        step_fini(&s);
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int pg_steps_each(struct store *st, const char *exec_id, store_step_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    return steps_rows(PG(st), S_STEPS, &ps, fn, arg);
+}
+
+static int pg_steps_each_status(struct store *st, const char *exec_id, enum step_status status,
+                                store_step_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, step_status_name(status));
+    return steps_rows(PG(st), S_STEPS_STATUS, &ps, fn, arg);
+}
+
+static int exists(struct pg *p, enum stmt_id id, const struct params *ps, bool *out)
+{
+    int rc;
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    *out = false;
+    if (!r) return rc;
+    *out = PQntuples(r) > 0;
+    PQclear(r);
+    return 0;
+}
+
+static int pg_step_has_indeterminate(struct store *st, const char *exec_id, const char *kind, const char *target,
+                                     const char *args_hash, bool *out)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, kind);
+    p_str(&ps, target);
+    p_str(&ps, args_hash);
+    return exists(PG(st), S_STEP_INDET, &ps, out);
+}
+
+/* --- counters --- */
+
+static int pg_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
+                          const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, kind);
+    p_str(&ps, target);
+    p_str(&ps, args_hash);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_COUNTER_GET, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) {
+        rc = -ENOENT;
+    } else {
+        *consumed = g_int(r, 0, 0);
+        g_copy(r, 0, 1, last_request, lr_len);
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int pg_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
+                          const char *args_hash, int64_t consumed, const char *request_id)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, kind);
+    p_str(&ps, target);
+    p_str(&ps, args_hash);
+    p_int(&ps, consumed);
+    p_str(&ps, request_id);
+    return run(PG(st), S_COUNTER_SET, &ps, NULL);
+}
+
+static int pg_counters_clear(struct store *st, const char *exec_id)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    return run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
+}
+
+static int pg_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_COUNTERS, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++)
+        rc = fn(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), g_int(r, i, 3),
+                PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), arg);
+    PQclear(r);
+    return rc;
+}
+
+/* --- approvals --- */
+
+static void read_approval(PGresult *r, int i, struct approval *a)
+{
+    memset(a, 0, sizeof *a);
+    g_copy(r, i, 0, a->id, sizeof a->id);
+    g_copy(r, i, 1, a->exec_id, sizeof a->exec_id);
+    g_copy(r, i, 2, a->step_id, sizeof a->step_id);
+    approval_status_parse(PQgetvalue(r, i, 3), &a->status);
+    a->rule_id = g_dup(r, i, 4);
+    a->reason = g_dup(r, i, 5);
+    a->message = g_dup(r, i, 6);
+    a->approvers = g_dup(r, i, 7);
+    a->timeout_at = g_int(r, i, 8);
+    a->created_at = g_int(r, i, 9);
+    a->decided_at = g_int(r, i, 10);
+    a->decided_by = g_dup(r, i, 11);
+    a->rationale = g_dup(r, i, 12);
+}
+
+static int pg_approval_insert(struct store *st, const struct approval *a)
+{
+    struct params ps = {0};
+    p_str(&ps, a->id);
+    p_str(&ps, a->exec_id);
+    p_str(&ps, a->step_id);
+    p_str(&ps, approval_status_name(a->status));
+    p_str(&ps, a->rule_id);
+    p_str(&ps, a->reason);
+    p_str(&ps, a->message);
+    p_str(&ps, a->approvers);
+    p_int(&ps, a->timeout_at);
+    p_int(&ps, a->created_at);
+    p_int(&ps, a->decided_at);
+    p_str(&ps, a->decided_by);
+    p_str(&ps, a->rationale);
+    return run(PG(st), S_APPROVAL_INSERT, &ps, NULL);
+}
+
+static int pg_approval_get(struct store *st, const char *id, struct approval *out)
+{
+    struct pg *p = PG(st);
+    struct params ps = {0};
+    p_str(&ps, id);
+    int rc;
+    if (p->in_tx && p->in_op && ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_APPROVAL_LOCK, &ps, X_OK)) < 0))
+        return rc;
+    PGresult *r = exec_stmt(p, S_APPROVAL_GET, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) rc = -ENOENT;
+    else read_approval(r, 0, out);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_approval_update(struct store *st, const struct approval *a)
+{
+    struct params ps = {0};
+    p_str(&ps, a->id);
+    p_str(&ps, approval_status_name(a->status));
+    p_int(&ps, a->decided_at);
+    p_str(&ps, a->decided_by);
+    p_str(&ps, a->rationale);
+    return run(PG(st), S_APPROVAL_UPDATE, &ps, NULL);
+}
+
+static int pg_approvals_each(struct store *st, const char *status, const char *exec_id, int limit,
+                             store_approval_fn fn, void *arg)
+{
+    struct pg *p = PG(st);
+    char sql[400];
+    struct params ps = {0};
+    int len = snprintf(sql, sizeof sql, "SELECT " APPROVAL_COLS " FROM approvals WHERE true");
+    if (status) p_str(&ps, status), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status = $%d", ps.n);
+    if (exec_id)
+        p_str(&ps, exec_id), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND execution_id = $%d", ps.n);
+    p_int(&ps, limit);
+    snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id LIMIT $%d", ps.n);
+    int rc = ensure(p);
+    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
+    if (rc < 0) return rc;
+    PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = result_errno(p, r);
+        PQclear(r);
+        return rc;
+    }
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct approval a;
+        read_approval(r, i, &a);
+        rc = fn(&a, arg);
+        approval_fini(&a);
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* --- sessions --- */
+
+/* Inside a batch, admissions to one session queue behind each other on every replica. */
+static int session_lock(struct pg *p, const char *session)
+{
+    if (!p->in_tx || !p->in_op) return 0;
+    struct params ps = {0};
+    p_str(&ps, session);
+    int rc = ensure(p);
+    return rc < 0 ? rc : q_stmt(p, S_SESSION_LOCK, &ps, X_OK); /* sent with the query it guards */
+}
+
+static int pg_session_active(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    struct params ps = {0};
+    p_str(&ps, session);
+    int rc = session_lock(PG(st), session);
+    return rc < 0 ? rc : one_id(PG(st), S_SESSION_ACTIVE, &ps, id_out);
+}
+
+static int pg_session_next_waiting(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    struct params ps = {0};
+    p_str(&ps, session);
+    int rc = session_lock(PG(st), session);
+    return rc < 0 ? rc : one_id(PG(st), S_SESSION_WAITING, &ps, id_out);
+}
+
+static int pg_session_last_completed(struct store *st, const char *session, const char *agent,
+                                     char id_out[UUID_STR_LEN])
+{
+    struct params ps = {0};
+    p_str(&ps, session);
+    p_str(&ps, agent);
+    return one_id(PG(st), S_SESSION_LAST_COMPLETED, &ps, id_out);
+}
+
+static int pg_session_any(struct store *st, const char *session, char id_out[UUID_STR_LEN])
+{
+    struct params ps = {0};
+    p_str(&ps, session);
+    return one_id(PG(st), S_SESSION_EXISTS, &ps, id_out);
+}
+
+/* --- resources --- */
+
+static void read_resource(PGresult *r, int i, struct resource *res)
+{
+    memset(res, 0, sizeof *res);
+    g_copy(r, i, 0, res->exec_id, sizeof res->exec_id);
+    res->key = g_dup(r, i, 1);
+    res->driver_id = g_dup(r, i, 2);
+    res->configuration = g_dup(r, i, 3);
+    res->coverage_reuse = g_int(r, i, 4) != 0;
+    res->every_steps = g_int(r, i, 5);
+    res->on_completion = g_int(r, i, 6) != 0;
+    res->registered_seq = g_int(r, i, 7);
+    res->generation = g_int(r, i, 8);
+    res->count = g_int(r, i, 9);
+    res->binding = g_dup(r, i, 10);
+    res->checkpoint_ref = g_dup(r, i, 11);
+}
+
+static int pg_resource_get(struct store *st, const char *exec_id, const char *key, struct resource *out)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, key);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_RESOURCE_GET, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) rc = -ENOENT;
+    else read_resource(r, 0, out);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_resource_insert(struct store *st, const struct resource *res)
+{
+    /* ON CONFLICT DO NOTHING: a duplicate is -EEXIST without aborting the batch. */
+    struct params ps = {0};
+    p_str(&ps, res->exec_id);
+    p_str(&ps, res->key);
+    p_str(&ps, res->driver_id);
+    p_str(&ps, res->configuration);
+    p_int(&ps, res->coverage_reuse);
+    p_int(&ps, res->every_steps);
+    p_int(&ps, res->on_completion);
+    p_int(&ps, res->registered_seq);
+    p_int(&ps, res->generation);
+    p_int(&ps, res->count);
+    p_str(&ps, res->binding);
+    p_str(&ps, res->checkpoint_ref);
+    int64_t n = 0;
+    struct pg *p = PG(st);
+    struct execution *c = p->in_tx ? locked_find(p, res->exec_id) : NULL;
+    if (c) p->nores[c - p->locked] = false;
+    int r = run(p, S_RESOURCE_INSERT, &ps, &n);
+    return r == 0 && n == 0 ? -EEXIST : r;
+}
+
+static int pg_resource_update(struct store *st, const struct resource *res)
+{
+    struct params ps = {0};
+    p_str(&ps, res->exec_id);
+    p_str(&ps, res->key);
+    p_int(&ps, res->every_steps);
+    p_int(&ps, res->on_completion);
+    p_int(&ps, res->generation);
+    p_int(&ps, res->count);
+    p_str(&ps, res->binding);
+    p_str(&ps, res->checkpoint_ref);
+    return run(PG(st), S_RESOURCE_UPDATE, &ps, NULL);
+}
+
+static int pg_resources_each(struct store *st, const char *exec_id, store_resource_fn fn, void *arg)
+{
+    struct pg *p = PG(st);
+    struct execution *c = p->in_tx ? locked_find(p, exec_id) : NULL;
+    if (c && p->nores[c - p->locked]) return 0; /* most executions have none: no round trip */
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    int rc;
+    PGresult *r = exec_stmt(p, S_RESOURCES, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct resource res;
+        read_resource(r, i, &res);
+        rc = fn(&res, arg);
+        resource_fini(&res);
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* --- checkpoints --- */
+
+static int pg_checkpoint_insert(struct store *st, const struct checkpoint *c)
+{
+    struct params ps = {0};
+    p_str(&ps, c->exec_id);
+    p_str(&ps, c->key);
+    p_int(&ps, c->generation);
+    p_str(&ps, c->ref);
+    p_int(&ps, c->covered_seq);
+    p_int(&ps, c->invalidated_seq);
+    return run(PG(st), S_CHECKPOINT_INSERT, &ps, NULL);
+}
+
+static int pg_checkpoints_each(struct store *st, const char *exec_id, store_checkpoint_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_CHECKPOINTS, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct checkpoint c;
+        memset(&c, 0, sizeof c);
+        g_copy(r, i, 0, c.exec_id, sizeof c.exec_id);
+        c.key = g_dup(r, i, 1);
+        c.generation = g_int(r, i, 2);
+        c.ref = g_dup(r, i, 3);
+        c.covered_seq = g_int(r, i, 4);
+        c.invalidated_seq = g_int(r, i, 5);
+        rc = fn(&c, arg);
+        checkpoint_fini(&c);
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int pg_checkpoints_invalidate(struct store *st, const char *exec_id, const char *key, int64_t generation,
+                                     int64_t seq)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, key);
+    p_int(&ps, generation);
+    p_int(&ps, seq);
+    return run(PG(st), S_CHECKPOINT_INVALIDATE, &ps, NULL);
+}
+
+static int pg_checkpoint_covered(struct store *st, const char *exec_id, const char *key, int64_t generation,
+                                 bool *out)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, key);
+    p_int(&ps, generation);
+    return exists(PG(st), S_CHECKPOINT_COVERED, &ps, out);
+}
+
+static int pg_checkpoint_find(struct store *st, const char *exec_id, const char *key, int64_t generation,
+                              const char *ref, int64_t *covered_seq)
+{
+    struct params ps = {0};
+    p_str(&ps, exec_id);
+    p_str(&ps, key);
+    p_int(&ps, generation);
+    p_str(&ps, ref);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_CHECKPOINT_FIND, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 0) rc = -ENOENT;
+    else *covered_seq = g_int(r, 0, 0);
+    PQclear(r);
+    return rc;
+}
+
+static const struct store_vt pg_vt = {
+    .close = pg_close,
+    .errmsg = pg_errmsg,
+    .kind = pg_kind,
+    .notify = pg_notify,
+    .watch_fd = pg_watch_fd,
+    .watch_read = pg_watch_read,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .in_tx = pg_in_tx,
+    .op_begin = pg_op_begin,
+    .op_end = pg_op_end,
+    .agent_upsert = pg_agent_upsert,
+    .agents_each = pg_agents_each,
+    .exec_insert = pg_exec_insert,
+    .exec_get = pg_exec_get,
+    .exec_update = pg_exec_update,
+    .exec_list = pg_exec_list,
+    .exec_next_queued = pg_exec_next_queued,
+    .exec_expired_leases = pg_exec_expired_leases,
+    .exec_past_deadline = pg_exec_past_deadline,
+    .next_timer = pg_next_timer,
+    .event_append = pg_event_append,
+    .events_each = pg_events_each,
+    .step_get = pg_step_get,
+    .step_insert = pg_step_insert,
+    .step_update = pg_step_update,
+    .steps_each = pg_steps_each,
+    .steps_each_status = pg_steps_each_status,
+    .step_has_indeterminate = pg_step_has_indeterminate,
+    .counter_get = pg_counter_get,
+    .counter_set = pg_counter_set,
+    .counters_clear = pg_counters_clear,
+    .counters_each = pg_counters_each,
+    .approval_insert = pg_approval_insert,
+    .approval_get = pg_approval_get,
+    .approval_update = pg_approval_update,
+    .approvals_each = pg_approvals_each,
+    .approvals_expired = pg_approvals_expired,
+    .session_active = pg_session_active,
+    .session_next_waiting = pg_session_next_waiting,
+    .session_last_completed = pg_session_last_completed,
+    .session_any = pg_session_any,
+    .resource_get = pg_resource_get,
+    .resource_insert = pg_resource_insert,
+    .resource_update = pg_resource_update,
+    .resources_each = pg_resources_each,
+    .checkpoint_insert = pg_checkpoint_insert,
+    .checkpoints_each = pg_checkpoints_each,
+    .checkpoints_invalidate = pg_checkpoints_invalidate,
+    .checkpoint_covered = pg_checkpoint_covered,
+    .checkpoint_find = pg_checkpoint_find,
+};
