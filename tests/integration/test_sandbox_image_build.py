@@ -119,6 +119,9 @@ RUN id -u > /pub/uid
     # the same recipe again: every RUN is cached, COPY layers are there already; same image
     again = build(d, recipe, ctx, ref="example.test/built:v2")
     assert again["image"]["digest"] == img["digest"]
+    # its size: the base's plus each layer tar the build added, the same when cached
+    assert img["size_bytes"] > base["size_bytes"] + 1024
+    assert again["image"]["size_bytes"] == img["size_bytes"]
     runs = [s for s in again["steps"] if s["instruction"].startswith(("RUN", "COPY"))]
     assert all(s.get("cached") for s in runs), again["steps"]
     assert sum("(cached)" in l for l in again["log"]) == 3, again["log"]

@@ -97,6 +97,8 @@ struct bjob {
     char layer[SBX_OCI_DIGEST_LEN + 1]; /* result of W_COPY / W_DIFF ("" none) */
     bool layer_existed;
     int64_t entries;
+    int64_t layer_size; /* bytes of that layer's tar */
+    int64_t size_total; /* the base's size_bytes plus each layer tar of the steps so far */
     uint64_t max_bytes;
     struct sbx_image_rec irec;
     int wrc;
@@ -167,24 +169,28 @@ static void cache_open(struct sbxd *d)
 {
     sqlite3_exec(db(d),
                  "CREATE TABLE IF NOT EXISTS build_cache(key TEXT PRIMARY KEY,"
-                 " layer TEXT NOT NULL, created_at INTEGER NOT NULL) STRICT",
+                 " layer TEXT NOT NULL, created_at INTEGER NOT NULL, size INTEGER) STRICT",
                  NULL, NULL, NULL);
+    /* a table from before sizes: add the column (an error says it exists) */
+    sqlite3_exec(db(d), "ALTER TABLE build_cache ADD COLUMN size INTEGER", NULL, NULL, NULL);
 }
 
 /* The layer ("" for a step that changed nothing) cached under key: true when found and
  * its layer is still in the store. */
-static bool cache_get(struct sbxd *d, const char *key, char out[SBX_OCI_DIGEST_LEN + 1])
+static bool cache_get(struct sbxd *d, const char *key, char out[SBX_OCI_DIGEST_LEN + 1],
+                      int64_t *size)
 {
     sqlite3_stmt *q;
     bool found = false;
-    if (sqlite3_prepare_v2(db(d), "SELECT layer FROM build_cache WHERE key = ?1", -1, &q, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(db(d), "SELECT layer, size FROM build_cache WHERE key = ?1", -1, &q,
+                           NULL) != SQLITE_OK)
         return false;
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     if (sqlite3_step(q) == SQLITE_ROW) {
         const char *l = (const char *)sqlite3_column_text(q, 0);
         if (l && (!l[0] || (sbx_oci_digest_ok(l) && sbx_layer_have(&d->layers, l)))) {
             snprintf(out, SBX_OCI_DIGEST_LEN + 1, "%s", l);
+            *size = sqlite3_column_int64(q, 1);
             found = true;
         }
     }
@@ -192,17 +198,18 @@ static bool cache_get(struct sbxd *d, const char *key, char out[SBX_OCI_DIGEST_L
     return found;
 }
 
-static void cache_put(struct sbxd *d, const char *key, const char *layer)
+static void cache_put(struct sbxd *d, const char *key, const char *layer, int64_t size)
 {
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db(d),
-                           "INSERT OR REPLACE INTO build_cache(key, layer, created_at)"
-                           " VALUES(?1, ?2, ?3)",
+                           "INSERT OR REPLACE INTO build_cache(key, layer, created_at, size)"
+                           " VALUES(?1, ?2, ?3, ?4)",
                            -1, &q, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, layer, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 3, clock_now_ms());
+    sqlite3_bind_int64(q, 4, size);
     sqlite3_step(q);
     sqlite3_finalize(q);
 }
@@ -376,7 +383,6 @@ static void work(void *arg)
     if (j->wk == W_IMAGE) {
         /* compose the manifest and config; the digest of the manifest is the image's */
         json_t *rootfs = json_array(), *mlayers = json_array();
-        int64_t size = 0;
         const char **dirs = xcalloc(j->nlayers + 1, sizeof *dirs);
         char(*paths)[PATH_MAX] = xcalloc(j->nlayers + 1, sizeof *paths);
         for (size_t i = 0; i < j->nlayers; i++) {
@@ -386,8 +392,6 @@ static void work(void *arg)
                                             "digest", j->layers[i], "size", (json_int_t)0));
             sbx_layer_path(&j->d->layers, j->layers[i], paths[i], sizeof paths[i]);
             dirs[j->nlayers - 1 - i] = paths[i]; /* top first */
-            struct stat st;
-            if (stat(paths[i], &st) == 0) size += st.st_blocks * 512;
         }
         json_t *cfg = json_pack(
             "{s:s, s:s, s:{s:O?, s:O?, s:O?}, s:{s:s, s:o}}", "architecture", "amd64", "os",
@@ -422,7 +426,7 @@ static void work(void *arg)
             r->layers = xcalloc(j->nlayers + 1, sizeof *r->layers);
             memcpy(r->layers, j->layers, j->nlayers * sizeof *r->layers);
             r->nlayers = j->nlayers;
-            r->size_bytes = size;
+            r->size_bytes = j->size_total;
             r->config_json = json_dumps(j->config, JSON_COMPACT);
             r->ref = j->final && j->ref[0] ? xstrdup(j->ref) : NULL;
             r->source_type = xstrdup(j->final ? "build" : "build-step");
@@ -432,6 +436,7 @@ static void work(void *arg)
     }
     j->layer[0] = '\0';
     j->layer_existed = false;
+    j->layer_size = 0;
     int fd = open(j->tar, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         j->wrc = err_internal(err, "cannot create %s: %s", j->tar, strerror(errno));
@@ -460,6 +465,7 @@ static void work(void *arg)
             j->wrc = sbx_layer_add_from_blob(&j->d->layers, fd, SBX_MT_OCI_LAYER, j->layer,
                                              st.st_size, j->max_bytes, NULL, NULL, &info, err);
             j->layer_existed = info.existed;
+            j->layer_size = st.st_size;
         }
     }
     close(fd);
@@ -786,10 +792,11 @@ static void work_done(void *arg)
     } else {
         log_fmt(j, "  -> %s (%lld entries)", j->layer[0] ? j->layer : "(no changes)",
                 (long long)j->entries);
-        cache_put(j->d, j->key, j->layer);
+        cache_put(j->d, j->key, j->layer, j->layer_size);
     }
     step_set(j, "done", j->layer, j->layer_existed);
     push_layer(j, j->layer);
+    if (j->layer[0]) j->size_total += j->layer_size;
     snprintf(j->chain, sizeof j->chain, "%s", j->key);
     j->cur++;
     progress(j);
@@ -892,7 +899,9 @@ static void advance(struct bjob *j)
         case SBX_STEP_RUN: {
             step_key(j->chain, st->text, NULL, j->key);
             char layer[SBX_OCI_DIGEST_LEN + 1];
-            if (cache_get(j->d, j->key, layer)) {
+            int64_t lsz = 0;
+            if (cache_get(j->d, j->key, layer, &lsz)) {
+                j->size_total += lsz;
                 log_fmt(j, "  -> %s (cached)", layer[0] ? layer : "(no changes)");
                 step_set(j, "done", layer, true);
                 push_layer(j, layer);
@@ -1070,6 +1079,15 @@ void sbx_build_post(struct sbxd *d, struct http_req *r, json_t *body)
         if (v && !json_is_null(v)) json_object_set_new(j->config, keep[i], json_deep_copy(v));
     }
     snprintf(j->chain, sizeof j->chain, "%.64s", base[0] ? base : "scratch");
+    if (base[0]) { /* the image's size: the base's, then each layer this build adds */
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(db(d), "SELECT size_bytes FROM images WHERE digest = ?1", -1, &q,
+                               NULL) == SQLITE_OK) {
+            sqlite3_bind_text(q, 1, base, -1, SQLITE_STATIC);
+            if (sqlite3_step(q) == SQLITE_ROW) j->size_total = sqlite3_column_int64(q, 0);
+            sqlite3_finalize(q);
+        }
+    }
     j->steps = json_array();
     for (size_t i = 0; i < j->rec.n; i++)
         json_array_append_new(j->steps,
