@@ -869,6 +869,14 @@ static void advance(struct bjob *j)
             step_set(j, "done", NULL, false);
             break;
         case SBX_STEP_COPY: {
+            if (j->nlayers >= SBX_OCI_LAYERS_MAX) {
+                struct err e = ERR_INIT;
+                err_invalid(&e, "recipe",
+                            "recipe line %d: the image would have more than %d layers", st->line,
+                            SBX_OCI_LAYERS_MAX);
+                fail_now(j, &e);
+                return;
+            }
             const char *wd = json_string_value(json_object_get(j->config, "workdir"));
             const char *dst = st->args[1];
             size_t dl = strlen(dst);
