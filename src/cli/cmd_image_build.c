@@ -32,7 +32,7 @@ static void usage(FILE *f)
 }
 
 struct view {
-    bool json, ok;
+    bool json, ok, seen; /* seen: the log so far was printed (the first progress event) */
     json_t *final;
 };
 
@@ -47,13 +47,18 @@ static int on_event(const char *id, const char *event, const char *data, void *a
             cli_put_clean(stderr, cli_str(o, "line"), 8192);
             fputc('\n', stderr);
         }
-    } else if (!strcmp(event, "progress") && json_object_get(o, "log") && !v->json) {
-        const json_t *log = json_object_get(o, "log"); /* the first event: the log so far */
-        for (size_t i = 0; i < json_array_size(log); i++) {
+    } else if ((!strcmp(event, "progress") || !strcmp(event, "done") || !strcmp(event, "error")) &&
+               !v->seen) {
+        /* the first event holds the log so far (all of it, when the build was over
+         * before the stream opened) */
+        v->seen = true;
+        const json_t *log = json_object_get(o, "log");
+        for (size_t i = 0; !v->json && i < json_array_size(log); i++) {
             cli_put_clean(stderr, json_string_value(json_array_get(log, i)), 8192);
             fputc('\n', stderr);
         }
-    } else if (!strcmp(event, "done") || !strcmp(event, "error")) {
+    }
+    if (!strcmp(event, "done") || !strcmp(event, "error")) {
         json_decref(v->final);
         v->final = o;
         v->ok = !strcmp(event, "done");

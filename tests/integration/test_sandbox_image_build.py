@@ -237,6 +237,11 @@ def test_cli_image_build(make_sandboxd, tmpdir_path):
     digest = p.stdout.decode().strip()
     assert digest.startswith("sha256:") and b"step-output" in p.stderr and b"STEP 3/3" in p.stderr
     assert d.ok("GET", "/v1/images/" + quote("example.test/cli:v1"))["digest"] == digest
+    # again: every step is cached, over before the stream opens; the log is still printed
+    p = subprocess.run([BIN, "sandbox", "image", "build", "-f", recipe, ctx], capture_output=True,
+                       env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.decode().strip() == digest, p
+    assert b"(cached)" in p.stderr and b"STEP 3/3" in p.stderr, p
     with open(recipe, "w") as f:
         f.write("FROM example.test/base:v1\nRUN exit 5\n")
     p = subprocess.run([BIN, "sandbox", "image", "build", "-f", recipe, "--json"],

@@ -2783,6 +2783,7 @@ class SandboxClient:
         job = await self._api.json("POST", "/images", json=body)
         path = f"/images/builds/{quote(str(job['id']))}"
         final: dict[str, Any] | None = None
+        seen = False  # the first event holds the log so far (all of it if already over)
 
         async def tell(line: str) -> None:
             if on_log is not None:
@@ -2798,7 +2799,8 @@ class SandboxClient:
                     data = json.loads(ev.get("data") or "{}")
                     if kind == "log":
                         await tell(str(data.get("line", "")))
-                    elif kind == "progress" and _attempt == 0 and "log" in data:
+                    elif not seen and "log" in data:
+                        seen = True
                         for line in data["log"]:
                             await tell(str(line))
                     if kind in ("done", "error"):
