@@ -23,6 +23,12 @@ if out=$(make lint 2>&1); then passed=$((passed+1)); else echo "$out" | tail -n 
 # the daemons they start register their local tokens here, not in ~/.config
 XDG_CONFIG_HOME=$(mktemp -d /tmp/rebuno-test-config.XXXXXX); export XDG_CONFIG_HOME
 trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
+# the demo's Debian default image (test_sandbox_default_image.py): built once with mmdebstrap
+# from the Debian mirror (about two minutes on 2 cores), cached in /var/cache/rebuno after
+if [ "$(id -u)" = 0 ] && command -v mmdebstrap >/dev/null; then
+  REBUNO_DEFAULT_IMAGE_TAR=$(bash scripts/default-image.sh --build-only) || echo "warning: the default image could not be built; its test is skipped"
+  export REBUNO_DEFAULT_IMAGE_TAR
+fi
 export REBUNO_BIN="$PWD/build/asan/rebuno"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 run_pytest() {  # $@: test folders or files; adds their counts to the totals

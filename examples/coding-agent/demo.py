@@ -122,6 +122,7 @@ class Stack:
     # and its kernel config (whose folder holds its policy); None: this example's
     agent_script: Path | None = None
     config_file: Path | None = None
+    image_tar: str | None = None           # the default image's tarball (scripts/default-image.sh)
 
     # --- starting
 
@@ -190,6 +191,8 @@ class Stack:
                           {"FORGE_CA": self.forge_ca, "FORGE_ADDR": forge_addr, "REBUNO_SANDBOXES": "on"})
         self._wait_http(self.kernel_url + "/v0/health", dev)
         self._wait_http(self.sandbox_url + "/v1/health", dev)
+        if self.image_tar:
+            self.import_default_image()
 
         self.env = {
             "REBUNO_URL": self.kernel_url, "REBUNO_SANDBOX_URL": self.sandbox_url,
@@ -200,6 +203,19 @@ class Stack:
         }
         self.start_agent()
         return self
+
+    def import_default_image(self) -> None:
+        """The Debian image as this sandboxd's default (docker.io/rebuno/default:latest):
+        the agent's sandboxes then run on it, not on the host's /usr."""
+        t0 = time.time()
+        p = subprocess.run([rebuno_bin(), "sandbox", "image", "import", str(self.image_tar), "--type",
+                            "tarball", "--ref", "docker.io/rebuno/default:latest"],
+                           env=dict(os.environ, REBUNO_SANDBOX_URL=self.sandbox_url),
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"importing the default image {self.image_tar} failed:\n{p.stderr}")
+        print(f"  image    docker.io/rebuno/default:latest ({time.time() - t0:.1f} s to import "
+              f"{self.image_tar})", flush=True)
 
     def start_forge(self, addr: str) -> Proc:
         forge = self._spawn("forge", [PYTHON, str(HERE / "forge.py"), "--data", str(self.dir / "forge"), "--listen",
@@ -389,12 +405,16 @@ def main() -> int:
     ap.add_argument("--no-wait", action="store_true", help="stop everything at the end without asking")
     ap.add_argument("--crash", action="store_true",
                     help="kill the agent during the first run, to show a re-dispatch (5 s lease)")
+    ap.add_argument("--image", default=os.environ.get("REBUNO_DEMO_IMAGE_TAR"),
+                    help="tarball of the sandboxes' default image (scripts/default-image.sh "
+                         "--build-only prints it); default: $REBUNO_DEMO_IMAGE_TAR, else the "
+                         "built-in host image")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("demo: sandboxes need root (namespaces, mounts, cgroups): run it with sudo", file=sys.stderr)
         return 2
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="rebuno-demo-"))
-    stack = Stack(work, lease_seconds=5 if args.crash else None)
+    stack = Stack(work, lease_seconds=5 if args.crash else None, image_tar=args.image)
     try:
         print(f"demo: starting the forge, the model, rebuno dev and the agent in {work}", flush=True)
         stack.start()

@@ -274,6 +274,8 @@ static void usage_image(FILE *f)
             "       rebuno sandbox image rm REF        delete one (refused while a sandbox or a\n"
             "                                          snapshot uses it); its unshared layers go\n"
             "       rebuno sandbox image gc            remove layers no image uses\n"
+            "       rebuno sandbox image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
+            "                                          from a Dockerfile-like recipe (-h: more)\n"
             "then: rebuno sandbox create NAME --image REF\n");
 }
 

@@ -73,7 +73,9 @@ static void usage(FILE *f)
             "  image pull REF           pull an image from an OCI registry (progress bar)\n"
             "  image import PATH | image ls | image get REF | image rm REF | image gc\n"
             "                           self-contained images: OCI layouts, docker archives,\n"
-            "                           host folders or tarballs (rebuno sandbox image -h)\n\n"
+            "                           host folders or tarballs (rebuno sandbox image -h)\n"
+            "  image build -f RECIPE [CONTEXT] [--ref NAME:TAG]\n"
+            "                           build an image from a Dockerfile-like recipe\n\n"
             "global options: --url URL (else $REBUNO_SANDBOX_URL, else %s), --json, -h\n"
             "token: $REBUNO_SANDBOX_TOKEN, else sandboxd's local token (found for its user)\n"
             "with --json a failure prints {\"error\":{...}} on one line of stderr\n",
@@ -636,6 +638,8 @@ out:
 int cmd_sandbox(int argc, char **argv)
 {
     int ai = cli_find_action(argc, argv); /* snapshots and forks: cmd_drive.c */
+    if (ai > 0 && ai + 1 < argc && !strcmp(argv[ai], "image") && !strcmp(argv[ai + 1], "build"))
+        return cmd_sandbox_image_build(argc, argv); /* cmd_image_build.c */
     if (ai > 0 && (!strcmp(argv[ai], "snapshot") || !strcmp(argv[ai], "snapshots") ||
                    !strcmp(argv[ai], "snapshot-rm") || !strcmp(argv[ai], "fork")))
         return cmd_sandbox_snap(argc, argv);

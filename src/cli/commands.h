@@ -9,6 +9,7 @@ int cmd_approval(int argc, char **argv);
 int cmd_agent(int argc, char **argv);    /* agent: cmd_agent.c */
 int cmd_sandboxd(int argc, char **argv); /* sandboxd */
 int cmd_sandbox(int argc, char **argv);  /* sandbox */
+int cmd_sandbox_image_build(int argc, char **argv); /* sandbox image build: cmd_image_build.c */
 int cmd_sandbox_snap(int argc, char **argv); /* sandbox snapshot|snapshots|snapshot-rm|fork */
 int cmd_sandbox_image(int argc, char **argv); /* sandbox image import|images|image-rm */
 int cmd_sandbox_image_pull(int argc, char **argv); /* sandbox image pull REF: cmd_image_pull.c */

@@ -576,3 +576,41 @@ def test_oci_image_by_reference(tmp_path: Path) -> None:
             assert await client.list_images() == []
 
     run(main())
+
+
+def test_build_image_from_a_recipe(tmp_path: Path) -> None:
+    """build_image(recipe, context, ref=) (issue 14): the log reaches on_log, the image is
+    returned and a sandbox runs on it; a failing RUN raises its error (build_failed)."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from oci_fixtures import Layout, base_layer
+
+    from rebuno import sandbox
+
+    lay = Layout(str(tmp_path / "layout"))
+    lay.add(lay.image([(base_layer(), "gzip")], {"Env": ["PATH=/bin"]}))
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "hello.txt").write_text("copied\n")
+    lines: list[str] = []
+
+    async def main() -> None:
+        async with sandbox.SandboxClient() as client:
+            await client.import_image(tmp_path / "layout", ref="sdk/base:1")
+            img = await client.build_image(
+                "FROM sdk/base:1\nCOPY hello.txt /srv/\nRUN echo built-by-sdk > /srv/b\n",
+                tmp_path / "ctx", ref="sdk/built:1", on_log=lines.append)
+            assert img["references"] == ["docker.io/sdk/built:1"]
+            assert "STEP 3/3: RUN echo built-by-sdk > /srv/b" in lines, lines
+            async with client.create_sandbox(image="sdk/built:1") as box:
+                r = await box.run_command("sh", ["-c", "cat /srv/hello.txt /srv/b"],
+                                          capture_output=True)
+                assert r.stdout == "copied\nbuilt-by-sdk\n"
+            with pytest.raises(sandbox.SandboxApiError) as ei:
+                await client.build_image("FROM sdk/base:1\nRUN echo oops; exit 3\n")
+            assert ei.value.code == "build_failed" and "oops" in str(ei.value)
+            await client.delete_image("sdk/built:1")
+            await client.delete_image("sdk/base:1")
+
+    run(main())
+    from rebuno.sandbox import sync as sync_sandbox
+    with sync_sandbox.SyncSandboxClient() as client:
+        assert client.list_images() == []

@@ -70,6 +70,7 @@ struct sbxd {
     struct sbx_drives *drives;     /* drive.c */
     struct sbx_srcjob *srcjobs;    /* source.c: sources being set up */
     struct sbx_net *net;           /* net.c: proxy, veth pool, nftables (net.h) */
+    struct sbx_builds *builds;     /* build.c: image builds and their jobs */
     struct proxy_worker *img_worker; /* images.c: the import thread (made on first use) */
     struct sbx_layers layers;      /* images.c: the layer store (layers.h) */
     int img_pending;               /* imports / pulls / collections in flight */

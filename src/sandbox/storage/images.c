@@ -44,6 +44,7 @@
 #include "base/xalloc.h"
 #include "net/http.h"
 #include "proxy/worker.h"
+#include "sandbox/storage/build.h"
 #include "sandbox/storage/image.h"
 #include "sandbox/storage/pull.h"
 #include "sandbox/storage/layers.h"
@@ -798,6 +799,12 @@ static void h_import(struct http_req *r, void *arg)
     struct sbxd *d = arg;
     json_t *body;
     if (!sbx_api_body(r, false, &body)) return;
+    if (json_is_string(json_object_get(body, "type")) &&
+        !strcmp(json_string_value(json_object_get(body, "type")), "build")) {
+        sbx_build_post(d, r, body); /* from a recipe: build.c */
+        json_decref(body);
+        return;
+    }
     struct err err = ERR_INIT;
     const char *kind = json_string_value(json_object_get(body, "type"));
     if (kind && !strcmp(kind, "pull")) { /* from a registry: pull.c */
@@ -966,6 +973,7 @@ static void h_gc(struct http_req *r, void *arg)
 
 void sbx_images_register(struct sbxd *d)
 {
+    sbx_builds_register(d); /* builds: build.c (before images/:ref) */
     http_route(d->http, "POST", "/v1/images", h_import, d);
     http_route(d->http, "GET", "/v1/images", h_list, d);
     http_route(d->http, "POST", "/v1/images/gc", h_gc, d);
@@ -975,6 +983,7 @@ void sbx_images_register(struct sbxd *d)
 
 void sbx_images_close(struct sbxd *d)
 {
+    sbx_builds_close(d);
     proxy_worker_free(d->img_worker); /* waits for a running import; drops queued ones */
     d->img_worker = NULL;
     sbx_layers_close(&d->layers);

@@ -2756,6 +2756,74 @@ class SandboxClient:
             raise SandboxResponseError("POST /images: the reply is not JSON", data=resp.body[:200]) from e
         return data, resp.status == 201
 
+    async def build_image(self, recipe: str, context: str | os.PathLike[str] | None = None, *,
+                          ref: str | None = None, network_policy: Any = None,
+                          on_log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+        """Build an image from a Dockerfile-like ``recipe`` (the text: ``FROM``, ``RUN``,
+        ``COPY``, ``ENV``, ``WORKDIR``, ``USER``) and return it (the image object of
+        :meth:`get_image`) once recorded; ``ref`` (``"name:tag"``) tags it. Each ``RUN``
+        runs in a sandbox of the daemon and becomes a layer; a step built before (same
+        parent, same instruction) is reused. ``COPY`` reads from the host folder
+        ``context`` (made absolute here: sandboxd reads it). ``on_log(line)`` (sync or
+        async) gets each line of the build log (``STEP n/N``, the RUN output, ``->
+        sha256:...``). A failed build raises the ``SandboxApiError`` of its error (400
+        ``build_failed`` with the step's exit code and output tail, 400
+        ``validation_error`` for a bad recipe, 404 ``image_not_found`` for an unknown
+        ``FROM``); nothing of it is recorded. ``network_policy`` (as for
+        ``create_sandbox``; default ``"deny-all"``) is that of every ``RUN``."""
+        if not isinstance(recipe, str) or not recipe:
+            raise TypeError("build_image() needs the recipe's text, e.g. 'FROM base:v1\\nRUN ...'")
+        body: dict[str, Any] = {"type": "build", "recipe": recipe}
+        if context is not None:
+            body["context"] = os.path.abspath(os.fspath(context))
+        if ref is not None:
+            body["ref"] = ref
+        if network_policy is not None:
+            body["network_policy"] = network_policy
+        job = await self._api.json("POST", "/images", json=body)
+        path = f"/images/builds/{quote(str(job['id']))}"
+        final: dict[str, Any] | None = None
+        seen = False  # the first event holds the log so far (all of it if already over)
+
+        async def tell(line: str) -> None:
+            if on_log is not None:
+                r = on_log(line)
+                if isinstance(r, Awaitable):
+                    await r
+
+        for _attempt in range(4):
+            resp = await self._api.stream("GET", path + "/stream", read_timeout=3600.0)
+            try:
+                async for ev in iter_sse(resp):
+                    kind = ev.get("event", "message")
+                    data = json.loads(ev.get("data") or "{}")
+                    if kind == "log":
+                        await tell(str(data.get("line", "")))
+                    elif not seen and "log" in data:
+                        seen = True
+                        for line in data["log"]:
+                            await tell(str(line))
+                    if kind in ("done", "error"):
+                        final = data
+                        break
+            except (asyncio.TimeoutError, OSError):
+                pass
+            finally:
+                resp.close()
+            if final is not None:
+                break
+        if final is None:  # the stream kept breaking: the job says how it ended
+            while True:
+                final = await self._api.json("GET", path)
+                if final.get("status") in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.5)
+        if final.get("status") != "done":
+            err = final.get("error") or {"code": "build_failed", "message": "the build failed"}
+            raise self._api.error(int(err.get("status") or 400), json.dumps({"error": err}).encode(),
+                                  context="image build")
+        return dict(final.get("image") or {})
+
     async def list_images(self) -> list[dict[str, Any]]:
         """The imported images (the built-in ``host`` image is not listed)."""
         return list((await self._api.json("GET", "/images")).get("images") or [])

@@ -974,6 +974,14 @@ class SyncSandboxClient:
         :meth:`rebuno.sandbox.SandboxClient.import_image`."""
         return self._r.run(self._client.import_image(path, type=type, ref=ref))
 
+    def build_image(self, recipe: str, context: Any = None, *, ref: str | None = None,
+                    network_policy: Any = None, on_log: Any = None) -> dict[str, Any]:
+        """Build an image from a Dockerfile-like recipe; see
+        :meth:`rebuno.sandbox.SandboxClient.build_image`."""
+        return self._r.run(self._client.build_image(recipe, context, ref=ref,
+                                                         network_policy=network_policy,
+                                                         on_log=on_log))
+
     def list_images(self) -> list[dict[str, Any]]:
         """The imported images."""
         return self._r.run(self._client.list_images())
