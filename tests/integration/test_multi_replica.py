@@ -93,7 +93,7 @@ def scenario(a, b, c):
     go = da2.submit("open_pr", {"title": "Fix"}, idempotency="at_most_once")
     assert go["decision"] == "proceed" and go["step_id"] == held["step_id"]
     db2.finish(go["step_id"], result={"pr": 1})
-    assert da2.complete({"done": True})[0] == 200
+    assert da2.complete({"done": True})[0] == 204
     return ex["id"]
 
 

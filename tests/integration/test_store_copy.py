@@ -83,7 +83,7 @@ def history(k):
         assert d2.submit(t, {"n": t}, resources=["ws"])["decision"] == "replay"
     go = d2.submit("open_pr", {"title": "x"}, idempotency="at_most_once")
     d2.finish(go["step_id"], result={"pr": 7})
-    assert d2.complete({"out": "done"})[0] == 200
+    assert d2.complete({"out": "done"})[0] == 204
     fork = k.ok("POST", f"/v0/executions/{ex['id']}/fork", {"at_seq": 5, "session": "f1"}, status=201)
     other = k.create("hello", {"unconfigured": True})  # dev mode records the agent
     return [ex["id"], waiting["id"], fork["id"], other["id"]]
