@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "ui/ui.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
@@ -382,6 +383,7 @@ int cmd_serve(int argc, char **argv)
         api_role_parse(c.keys[i].role, &keys[i].role);
         keys[i].agent = c.keys[i].agent;
     }
+    ui_mount(s.http); /* the dashboard, at /ui/ (docs/dashboard.md) */
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;

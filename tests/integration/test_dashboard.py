@@ -1,0 +1,192 @@
+"""The web dashboard at /ui/, driven in a real headless Chromium (Debian's `chromium`) with
+puppeteer-core from ui/'s devDependencies (no browser download).
+
+Real agents (examples/python/hello.py and shell_agent.py, the SDK of this checkout) run
+against a real `rebuno dev`; ui/test/dashboard.mjs then signs in with a wrong key (clear
+error) and the local token, filters the list by status, agent and session, opens the
+hello run's execution view, and watches an execution blocked on an approval complete live
+once the test grants the approval through the API. Screenshots are saved in a folder
+printed by the test ($REBUNO_ARTIFACTS if set); with REBUNO_UPDATE_DOCS_IMG=1 they are also
+copied to docs/img/ for docs/dashboard.md.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import local_auth
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+UI = os.path.join(ROOT, "ui")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+CONFIG = """
+agents:
+  - name: hello
+  - name: shell
+    policy_file: shell_policy.yaml
+"""
+
+
+def need_browser():
+    missing = [what for what, ok in (
+        ("node (Node.js 20+)", shutil.which("node")),
+        (f"chromium at {CHROMIUM} (apt-get install chromium; scripts/deps.sh)", os.path.exists(CHROMIUM)),
+        ("ui/node_modules/puppeteer-core (make ui, or cd ui && npm ci)",
+         os.path.isdir(os.path.join(UI, "node_modules", "puppeteer-core")))) if not ok]
+    if missing:
+        pytest.fail("the dashboard test needs " + ", ".join(missing))
+
+
+def wait_status(k, exec_id, statuses, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        ex = k.ok("GET", f"/v0/executions/{exec_id}")
+        if ex["status"] in statuses:
+            return ex
+        time.sleep(0.05)
+    raise AssertionError(f"{exec_id} did not reach {statuses}: {ex}")
+
+
+@pytest.fixture
+def agents(make_kernel, tmpdir_path):
+    k = make_kernel(CONFIG)
+    shutil.copy(os.path.join(ROOT, "examples", "python", "shell_policy.yaml"), k.state_dir)
+    k.start()
+    work = tempfile.mkdtemp(dir=tmpdir_path)
+    env = dict(os.environ, REBUNO_URL=k.url, PYTHONPATH=os.path.join(ROOT, "sdk", "python"),
+               SHELL_WORKDIR=work)
+    procs = []
+    try:
+        for script in ("hello.py", "shell_agent.py"):
+            log = open(os.path.join(k.state_dir, script + ".log"), "ab")
+            procs.append((subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "python", script)],
+                                           cwd=work, env=env, stdout=log, stderr=log), log))
+        yield k
+    finally:
+        for p, log in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
+
+
+def test_dashboard_in_chromium(agents):
+    need_browser()
+    k = agents
+    hello = k.create("hello", {"name": "dashboard"}, session="ui-session-1")
+    wait_status(k, hello["id"], {"completed"})
+    ok = k.create("shell", {"commands": ["echo hi"]})
+    wait_status(k, ok["id"], {"completed"})
+    blocked = k.create("shell", {"commands": ["echo before", "touch made-by-approval"]})
+    wait_status(k, blocked["id"], {"blocked"})
+
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    print(f"dashboard screenshots in {shots}")
+    token = local_auth(k.port)["Authorization"].split(" ", 1)[1]
+    spec_path = os.path.join(k.state_dir, "ui-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": k.url, "token": token, "shots": shots, "hello_id": hello["id"],
+                   "blocked_id": blocked["id"], "session": "ui-session-1"}, f)
+    proc = subprocess.Popen(["node", os.path.join(UI, "test", "dashboard.mjs"), spec_path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, CHROMIUM=CHROMIUM))
+    try:
+        result = None
+        for line in proc.stdout:
+            msg = json.loads(line)
+            if msg.get("ready_for_approval"):
+                # the page shows the execution blocked and follows its stream: decide now
+                aps = k.ok("GET", f"/v0/approvals?status=pending&execution_id={blocked['id']}")
+                assert len(aps) == 1, aps
+                k.ok("POST", f"/v0/approvals/{aps[0]['id']}/grant", {"decided_by": "dashboard-test"}, status=204)
+            else:
+                result = msg
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert result is not None, proc.stderr.read()
+    assert "error" not in result, result["error"]
+
+    # assets: CSP everywhere, index.html never cached
+    h = result["index_headers"]
+    assert h["content-security-policy"].startswith("default-src 'self'"), h
+    assert h["cache-control"] == "no-cache", h
+
+    assert "refused this key" in result["wrong_key_error"], result["wrong_key_error"]
+    assert "Authorization" in result["wrong_key_error"] or "token" in result["wrong_key_error"]
+
+    assert set(result["list_ids"]) == {hello["id"], ok["id"], blocked["id"]}
+    assert result["filter_status"] == ["completed", "completed"]
+    assert result["filter_agent"] == ["shell", "shell"]
+    assert result["filter_session"] == [[hello["id"], "ui-session-1"]]
+
+    hv = result["hello"]
+    assert hv["status"] == "completed" and hv["agent"] == "hello"
+    assert hv["steps"] == ["greet"] and hv["step_states"] == ["succeeded"]
+    assert json.loads(hv["output"])["greeting"] == "hello, dashboard"
+    last_seq = k.ok("GET", f"/v0/executions/{hello['id']}")["last_seq"]
+    # every event is on the page once, the step's own ones inside its group
+    assert sorted({int(s.lstrip("#")) for s in hv["events"]}) == list(range(1, last_seq + 1))
+
+    assert result["blocked_seen"] and result["live_completed"] == "completed"
+    assert "made-by-approval" in result["live_outcome"]
+    assert wait_status(k, blocked["id"], {"completed"})["status"] == "completed"
+    # the only failed request the page made is the refused wrong key
+    assert result["console_errors"] == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["console_errors"]
+
+    assert len(result["shots"]) == 5
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        dest = os.path.join(ROOT, "docs", "img")
+        os.makedirs(dest, exist_ok=True)
+        for p in result["shots"]:
+            shutil.copy(p, os.path.join(dest, "dashboard-" + os.path.basename(p)))
+
+
+def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
+    """No browser: the embedded files, their headers, and what is not there."""
+    import http.client
+    import re
+    k = make_kernel().start()
+
+    def get(path):
+        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, {n.lower(): v for n, v in r.getheaders()}, body
+
+    st, h, body = get("/ui/")
+    assert st == 200 and h["content-type"].startswith("text/html"), (st, h)
+    assert h["cache-control"] == "no-cache"
+    assert h["content-security-policy"].startswith("default-src 'self'")
+    assert h["x-content-type-options"] == "nosniff"
+    assets = re.findall(rb'(?:src|href)="(app-[A-Z0-9]+\.(?:js|css))"', body)
+    assert len(assets) == 2, body  # the bundle is built (make builds it when node is here)
+    for a in assets:
+        st, h, data = get("/ui/" + a.decode())
+        assert st == 200 and len(data) > 0
+        assert h["cache-control"] == "public, max-age=31536000, immutable"
+        assert h["content-security-policy"].startswith("default-src 'self'")
+    st, h, _ = get("/ui")
+    assert st == 308 and h["location"] == "/ui/"
+    for bad in ("/ui/app-NOPE.js", "/ui/..%2fstate", "/ui/%2e%2e", "/ui/index.html/x"):
+        st, _, body = get(bad)
+        assert st == 404, (bad, st)
+        assert json.loads(body)["code"] == "not_found"
+    # the files are public, the data is not: the API still wants the token
+    st, _, body = get("/v0/executions")
+    assert st == 401

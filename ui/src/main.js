@@ -1,0 +1,94 @@
+// main.js - the dashboard's shell: sign-in (API key or local token, kept in sessionStorage),
+// navigation, and a hash router (#/executions, #/executions/<id>) so the kernel serves one page.
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import "./style.css";
+import { ApiError, auth, get, watchUnauthorized } from "./api.js";
+import { html } from "./util.js";
+import { Executions } from "./executions.js";
+import { Execution } from "./execution.js";
+
+function useRoute() {
+  const [hash, setHash] = useState(location.hash || "#/executions");
+  useEffect(() => {
+    const f = () => setHash(location.hash || "#/executions");
+    addEventListener("hashchange", f);
+    return () => removeEventListener("hashchange", f);
+  }, []);
+  const [path, query = ""] = hash.slice(1).split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), query: new URLSearchParams(query) };
+}
+
+function SignIn({ onDone, reason }) {
+  const [key, setKey] = useState("");
+  const [error, setError] = useState(reason || "");
+  const [busy, setBusy] = useState(false);
+  async function submit(e) {
+    e.preventDefault();
+    setBusy(true);
+    setError("");
+    auth.set(key.trim());
+    try {
+      await get("/v0/executions?limit=1", { noAuthEvent: true });
+      onDone();
+    } catch (err) {
+      auth.clear();
+      setError(
+        err instanceof ApiError && err.status === 401
+          ? `The kernel refused this key: ${err.message}`
+          : err instanceof ApiError && err.status === 403
+            ? `This key may not read executions: ${err.message}`
+            : `Sign-in failed: ${err.message}`,
+      );
+    } finally {
+      setBusy(false);
+    }
+  }
+  return html`<main class="signin">
+    <h1>rebuno</h1>
+    <form onSubmit=${submit}>
+      <label for="key">API key or local token</label>
+      <input id="key" type="password" autocomplete="off" required value=${key}
+        onInput=${(e) => setKey(e.target.value)} aria-describedby="key-help" autofocus />
+      <p id="key-help" class="help">An <code>api_keys:</code> key of the kernel's config, or, for <code>rebuno dev</code>
+        without keys, its local token: the <code>token</code> field of <code>local-token</code> in the
+        kernel's state folder (<code>.rebuno/local-token</code> by default). It is kept in this tab only (session storage).</p>
+      ${error && html`<p role="alert" class="error" id="signin-error">${error}</p>`}
+      <button type="submit" disabled=${busy}>Sign in</button>
+    </form>
+  </main>`;
+}
+
+function Nav({ parts }) {
+  const cur = parts[0] || "executions";
+  const link = (to, label) =>
+    html`<a href=${`#/${to}`} aria-current=${cur === to ? "page" : undefined}>${label}</a>`;
+  return html`<header class="top">
+    <a class="brand" href="#/executions">rebuno</a>
+    <nav aria-label="Main">${link("executions", "Executions")}</nav>
+    <button class="link" onClick=${() => (auth.clear(), location.reload())}>Sign out</button>
+  </header>`;
+}
+
+function App() {
+  const [signedIn, setSignedIn] = useState(!!auth.get());
+  const [reason, setReason] = useState("");
+  const route = useRoute();
+  useEffect(
+    () =>
+      watchUnauthorized((err) => {
+        auth.clear();
+        setReason(`The kernel refused the stored key: ${err.message}`);
+        setSignedIn(false);
+      }),
+    [],
+  );
+  if (!signedIn) return html`<${SignIn} reason=${reason} onDone=${() => (setReason(""), setSignedIn(true))} />`;
+  const [view, id] = route.parts;
+  let body;
+  if ((view === "executions" || !view) && id) body = html`<${Execution} id=${id} key=${id} />`;
+  else body = html`<${Executions} query=${route.query} />`;
+  return html`<${Nav} parts=${route.parts} /><main id="main">${body}</main>`;
+}
+
+render(html`<${App} />`, document.getElementById("app"));

@@ -1,0 +1,104 @@
+// dashboard.mjs - drive the dashboard in Debian's headless Chromium (puppeteer-core, no
+// browser download) through the scenarios tests/integration/test_dashboard.py sets up.
+// Usage: node dashboard.mjs <spec.json>; spec: {url, token, shots, hello_id, blocked_id,
+// session}. Prints one JSON object of what it saw; the Python test asserts on it.
+// Between steps it waits for what the page shows, never for a fixed time.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import puppeteer from "puppeteer-core";
+
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const out = { shots: [] };
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+});
+const T = 20000;
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 800 });
+  const consoleErrors = [];
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  const shot = async (name) => {
+    const p = join(spec.shots, `${name}.png`);
+    await page.screenshot({ path: p, fullPage: false });
+    out.shots.push(p);
+  };
+  const texts = (sel) => page.$$eval(sel, (els) => els.map((e) => e.textContent.trim()));
+  const rowsSettled = async (pred) => {
+    await page.waitForFunction(pred, { timeout: T });
+  };
+
+  // 1. a wrong key is refused with a clear message
+  const res = await page.goto(`${spec.url}/ui/`, { waitUntil: "load" });
+  out.index_headers = res.headers();
+  await page.waitForSelector("#key", { timeout: T });
+  await page.type("#key", "not-the-token");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#signin-error", { timeout: T });
+  out.wrong_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
+  await shot("signin-wrong-key");
+
+  // 2. the right token: the list
+  await page.$eval("#key", (e) => (e.value = ""));
+  await page.type("#key", spec.token);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("table.list tbody tr[data-id]", { timeout: T });
+  out.list_ids = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => x.dataset.id));
+  await shot("executions");
+
+  // 3. filters: status, agent, session (each one alone)
+  await page.click('input[name="status"][value="completed"]');
+  await rowsSettled(() => location.hash.includes("status=completed") &&
+    [...document.querySelectorAll("tbody tr[data-id] .status")].every((s) => s.textContent === "completed") &&
+    document.querySelectorAll("tbody tr[data-id]").length > 0);
+  out.filter_status = await texts("tbody tr[data-id] td:nth-child(3)");
+  await shot("executions-filter-completed");
+  await page.click('input[name="status"][value=""]');
+  await page.select('select[name="agent_id"]', "shell");
+  await rowsSettled(() => location.hash.includes("agent_id=shell") && !location.hash.includes("status=") &&
+    [...document.querySelectorAll("tbody tr[data-id] td:nth-child(2)")].every((s) => s.textContent === "shell"));
+  out.filter_agent = await texts("tbody tr[data-id] td:nth-child(2)");
+  await page.select('select[name="agent_id"]', "");
+  await page.type('input[name="session"]', spec.session);
+  await page.keyboard.press("Enter");
+  await rowsSettled(() => location.hash.includes("session=") && !location.hash.includes("agent_id") &&
+    document.querySelectorAll("tbody tr[data-id]").length > 0 &&
+    [...document.querySelectorAll("tbody tr[data-id] td:nth-child(4)")].every((s) => s.textContent !== ""));
+  out.filter_session = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => [x.dataset.id, x.children[3].textContent]));
+
+  // 4. the execution view of the real hello run
+  await page.goto(`${spec.url}/ui/#/executions/${spec.hello_id}`);
+  await page.waitForSelector(".timeline .item", { timeout: T });
+  await page.waitForSelector(".outcome", { timeout: T });
+  out.hello = {
+    status: await page.$eval(".exhead .status", (e) => e.textContent),
+    agent: await page.$eval(".exhead .fields .field dd", (e) => e.textContent),
+    steps: await texts(".timeline .step .target"),
+    step_states: await texts(".timeline .step summary .status"),
+    events: await texts(".timeline .item .seq"),
+    output: await page.$eval(".outcome pre", (e) => e.textContent),
+  };
+  await page.click(".timeline .step summary");
+  await shot("execution");
+
+  // 5. live: an execution blocked on approval completes on screen once approved elsewhere
+  await page.goto(`${spec.url}/ui/#/executions/${spec.blocked_id}`);
+  await page.waitForSelector(".exhead .status.st-blocked", { timeout: T });
+  await page.waitForSelector(".live", { timeout: T });
+  out.blocked_seen = true;
+  await shot("execution-blocked");
+  console.log(JSON.stringify({ ready_for_approval: true }));
+  // the test approves through the API now, then the page must follow without a reload
+  await page.waitForSelector(".exhead .status.st-completed", { timeout: 60000 });
+  out.live_completed = await page.$eval(".exhead .status", (e) => e.textContent);
+  out.live_outcome = await page.$eval(".outcome pre", (e) => e.textContent);
+  out.console_errors = consoleErrors;
+} catch (e) {
+  out.error = String(e && e.stack || e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
