@@ -58,7 +58,7 @@ def agents(make_kernel, tmpdir_path):
     k = make_kernel(CONFIG)
     shutil.copy(os.path.join(ROOT, "examples", "python", "shell_policy.yaml"), k.state_dir)
     k.start()
-    work = tempfile.mkdtemp(dir=tmpdir_path)
+    work = k.work = tempfile.mkdtemp(dir=tmpdir_path)
     env = dict(os.environ, REBUNO_URL=k.url, PYTHONPATH=os.path.join(ROOT, "sdk", "python"),
                SHELL_WORKDIR=work)
     procs = []
@@ -101,22 +101,13 @@ def test_dashboard_in_chromium(agents):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CHROMIUM=CHROMIUM))
     try:
-        result = None
-        for line in proc.stdout:
-            msg = json.loads(line)
-            if msg.get("ready_for_approval"):
-                # the page shows the execution blocked and follows its stream: decide now
-                aps = k.ok("GET", f"/v0/approvals?status=pending&execution_id={blocked['id']}")
-                assert len(aps) == 1, aps
-                k.ok("POST", f"/v0/approvals/{aps[0]['id']}/grant", {"decided_by": "dashboard-test"}, status=204)
-            else:
-                result = msg
-        proc.wait(120)
+        out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert result is not None, proc.stderr.read()
+    result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+    assert result is not None, err
     assert "error" not in result, result["error"]
 
     # assets: CSP everywhere, index.html never cached
@@ -140,14 +131,28 @@ def test_dashboard_in_chromium(agents):
     # every event is on the page once, the step's own ones inside its group
     assert sorted({int(s.lstrip("#")) for s in hv["events"]}) == list(range(1, last_seq + 1))
 
+    # the inbox shows the pending approval with its rule, reason and arguments
+    [card] = result["inbox"]
+    assert card["execution"] == blocked["id"] and "shell" in card["title"]
+    assert "ask-shell" in card["rule"] and "a person must approve it" in card["rule"]
+    assert json.loads(card["args"]) == {"command": "touch made-by-approval"}
+    assert result["nav_badge"] == "1"
+
+    # approved in the page; the page saw the execution complete live
     assert result["blocked_seen"] and result["live_completed"] == "completed"
     assert "made-by-approval" in result["live_outcome"]
+    assert ["touch made-by-approval", "succeeded"] not in result["live_steps"]  # targets, not commands
+    assert ["shell", "succeeded"] in result["live_steps"]
     assert wait_status(k, blocked["id"], {"completed"})["status"] == "completed"
+    [ap] = k.ok("GET", f"/v0/approvals?execution_id={blocked['id']}")
+    assert ap["status"] == "granted" and ap["decided_by"] == "ui-tester"
+    assert ap["rationale"] == "fine in a temp dir"
+    assert os.path.exists(os.path.join(k.work, "made-by-approval"))
     # the only failed request the page made is the refused wrong key
     assert result["console_errors"] == [
         "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["console_errors"]
 
-    assert len(result["shots"]) == 5
+    assert len(result["shots"]) == 6
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         dest = os.path.join(ROOT, "docs", "img")
         os.makedirs(dest, exist_ok=True)

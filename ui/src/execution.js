@@ -5,6 +5,7 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
+import { ApprovalCard, usePending } from "./approvals.js";
 
 const PAGE = 1000;
 
@@ -236,6 +237,13 @@ function Turns({ ex }) {
   </section>`;
 }
 
+function Pending({ id }) {
+  const { list } = usePending(id);
+  if (!list || !list.length) return null;
+  return html`<section aria-labelledby="pend-h"><h2 id="pend-h">Waiting for approval</h2>
+    ${list.map((ap) => html`<${ApprovalCard} ap=${ap} key=${ap.id} showExecution=${false} />`)}</section>`;
+}
+
 export function Execution({ id }) {
   const { ex, events, error, live } = useExecution(id);
   const items = useMemo(() => group(events), [events]);
@@ -245,6 +253,7 @@ export function Execution({ id }) {
     <p><a href="#/executions">← Executions</a></p>
     <${Header} ex=${ex} live=${live} />
     ${error && html`<p role="alert" class="error">${error.message}</p>`}
+    ${ex.status === "blocked" && html`<${Pending} id=${ex.id} />`}
     ${ex.status === "completed" && html`<section class="panel outcome ok" aria-labelledby="out-h"><h2 id="out-h">Output</h2><${Json} value=${ex.output} label="output" /></section>`}
     ${ex.status === "failed" && html`<section class="panel outcome bad" aria-labelledby="out-h"><h2 id="out-h">Failure</h2><pre>${pretty(ex.failure_reason)}</pre></section>`}
     <section class="panel" aria-labelledby="input-h"><h2 id="input-h">Input</h2><${Json} value=${ex.input} label="input" /></section>

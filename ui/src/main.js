@@ -7,6 +7,7 @@ import { ApiError, auth, get, watchUnauthorized } from "./api.js";
 import { html } from "./util.js";
 import { Executions } from "./executions.js";
 import { Execution } from "./execution.js";
+import { Approvals, usePending } from "./approvals.js";
 
 function useRoute() {
   const [hash, setHash] = useState(location.hash || "#/executions");
@@ -61,11 +62,13 @@ function SignIn({ onDone, reason }) {
 
 function Nav({ parts }) {
   const cur = parts[0] || "executions";
+  const { list } = usePending(undefined);
   const link = (to, label) =>
     html`<a href=${`#/${to}`} aria-current=${cur === to ? "page" : undefined}>${label}</a>`;
   return html`<header class="top">
     <a class="brand" href="#/executions">rebuno</a>
-    <nav aria-label="Main">${link("executions", "Executions")}</nav>
+    <nav aria-label="Main">${link("executions", "Executions")}
+      <a href="#/approvals" aria-current=${cur === "approvals" ? "page" : undefined}>Approvals${list && list.length ? html` <span class="badge" aria-label=${`${list.length} pending`}>${list.length}</span>` : ""}</a></nav>
     <button class="link" onClick=${() => (auth.clear(), location.reload())}>Sign out</button>
   </header>`;
 }
@@ -87,6 +90,7 @@ function App() {
   const [view, id] = route.parts;
   let body;
   if ((view === "executions" || !view) && id) body = html`<${Execution} id=${id} key=${id} />`;
+  else if (view === "approvals") body = html`<${Approvals} />`;
   else body = html`<${Executions} query=${route.query} />`;
   return html`<${Nav} parts=${route.parts} /><main id="main">${body}</main>`;
 }

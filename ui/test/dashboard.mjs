@@ -84,17 +84,29 @@ try {
   await page.click(".timeline .step summary");
   await shot("execution");
 
-  // 5. live: an execution blocked on approval completes on screen once approved elsewhere
+  // 5. approvals inbox, then approve on the blocked execution's page and watch it complete live
+  await page.goto(`${spec.url}/ui/#/approvals`);
+  await page.waitForSelector(`article.approval[data-execution="${spec.blocked_id}"]`, { timeout: T });
+  out.inbox = await page.$$eval("article.approval", (els) => els.map((e) => ({
+    execution: e.dataset.execution, title: e.querySelector("h3").textContent.replace(/\s+/g, " ").trim(),
+    rule: e.querySelector("p").textContent.trim(), args: e.querySelector("pre").textContent })));
+  out.nav_badge = await page.$eval(".top .badge", (e) => e.textContent);
+  await shot("approvals");
   await page.goto(`${spec.url}/ui/#/executions/${spec.blocked_id}`);
   await page.waitForSelector(".exhead .status.st-blocked", { timeout: T });
   await page.waitForSelector(".live", { timeout: T });
+  await page.waitForSelector("article.approval input[name=decided_by]", { timeout: T });
   out.blocked_seen = true;
+  await page.type("article.approval input[name=decided_by]", "ui-tester");
+  await page.type("article.approval input[name=rationale]", "fine in a temp dir");
   await shot("execution-blocked");
-  console.log(JSON.stringify({ ready_for_approval: true }));
-  // the test approves through the API now, then the page must follow without a reload
+  await page.click("article.approval button.approve");
+  // the page follows the event stream: no reload
   await page.waitForSelector(".exhead .status.st-completed", { timeout: 60000 });
   out.live_completed = await page.$eval(".exhead .status", (e) => e.textContent);
   out.live_outcome = await page.$eval(".outcome pre", (e) => e.textContent);
+  out.live_steps = await page.$$eval(".timeline .step", (els) => els.map((e) => [
+    e.querySelector(".target").textContent, e.querySelector("summary .status").textContent]));
   out.console_errors = consoleErrors;
 } catch (e) {
   out.error = String(e && e.stack || e);
