@@ -30,7 +30,13 @@ agents:
   - name: hello
   - name: shell
     policy_file: shell_policy.yaml
+  - name: workspace
 """
+WORKSPACE_ACTIONS = [
+    {"tool": "write_file", "args": {"path": "notes.txt", "content": "one\n"}},
+    {"tool": "shell", "args": {"command": "echo two >> notes.txt"}},
+    {"tool": "shell", "args": {"command": "echo three >> notes.txt"}},
+    {"tool": "read_file", "args": {"path": "notes.txt"}}]
 
 
 def need_browser():
@@ -60,10 +66,11 @@ def agents(make_kernel, tmpdir_path):
     k.start()
     work = k.work = tempfile.mkdtemp(dir=tmpdir_path)
     env = dict(os.environ, REBUNO_URL=k.url, PYTHONPATH=os.path.join(ROOT, "sdk", "python"),
-               SHELL_WORKDIR=work)
+               SHELL_WORKDIR=work,
+               WORKSPACE_ROOT=os.path.join(work, "workspaces"))
     procs = []
     try:
-        for script in ("hello.py", "shell_agent.py"):
+        for script in ("hello.py", "shell_agent.py", "workspace_agent.py"):
             log = open(os.path.join(k.state_dir, script + ".log"), "ab")
             procs.append((subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "python", script)],
                                            cwd=work, env=env, stdout=log, stderr=log), log))
@@ -86,8 +93,16 @@ def test_dashboard_in_chromium(agents):
     wait_status(k, hello["id"], {"completed"})
     ok = k.create("shell", {"commands": ["echo hi"]})
     wait_status(k, ok["id"], {"completed"})
+    ws = k.create("workspace", {"actions": WORKSPACE_ACTIONS})
+    wait_status(k, ws["id"], {"completed"})
     blocked = k.create("shell", {"commands": ["echo before", "touch made-by-approval"]})
     wait_status(k, blocked["id"], {"blocked"})
+    # fork points to look at in the page: one a checkpoint covers, one none does
+    fp = k.ok("GET", f"/v0/executions/{ws['id']}/fork-points")
+    registered = min(fp["resources"].values())
+    after_reg = [e for e in fp["events"] if e["event_seq"] >= registered]
+    uncovered = next(e["event_seq"] for e in after_reg if not e["covered"])
+    covered = next(e["event_seq"] for e in after_reg if e["covered"] and e["event_seq"] > uncovered)
 
     shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
     os.makedirs(shots, exist_ok=True)
@@ -96,7 +111,8 @@ def test_dashboard_in_chromium(agents):
     spec_path = os.path.join(k.state_dir, "ui-spec.json")
     with open(spec_path, "w") as f:
         json.dump({"url": k.url, "token": token, "shots": shots, "hello_id": hello["id"],
-                   "blocked_id": blocked["id"], "session": "ui-session-1"}, f)
+                   "blocked_id": blocked["id"], "session": "ui-session-1",
+                   "workspace_id": ws["id"], "fork_seqs": [uncovered, covered], "fork_session": "ui-fork-1"}, f)
     proc = subprocess.Popen(["node", os.path.join(UI, "test", "dashboard.mjs"), spec_path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CHROMIUM=CHROMIUM))
@@ -118,8 +134,8 @@ def test_dashboard_in_chromium(agents):
     assert "refused this key" in result["wrong_key_error"], result["wrong_key_error"]
     assert "Authorization" in result["wrong_key_error"] or "token" in result["wrong_key_error"]
 
-    assert set(result["list_ids"]) == {hello["id"], ok["id"], blocked["id"]}
-    assert result["filter_status"] == ["completed", "completed"]
+    assert set(result["list_ids"]) == {hello["id"], ok["id"], ws["id"], blocked["id"]}
+    assert result["filter_status"] == ["completed", "completed", "completed"]
     assert result["filter_agent"] == ["shell", "shell"]
     assert result["filter_session"] == [[hello["id"], "ui-session-1"]]
 
@@ -152,7 +168,27 @@ def test_dashboard_in_chromium(agents):
     assert result["console_errors"] == [
         "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["console_errors"]
 
-    assert len(result["shots"]) == 6
+    # forks: the page's coverage is what fork-points says, and the restoration it showed
+    # for the point forked at is the one the kernel made
+    [unc, cov] = result["forks"]
+    assert f"#{uncovered}" in unc["heading"] and unc["covered"] == "false"
+    assert f"#{covered}" in cov["heading"] and cov["covered"] == "true"
+    assert [r["covered"] for r in unc["rows"]] == ["no"] and [r["covered"] for r in cov["rows"]] == ["yes"]
+    fork = k.ok("GET", f"/v0/executions/{result['fork_id']}")
+    assert fork["forked_from"] == ws["id"] and fork["fork_seq"] == covered
+    assert fork["session"] == "ui-fork-1"
+    assert {r["key"]: (r["ref"], r["covered"] == "yes") for r in cov["rows"]} == {
+        key: (v["checkpoint_ref"], v["covered"]) for key, v in fork["restoration"].items()}
+    assert "Forked from" in result["fork_header"]
+    # what the page showed at the uncovered point is the kernel's choice there too
+    fork2 = k.ok("POST", f"/v0/executions/{ws['id']}/fork", {"at_seq": uncovered}, status=201)
+    assert {r["key"]: (r["ref"] if r["ref"] != "nothing: starts fresh" else None, r["covered"] == "yes")
+            for r in unc["rows"]} == {
+        key: (v.get("checkpoint_ref"), v["covered"]) for key, v in fork2["restoration"].items()}
+    for f_id in (result["fork_id"], fork2["id"]):
+        wait_status(k, f_id, {"completed", "failed"})
+
+    assert len(result["shots"]) == 7
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         dest = os.path.join(ROOT, "docs", "img")
         os.makedirs(dest, exist_ok=True)

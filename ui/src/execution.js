@@ -6,6 +6,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
 import { ApprovalCard, usePending } from "./approvals.js";
+import { ForkPanel } from "./forks.js";
 
 const PAGE = 1000;
 
@@ -121,7 +122,10 @@ function answer(result) {
   return null;
 }
 
-function StepItem({ g }) {
+const ForkBtn = ({ seq, onFork }) =>
+  html`<button class="link forkbtn" onClick=${(e) => (e.preventDefault(), onFork(seq))} aria-label=${`Fork at event ${seq}`}>fork…</button>`;
+
+function StepItem({ g, onFork }) {
   const first = g.events[0].payload;
   const lastEv = g.events[g.events.length - 1];
   const kind = first.kind || "";
@@ -142,6 +146,7 @@ function StepItem({ g }) {
         <span class=${`status st-${state}`}>${state}</span>
         ${decision && decision.payload.rule_id && html`<span class="rule">rule ${decision.payload.rule_id}</span>`}
         <span class="when">${time(g.events[0].occurred_at)}</span>
+        <${ForkBtn} seq=${lastEv.event_seq} onFork=${onFork} />
       </summary>
       ${isLlm && q !== null && html`<div class="msg"><h4>Last message</h4><pre>${q}</pre></div>`}
       ${isLlm && a !== null && html`<div class="msg"><h4>Answer</h4><pre>${a}</pre></div>`}
@@ -150,7 +155,7 @@ function StepItem({ g }) {
       ${done && done.type === "step.succeeded" && html`<h4>Result</h4><${Json} value=${done.payload.result} label="result" />`}
       ${done && done.type === "step.failed" && html`<h4>Error</h4><${Json} value=${done.payload.error} label="error" />`}
       <ol class="sub">
-        ${g.events.map((e) => html`<li><span class="seq">#${e.event_seq}</span> ${e.type} ${time(e.occurred_at)}</li>`)}
+        ${g.events.map((e) => html`<li><span class="seq">#${e.event_seq}</span> ${e.type} ${time(e.occurred_at)} <${ForkBtn} seq=${e.event_seq} onFork=${onFork} /></li>`)}
       </ol>
     </details>
   </li>`;
@@ -179,7 +184,7 @@ function describe(ev) {
   }
 }
 
-function EventItem({ ev }) {
+function EventItem({ ev, onFork }) {
   const cls = ev.type.split(".")[0];
   const d = describe(ev);
   const hasPayload = ev.payload && Object.keys(ev.payload).length > 0;
@@ -190,6 +195,7 @@ function EventItem({ ev }) {
         <span class="type">${ev.type}</span>
         <span class="desc">${d}</span>
         <span class="when">${time(ev.occurred_at)}</span>
+        <${ForkBtn} seq=${ev.event_seq} onFork=${onFork} />
       </summary>
       ${hasPayload ? html`<${Json} value=${ev.payload} label="payload" />` : html`<p class="help">no payload</p>`}
     </details>
@@ -247,6 +253,11 @@ function Pending({ id }) {
 export function Execution({ id }) {
   const { ex, events, error, live } = useExecution(id);
   const items = useMemo(() => group(events), [events]);
+  const [forkAt, setForkAt] = useState(null);
+  const openFork = (seq) => {
+    setForkAt(seq);
+    setTimeout(() => document.getElementById("fork-panel")?.scrollIntoView({ block: "start" }), 0);
+  };
   if (error && !ex) return html`<p role="alert" class="error">Cannot load execution ${id}: ${error.message}</p>`;
   if (!ex) return html`<p aria-live="polite">Loading…</p>`;
   return html`<article>
@@ -258,10 +269,13 @@ export function Execution({ id }) {
     ${ex.status === "failed" && html`<section class="panel outcome bad" aria-labelledby="out-h"><h2 id="out-h">Failure</h2><pre>${pretty(ex.failure_reason)}</pre></section>`}
     <section class="panel" aria-labelledby="input-h"><h2 id="input-h">Input</h2><${Json} value=${ex.input} label="input" /></section>
     <${Turns} ex=${ex} />
+    ${forkAt !== null
+      ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
+      : html`<p><button onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
     <section aria-labelledby="tl-h">
       <h2 id="tl-h">Timeline <span class="help">(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)</span></h2>
       <ol class="timeline" aria-live="polite" aria-relevant="additions">
-        ${items.map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} />`))}
+        ${items.map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
       </ol>
     </section>
   </article>`;

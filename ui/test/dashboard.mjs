@@ -107,6 +107,32 @@ try {
   out.live_outcome = await page.$eval(".outcome pre", (e) => e.textContent);
   out.live_steps = await page.$$eval(".timeline .step", (els) => els.map((e) => [
     e.querySelector(".target").textContent, e.querySelector("summary .status").textContent]));
+
+  // 6. forks: the coverage shown before forking, then fork and open the fork
+  out.forks = [];
+  await page.goto(`${spec.url}/ui/#/executions/${spec.workspace_id}`);
+  await page.waitForSelector(".timeline .item", { timeout: T });
+  for (const seq of spec.fork_seqs) {
+    await page.$eval(`button[aria-label="Fork at event ${seq}"]`, (b) => b.click());
+    await page.waitForFunction((n) => {
+      const h = document.querySelector("#fork-h");
+      return h && h.textContent.includes(`#${n}`) && document.querySelector(".fork .cov");
+    }, { timeout: T }, seq);
+    out.forks.push(await page.$eval(".fork", (f) => ({
+      heading: f.querySelector("#fork-h").textContent,
+      covered: f.querySelector(".cov").dataset.covered ?? null,
+      rows: [...f.querySelectorAll("tbody tr")].map((r) => ({ key: r.dataset.key,
+        ref: r.querySelector(".ref").textContent, covered: r.querySelector(".covered").textContent })),
+    })));
+  }
+  await shot("fork");
+  await page.type(".fork input[name=session]", spec.fork_session);
+  await page.click(".fork button[type=submit]");
+  await page.waitForFunction((src) => location.hash.startsWith("#/executions/") && !location.hash.includes(src) &&
+    document.querySelector(".exhead"), { timeout: T }, spec.workspace_id);
+  out.fork_id = await page.evaluate(() => location.hash.split("/")[2]);
+  await page.waitForSelector(".exhead a[href*='" + spec.workspace_id + "']", { timeout: T });
+  out.fork_header = await page.$eval(".exhead .fields", (e) => e.textContent);
   out.console_errors = consoleErrors;
 } catch (e) {
   out.error = String(e && e.stack || e);
