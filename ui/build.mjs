@@ -19,14 +19,16 @@ const r = await esbuild.build({
   format: "esm",
   target: ["chrome100", "firefox100", "safari15"],
   entryNames: "[name]-[hash]",
+  chunkNames: "chunk-[hash]",
+  splitting: true, // xterm.js (most of the bytes) loads only when a terminal opens
   outdir: out,
   metafile: true,
   legalComments: "none",
   logLevel: "warning",
 });
 const files = readdirSync(out);
-const js = files.find((f) => f.endsWith(".js"));
-const css = files.find((f) => f.endsWith(".css"));
+const js = files.find((f) => f.startsWith("app-") && f.endsWith(".js"));
+const css = files.find((f) => f.startsWith("app-") && f.endsWith(".css"));
 writeFileSync(
   join(out, "index.html"),
   `<!doctype html>

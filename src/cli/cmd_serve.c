@@ -383,7 +383,7 @@ int cmd_serve(int argc, char **argv)
         api_role_parse(c.keys[i].role, &keys[i].role);
         keys[i].agent = c.keys[i].agent;
     }
-    ui_mount(s.http); /* the dashboard, at /ui/ (docs/dashboard.md) */
+    ui_mount(s.http, "kernel"); /* the dashboard, at /ui/ (docs/dashboard.md) */
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;

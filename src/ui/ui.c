@@ -31,6 +31,14 @@ static void h_index(struct http_req *r, void *arg)
     send_asset(r, find("index.html"));
 }
 
+/* Which daemon serves the page, so the app shows its views: {"service": "kernel"}. */
+static void h_service(struct http_req *r, void *arg)
+{
+    http_add_header(r, "Cache-Control", "no-cache");
+    http_add_header(r, "X-Content-Type-Options", "nosniff");
+    http_reply_json(r, 200, json_pack("{s:s}", "service", (const char *)arg));
+}
+
 static void h_file(struct http_req *r, void *arg)
 {
     const struct ui_asset *a = find(http_req_param(r, "file"));
@@ -48,9 +56,10 @@ static void h_redirect(struct http_req *r, void *arg)
     http_reply_raw(r, 308, NULL, NULL, 0);
 }
 
-void ui_mount(struct http_server *http)
+void ui_mount(struct http_server *http, const char *service)
 {
     http_route(http, "GET", "/ui/", h_index, NULL);
+    http_route(http, "GET", "/ui/service.json", h_service, (void *)service);
     http_route(http, "GET", "/ui/:file", h_file, NULL);
     http_route(http, "GET", "/ui", h_redirect, NULL);
 }

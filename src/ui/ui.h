@@ -10,6 +10,7 @@
 
 #include "net/http.h"
 
-void ui_mount(struct http_server *http);
+/* service ("kernel" or "sandboxd", a static string) tells the app which views to show. */
+void ui_mount(struct http_server *http, const char *service);
 
 #endif

@@ -231,3 +231,83 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     # the files are public, the data is not: the API still wants the token
     st, _, body = get("/v0/executions")
     assert st == 401
+
+
+def test_sandbox_dashboard_terminal_in_chromium(sandboxd, tmpdir_path):
+    """sandboxd serves the dashboard's Sandboxes views: the list, a command's output, and a
+    terminal (xterm.js over the PTY WebSocket, the token in the subprotocol) typed into."""
+    need_browser()
+    sandboxd.create("ui-1", metadata={"team": "dash"})
+    sandboxd.run("ui-1", "echo", ["hello-from-cmd"])
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    print(f"dashboard screenshots in {shots}")
+    token = local_auth(sandboxd.port, "sandboxd")["Authorization"].split(" ", 1)[1]
+    spec_path = os.path.join(tmpdir_path, "sbx-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": f"http://127.0.0.1:{sandboxd.port}", "token": token, "shots": shots,
+                   "name": "ui-1", "command_text": "echo typed-$((6*7)) > /tmp/from-ui; cat /tmp/from-ui"}, f)
+    proc = subprocess.run(["node", os.path.join(UI, "test", "sandboxes.mjs"), spec_path],
+                          capture_output=True, text=True, timeout=180, env=dict(os.environ, CHROMIUM=CHROMIUM))
+    assert proc.stdout.strip(), proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in result, (result["error"], result.get("errors"), result.get("page_alerts"))
+    row = result["row"]
+    assert row[0] == "ui-1" and row[1] == "running" and "team=dash" in row[3] and "vCPU" in row[4]
+    assert result["commands"] == ["echo hello-from-cmd"]
+    assert result["stdout"] == "hello-from-cmd\n"
+    assert "typed-42" in result["terminal"]
+    # the typed command really ran in the sandbox
+    assert sandboxd.run("ui-1", "cat", ["/tmp/from-ui"])["stdout"] == "typed-42\n"
+    assert result["errors"] == [], result["errors"]
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        for p in result["shots"]:
+            shutil.copy(p, os.path.join(ROOT, "docs", "img", "dashboard-" + os.path.basename(p)))
+
+
+def test_sandboxd_ui_public_and_ws_token_subprotocol(sandboxd):
+    """sandboxd: the dashboard files need no token, the API still does; a terminal attach may
+    carry the token as the "rebuno.bearer.<token>" subprotocol (a browser cannot send
+    Authorization), answered with "rebuno"; a wrong one is 401."""
+    import base64
+    import http.client
+    import socket
+
+    def get(path, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", sandboxd.port, timeout=10)
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    assert get("/ui/")[0] == 200
+    assert json.loads(get("/ui/service.json")[1]) == {"service": "sandboxd"}
+    assert get("/v1/sandboxes")[0] == 401
+    # a subprotocol token is only taken on a WebSocket handshake
+    token = local_auth(sandboxd.port, "sandboxd")["Authorization"].split(" ", 1)[1]
+    assert get("/v1/sandboxes", {"Sec-WebSocket-Protocol": f"rebuno, rebuno.bearer.{token}"})[0] == 401
+
+    sandboxd.create("ws-1")
+    pty = sandboxd.ok("POST", "/v1/sandboxes/ws-1/ptys", {"cmd": "true"}, status=201)
+
+    def handshake(tok):
+        s = socket.create_connection(("127.0.0.1", sandboxd.port), timeout=10)
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall((f"GET /v1/sandboxes/ws-1/ptys/{pty['id']}/ws HTTP/1.1\r\nHost: x\r\n"
+                   f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Protocol: rebuno, rebuno.bearer.{tok}\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        s.close()
+        return head.decode(errors="replace")
+
+    bad = handshake("0" * 64)
+    assert bad.startswith("HTTP/1.1 401"), bad
+    good = handshake(token)
+    assert good.startswith("HTTP/1.1 101"), good
+    assert "sec-websocket-protocol: rebuno\r\n" in good.lower()

@@ -8,11 +8,15 @@ import { html } from "./util.js";
 import { Executions } from "./executions.js";
 import { Execution } from "./execution.js";
 import { Approvals, usePending } from "./approvals.js";
+import { Sandbox, Sandboxes } from "./sandboxes.js";
 
-function useRoute() {
-  const [hash, setHash] = useState(location.hash || "#/executions");
+// Which daemon serves this page: the kernel (/v0) or the sandbox service (/v1).
+const service = fetch("service.json").then((r) => r.json()).then((j) => j.service, () => "kernel");
+
+function useRoute(home) {
+  const [hash, setHash] = useState(location.hash || home);
   useEffect(() => {
-    const f = () => setHash(location.hash || "#/executions");
+    const f = () => setHash(location.hash || home);
     addEventListener("hashchange", f);
     return () => removeEventListener("hashchange", f);
   }, []);
@@ -20,7 +24,7 @@ function useRoute() {
   return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), query: new URLSearchParams(query) };
 }
 
-function SignIn({ onDone, reason }) {
+function SignIn({ onDone, reason, svc }) {
   const [key, setKey] = useState("");
   const [error, setError] = useState(reason || "");
   const [busy, setBusy] = useState(false);
@@ -30,7 +34,7 @@ function SignIn({ onDone, reason }) {
     setError("");
     auth.set(key.trim());
     try {
-      await get("/v0/executions?limit=1", { noAuthEvent: true });
+      await get(svc === "kernel" ? "/v0/executions?limit=1" : "/v1/sandboxes?limit=1", { noAuthEvent: true });
       onDone();
     } catch (err) {
       auth.clear();
@@ -51,13 +55,23 @@ function SignIn({ onDone, reason }) {
       <label for="key">API key or local token</label>
       <input id="key" type="password" autocomplete="off" required value=${key}
         onInput=${(e) => setKey(e.target.value)} aria-describedby="key-help" autofocus />
-      <p id="key-help" class="help">An <code>api_keys:</code> key of the kernel's config, or, for <code>rebuno dev</code>
+      ${svc === "sandboxd" ? html`<p id="key-help" class="help">The sandbox service's local token: the <code>token</code> field of
+        <code>local-token</code> in its state folder (<code>.rebuno/sandboxes/local-token</code> under <code>rebuno dev</code>).
+        It is kept in this tab only (session storage).</p>` : html`<p id="key-help" class="help">An <code>api_keys:</code> key of the kernel's config, or, for <code>rebuno dev</code>
         without keys, its local token: the <code>token</code> field of <code>local-token</code> in the
-        kernel's state folder (<code>.rebuno/local-token</code> by default). It is kept in this tab only (session storage).</p>
+        kernel's state folder (<code>.rebuno/local-token</code> by default). It is kept in this tab only (session storage).</p>`}
       ${error && html`<p role="alert" class="error" id="signin-error">${error}</p>`}
       <button type="submit" disabled=${busy}>Sign in</button>
     </form>
   </main>`;
+}
+
+function SandboxNav({ parts }) {
+  return html`<header class="top">
+    <a class="brand" href="#/sandboxes">rebuno sandboxes</a>
+    <nav aria-label="Main"><a href="#/sandboxes" aria-current=${parts[0] === "sandboxes" && !parts[1] ? "page" : undefined}>Sandboxes</a></nav>
+    <button class="link" onClick=${() => (auth.clear(), location.reload())}>Sign out</button>
+  </header>`;
 }
 
 function Nav({ parts }) {
@@ -73,10 +87,10 @@ function Nav({ parts }) {
   </header>`;
 }
 
-function App() {
+function App({ svc }) {
   const [signedIn, setSignedIn] = useState(!!auth.get());
   const [reason, setReason] = useState("");
-  const route = useRoute();
+  const route = useRoute(svc === "kernel" ? "#/executions" : "#/sandboxes");
   useEffect(
     () =>
       watchUnauthorized((err) => {
@@ -86,8 +100,10 @@ function App() {
       }),
     [],
   );
-  if (!signedIn) return html`<${SignIn} reason=${reason} onDone=${() => (setReason(""), setSignedIn(true))} />`;
+  if (!signedIn) return html`<${SignIn} svc=${svc} reason=${reason} onDone=${() => (setReason(""), setSignedIn(true))} />`;
   const [view, id] = route.parts;
+  if (svc === "sandboxd")
+    return html`<${SandboxNav} parts=${route.parts} /><main id="main">${id ? html`<${Sandbox} name=${id} key=${id} />` : html`<${Sandboxes} />`}</main>`;
   let body;
   if ((view === "executions" || !view) && id) body = html`<${Execution} id=${id} key=${id} />`;
   else if (view === "approvals") body = html`<${Approvals} />`;
@@ -95,4 +111,4 @@ function App() {
   return html`<${Nav} parts=${route.parts} /><main id="main">${body}</main>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+service.then((svc) => render(html`<${App} svc=${svc} />`, document.getElementById("app")));
