@@ -9,6 +9,9 @@ import { ApprovalCard, usePending } from "./approvals.js";
 import { ForkPanel } from "./forks.js";
 
 const PAGE = 1000;
+const WINDOW = 300; // timeline items rendered at first; more on request
+
+const pageStarts = (last) => Array.from({ length: Math.max(1, Math.ceil(last / PAGE)) }, (_, i) => i * PAGE);
 
 function useExecution(id) {
   const [ex, setEx] = useState(null);
@@ -39,14 +42,13 @@ function useExecution(id) {
         const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
         if (!alive) return;
         setEx(e);
-        let after = 0;
-        for (;;) {
-          const page = await get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
-          if (!alive) return;
+        // every page at once (the view says how many events there are), in order after
+        for (const page of await Promise.all(pageStarts(e.last_seq).map((after) =>
+          get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`)))) {
           for (const ev of page) if (!seen.has(ev.event_seq)) (seen.add(ev.event_seq), all.push(ev));
-          if (page.length < PAGE) break;
-          after = page[page.length - 1].event_seq;
         }
+        if (!alive) return;
+        // events that committed after the view was read arrive over the stream below
         setEvents(all.slice());
         const last = all.length ? all[all.length - 1].event_seq : 0;
         if (TERMINAL.has(e.status)) return;
@@ -125,6 +127,12 @@ function answer(result) {
 const ForkBtn = ({ seq, onFork }) =>
   html`<button class="link forkbtn" onClick=${(e) => (e.preventDefault(), onFork(seq))} aria-label=${`Fork at event ${seq}`}>fork…</button>`;
 
+// A <details> whose body is only built once opened: a long timeline stays a light DOM.
+function Lazy({ summary, body }) {
+  const [open, setOpen] = useState(false);
+  return html`<details onToggle=${(e) => setOpen(e.target.open)}>${summary}${open ? body() : null}</details>`;
+}
+
 function StepItem({ g, onFork }) {
   const first = g.events[0].payload;
   const lastEv = g.events[g.events.length - 1];
@@ -138,8 +146,7 @@ function StepItem({ g, onFork }) {
   const q = isLlm ? lastMessage(args) : null;
   const a = isLlm && done ? answer(done.payload.result) : null;
   return html`<li class="item step">
-    <details>
-      <summary>
+    <${Lazy} summary=${html`<summary>
         <span class="seq">#${g.events[0].event_seq}</span>
         <span class="kind">${kind.replace("_", " ")}</span>
         <strong class="target">${target}</strong>
@@ -147,7 +154,7 @@ function StepItem({ g, onFork }) {
         ${decision && decision.payload.rule_id && html`<span class="rule">rule ${decision.payload.rule_id}</span>`}
         <span class="when">${time(g.events[0].occurred_at)}</span>
         <${ForkBtn} seq=${lastEv.event_seq} onFork=${onFork} />
-      </summary>
+      </summary>`} body=${() => html`
       ${isLlm && q !== null && html`<div class="msg"><h4>Last message</h4><pre>${q}</pre></div>`}
       ${isLlm && a !== null && html`<div class="msg"><h4>Answer</h4><pre>${a}</pre></div>`}
       ${!isLlm && args !== undefined && html`<h4>Arguments</h4><${Json} value=${args} label="arguments" />`}
@@ -156,8 +163,7 @@ function StepItem({ g, onFork }) {
       ${done && done.type === "step.failed" && html`<h4>Error</h4><${Json} value=${done.payload.error} label="error" />`}
       <ol class="sub">
         ${g.events.map((e) => html`<li><span class="seq">#${e.event_seq}</span> ${e.type} ${time(e.occurred_at)} <${ForkBtn} seq=${e.event_seq} onFork=${onFork} /></li>`)}
-      </ol>
-    </details>
+      </ol>`} />
   </li>`;
 }
 
@@ -189,16 +195,13 @@ function EventItem({ ev, onFork }) {
   const d = describe(ev);
   const hasPayload = ev.payload && Object.keys(ev.payload).length > 0;
   return html`<li class=${`item ev ev-${cls}`}>
-    <details>
-      <summary>
+    <${Lazy} summary=${html`<summary>
         <span class="seq">#${ev.event_seq}</span>
         <span class="type">${ev.type}</span>
         <span class="desc">${d}</span>
         <span class="when">${time(ev.occurred_at)}</span>
         <${ForkBtn} seq=${ev.event_seq} onFork=${onFork} />
-      </summary>
-      ${hasPayload ? html`<${Json} value=${ev.payload} label="payload" />` : html`<p class="help">no payload</p>`}
-    </details>
+      </summary>`} body=${() => (hasPayload ? html`<${Json} value=${ev.payload} label="payload" />` : html`<p class="help">no payload</p>`)} />
   </li>`;
 }
 
@@ -254,6 +257,8 @@ export function Execution({ id }) {
   const { ex, events, error, live } = useExecution(id);
   const items = useMemo(() => group(events), [events]);
   const [forkAt, setForkAt] = useState(null);
+  const [shown, setShown] = useState(WINDOW);
+  const hidden = Math.max(0, items.length - shown);
   const openFork = (seq) => {
     setForkAt(seq);
     setTimeout(() => document.getElementById("fork-panel")?.scrollIntoView({ block: "start" }), 0);
@@ -271,11 +276,12 @@ export function Execution({ id }) {
     <${Turns} ex=${ex} />
     ${forkAt !== null
       ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
-      : html`<p><button onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
+      : html`<p><button class="forkopen" onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
     <section aria-labelledby="tl-h">
       <h2 id="tl-h">Timeline <span class="help">(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)</span></h2>
-      <ol class="timeline" aria-live="polite" aria-relevant="additions">
-        ${items.map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
+      ${hidden > 0 && html`<p><button class="more" onClick=${() => setShown(shown + 1000)}>Show ${Math.min(1000, hidden)} earlier of ${hidden} hidden entries</button></p>`}
+      <ol class="timeline" aria-live="polite" aria-relevant="additions" start=${hidden + 1}>
+        ${(hidden ? items.slice(hidden) : items).map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
       </ol>
     </section>
   </article>`;

@@ -73,6 +73,8 @@ try {
   await page.goto(`${spec.url}/ui/#/executions/${spec.hello_id}`);
   await page.waitForSelector(".timeline .item", { timeout: T });
   await page.waitForSelector(".outcome", { timeout: T });
+  await page.click(".timeline .step summary"); // a step's details are built when opened
+  await page.waitForSelector(".timeline .step .sub li", { timeout: T });
   out.hello = {
     status: await page.$eval(".exhead .status", (e) => e.textContent),
     agent: await page.$eval(".exhead .fields .field dd", (e) => e.textContent),
@@ -81,7 +83,6 @@ try {
     events: await texts(".timeline .item .seq"),
     output: await page.$eval(".outcome pre", (e) => e.textContent),
   };
-  await page.click(".timeline .step summary");
   await shot("execution");
 
   // 5. approvals inbox, then approve on the blocked execution's page and watch it complete live
@@ -113,7 +114,11 @@ try {
   await page.goto(`${spec.url}/ui/#/executions/${spec.workspace_id}`);
   await page.waitForSelector(".timeline .item", { timeout: T });
   for (const seq of spec.fork_seqs) {
-    await page.$eval(`button[aria-label="Fork at event ${seq}"]`, (b) => b.click());
+    // the fork form opens from the page's button, then takes the event number typed in
+    if (!(await page.$("#fork-panel"))) await page.click("button.forkopen");
+    await page.waitForSelector("#fork-panel input[name=at_seq]", { timeout: T });
+    await page.click("#fork-panel input[name=at_seq]", { clickCount: 3 });
+    await page.keyboard.type(String(seq));
     await page.waitForFunction((n) => {
       const h = document.querySelector("#fork-h");
       return h && h.textContent.includes(`#${n}`) && document.querySelector(".fork .cov");

@@ -1,0 +1,41 @@
+// measure.mjs - time to first render and bytes transferred of dashboard pages in headless
+// Chromium (cold cache each time). Usage: node measure.mjs <spec.json>; spec: {url, token,
+// pages: [{name, hash, ready}]} where ready is a JS expression true once the page shows its
+// data. Prints one JSON line per page: {name, ms, bytes, requests}.
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+
+const require = createRequire(new URL("../../ui/package.json", import.meta.url));
+const puppeteer = require("puppeteer-core");
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+});
+try {
+  for (const p of spec.pages) {
+    for (let run = 0; run < (spec.runs || 3); run++) {
+      const ctx = await browser.createBrowserContext();
+      const page = await ctx.newPage();
+      await page.setViewport({ width: 1366, height: 800 });
+      const cdp = await page.createCDPSession();
+      await cdp.send("Network.enable");
+      await cdp.send("Network.setCacheDisabled", { cacheDisabled: true });
+      let bytes = 0;
+      let requests = 0;
+      cdp.on("Network.loadingFinished", (e) => ((bytes += e.encodedDataLength), requests++));
+      // the key is in session storage already, as after a sign-in
+      await page.evaluateOnNewDocument((t) => sessionStorage.setItem("rebuno.key", t), spec.token);
+      const t0 = Date.now();
+      await page.goto(`${spec.url}/ui/${p.hash}`, { waitUntil: "domcontentloaded" });
+      await page.waitForFunction(p.ready, { timeout: 120000, polling: "raf" });
+      const ms = Date.now() - t0;
+      const domNodes = await page.evaluate(() => document.getElementsByTagName("*").length);
+      console.log(JSON.stringify({ name: p.name, run, ms, bytes, requests, dom_nodes: domNodes }));
+      await ctx.close();
+    }
+  }
+} finally {
+  await browser.close();
+}
