@@ -14,7 +14,11 @@
  *   - replay lookup latency: re-dispatched executions re-submit recorded steps and
  *     get `replay`, with ~10 and ~100,000 events in the execution;
  *   - health under slowloris: GET /v0/health latency, each on a fresh connection, while
- *     4,200 connections drip a byte of a request head every 5 s each (issue 13's load).
+ *     4,200 connections drip a byte of a request head every 5 s each (issue 13's load);
+ *   - dispatch round trips per second by dispatch mode (issue 18): create an execution,
+ *     get its dispatch, complete it, with 8 concurrent flows (threads, blocking calls):
+ *     long-poll claims against the kernel's webhook dispatch (the kernel POSTs each
+ *     dispatch to a small HTTP server in this process), side by side.
  *
  * The simulated agents are one epoll loop over N non-blocking sockets (one
  * connection, one execution and one dispatch per agent) so the client spends as
@@ -36,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -85,7 +90,7 @@ struct opts {
     const char *bin; /* rebuno binary */
     const char *tmp; /* parent of the temporary folders */
     double slow_seconds; /* slowloris load */
-    bool quick, no_replay, no_baseline, no_slowloris, verbose;
+    bool quick, no_replay, no_baseline, no_slowloris, no_dispatch, verbose;
 };
 
 static struct opts O;
@@ -1306,6 +1311,214 @@ static struct slow_result run_slowloris(void)
 
 /* ------------------------------------------------------------------ main */
 
+/* ------------------------------------------------------------------ dispatch modes */
+
+#define DISPATCH_FLOWS 8
+#define DQ_CAP 1024
+
+/* Dispatches the webhook server received, taken by any flow. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char exec_id[DQ_CAP][40], dispatch_id[DQ_CAP][40];
+    long long attempt[DQ_CAP];
+    int head, n;
+} DQ = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static volatile int hook_stop;
+
+struct dflow {
+    pthread_t th;
+    int port;
+    bool webhook;
+    const char *agent;
+    int64_t t_measure, t_end;
+    long long done;
+    struct samples lat;
+};
+
+/* One webhook connection (curl keeps it alive): read each POST, queue it, answer 200. */
+static void *hook_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[65536];
+    size_t len = 0;
+    set_rcvtimeo(fd);
+    while (!hook_stop) {
+        char *end = memmem(buf, len, "\r\n\r\n", 4);
+        if (!end) {
+            if (len == sizeof buf) break;
+            ssize_t r = read(fd, buf + len, sizeof buf - len);
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            if (r <= 0) break;
+            len += (size_t)r;
+            continue;
+        }
+        size_t head = (size_t)(end - buf) + 4;
+        const char *cl = find_ci(buf, head, "content-length:");
+        size_t body_len = cl ? strtoul(cl + 15, NULL, 10) : 0;
+        if (head + body_len > sizeof buf) break;
+        while (len < head + body_len && !hook_stop) {
+            ssize_t r = read(fd, buf + len, sizeof buf - len);
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            if (r <= 0) goto out;
+            len += (size_t)r;
+        }
+        json_t *j = json_loadb(buf + head, body_len, 0, NULL);
+        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        if (write(fd, ok, sizeof ok - 1) < 0) {
+            json_decref(j);
+            break;
+        }
+        pthread_mutex_lock(&DQ.mu);
+        if (j && DQ.n < DQ_CAP) {
+            int slot = (DQ.head + DQ.n++) % DQ_CAP;
+            snprintf(DQ.exec_id[slot], 40, "%s", json_string_value(json_object_get(j, "execution_id")));
+            snprintf(DQ.dispatch_id[slot], 40, "%s", json_string_value(json_object_get(j, "dispatch_id")));
+            DQ.attempt[slot] = json_integer_value(json_object_get(j, "dispatch_attempt"));
+            pthread_cond_signal(&DQ.cv);
+        }
+        pthread_mutex_unlock(&DQ.mu);
+        json_decref(j);
+        memmove(buf, buf + head + body_len, len - head - body_len);
+        len -= head + body_len;
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void *hook_server(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    while (!hook_stop) {
+        struct pollfd p = {lfd, POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0) continue;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        pthread_t th;
+        if (pthread_create(&th, NULL, hook_conn, (void *)(intptr_t)fd) == 0) pthread_detach(th);
+        else close(fd);
+    }
+    return NULL;
+}
+
+static void *dflow_run(void *arg)
+{
+    struct dflow *f = arg;
+    struct agent a;
+    memset(&a, 0, sizeof a);
+    conn_open(&a.c, f->port);
+    if (!f->webhook) agent_register(&a, f->agent);
+    for (;;) {
+        int64_t t0 = now_ns();
+        if (t0 >= f->t_end || interrupted) break;
+        char *id = create_exec(&a.c, f->agent);
+        char exec_id[40], did[40];
+        long long att;
+        if (!f->webhook) {
+            json_t *claim = agent_claim(&a, f->agent, 10);
+            if (!claim) die("no dispatch within 10 s (long-poll)");
+            snprintf(exec_id, sizeof exec_id, "%s", jstr(claim, "execution", "id"));
+            snprintf(did, sizeof did, "%s", jstr(claim, "dispatch", "id"));
+            att = jint(claim, "dispatch", "attempt");
+            json_decref(claim);
+        } else {
+            pthread_mutex_lock(&DQ.mu);
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_sec += 10;
+            while (DQ.n == 0)
+                if (pthread_cond_timedwait(&DQ.cv, &DQ.mu, &dl) == ETIMEDOUT) break;
+            if (DQ.n == 0) {
+                pthread_mutex_unlock(&DQ.mu);
+                die("no webhook delivery within 10 s");
+            }
+            snprintf(exec_id, sizeof exec_id, "%s", DQ.exec_id[DQ.head]);
+            snprintf(did, sizeof did, "%s", DQ.dispatch_id[DQ.head]);
+            att = DQ.attempt[DQ.head];
+            DQ.head = (DQ.head + 1) % DQ_CAP;
+            DQ.n--;
+            pthread_mutex_unlock(&DQ.mu);
+        }
+        free(id);
+        char path[160], hdrs[200];
+        snprintf(path, sizeof path, "/v0/executions/%s/complete", exec_id);
+        snprintf(hdrs, sizeof hdrs, "Rebuno-Dispatch-Id: %s\r\nRebuno-Dispatch-Attempt: %lld\r\n", did, att);
+        json_decref(call_ok(&a.c, 204, "POST", path, hdrs, "{}"));
+        int64_t t1 = now_ns();
+        if (t0 >= f->t_measure) {
+            f->done++;
+            samples_add(&f->lat, t1 - t0);
+        }
+    }
+    conn_close(&a.c);
+    return NULL;
+}
+
+struct dispatch_result {
+    double rt_per_s, p50_ms, p99_ms;
+};
+
+static struct dispatch_result run_dispatch_mode(bool webhook)
+{
+    struct kproc k;
+    int lfd = -1, hook_port = 0;
+    pthread_t hook_th;
+    char cfg[256];
+    if (webhook) {
+        lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 128) < 0)
+            die("webhook listener: %s", strerror(errno));
+        socklen_t sl = sizeof sa;
+        getsockname(lfd, (struct sockaddr *)&sa, &sl);
+        hook_port = ntohs(sa.sin_port);
+        hook_stop = 0;
+        DQ.head = DQ.n = 0;
+        if (pthread_create(&hook_th, NULL, hook_server, (void *)(intptr_t)lfd) != 0) die("pthread_create");
+        snprintf(cfg, sizeof cfg,
+                 "agents:\n  - id: hook\n    webhook_url: http://127.0.0.1:%d/hook\n    secret: bench-secret\n",
+                 hook_port);
+    } else {
+        snprintf(cfg, sizeof cfg, "agents:\n  - id: pull\n");
+    }
+    kernel_start(&k, cfg);
+    struct dflow f[DISPATCH_FLOWS];
+    int64_t t_measure = now_ns() + (int64_t)(O.warmup * 1e9), t_end = t_measure + (int64_t)(O.seconds * 1e9);
+    for (int i = 0; i < DISPATCH_FLOWS; i++) {
+        memset(&f[i], 0, sizeof f[i]);
+        f[i].port = k.port;
+        f[i].webhook = webhook;
+        f[i].agent = webhook ? "hook" : "pull";
+        f[i].t_measure = t_measure;
+        f[i].t_end = t_end;
+        if (pthread_create(&f[i].th, NULL, dflow_run, &f[i]) != 0) die("pthread_create");
+    }
+    struct samples all = {0};
+    long long done = 0;
+    for (int i = 0; i < DISPATCH_FLOWS; i++) {
+        pthread_join(f[i].th, NULL);
+        done += f[i].done;
+        for (size_t j = 0; j < f[i].lat.n; j++) samples_add(&all, f[i].lat.v[j]);
+        samples_free(&f[i].lat);
+    }
+    struct dispatch_result r = {(double)done / O.seconds, (double)pct(&all, 0.50) / 1e6,
+                                (double)pct(&all, 0.99) / 1e6};
+    samples_free(&all);
+    kernel_stop(&k, false);
+    kernel_remove(&k);
+    if (webhook) {
+        hook_stop = 1;
+        pthread_join(hook_th, NULL);
+        close(lfd);
+    }
+    return r;
+}
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -1314,7 +1527,7 @@ static void usage(FILE *f)
         "1,8,32]\n"
         "                          [--events N] [--replays N] [--quick] [--no-replay] "
         "[--no-baseline]\n"
-        "                          [--slowloris-seconds S] [--no-slowloris] [--bin PATH]\n"
+        "                          [--slowloris-seconds S] [--no-slowloris] [--no-dispatch] [--bin PATH]\n"
         "                          [--tmpdir DIR] [--verbose]\n\n"
         "  --seconds S           measured time per concurrency level (default 3)\n"
         "  --warmup S            unmeasured time before it (default 0.5)\n"
@@ -1329,7 +1542,7 @@ static void usage(FILE *f)
         "                        database goes there too, so both fsync on the same file system\n"
         "  --slowloris-seconds S health probes under slowloris this long (default 15: past the\n"
         "                        10 s head deadline; --quick: 5)\n"
-        "  --no-baseline, --no-replay, --no-slowloris  skip those parts\n"
+        "  --no-baseline, --no-replay, --no-slowloris, --no-dispatch  skip those parts\n"
         "  --verbose             print each kernel's pid, port and state folder (to attach a "
         "profiler)\n",
         MAX_AGENTS);
@@ -1372,6 +1585,8 @@ static void parse_args(int argc, char **argv)
             O.verbose = true;
         } else if (!strcmp(a, "--no-baseline")) {
             O.no_baseline = true;
+        } else if (!strcmp(a, "--no-dispatch")) {
+            O.no_dispatch = true;
         } else if (!strcmp(a, "--no-slowloris")) {
             O.no_slowloris = true;
         } else if (!strcmp(a, "--slowloris-seconds")) {
@@ -1539,8 +1754,31 @@ int main(int argc, char **argv)
                                                                                 : "MISSED");
     }
 
+    struct dispatch_result dpoll = {0}, dhook = {0};
+    if (!O.no_dispatch) {
+        dpoll = run_dispatch_mode(false);
+        dhook = run_dispatch_mode(true);
+        double ratio = dpoll.rt_per_s > 0 ? dhook.rt_per_s / dpoll.rt_per_s : 0;
+        printf("dispatch round trips (POST /v0/executions, the dispatch reaches the agent, POST .../complete),\n"
+               "%d concurrent flows, one kernel per mode:\n"
+               "  mode        round-trips/s   p50 ms   p99 ms\n"
+               "  long-poll   %13s  %7.2f  %7.2f\n"
+               "  webhook     %13s  %7.2f  %7.2f   (%.2fx long-poll; aim >= 0.8x -> %s)\n\n",
+               DISPATCH_FLOWS, commas(dpoll.rt_per_s, n1, sizeof n1), dpoll.p50_ms, dpoll.p99_ms,
+               commas(dhook.rt_per_s, n2, sizeof n2), dhook.p50_ms, dhook.p99_ms, ratio,
+               ratio >= 0.8 ? "met" : "MISSED");
+    }
+
     /* machine-readable */
     if (!O.no_baseline) printf("bench.sqlite.tx_per_s=%.0f\n", base.tx_per_s);
+    if (!O.no_dispatch) {
+        printf("bench.kernel.dispatch_rt_per_s.longpoll=%.0f\n", dpoll.rt_per_s);
+        printf("bench.kernel.dispatch_rt_per_s.webhook=%.0f\n", dhook.rt_per_s);
+        printf("bench.kernel.dispatch_p50_ms.longpoll=%.3f\n", dpoll.p50_ms);
+        printf("bench.kernel.dispatch_p50_ms.webhook=%.3f\n", dhook.p50_ms);
+        printf("bench.kernel.dispatch_webhook_vs_longpoll=%.3f\n",
+               dpoll.rt_per_s > 0 ? dhook.rt_per_s / dpoll.rt_per_s : 0);
+    }
     for (int i = 0; i < O.n_levels; i++) {
         struct level_result *r = &res[i];
         int a = r->agents;

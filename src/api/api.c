@@ -23,14 +23,17 @@
 #include "base/log.h"
 #include "base/names.h"
 #include "base/xalloc.h"
+#include "api/signature.h"
+#include "api/webhook.h"
 #include "kernel/identity.h"
+#include "policy/policy.h"
 
 #define MAX_BATCH 256
 #define SWEEP_INTERVAL_MS 200
 #define KEEPALIVE_MS 15000
 #define SSE_PAGE 256
 
-enum perm { P_PUBLIC, P_READ, P_CLIENT, P_AGENT, P_APPROVE };
+enum perm { P_PUBLIC, P_READ, P_CLIENT, P_AGENT, P_APPROVE, P_ADMIN };
 
 struct key_entry {
     char hash[STEP_ID_LEN];
@@ -64,6 +67,42 @@ struct watcher {
     struct event *keepalive;
 };
 
+/* Push dispatch (upstream's modes): the kernel claims on an agent's behalf and hands each
+ * dispatch to its webhook (a signed POST) or to one of its open dispatch streams. The
+ * claim commits first; the push goes out after the commit (struct push). */
+#define HOOK_CONCURRENCY 32      /* webhook posts in flight per agent */
+#define HOOK_TIMEOUT_MS 30000    /* per delivery, capped by the lease */
+#define HOOK_BACKOFF_BASE_MS 1000
+#define HOOK_BACKOFF_MAX_MS 30000
+
+struct consumer {
+    struct consumer *next, *prev;
+    struct pusher *p;
+    struct http_req *req;
+    char *id;
+    struct event *keepalive;
+};
+
+struct pusher {
+    struct pusher *next;
+    struct api *api;
+    char *agent;
+    char worker_id[UUID_STR_LEN];
+    int in_flight;    /* webhook deliveries claimed and not yet answered */
+    int failures;     /* consecutive failed deliveries (backoff) */
+    int64_t retry_at; /* no webhook claims before this (ms; 0: none) */
+    struct consumer *consumers, *next_consumer;
+};
+
+struct push {
+    struct push *next;
+    struct pusher *p;
+    struct consumer *c; /* the stream it goes to (NULL once that closed) */
+    bool stream;        /* false: the webhook */
+    char exec_id[UUID_STR_LEN], dispatch_id[UUID_STR_LEN];
+    int64_t attempt, lease_s;
+};
+
 struct route {
     const char *method, *pattern;
     enum perm perm;
@@ -88,10 +127,30 @@ struct api {
     struct route *routes;
     int n_routes;
     bool shutting_down;
+    struct key_entry **signers; /* agents that sign their calls (an agent role each; stable) */
+    int n_signers;
+    struct webhook *hooks;
+    struct pusher *pushers;
+    struct push *pushes, **pushes_tail; /* claimed in the open batch, sent after its commit */
+    struct delta_sub *delta_subs;       /* GET /v0/executions/{id}/stream */
+    long long deliveries_ok, deliveries_failed, deltas;
+};
+
+/* A watcher of an execution's live step deltas (upstream's best-effort stream). */
+struct delta_sub {
+    struct delta_sub *next, *prev;
+    struct api *api;
+    struct http_req *req;
+    char exec_id[UUID_STR_LEN];
+    struct event *keepalive;
 };
 
 static void flush(struct api *a);
 static void pump(struct watcher *w);
+static void pushes_send(struct api *a, bool committed);
+static void pusher_pump(struct pusher *p);
+static struct pusher *find_pusher(struct api *a, const char *agent);
+static void probe_webhook(struct api *a, const char *agent, const char *url);
 
 /* --- replies and group commit --- */
 
@@ -177,6 +236,7 @@ static void flush(struct api *a)
         free(h);
         h = next;
     }
+    pushes_send(a, ok);
     struct kernel_notes notes;
     kernel_take_notes(a->k, &notes);
     if (ok) {
@@ -257,17 +317,93 @@ static bool perm_ok(const struct key_entry *k, enum perm p)
     switch (p) {
     case P_CLIENT: case P_APPROVE: return k->role == ROLE_CLIENT;
     case P_AGENT: return k->role == ROLE_AGENT;
+    case P_ADMIN: return false; /* admins returned true above */
     default: return false;
     }
 }
 
 static int check_query(struct http_req *r, const char *const *allowed, struct err *err);
 
+#define SIG_MAX_SKEW_S 300
+
+/* The agent role an agent's own signatures give it (one entry per agent, kept). */
+static const struct key_entry *signer_entry(struct api *a, const char *agent)
+{
+    for (int i = 0; i < a->n_signers; i++)
+        if (strcmp(a->signers[i]->agent, agent) == 0) return a->signers[i];
+    a->signers = xrealloc(a->signers, (size_t)(a->n_signers + 1) * sizeof *a->signers);
+    struct key_entry *k = a->signers[a->n_signers++] = xcalloc(1, sizeof *k);
+    k->role = ROLE_AGENT;
+    k->agent = xstrdup(agent);
+    return k;
+}
+
+/* Upstream's agent authentication: Rebuno-Agent-Id, Rebuno-Timestamp and a v1 HMAC in
+ * Rebuno-Signature with the agent's secret. NULL with the 401 sent on any mismatch. */
+static const struct key_entry *check_signature(struct api *a, struct http_req *r)
+{
+    const char *agent = http_req_header(r, "Rebuno-Agent-Id"), *sig = http_req_header(r, "Rebuno-Signature");
+    const char *ts = http_req_header(r, "Rebuno-Timestamp");
+    struct kernel_agent_info info;
+    if (!agent || !*agent) {
+        http_reply_error(r, 401, "unauthorized", "Rebuno-Agent-Id",
+                         "a signed call needs Rebuno-Agent-Id (the agent whose secret signed it)");
+        return NULL;
+    }
+    if (!name_agent_valid(agent) || !kernel_agent_info(a->k, agent, &info) || !info.secret) {
+        http_reply_error(r, 401, "unauthorized", "Rebuno-Agent-Id",
+                         "agent \"%.128s\" has no secret configured here; add secret: to it in the config "
+                         "(or register it with POST /v0/agents)",
+                         name_agent_valid(agent) ? agent : "?");
+        return NULL;
+    }
+    if (!sig || strncmp(sig, "v1=", 3) != 0) {
+        http_reply_error(r, 401, "unauthorized", "Rebuno-Signature",
+                         "Rebuno-Signature must be v1=<hex HMAC-SHA256> (request signatures v1)");
+        return NULL;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long t = ts ? strtoll(ts, &end, 10) : 0;
+    long long now = (long long)(clock_now_ms() / 1000);
+    if (!ts || errno || end == ts || *end || t < now - SIG_MAX_SKEW_S || t > now + SIG_MAX_SKEW_S) {
+        http_reply_error(r, 401, "unauthorized", "Rebuno-Timestamp",
+                         "Rebuno-Timestamp must be the Unix time in seconds within %d s of the kernel's clock",
+                         SIG_MAX_SKEW_S);
+        return NULL;
+    }
+    size_t len;
+    const char *body = http_req_body(r, &len);
+    char want[SIG_HEX_LEN];
+    sig_request_v1(info.secret, http_req_method(r), http_req_target(r), ts,
+                   http_req_header(r, "Rebuno-Dispatch-Id"), http_req_header(r, "Rebuno-Dispatch-Attempt"),
+                   body, len, want);
+    if (!sig_equal(sig + 3, want)) {
+        http_reply_error(r, 401, "unauthorized", "Rebuno-Signature",
+                         "Rebuno-Signature does not match this request signed with agent %s's secret", agent);
+        return NULL;
+    }
+    return signer_entry(a, agent);
+}
+
 static void route_entry(struct http_req *r, void *arg)
 {
     struct route *rt = arg;
     struct api *a = rt->api;
-    if (rt->perm != P_PUBLIC) {
+    bool signed_call = http_req_header(r, "Rebuno-Signature") || http_req_header(r, "Rebuno-Agent-Id");
+    if (rt->perm != P_PUBLIC && signed_call) {
+        if (a->n_keys == 0 && !http_req_peer_is_loopback(r)) {
+            http_reply_error(r, 403, "forbidden", "", "this kernel has no API keys configured and only serves loopback clients");
+            return;
+        }
+        const struct key_entry *k = check_signature(a, r);
+        if (!k) return;
+        if (!perm_ok(k, rt->perm)) {
+            http_reply_error(r, 403, "forbidden", "", "an agent's signature may not call %s %s", rt->method, rt->pattern);
+            return;
+        }
+        http_req_set_data(r, (void *)k);
+    } else if (rt->perm != P_PUBLIC) {
         if (a->n_keys == 0) {
             if (!http_req_peer_is_loopback(r)) {
                 http_reply_error(r, 403, "forbidden", "", "this kernel has no API keys configured and only serves loopback clients");
@@ -457,7 +593,7 @@ static bool status_valid(const char *s)
 /* --- execution handlers --- */
 
 struct create_ctx {
-    const char *agent, *session;
+    const char *agent, *session, *parent;
     json_t *input;
     int64_t deadline_ms;
 };
@@ -518,18 +654,20 @@ static int op_create(struct api *a, struct http_req *r, void *ctx, json_t **out,
 {
     struct create_ctx *c = ctx;
     struct caller who = caller_of(r);
-    return kernel_create(a->k, &who, c->agent, c->input, c->session, c->deadline_ms, out, err);
+    return kernel_create(a->k, &who, c->agent, c->input, c->session, c->parent, c->deadline_ms, out, err);
 }
 
 static void h_create(struct api *a, struct http_req *r)
 {
-    static const char *const fields[] = {"agent_id", "input", "session", "deadline_seconds", NULL};
+    static const char *const fields[] = {"agent_id", "input", "session", "parent_execution_id", "deadline_seconds",
+                                         NULL};
     struct err err = ERR_INIT;
     json_t *b = body_json(r, fields, &err);
     struct create_ctx c = {0};
     int64_t deadline = 0;
     if (!b || get_str(b, "agent_id", true, 128, &c.agent, &err) < 0 ||
         get_str(b, "session", false, 128, &c.session, &err) < 0 || check_session(c.session, &err) < 0 ||
+        get_str(b, "parent_execution_id", false, UUID_STR_LEN, &c.parent, &err) < 0 ||
         get_int(b, "deadline_seconds", 1, 31536000, &deadline, &err) < 0) {
         http_reply_err(r, &err);
         json_decref(b);
@@ -841,6 +979,8 @@ static bool waiter_try(struct waiter *w)
 
 static void wake_agent(struct api *a, const char *agent)
 {
+    struct pusher *p = find_pusher(a, agent);
+    if (p) pusher_pump(p);
     /* Oldest waiter first; stop at the first that finds nothing left. Waiters were
      * pushed at the head, so walk to the tail. */
     struct waiter *tail = NULL;
@@ -933,6 +1073,270 @@ static void h_agent_get(struct api *a, struct http_req *r)
         reply_err(a, r, &err);
     }
     json_decref(out);
+}
+
+/* --- push dispatch: webhooks and dispatch streams --- */
+
+static struct pusher *find_pusher(struct api *a, const char *agent)
+{
+    for (struct pusher *p = a->pushers; p; p = p->next)
+        if (strcmp(p->agent, agent) == 0) return p;
+    return NULL;
+}
+
+static struct pusher *ensure_pusher(struct api *a, const char *agent)
+{
+    struct pusher *p = find_pusher(a, agent);
+    if (p) return p;
+    p = xcalloc(1, sizeof *p);
+    p->api = a;
+    p->agent = xstrdup(agent);
+    uuid_v7(p->worker_id); /* the kernel's own worker for this agent's pushes */
+    p->next = a->pushers;
+    a->pushers = p;
+    return p;
+}
+
+static int64_t backoff_ms(int failures)
+{
+    int64_t d = HOOK_BACKOFF_BASE_MS;
+    for (int i = 1; i < failures && d < HOOK_BACKOFF_MAX_MS; i++) d *= 2;
+    if (d > HOOK_BACKOFF_MAX_MS) d = HOOK_BACKOFF_MAX_MS;
+    return d + (int64_t)(rand() % (int)(d / 4 + 1)); /* jitter up to 25% */
+}
+
+/* Claim while someone can take a dispatch: an open stream of the agent, else its webhook
+ * (not while backing off, at most HOOK_CONCURRENCY in flight). */
+static void pusher_pump(struct pusher *p)
+{
+    struct api *a = p->api;
+    struct kernel_agent_info info;
+    if (a->shutting_down || !kernel_agent_info(a->k, p->agent, &info)) return;
+    for (int guard = 0; guard < MAX_BATCH; guard++) {
+        struct consumer *c = NULL;
+        if (p->consumers) {
+            c = p->next_consumer ? p->next_consumer : p->consumers;
+            p->next_consumer = c->next;
+        } else if (!info.webhook_url || p->in_flight >= HOOK_CONCURRENCY ||
+                   (p->retry_at && clock_now_ms() < p->retry_at)) {
+            return;
+        }
+        struct err err = ERR_INIT;
+        json_t *out = NULL;
+        if (op_begin(a, &err) < 0) {
+            log_error("dispatch: cannot claim", "agent=%s error=\"%s\"", p->agent, err.msg);
+            return;
+        }
+        struct caller who = {NULL};
+        int rc = kernel_claim(a->k, &who, p->agent, p->worker_id, &out, &err);
+        op_end(a, rc == 0);
+        if (rc < 0) log_error("dispatch: claim failed", "agent=%s error=\"%s\"", p->agent, err.msg);
+        if (rc < 0 || !out) return;
+        struct push *x = xcalloc(1, sizeof *x);
+        x->p = p;
+        x->c = c;
+        x->stream = c != NULL;
+        json_t *d = json_object_get(out, "dispatch");
+        snprintf(x->exec_id, sizeof x->exec_id, "%s",
+                 json_string_value(json_object_get(json_object_get(out, "execution"), "id")));
+        snprintf(x->dispatch_id, sizeof x->dispatch_id, "%s", json_string_value(json_object_get(d, "id")));
+        x->attempt = json_integer_value(json_object_get(d, "attempt"));
+        x->lease_s = json_integer_value(json_object_get(d, "lease_timeout_seconds"));
+        json_decref(out);
+        if (!x->stream) p->in_flight++;
+        *a->pushes_tail = x;
+        a->pushes_tail = &x->next;
+        if (!store_in_tx(a->st)) pushes_send(a, true); /* op_end flushed (MAX_BATCH): committed */
+    }
+}
+
+/* Record a delivery's outcome (acked, or failed: the attempt ends as an expired lease). */
+static void record_delivery(struct api *a, const char *exec_id, const char *dispatch_id, int64_t attempt,
+                            const char *failure)
+{
+    struct err err = ERR_INIT;
+    if (op_begin(a, &err) < 0) return;
+    struct dispatch_ref d = {dispatch_id, attempt};
+    int rc = failure ? kernel_dispatch_failed(a->k, exec_id, &d, failure, &err)
+                     : kernel_dispatch_acked(a->k, exec_id, &d, &err);
+    op_end(a, rc == 0);
+    if (rc < 0) log_error("dispatch: recording the delivery failed", "execution=%s error=\"%s\"", exec_id, err.msg);
+}
+
+struct delivery {
+    struct pusher *p;
+    char exec_id[UUID_STR_LEN], dispatch_id[UUID_STR_LEN];
+    int64_t attempt;
+    char *url;
+};
+
+static void delivered(void *arg, long status, const char *why)
+{
+    struct delivery *dv = arg;
+    struct pusher *p = dv->p;
+    struct api *a = p->api;
+    if (status < 0) { /* the kernel is stopping: the lease expires and a later start re-sends it */
+        free(dv->url);
+        free(dv);
+        return;
+    }
+    p->in_flight--;
+    if (status >= 200 && status < 300) {
+        a->deliveries_ok++;
+        p->failures = 0;
+        p->retry_at = 0;
+        record_delivery(a, dv->exec_id, dv->dispatch_id, dv->attempt, NULL);
+    } else {
+        char reason[300];
+        if (status) snprintf(reason, sizeof reason, "webhook answered HTTP %ld", status);
+        else snprintf(reason, sizeof reason, "webhook unreachable: %.250s", why && *why ? why : "no reply");
+        p->failures++;
+        a->deliveries_failed++;
+        int64_t wait = backoff_ms(p->failures);
+        p->retry_at = clock_now_ms() + wait;
+        log_warn("webhook delivery failed; the attempt ends and the dispatch is retried",
+                 "agent=%s execution=%s attempt=%lld url=\"%s\" error=\"%s\" retry_in_ms=%lld", p->agent, dv->exec_id,
+                 (long long)dv->attempt, dv->url, reason, (long long)wait);
+        record_delivery(a, dv->exec_id, dv->dispatch_id, dv->attempt, reason);
+    }
+    free(dv->url);
+    free(dv);
+    pusher_pump(p);
+}
+
+static char *dispatch_body(const struct push *x)
+{
+    json_t *b = json_pack("{s:s, s:s, s:I, s:I}", "execution_id", x->exec_id, "dispatch_id", x->dispatch_id,
+                          "dispatch_attempt", (json_int_t)x->attempt, "lease_timeout_seconds", (json_int_t)x->lease_s);
+    char *text = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return text;
+}
+
+static void push_webhook(struct api *a, struct push *x)
+{
+    struct pusher *p = x->p;
+    struct kernel_agent_info info;
+    if (!kernel_agent_info(a->k, p->agent, &info) || !info.webhook_url) {
+        p->in_flight--;
+        record_delivery(a, x->exec_id, x->dispatch_id, x->attempt, "the agent has no webhook_url any more");
+        return;
+    }
+    char *body = dispatch_body(x);
+    char sig[SIG_HEX_LEN];
+    sig_body(info.secret ? info.secret : "", body, strlen(body), sig);
+    char h_sig[96], h_exec[80], h_did[80], h_att[48];
+    snprintf(h_sig, sizeof h_sig, "Rebuno-Signature: sha256=%s", sig);
+    snprintf(h_exec, sizeof h_exec, "Rebuno-Execution-Id: %s", x->exec_id);
+    snprintf(h_did, sizeof h_did, "Rebuno-Dispatch-Id: %s", x->dispatch_id);
+    snprintf(h_att, sizeof h_att, "Rebuno-Dispatch-Attempt: %lld", (long long)x->attempt);
+    const char *hdrs[] = {"Content-Type: application/json", h_sig, h_exec, h_did, h_att, NULL};
+    struct delivery *dv = xcalloc(1, sizeof *dv);
+    dv->p = p;
+    memcpy(dv->exec_id, x->exec_id, sizeof dv->exec_id);
+    memcpy(dv->dispatch_id, x->dispatch_id, sizeof dv->dispatch_id);
+    dv->attempt = x->attempt;
+    dv->url = xstrdup(info.webhook_url);
+    long timeout = HOOK_TIMEOUT_MS;
+    if (x->lease_s > 0 && x->lease_s * 1000 < timeout) timeout = (long)(x->lease_s * 1000);
+    if (webhook_post(a->hooks, info.webhook_url, hdrs, body, strlen(body), timeout, delivered, dv) < 0)
+        delivered(dv, 0, "the request could not be started");
+    free(body);
+}
+
+/* After the batch that claimed them commits: hand each dispatch over (or, when the
+ * commit failed, forget it: the claims were rolled back). */
+static void pushes_send(struct api *a, bool committed)
+{
+    struct push *x = a->pushes;
+    a->pushes = NULL;
+    a->pushes_tail = &a->pushes;
+    while (x) {
+        struct push *next = x->next;
+        if (!committed) {
+            if (!x->stream) x->p->in_flight--;
+        } else if (x->stream) {
+            char *body = dispatch_body(x);
+            int rc = x->c && x->c->req ? http_sse_send(x->c->req, x->dispatch_id, "dispatch", body) : -EPIPE;
+            free(body);
+            if (rc < 0) /* the stream is gone or stuck: another consumer gets the next attempt */
+                record_delivery(a, x->exec_id, x->dispatch_id, x->attempt, "the dispatch stream could not take it");
+        } else {
+            push_webhook(a, x);
+        }
+        free(x);
+        x = next;
+    }
+}
+
+static void consumer_free(struct consumer *c)
+{
+    struct pusher *p = c->p;
+    if (c->prev) c->prev->next = c->next;
+    else p->consumers = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (p->next_consumer == c) p->next_consumer = c->next;
+    for (struct push *x = p->api->pushes; x; x = x->next)
+        if (x->c == c) x->c = NULL; /* claimed for it: recorded as failed after the commit */
+    event_free(c->keepalive);
+    free(c->id);
+    free(c);
+}
+
+static void consumer_closed(struct http_req *r, void *arg)
+{
+    struct consumer *c = arg;
+    c->req = NULL;
+    consumer_free(c);
+}
+
+static void consumer_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    struct consumer *c = arg;
+    if (c->req) http_sse_comment(c->req, "keep-alive");
+}
+
+/* GET /v0/agents/stream?agent_id=&consumer_id=: upstream's pull-by-stream dispatch. Each
+ * dispatch is one SSE event "dispatch" with the webhook's body as data. */
+static void h_agent_stream(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    const char *agent = http_req_query(r, "agent_id"), *cid = http_req_query(r, "consumer_id");
+    struct caller who = caller_of(r);
+    if (!agent || !name_agent_valid(agent)) {
+        err_invalid(&err, "agent_id", "agent_id: required, 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        goto fail;
+    }
+    if (cid && (strlen(cid) > 128 || !name_valid(cid, 128, "_.:-"))) {
+        err_invalid(&err, "consumer_id", "consumer_id: 1..128 letters, digits and _ . : -");
+        goto fail;
+    }
+    if (who.agent && strcmp(who.agent, agent) != 0) {
+        err_set(&err, 403, "forbidden", "agent_id", "this caller is agent %s, not %s", who.agent, agent);
+        goto fail;
+    }
+    struct kernel_agent_info info;
+    if (!kernel_agent_info(a->k, agent, &info)) {
+        err_set(&err, 404, "not_found", "agent_id", "no agent named \"%s\"; add it under agents: in the config", agent);
+        goto fail;
+    }
+    struct pusher *p = ensure_pusher(a, agent);
+    struct consumer *c = xcalloc(1, sizeof *c);
+    c->p = p;
+    c->req = r;
+    c->id = xstrdup(cid ? cid : "");
+    c->next = p->consumers;
+    if (p->consumers) p->consumers->prev = c;
+    p->consumers = c;
+    c->keepalive = event_new(a->base, -1, EV_PERSIST, consumer_keepalive, c);
+    struct timeval tv = {KEEPALIVE_MS / 1000, 0};
+    event_add(c->keepalive, &tv);
+    http_req_on_close(r, consumer_closed, c);
+    http_sse_start(r);
+    pusher_pump(p);
+    return;
+fail:
+    reply_err(a, r, &err);
 }
 
 /* --- agent calls on an execution --- */
@@ -1344,12 +1748,215 @@ static void h_ready(struct api *a, struct http_req *r)
     else http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
 }
 
+/* --- agents and policies at run time (admin) --- */
+
+struct register_ctx {
+    const char *id, *webhook_url, *secret;
+    int64_t lease_s;
+};
+
+static int op_register_agent(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct register_ctx *c = ctx;
+    if (kernel_agent_register(a->k, c->id, c->lease_s * 1000, c->webhook_url, c->secret, err) < 0) return -1;
+    json_t *all;
+    if (kernel_agents(a->k, &all, err) < 0) return -1;
+    json_t *v;
+    size_t i;
+    json_array_foreach(json_object_get(all, "agents"), i, v) if (strcmp(json_string_value(json_object_get(v, "id")),
+                                                                        c->id) == 0) *out = json_incref(v);
+    json_decref(all);
+    return 0;
+}
+
+/* POST /v0/agents {id, webhook_url?, secret?, lease_timeout_seconds?}: upstream's upsert. */
+static void h_register_agent(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"id", "webhook_url", "secret", "lease_timeout_seconds", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    struct register_ctx c = {0};
+    char why[160];
+    if (!b || get_str(b, "id", true, NAME_AGENT_MAX, &c.id, &err) < 0 ||
+        get_str(b, "webhook_url", false, NAME_URL_MAX, &c.webhook_url, &err) < 0 ||
+        get_str(b, "secret", false, 1024, &c.secret, &err) < 0 ||
+        get_int(b, "lease_timeout_seconds", 1, 86400, &c.lease_s, &err) < 0)
+        goto fail;
+    if (!name_agent_valid(c.id)) {
+        err_invalid(&err, "id", "id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        goto fail;
+    }
+    if (c.webhook_url && !*c.webhook_url) c.webhook_url = NULL;
+    if (c.secret && !*c.secret) c.secret = NULL;
+    if (c.webhook_url && !name_http_url_valid(c.webhook_url, why, sizeof why)) {
+        err_invalid(&err, "webhook_url", "webhook_url %s", why);
+        goto fail;
+    }
+    if (c.webhook_url && !c.secret) {
+        err_invalid(&err, "secret", "secret: required with a webhook_url (every webhook is signed with it)");
+        goto fail;
+    }
+    run_op(a, r, 201, op_register_agent, &c);
+    if (c.webhook_url) {
+        probe_webhook(a, c.id, c.webhook_url);
+        pusher_pump(ensure_pusher(a, c.id));
+    }
+    json_decref(b);
+    return;
+fail:
+    http_reply_err(r, &err);
+    json_decref(b);
+}
+
+/* POST /v0/policies/{agent} {bundle}: replace the agent's policy (until the next start). */
+static void h_set_policy(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"bundle", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    const char *bundle;
+    if (!b || get_str(b, "bundle", true, 1 << 20, &bundle, &err) < 0) goto fail;
+    struct policy *pol = policy_load_string(bundle, strlen(bundle), "bundle", 0, &err);
+    if (!pol) {
+        err_invalid(&err, "bundle", "bundle: %.400s", err.msg);
+        goto fail;
+    }
+    if (kernel_agent_set_policy(a->k, http_req_param(r, "agent"), pol, &err) < 0) goto fail;
+    http_reply_json(r, 204, NULL);
+    json_decref(b);
+    return;
+fail:
+    http_reply_err(r, &err);
+    json_decref(b);
+}
+
+/* --- live step deltas (best effort, never stored) --- */
+
+static void delta_sub_free(struct delta_sub *d)
+{
+    struct api *a = d->api;
+    if (d->prev) d->prev->next = d->next;
+    else a->delta_subs = d->next;
+    if (d->next) d->next->prev = d->prev;
+    event_free(d->keepalive);
+    free(d);
+}
+
+static void delta_sub_closed(struct http_req *r, void *arg)
+{
+    delta_sub_free(arg);
+}
+
+static void delta_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    http_sse_comment(((struct delta_sub *)arg)->req, "keep-alive");
+}
+
+/* GET /v0/executions/{id}/stream: SSE of the deltas agents post while a step runs. */
+static void h_delta_stream(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *exec;
+    struct caller who = caller_of(r);
+    if (kernel_get(a->k, &who, http_req_param(r, "id"), &exec, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    struct delta_sub *d = xcalloc(1, sizeof *d);
+    d->api = a;
+    d->req = r;
+    snprintf(d->exec_id, sizeof d->exec_id, "%s", json_string_value(json_object_get(exec, "id")));
+    json_decref(exec);
+    d->next = a->delta_subs;
+    if (a->delta_subs) a->delta_subs->prev = d;
+    a->delta_subs = d;
+    d->keepalive = event_new(a->base, -1, EV_PERSIST, delta_keepalive, d);
+    struct timeval tv = {KEEPALIVE_MS / 1000, 0};
+    event_add(d->keepalive, &tv);
+    http_req_on_close(r, delta_sub_closed, d);
+    http_sse_start(r);
+}
+
+/* POST /v0/executions/{id}/steps/{step}/stream {seq, data}: 204; 409 unless executing. */
+static void h_step_delta(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"seq", "data", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err), *step = NULL;
+    const char *data;
+    int64_t seq = -1;
+    struct caller who = caller_of(r);
+    if (!b || get_int(b, "seq", 0, INT64_MAX, &seq, &err) < 0 || get_str(b, "data", true, 7000, &data, &err) < 0)
+        goto fail;
+    if (seq < 0) {
+        err_invalid(&err, "seq", "seq: required (the delta's position in the step's stream)");
+        goto fail;
+    }
+    if (kernel_step_get(a->k, &who, http_req_param(r, "id"), http_req_param(r, "step"), &step, &err) < 0) goto fail;
+    if (strcmp(json_string_value(json_object_get(step, "status")), "executing") != 0) {
+        err_set(&err, 409, "conflict", "step_id", "step %s is %s, not executing; deltas are for a running step",
+                http_req_param(r, "step"), json_string_value(json_object_get(step, "status")));
+        goto fail;
+    }
+    json_t *frame = json_pack("{s:O, s:I, s:s}", "step_id", json_object_get(step, "step_id"), "seq", (json_int_t)seq,
+                              "data", data);
+    char *text = json_dumps(frame, JSON_COMPACT);
+    json_decref(frame);
+    const char *eid = json_string_value(json_object_get(step, "execution_id"));
+    for (struct delta_sub *d = a->delta_subs; d; d = d->next)
+        if (strcmp(d->exec_id, eid) == 0) http_sse_send(d->req, NULL, NULL, text); /* best effort */
+    free(text);
+    a->deltas++;
+    json_decref(step);
+    json_decref(b);
+    http_reply_json(r, 204, NULL);
+    return;
+fail:
+    json_decref(step);
+    json_decref(b);
+    http_reply_err(r, &err);
+}
+
+/* GET /metrics: Prometheus text exposition of what the API layer counts. */
+static void h_metrics(struct api *a, struct http_req *r)
+{
+    struct buf m;
+    buf_init(&m, 0);
+    int waiters = 0, watchers = 0, subs = 0;
+    for (struct waiter *w = a->waiters; w; w = w->next) waiters++;
+    for (struct watcher *w = a->watchers; w; w = w->next) watchers++;
+    for (struct delta_sub *d = a->delta_subs; d; d = d->next) subs++;
+    buf_printf(&m, "# TYPE rebuno_up gauge\nrebuno_up 1\n");
+    buf_printf(&m, "# TYPE rebuno_claim_waiters gauge\nrebuno_claim_waiters %d\n", waiters);
+    buf_printf(&m, "# TYPE rebuno_event_streams gauge\nrebuno_event_streams %d\n", watchers);
+    buf_printf(&m, "# TYPE rebuno_delta_streams gauge\nrebuno_delta_streams %d\n", subs);
+    buf_printf(&m, "# TYPE rebuno_step_deltas_total counter\nrebuno_step_deltas_total %lld\n", a->deltas);
+    buf_printf(&m, "# TYPE rebuno_webhook_deliveries_total counter\n"
+                   "rebuno_webhook_deliveries_total{result=\"ok\"} %lld\n"
+                   "rebuno_webhook_deliveries_total{result=\"failed\"} %lld\n",
+               a->deliveries_ok, a->deliveries_failed);
+    buf_printf(&m, "# TYPE rebuno_webhook_in_flight gauge\n# TYPE rebuno_dispatch_stream_consumers gauge\n");
+    for (struct pusher *p = a->pushers; p; p = p->next) {
+        int n = 0;
+        for (struct consumer *c = p->consumers; c; c = c->next) n++;
+        buf_printf(&m, "rebuno_webhook_in_flight{agent=\"%s\"} %d\n", p->agent, p->in_flight);
+        buf_printf(&m, "rebuno_dispatch_stream_consumers{agent=\"%s\"} %d\n", p->agent, n);
+    }
+    http_reply_raw(r, 200, "text/plain; version=0.0.4", m.data, m.len);
+    buf_fini(&m);
+}
+
 /* --- timers --- */
 
 static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct api *a = arg;
     int64_t now = clock_now_ms();
+    for (struct pusher *p = a->pushers; p; p = p->next)
+        if (p->retry_at && p->retry_at <= now) {
+            p->retry_at = 0;
+            pusher_pump(p);
+        }
     int64_t due = kernel_next_due(a->k);
     if (due == 0 || due > now) return;
     struct err err = ERR_INIT;
@@ -1370,11 +1977,17 @@ static const char *const q_events[] = {"after_seq", "limit", NULL};
 static const char *const q_page[] = {"after", "limit", NULL};
 static const char *const q_stream[] = {"after_seq", NULL};
 static const char *const q_steps[] = {"status", NULL};
+static const char *const q_agent_stream[] = {"agent_id", "consumer_id", NULL};
 static const char *const q_approvals[] = {"status", "execution_id", NULL};
 
 static const struct route route_table[] = {
     {"GET", "/v0/health", P_PUBLIC, h_health, NULL, NULL},
     {"GET", "/v0/ready", P_PUBLIC, h_ready, NULL, NULL},
+    {"GET", "/metrics", P_PUBLIC, h_metrics, NULL, NULL},
+    {"POST", "/v0/agents", P_ADMIN, h_register_agent, NULL, NULL},
+    {"POST", "/v0/policies/:agent", P_ADMIN, h_set_policy, NULL, NULL},
+    {"GET", "/v0/executions/:id/stream", P_READ, h_delta_stream, NULL, NULL},
+    {"POST", "/v0/executions/:id/steps/:step/stream", P_AGENT, h_step_delta, NULL, NULL},
     {"POST", "/v0/executions", P_CLIENT, h_create, NULL, NULL},
     {"GET", "/v0/executions", P_READ, h_list, NULL, q_list},
     {"GET", "/v0/executions/:id", P_READ, h_get, NULL, NULL},
@@ -1397,6 +2010,7 @@ static const struct route route_table[] = {
     {"POST", "/v0/executions/:id/resources/:key/binding", P_AGENT, h_bind, NULL, NULL},
     {"POST", "/v0/executions/:id/resources/checkpoints", P_AGENT, h_checkpoints, NULL, NULL},
     {"GET", "/v0/agents", P_READ, h_agents, NULL, NULL},
+    {"GET", "/v0/agents/stream", P_AGENT, h_agent_stream, NULL, q_agent_stream},
     {"GET", "/v0/agents/:agent", P_READ, h_agent_get, NULL, NULL},
     {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL, NULL},
     {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL, NULL},
@@ -1415,6 +2029,8 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
     a->k = k;
     a->st = kernel_store(k);
     a->held_tail = &a->held;
+    a->pushes_tail = &a->pushes;
+    a->hooks = webhook_new(base);
     /* Lowest priority: runs only once the loop has no ready input left. */
     a->flush_ev = event_new(base, -1, 0, flush_cb, a);
     event_priority_set(a->flush_ev, event_base_get_npriorities(base) - 1);
@@ -1436,6 +2052,42 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
         http_route(http, a->routes[i].method, a->routes[i].pattern, route_entry, &a->routes[i]);
     }
     return a;
+}
+
+struct probe {
+    char *agent, *url;
+};
+
+static void probed(void *arg, long status, const char *why)
+{
+    struct probe *pr = arg;
+    if (status == 0)
+        log_warn("webhook_url is not reachable now; dispatches to it will fail and be retried until it is",
+                 "agent=%s url=\"%s\" error=\"%s\"", pr->agent, pr->url, why && *why ? why : "no connection");
+    else if (status > 0)
+        log_info("webhook_url reachable", "agent=%s url=\"%s\"", pr->agent, pr->url);
+    free(pr->agent);
+    free(pr->url);
+    free(pr);
+}
+
+/* Say at once when an agent's webhook cannot be reached (it may come up later). */
+static void probe_webhook(struct api *a, const char *agent, const char *url)
+{
+    struct probe *pr = xcalloc(1, sizeof *pr);
+    pr->agent = xstrdup(agent);
+    pr->url = xstrdup(url);
+    if (webhook_probe(a->hooks, url, 5000, probed, pr) < 0) probed(pr, 0, "the probe could not start");
+}
+
+void api_start_dispatch(struct api *a)
+{
+    const char *agent;
+    struct kernel_agent_info info;
+    for (int i = 0; (agent = kernel_webhook_agent(a->k, i)); i++) {
+        if (kernel_agent_info(a->k, agent, &info)) probe_webhook(a, agent, info.webhook_url);
+        pusher_pump(ensure_pusher(a, agent));
+    }
 }
 
 void api_set_local_auth(struct api *a, const struct local_auth *la)
@@ -1460,6 +2112,19 @@ void api_shutdown(struct api *a)
         http_reply_json(r, 204, NULL);
     }
     while (a->watchers) watcher_end(a->watchers);
+    while (a->delta_subs) {
+        struct http_req *r = a->delta_subs->req;
+        http_req_on_close(r, NULL, NULL);
+        delta_sub_free(a->delta_subs);
+        http_sse_end(r);
+    }
+    for (struct pusher *p = a->pushers; p; p = p->next)
+        while (p->consumers) {
+            struct http_req *r = p->consumers->req;
+            http_req_on_close(r, NULL, NULL);
+            consumer_free(p->consumers);
+            http_sse_end(r);
+        }
     event_del(a->sweep_ev);
 }
 
@@ -1469,10 +2134,24 @@ void api_free(struct api *a)
     flush(a);
     while (a->waiters) waiter_free(a->waiters);
     while (a->watchers) watcher_free(a->watchers);
+    while (a->delta_subs) delta_sub_free(a->delta_subs);
+    webhook_free(a->hooks);
+    while (a->pushers) {
+        struct pusher *p = a->pushers;
+        a->pushers = p->next;
+        while (p->consumers) consumer_free(p->consumers);
+        free(p->agent);
+        free(p);
+    }
     event_free(a->flush_ev);
     event_free(a->sweep_ev);
     for (int i = 0; i < a->n_keys; i++) free(a->keys[i].agent);
     free(a->keys);
+    for (int i = 0; i < a->n_signers; i++) {
+        free(a->signers[i]->agent);
+        free(a->signers[i]);
+    }
+    free(a->signers);
     free(a->routes);
     free(a);
 }

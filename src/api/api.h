@@ -4,8 +4,9 @@
  * Owns the glue between HTTP and the kernel: request validation, auth (API keys,
  * or the local token of net/local_auth.h when there are none), group commit
  * (requests that arrive together share one transaction and one fsync; their
- * replies are held until it commits), long-poll claims, SSE watchers, and the
- * timer that expires leases, deadlines and approvals.
+ * replies are held until it commits), long-poll claims, SSE watchers, upstream's
+ * push dispatch (signed webhooks and dispatch streams, claimed on the agent's behalf),
+ * v1 HMAC agent signatures, and the timer that expires leases, deadlines and approvals.
  */
 #ifndef REBUNO_API_API_H
 #define REBUNO_API_API_H
@@ -38,5 +39,7 @@ bool api_has_keys(const struct api *a);
  * this is called such routes answer 401. */
 void api_set_local_auth(struct api *a, const struct local_auth *la);
 int api_role_parse(const char *s, enum api_role *out);
+/* Start delivering to the configured webhooks (queued work from before a restart too). */
+void api_start_dispatch(struct api *a);
 
 #endif

@@ -18,4 +18,10 @@ bool name_valid(const char *s, size_t max, const char *punct);
 #define NAME_AGENT_PUNCT "_.:-"
 static inline bool name_agent_valid(const char *s) { return name_valid(s, NAME_AGENT_MAX, NAME_AGENT_PUNCT); }
 
+/* A webhook URL an agent registers: http:// or https://, a host, an optional port
+ * 1..65535 and path, at most 2048 printable ASCII bytes without spaces. On failure
+ * returns false and says why in why (a sentence fragment). */
+#define NAME_URL_MAX 2048
+bool name_http_url_valid(const char *url, char *why, size_t why_len);
+
 #endif

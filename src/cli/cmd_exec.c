@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 
 #include "base/clock.h"
+#include "base/uuid.h"
 #include "base/xalloc.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define SUMMARY_MAX 120
@@ -35,6 +37,8 @@ struct exec_ctx {
     struct cli_args a;
     struct exec_opts o;
     const struct exec_sub *sub;
+    char full_id[40]; /* a short id prefix, resolved */
+    bool failed;      /* need_id printed why it found no execution */
 };
 
 struct exec_sub {
@@ -92,10 +96,58 @@ static int parse_num(const char *s, long long lo, long long hi, long long *out)
     return 0;
 }
 
+
+/* The execution ID names: a full id as it is, else the one execution whose id starts with
+ * it (upstream's short ids, e.g. 01a23386-91de), looked up newest first. NULL when none is
+ * given (usage), or with the error printed and x->failed set. */
 static const char *need_id(struct exec_ctx *x)
 {
     if (x->a.npos < 1 || !*x->a.pos[0]) return NULL;
-    return x->a.pos[0];
+    const char *id = x->a.pos[0];
+    size_t n = strlen(id);
+    /* not a prefix of an id (hex and dashes): the kernel says it knows no such id */
+    if (uuid_valid(id) || n >= 36 || strspn(id, "0123456789abcdefABCDEF-") != n) return id;
+    struct err err = ERR_INIT;
+    if (n < 4) {
+        err_set(&err, 400, "validation_error", "id",
+                "\"%s\" is too short an id prefix: pass the id, or at least its first 4 characters", id);
+        goto fail;
+    }
+    char *cursor = NULL;
+    int found = 0;
+    for (int page = 0; page < 1000; page++) {
+        struct buf path;
+        buf_init(&path, 0);
+        buf_puts(&path, "/v0/executions?limit=200");
+        client_query_add(&x->c, &path, "cursor", cursor);
+        json_t *reply = NULL;
+        int rc = client_request(&x->c, "GET", path.data, NULL, NULL, &reply, &err);
+        buf_fini(&path);
+        free(cursor);
+        cursor = NULL;
+        if (rc < 0) goto fail;
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(reply, "executions"), i, e) {
+            const char *eid = cli_str(e, "id");
+            if (!eid || strncasecmp(eid, id, n) != 0) continue;
+            if (found++ == 0) snprintf(x->full_id, sizeof x->full_id, "%s", eid);
+        }
+        const char *next = cli_str(reply, "next_cursor");
+        if (next && found < 2) cursor = xstrdup(next);
+        json_decref(reply);
+        if (!cursor) break;
+    }
+    free(cursor);
+    if (found == 1) return x->full_id;
+    if (found == 0)
+        err_set(&err, 404, "not_found", "id", "no execution id starts with %s; list them with 'rebuno exec ls'", id);
+    else
+        err_set(&err, 400, "validation_error", "id", "%s is the start of several execution ids; give more of it", id);
+fail:
+    x->failed = true;
+    fail(&err);
+    return NULL;
 }
 
 static char *exec_path(struct exec_ctx *x, const char *id, const char *suffix)
@@ -433,7 +485,7 @@ static int run_get(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(x->sub,
+        return x->failed ? CLI_FAILED : usage_error(x->sub,
                            "missing ID: pass the execution id, e.g. rebuno exec get 0192f1a0-...");
     char *path = exec_path(x, id, "");
     struct err err = ERR_INIT;
@@ -547,7 +599,7 @@ static int run_events(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec events 0192f1a0-...");
     long long after = 0, lim = 0;
     if (x->o.after && parse_num(x->o.after, 0, LLONG_MAX, &after) < 0)
@@ -674,7 +726,7 @@ static int run_watch(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec watch 0192f1a0-...");
     long long after = 0;
     if (x->o.after && parse_num(x->o.after, 0, LLONG_MAX, &after) < 0)
@@ -739,7 +791,7 @@ static int run_cancel(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     if (!id)
-        return usage_error(
+        return x->failed ? CLI_FAILED : usage_error(
             x->sub, "missing ID: pass the execution id, e.g. rebuno exec cancel 0192f1a0-...");
     json_t *body = json_object();
     if (x->o.reason) json_object_set_new(body, "reason", json_string(x->o.reason));
@@ -775,7 +827,7 @@ static int run_fork(struct exec_ctx *x)
 {
     const char *id = need_id(x);
     long long at;
-    if (!id) return usage_error(x->sub, "missing ID: pass the execution to fork, e.g. rebuno exec fork 0192f1a0-... --at 12");
+    if (!id) return x->failed ? CLI_FAILED : usage_error(x->sub, "missing ID: pass the execution to fork, e.g. rebuno exec fork 0192f1a0-... --at 12");
     if (!x->o.at || parse_num(x->o.at, 1, LLONG_MAX, &at) < 0)
         return usage_error(x->sub, "--at SEQ is required: the event to fork at (see rebuno exec fork-points %s)", id);
     json_t *body = json_pack("{s:I}", "at_seq", (json_int_t)at);
@@ -844,7 +896,7 @@ static int fetch_fork_points(struct exec_ctx *x, const char *id, json_t **out, s
 static int run_fork_points(struct exec_ctx *x)
 {
     const char *id = need_id(x);
-    if (!id) return usage_error(x->sub, "missing ID: pass the execution id");
+    if (!id) return x->failed ? CLI_FAILED : usage_error(x->sub, "missing ID: pass the execution id");
     json_t *fp = NULL;
     struct err err = ERR_INIT;
     if (fetch_fork_points(x, id, &fp, &err) < 0) return fail(&err);

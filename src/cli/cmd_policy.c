@@ -4,11 +4,15 @@
  *
  *   rebuno policy check FILE...        load each file strictly; errors as file:line:col
  *   rebuno policy eval FILE --target T [--kind K] [--agent A] [--args JSON]
+ *   rebuno policy test FILE --target T ...   upstream's name of eval (its probe form)
+ *   rebuno policy set AGENT FILE [--url U] [--api-key K]   check it, then put it on a kernel
  *
  * Exit status: 0 success, 1 a policy failed to load, 2 bad usage.
  */
+#include "cli/client.h"
 #include "cli/commands.h"
 
+#include "base/xalloc.h"
 #include "policy/policy.h"
 
 #include <jansson.h>
@@ -24,8 +28,14 @@ static void policy_usage(FILE *f)
           "\n"
           "  check  load each policy file strictly; prints 'FILE: ok (N rules, default_action\n"
           "         D)' or the first problem as FILE:LINE:COL: what is wrong; how to fix it\n"
+          "       rebuno policy test FILE --target T ...   (the same as eval)\n"
+          "       rebuno policy set AGENT FILE [--url URL] [--api-key KEY]\n"
+          "\n"
           "  eval   decide one step offline; prints decision=D rule=ID reason=\"...\"\n"
           "         --kind defaults to tool_call; --args must be a JSON object\n"
+          "  test   upstream's name of eval; --target is required (case files are not read)\n"
+          "  set    check FILE here, then make it AGENT's policy on the kernel\n"
+          "         (POST /v0/policies/AGENT; lasts until the kernel restarts)\n"
           "\n"
           "exit status: 0 ok, 1 a policy did not load, 2 bad usage\n",
           f);
@@ -192,6 +202,58 @@ static int policy_eval_cmd(int argc, char **argv)
     return 0;
 }
 
+/* `policy set AGENT FILE`: refuse a bad file here (file:line:col), then POST it. */
+static int policy_set(int argc, char **argv)
+{
+    struct cli_opt opts[] = {{NULL, NULL}};
+    struct cli_args a;
+    struct err err = ERR_INIT;
+    if (cli_parse(argc, argv, opts, 2, &a, &err) < 0) {
+        fprintf(stderr, "rebuno policy set: %s\n", err.msg);
+        return 2;
+    }
+    if (a.help) {
+        policy_usage(stdout);
+        return 0;
+    }
+    if (a.npos < 2) {
+        fputs("rebuno policy set: pass the agent and the policy file, e.g. rebuno policy set coder policy.yaml\n",
+              stderr);
+        return 2;
+    }
+    struct policy *p = policy_load_file(a.pos[1], &err);
+    if (!p) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    policy_free(p);
+    FILE *f = fopen(a.pos[1], "rb");
+    struct buf text;
+    buf_init(&text, 1 << 20);
+    char chunk[4096];
+    size_t n;
+    while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (buf_append(&text, chunk, n) < 0) break;
+    if (f) fclose(f);
+    struct client c;
+    client_init(&c, a.url, a.api_key);
+    char *e = client_escape(&c, a.pos[0]);
+    char *path = xasprintf("/v0/policies/%s", e);
+    free(e);
+    json_t *body = json_pack("{s:s%}", "bundle", text.data ? text.data : "", text.len);
+    int rc = client_request(&c, "POST", path, body, NULL, NULL, &err);
+    json_decref(body);
+    free(path);
+    buf_fini(&text);
+    client_fini(&c);
+    if (rc < 0) {
+        cli_print_err(&err);
+        return 1;
+    }
+    printf("policy of %s set from %s\n", a.pos[0], a.pos[1]);
+    return 0;
+}
+
 int cmd_policy(int argc, char **argv)
 {
     if (argc < 2) {
@@ -205,8 +267,9 @@ int cmd_policy(int argc, char **argv)
         return 0;
     }
     if (!strcmp(sub, "check")) return policy_check(argc - 2, argv + 2);
-    if (!strcmp(sub, "eval")) return policy_eval_cmd(argc - 2, argv + 2);
-    fprintf(stderr, "rebuno policy: unknown subcommand \"%s\"; use check or eval\n", sub);
+    if (!strcmp(sub, "eval") || !strcmp(sub, "test")) return policy_eval_cmd(argc - 2, argv + 2);
+    if (!strcmp(sub, "set")) return policy_set(argc - 1, argv + 1);
+    fprintf(stderr, "rebuno policy: unknown subcommand \"%s\"; use check, eval, test or set\n", sub);
     policy_usage(stderr);
     return 2;
 }

@@ -295,6 +295,7 @@ static int configure_agents(struct kernel *k, const struct config *c, struct err
                                    a->policy_line, err);
         if ((a->policy_file || a->policy_inline) && !p) return err_wrap(err, "agent %s", a->name);
         kernel_add_agent(k, a->name, p, a->lease_timeout_seconds * 1000, a->max_attempts);
+        kernel_agent_set_endpoint(k, a->name, a->webhook_url, a->secret);
     }
     return 0;
 }
@@ -399,6 +400,7 @@ int cmd_serve(int argc, char **argv)
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
+    api_start_dispatch(s.api);
     log_info("rebuno kernel ready", "mode=%s listen=%s port=%d store=%s agents=%d auth=%s token_file=%s",
              dev ? "dev" : "server", c.listen, http_server_port(s.http), db, c.n_agents,
              c.n_keys ? "api_keys" : "local_token(loopback only)",

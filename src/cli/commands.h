@@ -6,6 +6,7 @@ int cmd_serve(int argc, char **argv); /* dev, server */
 int cmd_policy(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_approval(int argc, char **argv);
+int cmd_agent(int argc, char **argv);    /* agent: cmd_agent.c */
 int cmd_sandboxd(int argc, char **argv); /* sandboxd */
 int cmd_sandbox(int argc, char **argv);  /* sandbox */
 int cmd_sandbox_snap(int argc, char **argv); /* sandbox snapshot|snapshots|snapshot-rm|fork */

@@ -1,8 +1,8 @@
 /*
  * main.c - the rebuno binary: dispatch to one subcommand.
  *
- * Servers: dev, server. Clients of the HTTP API: exec, approval. Local tools:
- * policy. Each subcommand lives in its own cmd_*.c and gets argv starting at
+ * Servers: dev, server. Clients of the HTTP API: exec, approval, agent, policy set.
+ * Local tools: policy check|eval|test. Each subcommand lives in its own cmd_*.c and gets argv starting at
  * its own name.
  */
 #include <stdio.h>
@@ -24,10 +24,11 @@ static void usage(FILE *out)
             "clients (REBUNO_URL, default http://127.0.0.1:8080):\n"
             "  exec      create, list, watch, cancel, approve executions\n"
             "  approval  list and decide approvals\n"
+            "  agent     list the kernel's agents\n"
             "  sandbox   create, list, exec in, copy to/from sandboxes (REBUNO_SANDBOX_URL)\n"
             "  drive     create, list, fork, delete drives for sandboxes\n"
             "tools:\n"
-            "  policy    check or try a policy file\n"
+            "  policy    check, try (eval, test) or set (on a kernel) a policy file\n"
             "  version   print the version\n\n"
             "Run 'rebuno <command> --help' for a command's options.\n",
             REBUNO_VERSION);
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "dev") || !strcmp(cmd, "server")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "exec")) return cmd_exec(argc - 1, argv + 1);
     if (!strcmp(cmd, "approval")) return cmd_approval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "agent")) return cmd_agent(argc - 1, argv + 1);
     if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);

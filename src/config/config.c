@@ -201,14 +201,32 @@ static int load_agent(struct yctx *y, struct config *c, yaml_node_t *n)
             if (want_int(y, v, key, 1, 86400, &a->lease_timeout_seconds) < 0) return -1;
         } else if (strcmp(key, "max_attempts") == 0) {
             if (want_int(y, v, key, 1, 1000, &a->max_attempts) < 0) return -1;
+        } else if (strcmp(key, "webhook_url") == 0) {
+            if (want_scalar(y, v, key, &a->webhook_url) < 0) return -1;
+            char why[160];
+            if (*a->webhook_url && !name_http_url_valid(a->webhook_url, why, sizeof why))
+                return yerr(y, v, "webhook_url \"%.200s\" %s", a->webhook_url, why);
+        } else if (strcmp(key, "secret") == 0) {
+            if (want_scalar(y, v, key, &a->secret) < 0) return -1;
+            if (strlen(a->secret) > 1024) return yerr(y, v, "secret: at most 1024 bytes");
         } else {
-            return yerr(y, k, "unknown agent key \"%s\"; expected one of: name, policy, policy_file, lease_timeout_seconds, max_attempts", key);
+            return yerr(y, k, "unknown agent key \"%s\"; expected one of: id (or name), policy, policy_file, webhook_url, secret, lease_timeout_seconds, max_attempts", key);
         }
     }
     if (!a->name || !*a->name) return yerr(y, n, "agent needs a name:");
     if (!name_agent_valid(a->name))
         return yerr(y, n, "agent name \"%s\": use 1..%d letters, digits and _ . : -", a->name, NAME_AGENT_MAX);
     if (a->policy_file && a->policy_inline) return yerr(y, n, "agent %s has both policy and policy_file; keep one", a->name);
+    if (a->webhook_url && !*a->webhook_url) {
+        free(a->webhook_url);
+        a->webhook_url = NULL;
+    }
+    if (a->secret && !*a->secret) {
+        free(a->secret);
+        a->secret = NULL;
+    }
+    if (a->webhook_url && !a->secret)
+        return yerr(y, n, "agent %s has a webhook_url but no secret: the kernel signs every webhook with it; add secret:", a->name);
     for (int i = 0; i < c->n_agents - 1; i++)
         if (strcmp(c->agents[i].name, a->name) == 0) return yerr(y, n, "agent %s is listed twice", a->name);
     return 0;
@@ -370,6 +388,8 @@ void config_fini(struct config *c)
         free(c->agents[i].name);
         free(c->agents[i].policy_file);
         free(c->agents[i].policy_inline);
+        free(c->agents[i].webhook_url);
+        free(c->agents[i].secret);
     }
     free(c->agents);
     for (int i = 0; i < c->n_keys; i++) {

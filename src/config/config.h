@@ -4,7 +4,7 @@
  * Each setting has a name (the YAML key), an env var (REBUNO_<NAME>), a flag
  * (--name with '_' as '-'), a type, a default and bounds. Precedence: flag > env >
  * file > default. The file also holds the lists that only make sense there:
- * agents (name, policy, lease) and api_keys. Errors name file:line:col and the fix.
+ * agents (name or id, policy, lease, webhook_url, secret) and api_keys. Errors name file:line:col and the fix.
  */
 #ifndef REBUNO_CONFIG_CONFIG_H
 #define REBUNO_CONFIG_CONFIG_H
@@ -21,6 +21,8 @@ struct config_agent {
     char *policy_inline; /* YAML text of an inline policy */
     int policy_line;     /* line of the inline policy in the config file */
     int64_t lease_timeout_seconds, max_attempts; /* 0 = default */
+    char *webhook_url;   /* upstream's push dispatch: the kernel POSTs each dispatch here */
+    char *secret;        /* HMAC key: signs webhooks, verifies the agent's signed calls */
 };
 
 struct config_key {

@@ -237,6 +237,8 @@ void kernel_free(struct kernel *k)
     for (int i = 0; i < k->n_agents; i++) {
         free(k->agents[i].name);
         policy_free(k->agents[i].policy);
+        free(k->agents[i].webhook_url);
+        free(k->agents[i].secret);
     }
     free(k->agents);
     for (int i = 0; i < k->n_workers; i++) {
@@ -266,6 +268,56 @@ void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy,
 bool kernel_agent_known(struct kernel *k, const char *name)
 {
     return k_find_agent(k, name) != NULL;
+}
+
+void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *webhook_url,
+                               const char *secret)
+{
+    struct agent_conf *a = ensure_agent(k, name);
+    k_set_str(&a->webhook_url, webhook_url);
+    k_set_str(&a->secret, secret);
+}
+
+int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
+                          const char *secret, struct err *err)
+{
+    struct agent_conf *a = ensure_agent(k, name);
+    if (lease_ms > 0) a->lease_ms = lease_ms;
+    k_set_str(&a->webhook_url, webhook_url);
+    k_set_str(&a->secret, secret);
+    int r = store_agent_upsert(k->st, name, clock_now_ms());
+    return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
+}
+
+int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err)
+{
+    struct agent_conf *a = k_find_agent(k, name);
+    if (!a) {
+        policy_free(policy);
+        return err_set(err, 404, "not_found", "agent_id", "no agent named \"%s\"; register it first (POST /v0/agents)",
+                       name);
+    }
+    policy_free(a->policy);
+    a->policy = policy;
+    return 0;
+}
+
+bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out)
+{
+    struct agent_conf *a = k_find_agent(k, name);
+    if (!a) return false;
+    out->webhook_url = a->webhook_url;
+    out->secret = a->secret;
+    out->lease_ms = agent_lease_ms(k, a);
+    out->max_attempts = agent_max_attempts(k, a);
+    return true;
+}
+
+const char *kernel_webhook_agent(struct kernel *k, int i)
+{
+    for (int j = 0; j < k->n_agents; j++)
+        if (k->agents[j].webhook_url && i-- == 0) return k->agents[j].name;
+    return NULL;
 }
 
 static int require_agent(struct kernel *k, const char *agent, int64_t now, struct err *err)
@@ -429,11 +481,48 @@ int k_check_lease(struct kernel *k, struct execution *e, const struct dispatch_r
 
 /* --- executions --- */
 
+static int count_one(struct execution *e, void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* An explicit parent: a completed execution of the same agent; a session with it is new. */
+static int check_parent(struct kernel *k, const char *agent, const char *parent, const char *session,
+                        struct err *err)
+{
+    struct execution p;
+    int r = uuid_valid(parent) ? store_exec_get(k->st, parent, &p) : -ENOENT;
+    if (r == -ENOENT)
+        return err_set(err, 404, "not_found", "parent_execution_id", "no execution with id \"%s\"", parent);
+    if (r < 0) return k_store_fail(err, r, "reading the parent");
+    int rc = 0;
+    if (strcmp(p.agent, agent) != 0)
+        rc = err_invalid(err, "parent_execution_id", "parent_execution_id: %s is an execution of agent %s, not %s",
+                         parent, p.agent, agent);
+    else if (p.status != EXEC_COMPLETED)
+        rc = err_set(err, 409, "conflict", "parent_execution_id",
+                     "parent_execution_id: %s is %s; only a completed execution can be continued", parent,
+                     exec_status_name(p.status));
+    execution_fini(&p);
+    if (rc < 0 || !session) return rc;
+    int n = 0;
+    if ((r = store_exec_list(k->st, NULL, NULL, session, NULL, 1, count_one, &n)) < 0)
+        return k_store_fail(err, r, "checking the session");
+    if (n)
+        return err_set(err, 409, "conflict", "session",
+                       "session %s already has executions; with parent_execution_id give a new session (or none)",
+                       session);
+    return 0;
+}
+
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  const char *session, int64_t deadline_ms, json_t **out, struct err *err)
+                  const char *session, const char *parent, int64_t deadline_ms, json_t **out,
+                  struct err *err)
 {
     int64_t now = clock_now_ms();
     if (check_caller_agent(c, agent, err) < 0 || require_agent(k, agent, now, err) < 0) return -1;
+    if (parent && check_parent(k, agent, parent, session, err) < 0) return -1;
     struct agent_conf *a = k_find_agent(k, agent);
     struct execution e;
     memset(&e, 0, sizeof e);
@@ -446,6 +535,7 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
     e.deadline_at = deadline_ms > 0 ? now + deadline_ms : 0;
     e.lease_ms = agent_lease_ms(k, a);
     e.max_attempts = agent_max_attempts(k, a);
+    if (parent) snprintf(e.parent_id, sizeof e.parent_id, "%s", parent);
     int rc = -1;
     int r = store_exec_insert(k->st, &e);
     if (r < 0) {
@@ -846,10 +936,13 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
             if (strcmp(k->workers[j].agent, a->name) == 0 &&
                 now - k->workers[j].last_seen < 2 * agent_lease_ms(k, a))
                 workers++;
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:b, s:i}", "id", a->name,
-                                             "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
-                                             "max_attempts", (json_int_t)agent_max_attempts(k, a),
-                                             "has_policy", a->policy != NULL, "workers", workers));
+        json_t *v = json_pack("{s:s, s:I, s:I, s:b, s:i, s:s}", "id", a->name,
+                              "lease_timeout_seconds", (json_int_t)(agent_lease_ms(k, a) / 1000),
+                              "max_attempts", (json_int_t)agent_max_attempts(k, a),
+                              "has_policy", a->policy != NULL, "workers", workers,
+                              "dispatch", a->webhook_url ? "webhook" : "pull");
+        if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
+        json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);
     return 0;
@@ -1361,6 +1454,10 @@ out:
 
 /* --- timers --- */
 
+/* End the current attempt (its lease expired, or its webhook delivery failed): queue the
+ * execution again, or fail it with dispatch_exhausted after max_attempts. */
+static int end_attempt(struct kernel *k, struct execution *e, int64_t now, struct err *err);
+
 static int expire_lease(struct kernel *k, const char *id, int64_t now, struct err *err)
 {
     struct execution e;
@@ -1372,6 +1469,60 @@ static int expire_lease(struct kernel *k, const char *id, int64_t now, struct er
     if (k_emit(k, &e, "dispatch.expired", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
                                                   (json_int_t)e.attempt, "worker_id", e.worker_id), now, err) < 0)
         goto out;
+    rc = end_attempt(k, &e, now, err);
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+/* The webhook dispatcher's outcome for the attempt it delivered: NULL e when it is no
+ * longer current (superseded, expired, finished). */
+static int load_delivered(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                          struct execution *e, struct err *err)
+{
+    int r = store_exec_get(k->st, exec_id, e);
+    if (r == -ENOENT) return 0;
+    if (r < 0) return k_store_fail(err, r, "reading the execution");
+    if (e->dstate != DISPATCH_LEASED || rules_lease_check(e, d->id, d->attempt) != LEASE_OK) {
+        execution_fini(e);
+        return 0;
+    }
+    return 1;
+}
+
+int kernel_dispatch_acked(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                          struct err *err)
+{
+    struct execution e;
+    int r = load_delivered(k, exec_id, d, &e, err);
+    if (r <= 0) return r;
+    r = k_emit(k, &e, "dispatch.acked", json_pack("{s:s, s:I}", "dispatch_id", e.dispatch_id, "attempt",
+                                                  (json_int_t)e.attempt), clock_now_ms(), err);
+    execution_fini(&e);
+    return r < 0 ? -1 : 0;
+}
+
+int kernel_dispatch_failed(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                           const char *error, struct err *err)
+{
+    struct execution e;
+    int r = load_delivered(k, exec_id, d, &e, err);
+    if (r <= 0) return r;
+    int64_t now = clock_now_ms();
+    int rc = -1;
+    if (k_emit(k, &e, "dispatch.failed", json_pack("{s:s, s:I, s:s}", "dispatch_id", e.dispatch_id, "attempt",
+                                                 (json_int_t)e.attempt, "error", error), now, err) < 0)
+        goto out;
+    rc = end_attempt(k, &e, now, err);
+out:
+    execution_fini(&e);
+    return rc;
+}
+
+static int end_attempt(struct kernel *k, struct execution *ep, int64_t now, struct err *err)
+{
+    struct execution e = *ep; /* the caller finis it */
+    int rc = -1;
     if (e.attempt >= e.max_attempts) {
         if (k_finish_exec(k, &e, EXEC_FAILED, "dispatch_exhausted", now, err) < 0) goto out;
     } else {
@@ -1386,7 +1537,7 @@ static int expire_lease(struct kernel *k, const char *id, int64_t now, struct er
     }
     rc = 0;
 out:
-    execution_fini(&e);
+    *ep = e;
     return rc;
 }
 

@@ -61,13 +61,35 @@ struct store *kernel_store(struct kernel *k);
 void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy, int64_t lease_ms,
                       int64_t max_attempts);
 bool kernel_agent_known(struct kernel *k, const char *name);
+/* Upstream's agent endpoint: the webhook the kernel POSTs dispatches to (NULL: the agent
+ * pulls them) and the secret of its HMAC signatures (NULL: none). Copies both. */
+void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *webhook_url,
+                               const char *secret);
+/* Upstream's POST /v0/agents: add (or update) an agent at run time with its lease (0:
+ * keep/default) and endpoint; its name is recorded in the store. Its policy is kept. */
+int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
+                          const char *secret, struct err *err);
+/* Replace an agent's policy at run time (takes ownership; NULL = allow all). -1 with a
+ * 404 when the agent is unknown. */
+int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err);
+/* The agent's settings, borrowed (valid until the agent changes): false when unknown. */
+struct kernel_agent_info {
+    const char *webhook_url, *secret;
+    int64_t lease_ms, max_attempts;
+};
+bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out);
+/* Names of the agents with a webhook, one per call (i from 0; NULL past the end). */
+const char *kernel_webhook_agent(struct kernel *k, int i);
 /* Move the notes accumulated since the last call into *out (which it initialises). */
 void kernel_take_notes(struct kernel *k, struct kernel_notes *out);
 
 /* executions */
 /* session NULL = none; a session with an active execution makes this one wait. */
+/* parent NULL = none; else upstream's parent_execution_id: a completed execution of the
+ * same agent whose turn this continues (its state, its resources), session then new. */
 int kernel_create(struct kernel *k, const struct caller *c, const char *agent, const json_t *input,
-                  const char *session, int64_t deadline_ms, json_t **out, struct err *err);
+                  const char *session, const char *parent, int64_t deadline_ms, json_t **out,
+                  struct err *err);
 int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out,
                struct err *err);
 int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
@@ -96,6 +118,14 @@ int kernel_complete(struct kernel *k, const struct caller *c, const char *id,
 int kernel_fail(struct kernel *k, const struct caller *c, const char *id,
                 const struct dispatch_ref *d, const char *error, json_t **out, struct err *err);
 int kernel_agents(struct kernel *k, json_t **out, struct err *err);
+/* The webhook dispatcher's outcomes for a dispatch it delivered under (exec_id, d):
+ * acked records dispatch.acked; failed records dispatch.failed {error} and ends the
+ * attempt as an expired lease would (queued again, or dispatch_exhausted after
+ * max_attempts). Both do nothing when the attempt is no longer current. */
+int kernel_dispatch_acked(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                          struct err *err);
+int kernel_dispatch_failed(struct kernel *k, const char *exec_id, const struct dispatch_ref *d,
+                           const char *error, struct err *err);
 
 /* steps. args_text is the raw JSON text of "args" (NULL = {}); args its parsed value;
  * resources the keys (JSON array of strings) of resources the step may change, or NULL;

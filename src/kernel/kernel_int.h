@@ -11,6 +11,8 @@ struct agent_conf {
     char *name;
     struct policy *policy;
     int64_t lease_ms, max_attempts;
+    char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
+    char *secret;      /* NULL: no signed calls */
 };
 
 struct worker {

@@ -95,7 +95,11 @@ static int inherit_one(struct resource *src, void *arg)
 
 int k_admit(struct kernel *k, struct execution *e, bool waited, int64_t now, struct err *err)
 {
-    if (e->session && !e->forked_from[0]) {
+    if (e->parent_id[0] && !e->forked_from[0]) { /* an explicit parent (created with one) */
+        struct inherit_ctx x = {k, e, now, err};
+        int r = store_resources_each(k->st, e->parent_id, inherit_one, &x);
+        if (r < 0) return err->status ? -1 : k_store_fail(err, r, "inheriting resources");
+    } else if (e->session && !e->forked_from[0]) {
         char parent[UUID_STR_LEN];
         int r = store_session_last_completed(k->st, e->session, e->agent, parent);
         if (r < 0 && r != -ENOENT) return k_store_fail(err, r, "finding the previous turn");

@@ -1560,6 +1560,11 @@ const char *http_req_path(const struct http_req *r)
     return r->path ? r->path : "/";
 }
 
+const char *http_req_target(const struct http_req *r)
+{
+    return r->url.data ? r->url.data : "";
+}
+
 const char *http_req_param(const struct http_req *r, const char *name)
 {
     return kvs_get(&r->params, name, false);

@@ -88,6 +88,7 @@ void http_set_filter(struct http_server *s, http_filter_fn fn, void *arg);
 /* --- request accessors (valid while the request is) --- */
 const char *http_req_method(const struct http_req *r);
 const char *http_req_path(const struct http_req *r);      /* decoded path without query */
+const char *http_req_target(const struct http_req *r);    /* the request target as sent (path?query) */
 const char *http_req_param(const struct http_req *r, const char *name); /* ":name" capture */
 /* Decoded query parameter, NULL if absent. Repeated keys: the first one. */
 const char *http_req_query(const struct http_req *r, const char *name);

@@ -81,6 +81,8 @@ struct policy_rule {
     int64_t approval_timeout_ms;
     json_t *approvers; /* JSON array or NULL */
     char *approval_message;
+    bool has_priority; /* upstream's priority: (order of evaluation, lowest first) */
+    int64_t priority;
 };
 
 struct policy {

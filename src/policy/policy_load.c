@@ -387,11 +387,6 @@ static int split_keys(struct loader *L, const struct ynode *map, const char *pat
                         ynode_kind(k));
         int idx = keytab_lookup(t, k->text);
         if (idx < 0) {
-            if (!strcmp(k->text, "priority") && !strcmp(t->where, "rule"))
-                return lerr(L, k, path,
-                            "key \"priority\" is not supported; rules are evaluated in "
-                            "document order and the first match wins - remove priority and "
-                            "order the rules instead");
             char list[256] = "";
             size_t off = 0;
             for (size_t j = 0; j < t->n && off < sizeof list; j++)
@@ -1007,7 +1002,7 @@ static const char *const reserved_ids[] = {"default", "local", "permissive"};
 static int compile_rule(struct loader *L, const struct ynode *node, size_t idx,
                         struct policy_rule *r, const struct ynode **id_node)
 {
-    static const char *const names[] = {"id", "when", "then"};
+    static const char *const names[] = {"id", "when", "then", "priority"};
     static const struct keytab tab = {"rule", names, ARRAY_LEN(names), NULL, 0};
     char rpath[POLICY_PATH_MAX], path[POLICY_PATH_MAX], b[80];
     struct keyvals kv;
@@ -1047,6 +1042,20 @@ static int compile_rule(struct loader *L, const struct ynode *node, size_t idx,
     *id_node = kv.val[0];
 
     if (kv.key[1] && compile_when(L, kv.key[1], kv.val[1], rpath, r)) return -1;
+
+    if (kv.key[3]) { /* upstream's rule order: lowest priority first */
+        const char *s;
+        path_fmt(path, sizeof path, "%s.priority", rpath);
+        if (want_str(L, kv.key[3], kv.val[3], path, "priority: 10", &s)) return -1;
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end || v < -1000000000LL || v > 1000000000LL)
+            return lerr(L, kv.val[3], path, "priority %s is not a whole number; write e.g. priority: 10",
+                        q(b, sizeof b, s));
+        r->has_priority = true;
+        r->priority = v;
+    }
 
     path_fmt(path, sizeof path, "%s.then", rpath);
     if (!kv.key[2])
@@ -1094,6 +1103,44 @@ static int check_unique_ids(struct loader *L, const struct policy *p,
     return rc;
 }
 
+/* Upstream's bundles order their rules with priority: (unique, lowest first). Either every
+ * rule has one or none does (then document order); rules are sorted stably. */
+static int order_by_priority(struct loader *L, struct policy *p, const struct ynode *const *id_nodes)
+{
+    size_t with = 0;
+    for (size_t i = 0; i < p->n_rules; i++)
+        with += p->rules[i].has_priority;
+    if (with == 0) return 0;
+    char path[POLICY_PATH_MAX];
+    for (size_t i = 0; i < p->n_rules; i++) {
+        if (p->rules[i].has_priority) continue;
+        path_fmt(path, sizeof path, "rules[%zu]", i);
+        return lerr(L, id_nodes[i], path,
+                    "rule \"%s\" has no priority but other rules do; give every rule a priority "
+                    "(lowest is evaluated first) or none (document order)",
+                    p->rules[i].id);
+    }
+    for (size_t i = 1; i < p->n_rules; i++) { /* insertion sort: stable, rules are few */
+        struct policy_rule r = p->rules[i];
+        const struct ynode *n = id_nodes[i];
+        size_t j = i;
+        for (; j > 0 && p->rules[j - 1].priority > r.priority; j--) {
+            p->rules[j] = p->rules[j - 1];
+            ((const struct ynode **)id_nodes)[j] = id_nodes[j - 1];
+        }
+        p->rules[j] = r;
+        ((const struct ynode **)id_nodes)[j] = n;
+    }
+    for (size_t i = 1; i < p->n_rules; i++)
+        if (p->rules[i].priority == p->rules[i - 1].priority) {
+            path_fmt(path, sizeof path, "rules");
+            return lerr(L, id_nodes[i], path,
+                        "rules \"%s\" and \"%s\" have the same priority %lld; priorities must be unique",
+                        p->rules[i - 1].id, p->rules[i].id, (long long)p->rules[i].priority);
+        }
+    return 0;
+}
+
 static int compile_policy(struct loader *L, const struct ynode *root, struct policy *p)
 {
     static const char *const names[] = {"default_action", "rules"};
@@ -1135,6 +1182,7 @@ static int compile_policy(struct loader *L, const struct ynode *root, struct pol
     for (size_t i = 0; i < p->n_rules && !rc; i++)
         rc = compile_rule(L, rules->kids[i], i, &p->rules[i], &id_nodes[i]);
     if (!rc) rc = check_unique_ids(L, p, id_nodes);
+    if (!rc) rc = order_by_priority(L, p, id_nodes);
     free(id_nodes);
     return rc;
 }

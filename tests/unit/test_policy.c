@@ -659,8 +659,14 @@ Test(policy_load_errors, rule_structure)
                NULL);
     load_fails("rules:\n  - id: a\n    then: allow\n",
                "t.yaml:3:11: then must be a mapping, not a string;", NULL);
-    load_fails("rules:\n  - id: a\n    priority: 1\n    then: {decision: allow}\n",
-               "t.yaml:3:5: key \"priority\" is not supported;", "document order");
+    load_fails("rules:\n  - id: a\n    priority: 1\n    then: {decision: allow}\n  - id: b\n"
+               "    then: {decision: deny}\n",
+               "t.yaml:5:9: rule \"b\" has no priority but other rules do;", NULL);
+    load_fails("rules:\n  - id: a\n    priority: 1\n    then: {decision: allow}\n  - id: b\n"
+               "    priority: 1\n    then: {decision: deny}\n",
+               "t.yaml:5:9: rules \"a\" and \"b\" have the same priority 1;", NULL);
+    load_fails("rules:\n  - id: a\n    priority: high\n    then: {decision: allow}\n",
+               "t.yaml:3:15: priority \"high\" is not a whole number;", NULL);
     load_fails("rules:\n  - id: a\n    id: b\n    then: {decision: allow}\n",
                "t.yaml:3:5: duplicate key \"id\" in rule (first at line 2);", NULL);
     load_fails("rules:\n  - id: a\n    then: {decision: allow, rate_limit: {max_calls: 1}}\n",
@@ -973,4 +979,17 @@ Test(policy_eval, forked_condition)
     static const char bad[] = "rules:\n  - id: a\n    when: {forked: maybe}\n    then: {decision: allow}\n";
     cr_assert_null(policy_load_string(bad, sizeof bad - 1, "bad.yaml", 0, &e));
     cr_assert(strstr(e.msg, "bad.yaml:3:") && strstr(e.msg, "forked must be true"), "%s", e.msg);
+}
+
+/* Upstream's bundles order rules with priority: lowest first, whatever the document order. */
+Test(policy_eval, priority_orders_rules)
+{
+    struct policy *p = load_ok("default_action: deny\nrules:\n"
+                               "  - id: ask-shell\n    priority: 20\n    when: {target: shell}\n"
+                               "    then: {decision: require_approval}\n"
+                               "  - id: safe-shell\n    priority: 10\n    when:\n      target: shell\n"
+                               "      arguments: {command: {regex: '^ls'}}\n    then: {decision: allow}\n");
+    expect(p, "tool_call", "shell", "{\"command\": \"ls -l\"}", POLICY_ALLOW, "safe-shell");
+    expect(p, "tool_call", "shell", "{\"command\": \"rm x\"}", POLICY_REQUIRE_APPROVAL, "ask-shell");
+    policy_free(p);
 }

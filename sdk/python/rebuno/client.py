@@ -88,7 +88,8 @@ class Client:
 
     # --- executions ----------------------------------------------------------------
     async def create(self, agent: str, input: Any = None, *, deadline_seconds: int | None = None,
-                     session: str | None = None, agent_version: str = "") -> Execution:
+                     session: str | None = None, parent_execution_id: str | None = None,
+                     agent_version: str = "") -> Execution:
         """Start an execution of ``agent`` with ``input`` (any JSON; default ``{}``).
 
         ``session`` (sent only when given) chains executions into turns: a turn waits
@@ -104,6 +105,8 @@ class Client:
             body["deadline_seconds"] = deadline_seconds
         if session is not None:
             body["session"] = session
+        if parent_execution_id is not None:  # continue that completed execution (its state, resources)
+            body["parent_execution_id"] = parent_execution_id
         return Execution.from_json(await self._post("/v0/executions", body))
 
     async def get(self, execution_id: str) -> Execution:

@@ -52,6 +52,10 @@ def test_sync_client_executions_events_watch_cancel(make_kernel):
         assert s1.session == "s1"
         assert [e.id for e in c.list(session="s1").executions] == [s1.id]
         assert any(a["id"] == "app" for a in c.agents())
+        # upstream's typed errors: a parent that is not completed is a conflict naming the field
+        with pytest.raises(ConflictError) as pe:
+            c.create("app", {}, parent_execution_id=ids[1])
+        assert pe.value.field == "parent_execution_id"
 
 
 def test_async_client_watch_and_approvals_with_a_live_agent(make_kernel):
