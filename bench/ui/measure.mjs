@@ -29,7 +29,14 @@ try {
       await page.evaluateOnNewDocument((t) => sessionStorage.setItem("rebuno.key", t), spec.token);
       const t0 = Date.now();
       await page.goto(`${spec.url}/ui/${p.hash}`, { waitUntil: "domcontentloaded" });
-      await page.waitForFunction(p.ready, { timeout: 120000, polling: "raf" });
+      try {
+        await page.waitForFunction(p.ready, { timeout: 60000, polling: "raf" });
+      } catch (e) {
+        const seen = await page.evaluate(() => document.body.innerText.slice(0, 400)).catch(() => "");
+        console.log(JSON.stringify({ name: p.name, run, error: String(e.message), seen }));
+        await ctx.close();
+        continue;
+      }
       const ms = Date.now() - t0;
       const domNodes = await page.evaluate(() => document.getElementsByTagName("*").length);
       console.log(JSON.stringify({ name: p.name, run, ms, bytes, requests, dom_nodes: domNodes }));

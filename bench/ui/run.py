@@ -118,6 +118,10 @@ def main():
             if out.returncode:
                 sys.exit(out.stderr)
             rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+            for r in rows:
+                if "error" in r:
+                    print(f"{r['name']} run {r['run']}: not rendered: {r['error']}; page: {r['seen']!r}")
+            rows = [r for r in rows if "error" not in r]
             print(f"\n{'page':<52} {'first render ms (runs)':<26} {'bytes':>10} {'requests':>8} {'DOM nodes':>9}")
             for name in dict.fromkeys(r["name"] for r in rows):
                 rs = [r for r in rows if r["name"] == name]
