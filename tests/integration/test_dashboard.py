@@ -188,6 +188,10 @@ def test_dashboard_in_chromium(agents):
     for f_id in (result["fork_id"], fork2["id"]):
         wait_status(k, f_id, {"completed", "failed"})
 
+    # every control on every view checked has a name a screen reader can announce
+    assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork"}
+    assert all(v == [] for v in result["unlabelled"].values()), result["unlabelled"]
+
     assert len(result["shots"]) == 7
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         dest = os.path.join(ROOT, "docs", "img")

@@ -26,6 +26,15 @@ try {
     await page.screenshot({ path: p, fullPage: false });
     out.shots.push(p);
   };
+  // every form control has a label (or aria-label) and every button a name: what a screen
+  // reader announces; returns the ones that have none
+  out.unlabelled = {};
+  const unlabelled = async (view) => {
+    out.unlabelled[view] = await page.$$eval("input, select, textarea, button", (els) => els
+      .filter((e) => e.type !== "hidden" && !(e.labels && e.labels.length) && !e.getAttribute("aria-label") &&
+        !(e.tagName === "BUTTON" && e.textContent.trim()))
+      .map((e) => e.outerHTML.slice(0, 120)));
+  };
   const texts = (sel) => page.$$eval(sel, (els) => els.map((e) => e.textContent.trim()));
   const rowsSettled = async (pred) => {
     await page.waitForFunction(pred, { timeout: T });
@@ -40,6 +49,7 @@ try {
   await page.waitForSelector("#signin-error", { timeout: T });
   out.wrong_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
   await shot("signin-wrong-key");
+  await unlabelled("signin");
 
   // 2. the right token: the list
   await page.$eval("#key", (e) => (e.value = ""));
@@ -48,6 +58,7 @@ try {
   await page.waitForSelector("table.list tbody tr[data-id]", { timeout: T });
   out.list_ids = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => x.dataset.id));
   await shot("executions");
+  await unlabelled("executions");
 
   // 3. filters: status, agent, session (each one alone)
   await page.click('input[name="status"][value="completed"]');
@@ -101,6 +112,7 @@ try {
   await page.type("article.approval input[name=decided_by]", "ui-tester");
   await page.type("article.approval input[name=rationale]", "fine in a temp dir");
   await shot("execution-blocked");
+  await unlabelled("execution-blocked");
   await page.click("article.approval button.approve");
   // the page follows the event stream: no reload
   await page.waitForSelector(".exhead .status.st-completed", { timeout: 60000 });
@@ -131,6 +143,7 @@ try {
     })));
   }
   await shot("fork");
+  await unlabelled("fork");
   await page.type(".fork input[name=session]", spec.fork_session);
   await page.click(".fork button[type=submit]");
   await page.waitForFunction((src) => location.hash.startsWith("#/executions/") && !location.hash.includes(src) &&
