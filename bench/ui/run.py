@@ -106,7 +106,9 @@ def main():
                 {"name": "list filtered (agent=other, completed: none match)",
                  "hash": "#/executions?agent_id=other&status=completed",
                  "ready": "!!document.querySelector('td.empty')"},
-                {"name": f"execution ({last_seq} events)", "hash": f"#/executions/{long_id}",
+                {"name": f"execution ({last_seq} events): newest shown", "hash": f"#/executions/{long_id}",
+                 "ready": "document.querySelectorAll('.timeline > li').length > 0 && !!document.querySelector('.exhead')"},
+                {"name": f"execution ({last_seq} events): all read", "hash": f"#/executions/{long_id}",
                  "ready": f"document.querySelectorAll('.timeline > li').length > 0 && "
                           f"document.querySelector('#tl-h').textContent.includes('({last_seq} events')"},
             ]}

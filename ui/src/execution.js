@@ -18,6 +18,7 @@ function useExecution(id) {
   const [events, setEvents] = useState([]);
   const [error, setError] = useState(null);
   const [live, setLive] = useState(false);
+  const [partial, setPartial] = useState(false);
   const refetch = useRef(null);
   useEffect(() => {
     let alive = true;
@@ -42,12 +43,28 @@ function useExecution(id) {
         const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
         if (!alive) return;
         setEx(e);
-        // every page at once (the view says how many events there are), in order after
-        for (const page of await Promise.all(pageStarts(e.last_seq).map((after) =>
-          get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`)))) {
-          for (const ev of page) if (!seen.has(ev.event_seq)) (seen.add(ev.event_seq), all.push(ev));
-        }
+        // the newest pages first (what the timeline shows at first), then the older ones,
+        // all at once (the view says how many events there are); merged in seq order
+        const starts = pageStarts(e.last_seq);
+        const fetchPage = (after) =>
+          get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
+        const add = (pages) => {
+          for (const page of pages)
+            for (const ev of page) if (!seen.has(ev.event_seq)) (seen.add(ev.event_seq), all.push(ev));
+          all.sort((x, y) => x.event_seq - y.event_seq);
+        };
+        const newest = starts.slice(-2);
+        const older = starts.slice(0, -2);
+        const olderP = Promise.all(older.map(fetchPage));
+        add(await Promise.all(newest.map(fetchPage)));
         if (!alive) return;
+        if (older.length) {
+          setPartial(true);
+          setEvents(all.slice());
+          add(await olderP);
+          if (!alive) return;
+          setPartial(false);
+        }
         // events that committed after the view was read arrive over the stream below
         setEvents(all.slice());
         const last = all.length ? all[all.length - 1].event_seq : 0;
@@ -81,7 +98,7 @@ function useExecution(id) {
       stop && stop();
     };
   }, [id]);
-  return { ex, events, error, live };
+  return { ex, events, error, live, partial };
 }
 
 // One timeline item per step (all events carrying its step_id, at its first event's place),
@@ -254,7 +271,7 @@ function Pending({ id }) {
 }
 
 export function Execution({ id }) {
-  const { ex, events, error, live } = useExecution(id);
+  const { ex, events, error, live, partial } = useExecution(id);
   const items = useMemo(() => group(events), [events]);
   const [forkAt, setForkAt] = useState(null);
   const [shown, setShown] = useState(WINDOW);
@@ -278,7 +295,7 @@ export function Execution({ id }) {
       ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
       : html`<p><button class="forkopen" onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
     <section aria-labelledby="tl-h">
-      <h2 id="tl-h">Timeline <span class="help">(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)</span></h2>
+      <h2 id="tl-h">Timeline <span class="help">${partial ? `(newest ${events.length} of ${ex.last_seq} events; reading the earlier ones…)` : `(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)`}</span></h2>
       ${hidden > 0 && html`<p><button class="more" onClick=${() => setShown(shown + 1000)}>Show ${Math.min(1000, hidden)} earlier of ${hidden} hidden entries</button></p>`}
       <ol class="timeline" aria-live="polite" aria-relevant="additions" start=${hidden + 1}>
         ${(hidden ? items.slice(hidden) : items).map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
