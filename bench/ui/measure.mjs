@@ -1,7 +1,8 @@
 // measure.mjs - time to first render and bytes transferred of dashboard pages in headless
 // Chromium (cold cache each time). Usage: node measure.mjs <spec.json>; spec: {url, token,
 // pages: [{name, hash, ready}]} where ready is a JS expression true once the page shows its
-// data. Prints one JSON line per page: {name, ms, bytes, requests}.
+// data. Prints one JSON line per page: {name, ms, bytes, requests, dom_nodes}, bytes and
+// requests being those finished when the data was on screen.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 
@@ -38,8 +39,10 @@ try {
         continue;
       }
       const ms = Date.now() - t0;
+      const bytesAtRender = bytes; // what had arrived by the time the data was on screen
+      const requestsAtRender = requests;
       const domNodes = await page.evaluate(() => document.getElementsByTagName("*").length);
-      console.log(JSON.stringify({ name: p.name, run, ms, bytes, requests, dom_nodes: domNodes }));
+      console.log(JSON.stringify({ name: p.name, run, ms, bytes: bytesAtRender, requests: requestsAtRender, dom_nodes: domNodes }));
       await ctx.close();
     }
   }

@@ -11,11 +11,11 @@
 #include <stddef.h>
 
 struct ui_asset {
-    const char *name;         /* "index.html", "app-3F2A1B.js" */
+    const char *name; /* "index.html", "app-3F2A1B.js" */
     const char *content_type;
     const unsigned char *data;
     size_t len;
-    bool immutable;           /* name carries a content hash: cache for a year */
+    bool immutable; /* name carries a content hash: cache for a year */
 };
 
 extern const struct ui_asset ui_assets[];

@@ -7,8 +7,9 @@
 
 #include "ui/assets.h"
 
-#define CSP "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " \
-            "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+#define CSP                                                                                        \
+    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "                 \
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 static const struct ui_asset *find(const char *name)
 {
@@ -22,7 +23,8 @@ static void send_asset(struct http_req *r, const struct ui_asset *a)
     http_add_header(r, "Content-Security-Policy", CSP);
     http_add_header(r, "X-Content-Type-Options", "nosniff");
     http_add_header(r, "Referrer-Policy", "no-referrer");
-    http_add_header(r, "Cache-Control", a->immutable ? "public, max-age=31536000, immutable" : "no-cache");
+    http_add_header(r, "Cache-Control",
+                    a->immutable ? "public, max-age=31536000, immutable" : "no-cache");
     http_reply_raw(r, 200, a->content_type, a->data, a->len);
 }
 
@@ -43,8 +45,8 @@ static void h_file(struct http_req *r, void *arg)
 {
     const struct ui_asset *a = find(http_req_param(r, "file"));
     if (!a) {
-        http_reply_error(r, 404, "not_found", "path", "no dashboard file %s (the dashboard starts at /ui/)",
-                         http_req_path(r));
+        http_reply_error(r, 404, "not_found", "path",
+                         "no dashboard file %s (the dashboard starts at /ui/)", http_req_path(r));
         return;
     }
     send_asset(r, a);

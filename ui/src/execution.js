@@ -43,8 +43,8 @@ function useExecution(id) {
         const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
         if (!alive) return;
         setEx(e);
-        // the newest pages first (what the timeline shows at first), then the older ones,
-        // all at once (the view says how many events there are); merged in seq order
+        // the newest two pages first (what the timeline shows at first), then all the older
+        // ones at once (the view says how many events there are); merged in seq order
         const starts = pageStarts(e.last_seq);
         const fetchPage = (after) =>
           get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
@@ -55,13 +55,13 @@ function useExecution(id) {
         };
         const newest = starts.slice(-2);
         const older = starts.slice(0, -2);
-        const olderP = Promise.all(older.map(fetchPage));
         add(await Promise.all(newest.map(fetchPage)));
         if (!alive) return;
         if (older.length) {
           setPartial(true);
           setEvents(all.slice());
-          add(await olderP);
+          // only now: the kernel serves one request at a time, the older pages would delay these
+          add(await Promise.all(older.map(fetchPage)));
           if (!alive) return;
           setPartial(false);
         }
