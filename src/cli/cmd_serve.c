@@ -398,6 +398,7 @@ int cmd_serve(int argc, char **argv)
     if (want < 0) goto fail;
     s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
+    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard links to sandboxd's */
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     api_start_dispatch(s.api);
@@ -410,6 +411,7 @@ int cmd_serve(int argc, char **argv)
            http_server_port(s.http), db);
     if (s.sandboxd)
         printf("rebuno dev: sandboxes on http://%s (state %s/sandboxes)\n", c.sandbox_listen, c.state_dir);
+    printf("rebuno %s: dashboard on http://127.0.0.1:%d/ui/\n", dev ? "dev" : "server", http_server_port(s.http));
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;

@@ -3,6 +3,7 @@
  */
 #include "ui/ui.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ui/assets.h"
@@ -33,12 +34,24 @@ static void h_index(struct http_req *r, void *arg)
     send_asset(r, find("index.html"));
 }
 
-/* Which daemon serves the page, so the app shows its views: {"service": "kernel"}. */
+/* One daemon per process mounts the dashboard: where its sandbox service's dashboard is. */
+static char sandboxes_url[300];
+
+/* Which daemon serves the page, so the app shows its views: {"service": "kernel",
+ * "sandboxes_url"?: "http://127.0.0.1:8090/ui/"}. */
 static void h_service(struct http_req *r, void *arg)
 {
     http_add_header(r, "Cache-Control", "no-cache");
     http_add_header(r, "X-Content-Type-Options", "nosniff");
-    http_reply_json(r, 200, json_pack("{s:s}", "service", (const char *)arg));
+    json_t *o = json_pack("{s:s}", "service", (const char *)arg);
+    if (sandboxes_url[0]) json_object_set_new(o, "sandboxes_url", json_string(sandboxes_url));
+    http_reply_json(r, 200, o);
+}
+
+void ui_set_sandboxes(const char *listen)
+{
+    snprintf(sandboxes_url, sizeof sandboxes_url, "http://%s/ui/", listen ? listen : "");
+    if (!listen) sandboxes_url[0] = '\0';
 }
 
 static void h_file(struct http_req *r, void *arg)

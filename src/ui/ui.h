@@ -12,5 +12,8 @@
 
 /* service ("kernel" or "sandboxd", a static string) tells the app which views to show. */
 void ui_mount(struct http_server *http, const char *service);
+/* The kernel under `rebuno dev` with sandboxes: the sandbox service's address
+ * ("127.0.0.1:8090"), so the kernel's dashboard links to that one's (NULL: none). */
+void ui_set_sandboxes(const char *listen);
 
 #endif

@@ -226,6 +226,8 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
         assert st == 200 and len(data) > 0
         assert h["cache-control"] == "public, max-age=31536000, immutable"
         assert h["content-security-policy"].startswith("default-src 'self'")
+    st, _, body = get("/ui/service.json")  # no sandboxes here (REBUNO_SANDBOXES=off): no link
+    assert st == 200 and json.loads(body) == {"service": "kernel"}
     st, h, _ = get("/ui")
     assert st == 308 and h["location"] == "/ui/"
     for bad in ("/ui/app-NOPE.js", "/ui/..%2fstate", "/ui/%2e%2e", "/ui/index.html/x"):

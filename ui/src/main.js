@@ -11,7 +11,7 @@ import { Approvals, usePending } from "./approvals.js";
 import { Sandbox, Sandboxes } from "./sandboxes.js";
 
 // Which daemon serves this page: the kernel (/v0) or the sandbox service (/v1).
-const service = fetch("service.json").then((r) => r.json()).then((j) => j.service, () => "kernel");
+const service = fetch("service.json").then((r) => r.json()).then((j) => j, () => ({ service: "kernel" }));
 
 function useRoute(home) {
   const [hash, setHash] = useState(location.hash || home);
@@ -74,7 +74,7 @@ function SandboxNav({ parts }) {
   </header>`;
 }
 
-function Nav({ parts }) {
+function Nav({ parts, sandboxesUrl }) {
   const cur = parts[0] || "executions";
   const { list } = usePending(undefined);
   const link = (to, label) =>
@@ -82,12 +82,13 @@ function Nav({ parts }) {
   return html`<header class="top">
     <a class="brand" href="#/executions">rebuno</a>
     <nav aria-label="Main">${link("executions", "Executions")}
-      <a href="#/approvals" aria-current=${cur === "approvals" ? "page" : undefined}>Approvals${list && list.length ? html` <span class="badge" aria-label=${`${list.length} pending`}>${list.length}</span>` : ""}</a></nav>
+      <a href="#/approvals" aria-current=${cur === "approvals" ? "page" : undefined}>Approvals${list && list.length ? html` <span class="badge" aria-label=${`${list.length} pending`}>${list.length}</span>` : ""}</a>
+      ${sandboxesUrl && html`<a href=${sandboxesUrl} target="_blank" rel="noopener" title="the sandbox service's dashboard (its own token)">Sandboxes ↗</a>`}</nav>
     <button class="link" onClick=${() => (auth.clear(), location.reload())}>Sign out</button>
   </header>`;
 }
 
-function App({ svc }) {
+function App({ svc, sandboxesUrl }) {
   const [signedIn, setSignedIn] = useState(!!auth.get());
   const [reason, setReason] = useState("");
   const route = useRoute(svc === "kernel" ? "#/executions" : "#/sandboxes");
@@ -108,7 +109,8 @@ function App({ svc }) {
   if ((view === "executions" || !view) && id) body = html`<${Execution} id=${id} key=${id} />`;
   else if (view === "approvals") body = html`<${Approvals} />`;
   else body = html`<${Executions} query=${route.query} />`;
-  return html`<${Nav} parts=${route.parts} /><main id="main">${body}</main>`;
+  return html`<${Nav} parts=${route.parts} sandboxesUrl=${sandboxesUrl} /><main id="main">${body}</main>`;
 }
 
-service.then((svc) => render(html`<${App} svc=${svc} />`, document.getElementById("app")));
+service.then((s) =>
+  render(html`<${App} svc=${s.service} sandboxesUrl=${s.sandboxes_url} />`, document.getElementById("app")));
