@@ -25,10 +25,15 @@ LIB_SRC  := $(filter-out src/cli/main.c,$(SRC))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
-REL_OBJ  := $(SRC:%.c=build/rel/%.o)
-ASAN_OBJ := $(SRC:%.c=build/asan/%.o)
-ASAN_LIB_OBJ := $(LIB_SRC:%.c=build/asan/%.o)
-REL_LIB_OBJ := $(LIB_SRC:%.c=build/rel/%.o)
+# the dashboard (ui/): bundled with esbuild when node and npm are here, embedded as a C file
+UI_GEN   := build/gen/ui_assets.c
+UI_INPUT := $(sort $(wildcard ui/src/*)) ui/build.mjs ui/package-lock.json
+HAVE_NODE := $(shell command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
+
+REL_OBJ  := $(SRC:%.c=build/rel/%.o) build/rel/$(UI_GEN:.c=.o)
+ASAN_OBJ := $(SRC:%.c=build/asan/%.o) build/asan/$(UI_GEN:.c=.o)
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=build/asan/%.o) build/asan/$(UI_GEN:.c=.o)
+REL_LIB_OBJ := $(LIB_SRC:%.c=build/rel/%.o) build/rel/$(UI_GEN:.c=.o)
 UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
 
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
@@ -36,8 +41,25 @@ FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/base/jtext.c
                 src/sandbox/storage/oci.c src/sandbox/storage/registry.c src/base/clock.c \
                 $(wildcard src/policy/*.c)
 
-.PHONY: all asan unit test bench lint fmt clean fuzz demo
+.PHONY: all asan unit test bench lint fmt clean fuzz demo ui
 all: build/rebuno
+
+ui: $(UI_GEN)
+ifeq ($(HAVE_NODE),yes)
+ui/node_modules/.package-lock.json: ui/package-lock.json ui/package.json
+	cd ui && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+build/ui/index.html: $(UI_INPUT) ui/node_modules/.package-lock.json
+	cd ui && node build.mjs ../build/ui
+else
+build/ui/index.html:
+	@echo "node/npm not found: building rebuno without the dashboard (see docs/dashboard.md)"
+endif
+
+$(UI_GEN): build/ui/index.html scripts/embed_ui.py
+	@mkdir -p $(dir $@)
+	python3 scripts/embed_ui.py build/ui $@
 
 build/rebuno: $(REL_OBJ)
 	$(CC) $(LDHARDEN) -o $@ $^ $(PKG_LIBS)

@@ -7,11 +7,13 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
       libcriterion-dev python3 python3-pytest python3-pip python3-venv python3-httpx
       sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
       btrfs-progs tmux curl cppcheck umoci skopeo busybox-static zstd docker-registry
-      libpq-dev postgresql-15 mmdebstrap)
+      libpq-dev postgresql-15 mmdebstrap chromium)
 # libarchive-dev: unpacking image layers (tar, gzip, zstd). umoci, skopeo, busybox-static, zstd:
 # self-contained test images (a static shell, zstd layers, docker archives).
 # docker-registry: the real OCI registry the pull tests and bench/image_pull.py start on
 # loopback (own config, storage and free port; its packaged service is not used).
+# chromium: tests/integration/test_dashboard.py drives the dashboard in it (puppeteer-core
+# from npm, no browser download). Node.js + npm also build the dashboard bundle (ui/).
 # python3-pip/python3-venv: the SDK's offline `pip install ./sdk/python` test;
 # mmdebstrap: builds the demo's Debian default image (scripts/default-image.sh) from Debian packages.
 # libpq-dev: the PostgreSQL store (store: postgres://...); postgresql-15: the real server its tests

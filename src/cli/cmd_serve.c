@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "ui/ui.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/xalloc.h"
@@ -406,6 +407,7 @@ int cmd_serve(int argc, char **argv)
         api_role_parse(c.keys[i].role, &keys[i].role);
         keys[i].agent = c.keys[i].agent;
     }
+    ui_mount(s.http, "kernel"); /* the dashboard, at /ui/ (docs/dashboard.md) */
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;
@@ -419,6 +421,7 @@ int cmd_serve(int argc, char **argv)
     if (want < 0) goto fail;
     s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
+    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard links to sandboxd's */
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     char *shown = store_spec_redacted(db); /* never a password in logs */
@@ -437,6 +440,7 @@ int cmd_serve(int argc, char **argv)
                strcmp(c.sandbox_vercel_listen, "off") ? c.sandbox_vercel_listen : "",
                strcmp(c.sandbox_e2b_listen, "off") ? ", E2B-compatible on http://" : "",
                strcmp(c.sandbox_e2b_listen, "off") ? c.sandbox_e2b_listen : "");
+    printf("rebuno %s: dashboard on http://127.0.0.1:%d/ui/\n", dev ? "dev" : "server", http_server_port(s.http));
     fflush(stdout);
     event_base_dispatch(s.base);
     rc = 0;

@@ -395,6 +395,9 @@ int ws_server_upgrade(struct http_req *r, const struct ws_handlers *h, void *arg
     char acc[WS_ACCEPT_LEN + 1];
     ws_accept_value(key, acc);
     http_add_header(r, "Sec-WebSocket-Accept", acc);
+    /* the one subprotocol spoken: a browser offers it beside its token (see the sandbox API) */
+    if (has_token(http_req_header(r, "Sec-WebSocket-Protocol"), "rebuno"))
+        http_add_header(r, "Sec-WebSocket-Protocol", "rebuno");
     struct ws_pending_upgrade *pu = xcalloc(1, sizeof *pu);
     pu->h = h;
     pu->arg = arg;

@@ -26,6 +26,7 @@
 #include "sandbox/core/text.h"
 #include "sandbox/core/validate.h"
 #include "sandbox/storage/pull.h"
+#include "ui/ui.h"
 
 #define JSON_BODY_MAX (1u << 20)
 #define SSE_CHUNK (48u * 1024)
@@ -1229,15 +1230,36 @@ static void h_file_rename(struct http_req *r, void *arg)
 
 /* ------------------------------------------------------------------ routes */
 
+/* A browser's WebSocket cannot send Authorization: the dashboard offers the subprotocols
+ * "rebuno, rebuno.bearer.<token>" instead (ws_server_upgrade answers "rebuno"). Returns
+ * "Bearer <token>" in buf, or NULL when the request carries no such offer. */
+static const char *ws_bearer(struct http_req *r, char *buf, size_t size)
+{
+    const char *up = http_req_header(r, "Upgrade"), *protos = http_req_header(r, "Sec-WebSocket-Protocol");
+    if (!up || strcasecmp(up, "websocket") != 0 || !protos) return NULL;
+    const char *p = strstr(protos, "rebuno.bearer.");
+    if (!p) return NULL;
+    p += strlen("rebuno.bearer.");
+    size_t n = strcspn(p, ", \t");
+    if (n == 0 || n + 8 > size) return NULL;
+    snprintf(buf, size, "Bearer %.*s", (int)n, p);
+    return buf;
+}
+
 /* Before routing (so unknown paths too): any local user can connect to loopback, so
- * every call but health must carry the token of the user who started the daemon. */
+ * every call but health must carry the token of the user who started the daemon. The
+ * dashboard's files (/ui/, ui/ui.h) hold no data and are public too. */
 static bool auth_filter(struct http_req *r, void *arg)
 {
     const struct sbxd *d = arg;
-    const char *m = http_req_method(r);
-    if ((!strcmp(m, "GET") || !strcmp(m, "HEAD")) && !strcmp(http_req_path(r), "/v1/health"))
+    const char *m = http_req_method(r), *path = http_req_path(r);
+    if ((!strcmp(m, "GET") || !strcmp(m, "HEAD")) &&
+        (!strcmp(path, "/v1/health") || !strcmp(path, "/ui") || !strncmp(path, "/ui/", 4)))
         return true;
     if (d->local && local_auth_check(d->local, http_req_header(r, "Authorization"))) return true;
+    char bearer[128];
+    const char *wsb = http_req_header(r, "Authorization") ? NULL : ws_bearer(r, bearer, sizeof bearer);
+    if (d->local && wsb && local_auth_check(d->local, wsb)) return true;
     if (d->local) local_auth_refuse(d->local, r);
     else http_reply_error(r, 401, "unauthorized", "Authorization", "sandboxd has no local token yet");
     return false;
@@ -1262,6 +1284,7 @@ void sbx_api_register(struct sbxd *d)
     obs->d = d;
     sbx_observe(d, &obs->o);
     http_set_filter(h, auth_filter, d);
+    ui_mount(h, "sandboxd"); /* the dashboard's Sandboxes views, same origin as this API */
     http_route(h, "GET", "/v1/health", h_health, d);
     http_route(h, "POST", "/v1/sandboxes", h_create, d);
     http_route(h, "GET", "/v1/sandboxes", h_list, d);

@@ -1,0 +1,319 @@
+"""The web dashboard at /ui/, driven in a real headless Chromium (Debian's `chromium`) with
+puppeteer-core from ui/'s devDependencies (no browser download).
+
+Real agents (examples/python/hello.py and shell_agent.py, the SDK of this checkout) run
+against a real `rebuno dev`; ui/test/dashboard.mjs then signs in with a wrong key (clear
+error) and the local token, filters the list by status, agent and session, opens the
+hello run's execution view, and watches an execution blocked on an approval complete live
+once the test grants the approval through the API. Screenshots are saved in a folder
+printed by the test ($REBUNO_ARTIFACTS if set); with REBUNO_UPDATE_DOCS_IMG=1 they are also
+copied to docs/img/ for docs/dashboard.md.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import local_auth
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+UI = os.path.join(ROOT, "ui")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+CONFIG = """
+agents:
+  - name: hello
+  - name: shell
+    policy_file: shell_policy.yaml
+  - name: workspace
+"""
+WORKSPACE_ACTIONS = [
+    {"tool": "write_file", "args": {"path": "notes.txt", "content": "one\n"}},
+    {"tool": "shell", "args": {"command": "echo two >> notes.txt"}},
+    {"tool": "shell", "args": {"command": "echo three >> notes.txt"}},
+    {"tool": "read_file", "args": {"path": "notes.txt"}}]
+
+
+def need_browser():
+    missing = [what for what, ok in (
+        ("node (Node.js 20+)", shutil.which("node")),
+        (f"chromium at {CHROMIUM} (apt-get install chromium; scripts/deps.sh)", os.path.exists(CHROMIUM)),
+        ("ui/node_modules/puppeteer-core (make ui, or cd ui && npm ci)",
+         os.path.isdir(os.path.join(UI, "node_modules", "puppeteer-core")))) if not ok]
+    if missing:
+        pytest.fail("the dashboard test needs " + ", ".join(missing))
+
+
+def wait_status(k, exec_id, statuses, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        ex = k.ok("GET", f"/v0/executions/{exec_id}")
+        if ex["status"] in statuses:
+            return ex
+        time.sleep(0.05)
+    raise AssertionError(f"{exec_id} did not reach {statuses}: {ex}")
+
+
+@pytest.fixture
+def agents(make_kernel, tmpdir_path):
+    k = make_kernel(CONFIG)
+    shutil.copy(os.path.join(ROOT, "examples", "python", "shell_policy.yaml"), k.state_dir)
+    k.start()
+    work = k.work = tempfile.mkdtemp(dir=tmpdir_path)
+    env = dict(os.environ, REBUNO_URL=k.url, PYTHONPATH=os.path.join(ROOT, "sdk", "python"),
+               SHELL_WORKDIR=work,
+               WORKSPACE_ROOT=os.path.join(work, "workspaces"))
+    procs = []
+    try:
+        for script in ("hello.py", "shell_agent.py", "workspace_agent.py"):
+            log = open(os.path.join(k.state_dir, script + ".log"), "ab")
+            procs.append((subprocess.Popen([sys.executable, os.path.join(ROOT, "examples", "python", script)],
+                                           cwd=work, env=env, stdout=log, stderr=log), log))
+        yield k
+    finally:
+        for p, log in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
+
+
+def test_dashboard_in_chromium(agents):
+    need_browser()
+    k = agents
+    hello = k.create("hello", {"name": "dashboard"}, session="ui-session-1")
+    wait_status(k, hello["id"], {"completed"})
+    ok = k.create("shell", {"commands": ["echo hi"]})
+    wait_status(k, ok["id"], {"completed"})
+    ws = k.create("workspace", {"actions": WORKSPACE_ACTIONS})
+    wait_status(k, ws["id"], {"completed"})
+    blocked = k.create("shell", {"commands": ["echo before", "touch made-by-approval"]})
+    wait_status(k, blocked["id"], {"blocked"})
+    # fork points to look at in the page: one a checkpoint covers, one none does
+    fp = k.ok("GET", f"/v0/executions/{ws['id']}/fork-points")
+    registered = min(fp["resources"].values())
+    after_reg = [e for e in fp["events"] if e["event_seq"] >= registered]
+    uncovered = next(e["event_seq"] for e in after_reg if not e["covered"])
+    covered = next(e["event_seq"] for e in after_reg if e["covered"] and e["event_seq"] > uncovered)
+
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    print(f"dashboard screenshots in {shots}")
+    token = local_auth(k.port)["Authorization"].split(" ", 1)[1]
+    spec_path = os.path.join(k.state_dir, "ui-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": k.url, "token": token, "shots": shots, "hello_id": hello["id"],
+                   "blocked_id": blocked["id"], "session": "ui-session-1",
+                   "workspace_id": ws["id"], "fork_seqs": [uncovered, covered], "fork_session": "ui-fork-1"}, f)
+    proc = subprocess.Popen(["node", os.path.join(UI, "test", "dashboard.mjs"), spec_path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, CHROMIUM=CHROMIUM))
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+    assert result is not None, err
+    assert "error" not in result, result["error"]
+
+    # assets: CSP everywhere, index.html never cached
+    h = result["index_headers"]
+    assert h["content-security-policy"].startswith("default-src 'self'"), h
+    assert h["cache-control"] == "no-cache", h
+
+    assert "refused this key" in result["wrong_key_error"], result["wrong_key_error"]
+    assert "Authorization" in result["wrong_key_error"] or "token" in result["wrong_key_error"]
+
+    assert set(result["list_ids"]) == {hello["id"], ok["id"], ws["id"], blocked["id"]}
+    assert result["filter_status"] == ["completed", "completed", "completed"]
+    assert result["filter_agent"] == ["shell", "shell"]
+    assert result["filter_session"] == [[hello["id"], "ui-session-1"]]
+
+    hv = result["hello"]
+    assert hv["status"] == "completed" and hv["agent"] == "hello"
+    assert hv["steps"] == ["greet"] and hv["step_states"] == ["succeeded"]
+    assert json.loads(hv["output"])["greeting"] == "hello, dashboard"
+    last_seq = k.ok("GET", f"/v0/executions/{hello['id']}")["last_seq"]
+    # every event is on the page once, the step's own ones inside its group
+    assert sorted({int(s.lstrip("#")) for s in hv["events"]}) == list(range(1, last_seq + 1))
+
+    # the inbox shows the pending approval with its rule, reason and arguments
+    [card] = result["inbox"]
+    assert card["execution"] == blocked["id"] and "shell" in card["title"]
+    assert "ask-shell" in card["rule"] and "a person must approve it" in card["rule"]
+    assert json.loads(card["args"]) == {"command": "touch made-by-approval"}
+    assert result["nav_badge"] == "1"
+
+    # approved in the page; the page saw the execution complete live
+    assert result["blocked_seen"] and result["live_completed"] == "completed"
+    assert "made-by-approval" in result["live_outcome"]
+    assert ["touch made-by-approval", "succeeded"] not in result["live_steps"]  # targets, not commands
+    assert ["shell", "succeeded"] in result["live_steps"]
+    assert wait_status(k, blocked["id"], {"completed"})["status"] == "completed"
+    [ap] = k.ok("GET", f"/v0/approvals?execution_id={blocked['id']}")
+    assert ap["status"] == "granted" and ap["decided_by"] == "ui-tester"
+    assert ap["rationale"] == "fine in a temp dir"
+    assert os.path.exists(os.path.join(k.work, "made-by-approval"))
+    # the only failed request the page made is the refused wrong key
+    assert result["console_errors"] == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["console_errors"]
+
+    # forks: the page's coverage is what fork-points says, and the restoration it showed
+    # for the point forked at is the one the kernel made
+    [unc, cov] = result["forks"]
+    assert f"#{uncovered}" in unc["heading"] and unc["covered"] == "false"
+    assert f"#{covered}" in cov["heading"] and cov["covered"] == "true"
+    assert [r["covered"] for r in unc["rows"]] == ["no"] and [r["covered"] for r in cov["rows"]] == ["yes"]
+    fork = k.ok("GET", f"/v0/executions/{result['fork_id']}")
+    assert fork["forked_from"] == ws["id"] and fork["fork_seq"] == covered
+    assert fork["session"] == "ui-fork-1"
+    assert {r["key"]: (r["ref"], r["covered"] == "yes") for r in cov["rows"]} == {
+        key: (v["checkpoint_ref"], v["covered"]) for key, v in fork["restoration"].items()}
+    assert "Forked from" in result["fork_header"]
+    # what the page showed at the uncovered point is the kernel's choice there too
+    fork2 = k.ok("POST", f"/v0/executions/{ws['id']}/fork", {"at_seq": uncovered}, status=201)
+    assert {r["key"]: (r["ref"] if r["ref"] != "nothing: starts fresh" else None, r["covered"] == "yes")
+            for r in unc["rows"]} == {
+        key: (v.get("checkpoint_ref"), v["covered"]) for key, v in fork2["restoration"].items()}
+    for f_id in (result["fork_id"], fork2["id"]):
+        wait_status(k, f_id, {"completed", "failed"})
+
+    # every control on every view checked has a name a screen reader can announce
+    assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork"}
+    assert all(v == [] for v in result["unlabelled"].values()), result["unlabelled"]
+
+    assert len(result["shots"]) == 7
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        dest = os.path.join(ROOT, "docs", "img")
+        os.makedirs(dest, exist_ok=True)
+        for p in result["shots"]:
+            shutil.copy(p, os.path.join(dest, "dashboard-" + os.path.basename(p)))
+
+
+def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
+    """No browser: the embedded files, their headers, and what is not there."""
+    import http.client
+    import re
+    k = make_kernel().start()
+
+    def get(path):
+        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, {n.lower(): v for n, v in r.getheaders()}, body
+
+    st, h, body = get("/ui/")
+    assert st == 200 and h["content-type"].startswith("text/html"), (st, h)
+    assert h["cache-control"] == "no-cache"
+    assert h["content-security-policy"].startswith("default-src 'self'")
+    assert h["x-content-type-options"] == "nosniff"
+    assets = re.findall(rb'(?:src|href)="(app-[A-Z0-9]+\.(?:js|css))"', body)
+    assert len(assets) == 2, body  # the bundle is built (make builds it when node is here)
+    for a in assets:
+        st, h, data = get("/ui/" + a.decode())
+        assert st == 200 and len(data) > 0
+        assert h["cache-control"] == "public, max-age=31536000, immutable"
+        assert h["content-security-policy"].startswith("default-src 'self'")
+    st, _, body = get("/ui/service.json")  # no sandboxes here (REBUNO_SANDBOXES=off): no link
+    assert st == 200 and json.loads(body) == {"service": "kernel"}
+    st, h, _ = get("/ui")
+    assert st == 308 and h["location"] == "/ui/"
+    for bad in ("/ui/app-NOPE.js", "/ui/..%2fstate", "/ui/%2e%2e", "/ui/index.html/x"):
+        st, _, body = get(bad)
+        assert st == 404, (bad, st)
+        assert json.loads(body)["code"] == "not_found"
+    # the files are public, the data is not: the API still wants the token
+    st, _, body = get("/v0/executions")
+    assert st == 401
+
+
+def test_sandbox_dashboard_terminal_in_chromium(sandboxd, tmpdir_path):
+    """sandboxd serves the dashboard's Sandboxes views: the list, a command's output, and a
+    terminal (xterm.js over the PTY WebSocket, the token in the subprotocol) typed into."""
+    need_browser()
+    sandboxd.create("ui-1", metadata={"team": "dash"})
+    sandboxd.run("ui-1", "echo", ["hello-from-cmd"])
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    print(f"dashboard screenshots in {shots}")
+    token = local_auth(sandboxd.port, "sandboxd")["Authorization"].split(" ", 1)[1]
+    spec_path = os.path.join(tmpdir_path, "sbx-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": f"http://127.0.0.1:{sandboxd.port}", "token": token, "shots": shots,
+                   "name": "ui-1", "command_text": "echo typed-$((6*7)) > /tmp/from-ui; cat /tmp/from-ui"}, f)
+    proc = subprocess.run(["node", os.path.join(UI, "test", "sandboxes.mjs"), spec_path],
+                          capture_output=True, text=True, timeout=180, env=dict(os.environ, CHROMIUM=CHROMIUM))
+    assert proc.stdout.strip(), proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in result, (result["error"], result.get("errors"), result.get("page_alerts"))
+    row = result["row"]
+    assert row[0] == "ui-1" and row[1] == "running" and "team=dash" in row[3] and "vCPU" in row[4]
+    assert result["commands"] == ["echo hello-from-cmd"]
+    assert result["stdout"] == "hello-from-cmd\n"
+    assert "typed-42" in result["terminal"]
+    # the typed command really ran in the sandbox
+    assert sandboxd.run("ui-1", "cat", ["/tmp/from-ui"])["stdout"] == "typed-42\n"
+    assert result["errors"] == [], result["errors"]
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        for p in result["shots"]:
+            shutil.copy(p, os.path.join(ROOT, "docs", "img", "dashboard-" + os.path.basename(p)))
+
+
+def test_sandboxd_ui_public_and_ws_token_subprotocol(sandboxd):
+    """sandboxd: the dashboard files need no token, the API still does; a terminal attach may
+    carry the token as the "rebuno.bearer.<token>" subprotocol (a browser cannot send
+    Authorization), answered with "rebuno"; a wrong one is 401."""
+    import base64
+    import http.client
+    import socket
+
+    def get(path, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", sandboxd.port, timeout=10)
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    assert get("/ui/")[0] == 200
+    assert json.loads(get("/ui/service.json")[1]) == {"service": "sandboxd"}
+    assert get("/v1/sandboxes")[0] == 401
+    # a subprotocol token is only taken on a WebSocket handshake
+    token = local_auth(sandboxd.port, "sandboxd")["Authorization"].split(" ", 1)[1]
+    assert get("/v1/sandboxes", {"Sec-WebSocket-Protocol": f"rebuno, rebuno.bearer.{token}"})[0] == 401
+
+    sandboxd.create("ws-1")
+    pty = sandboxd.ok("POST", "/v1/sandboxes/ws-1/ptys", {"cmd": "true"}, status=201)
+
+    def handshake(tok):
+        s = socket.create_connection(("127.0.0.1", sandboxd.port), timeout=10)
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall((f"GET /v1/sandboxes/ws-1/ptys/{pty['id']}/ws HTTP/1.1\r\nHost: x\r\n"
+                   f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Protocol: rebuno, rebuno.bearer.{tok}\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        s.close()
+        return head.decode(errors="replace")
+
+    bad = handshake("0" * 64)
+    assert bad.startswith("HTTP/1.1 401"), bad
+    good = handshake(token)
+    assert good.startswith("HTTP/1.1 101"), good
+    assert "sec-websocket-protocol: rebuno\r\n" in good.lower()

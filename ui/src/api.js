@@ -1,0 +1,135 @@
+// api.js - the dashboard's only way to the kernel: fetch on /v0 with the key kept in
+// sessionStorage as a Bearer token, upstream's error envelope turned into ApiError, and a
+// Server-Sent Events reader over fetch (EventSource cannot send an Authorization header).
+const KEY = "rebuno.key";
+
+export class ApiError extends Error {
+  constructor(status, code, message, field) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+}
+
+export const auth = {
+  get: () => sessionStorage.getItem(KEY),
+  set: (k) => sessionStorage.setItem(KEY, k),
+  clear: () => sessionStorage.removeItem(KEY),
+};
+
+// Listeners told when the kernel refuses the stored key (401), so the app shows the sign-in.
+const onUnauthorized = new Set();
+export const watchUnauthorized = (fn) => (onUnauthorized.add(fn), () => onUnauthorized.delete(fn));
+
+function headers(extra) {
+  const h = { Accept: "application/json", ...extra };
+  const k = auth.get();
+  if (k) h.Authorization = `Bearer ${k}`;
+  return h;
+}
+
+async function toError(res) {
+  let body = null;
+  try {
+    body = await res.json();
+  } catch {
+    /* not JSON */
+  }
+  const e = body && typeof body === "object" ? body : {};
+  return new ApiError(res.status, e.code || `http_${res.status}`, e.message || `${res.status} ${res.statusText}`,
+    e.details && e.details.field);
+}
+
+export async function api(method, path, body, opts = {}) {
+  let res;
+  try {
+    res = await fetch(path, {
+      method,
+      headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+      signal: opts.signal,
+    });
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw new ApiError(0, "network", `cannot reach the kernel: ${e.message}`);
+  }
+  if (!res.ok) {
+    const err = await toError(res);
+    if (res.status === 401 && !opts.noAuthEvent) onUnauthorized.forEach((fn) => fn(err));
+    throw err;
+  }
+  if (res.status === 204) return null;
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
+}
+
+export const get = (path, opts) => api("GET", path, undefined, opts);
+export const post = (path, body, opts) => api("POST", path, body ?? {}, opts);
+
+export function qs(params) {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") p.set(k, String(v));
+  const s = p.toString();
+  return s ? `?${s}` : "";
+}
+
+// Read an SSE stream; onEvent({id, event, data}) per event. Returns a stop function.
+// Reconnects with Last-Event-ID after a dropped connection until stopped or the server
+// ends the stream on purpose (the kernel closes after an execution's terminal event).
+export function stream(path, { lastId, onEvent, onError, onEnd }) {
+  const ctl = new AbortController();
+  let last = lastId;
+  let stopped = false;
+  (async () => {
+    for (let tries = 0; !stopped; tries++) {
+      try {
+        const h = headers({ Accept: "text/event-stream" });
+        if (last !== undefined && last !== null) h["Last-Event-ID"] = String(last);
+        const res = await fetch(path, { headers: h, signal: ctl.signal });
+        if (!res.ok) throw await toError(res);
+        tries = 0;
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        let ev = { data: [] };
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            const line = buf.slice(0, nl).replace(/\r$/, "");
+            buf = buf.slice(nl + 1);
+            if (line === "") {
+              if (ev.data.length) {
+                if (ev.id !== undefined) last = ev.id;
+                onEvent({ id: ev.id, event: ev.event, data: ev.data.join("\n") });
+              }
+              ev = { data: [] };
+            } else if (line.startsWith(":")) {
+              /* comment (keep-alive) */
+            } else {
+              const c = line.indexOf(":");
+              const f = c < 0 ? line : line.slice(0, c);
+              const v = c < 0 ? "" : line.slice(c + 1).replace(/^ /, "");
+              if (f === "data") ev.data.push(v);
+              else if (f === "id") ev.id = v;
+              else if (f === "event") ev.event = v;
+            }
+          }
+        }
+        onEnd && onEnd();
+        return;
+      } catch (e) {
+        if (stopped || e.name === "AbortError") return;
+        onError && onError(e);
+        if (e instanceof ApiError && e.status >= 400 && e.status < 500) return;
+        await new Promise((r) => setTimeout(r, Math.min(10000, 500 * 2 ** tries)));
+      }
+    }
+  })();
+  return () => {
+    stopped = true;
+    ctl.abort();
+  };
+}

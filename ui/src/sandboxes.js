@@ -1,0 +1,191 @@
+// sandboxes.js - the Sandboxes views, shown when the dashboard is served by `rebuno sandboxd`
+// (same origin as its /v1 API): the list with state, image, metadata and resources; one
+// sandbox with its snapshots, commands and their output; and a terminal (xterm.js) over the
+// PTY WebSocket, authenticated with the "rebuno.bearer.<token>" subprotocol because a
+// browser's WebSocket cannot send an Authorization header.
+import { useEffect, useRef, useState } from "preact/hooks";
+import "@xterm/xterm/css/xterm.css";
+import { auth, get, post, qs } from "./api.js";
+import { html, Json, short, time } from "./util.js";
+
+const REFRESH_MS = 3000;
+
+function usePoll(path, ms = REFRESH_MS) {
+  const [data, setData] = useState(null);
+  const [error, setError] = useState(null);
+  useEffect(() => {
+    let alive = true;
+    let timer;
+    async function load() {
+      try {
+        const d = await get(path);
+        if (alive) (setData(d), setError(null));
+      } catch (e) {
+        if (alive) setError(e);
+      }
+      if (alive && ms) timer = setTimeout(load, document.hidden ? 4 * ms : ms);
+    }
+    load();
+    return () => {
+      alive = false;
+      clearTimeout(timer);
+    };
+  }, [path]);
+  return { data, error };
+}
+
+const res = (r) => (r ? `${r.vcpus} vCPU · ${r.memory} MiB · ${r.disk_mb} MiB disk · ${r.pids} pids` : "");
+const meta = (m) => Object.entries(m || {}).map(([k, v]) => html`<span class="tag">${k}=${v}</span>`);
+const State = ({ s }) => html`<span class=${`status sb-${s}`}>${s}</span>`;
+
+export function Sandboxes() {
+  const { data, error } = usePoll("/v1/sandboxes?limit=1000");
+  const rows = data ? data.sandboxes : [];
+  return html`<section aria-labelledby="sb-h">
+    <h1 id="sb-h">Sandboxes</h1>
+    ${error && html`<p role="alert" class="error">Cannot list sandboxes: ${error.message}</p>`}
+    <p class="summary" aria-live="polite">${data ? `${rows.length} sandboxes, live` : "Loading…"}</p>
+    <table class="list">
+      <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Image</th><th scope="col">Metadata</th><th scope="col">Resources</th><th scope="col">Created</th><th scope="col">Expires</th></tr></thead>
+      <tbody>
+        ${rows.map((s) => html`<tr data-name=${s.name}>
+          <td><a href=${`#/sandboxes/${encodeURIComponent(s.name)}`}>${s.name}</a></td>
+          <td><${State} s=${s.state} /></td><td>${s.image}</td><td>${meta(s.metadata)}</td>
+          <td>${res(s.resources)}</td><td>${time(s.created_at)}</td><td>${time(s.expires_at)}</td></tr>`)}
+        ${data && !rows.length && html`<tr><td colspan="7" class="empty">No sandboxes.</td></tr>`}
+      </tbody>
+    </table>
+  </section>`;
+}
+
+function Output({ sb, cmd }) {
+  const [out, setOut] = useState(null);
+  useEffect(() => {
+    let alive = true;
+    (async () => {
+      const base = `/v1/sandboxes/${encodeURIComponent(sb)}/commands/${encodeURIComponent(cmd.id)}/output`;
+      const read = async (stream) => {
+        const r = await fetch(`${base}${qs({ stream, limit: 65536 })}`, { headers: { Authorization: `Bearer ${auth.get()}` } });
+        return r.ok ? r.text() : `(${r.status})`;
+      };
+      const [o, e] = await Promise.all([read("stdout"), read("stderr")]);
+      if (alive) setOut({ o, e });
+    })();
+    return () => (alive = false);
+  }, [cmd.id, cmd.status]);
+  if (!out) return html`<p>Loading output…</p>`;
+  return html`<div class="cmdout">
+    <h4>stdout</h4><pre class="stdout">${out.o || "(empty)"}</pre>
+    ${out.e && html`<h4>stderr</h4><pre class="stderr">${out.e}</pre>`}
+  </div>`;
+}
+
+function Commands({ name }) {
+  const { data, error } = usePoll(`/v1/sandboxes/${encodeURIComponent(name)}/commands`);
+  const [open, setOpen] = useState(null);
+  const list = data ? data.commands || data : [];
+  return html`<section class="panel" aria-labelledby="cmd-h"><h2 id="cmd-h">Commands</h2>
+    ${error && html`<p role="alert" class="error">${error.message}</p>`}
+    ${Array.isArray(list) && !list.length && html`<p class="empty">No commands yet.</p>`}
+    <ul class="cmds">
+      ${Array.isArray(list) && list.slice().reverse().map((c) => html`<li data-cmd=${c.id}>
+        <button class="link" aria-expanded=${open === c.id} onClick=${() => setOpen(open === c.id ? null : c.id)}>
+          <code>${[c.cmd, ...(c.args || [])].join(" ")}</code></button>
+        <span class="status">${c.status}${c.exit_code !== undefined && c.exit_code !== null ? ` ${c.exit_code}` : ""}</span> ${time(c.started_at || c.created_at)}
+        ${open === c.id && html`<${Output} sb=${name} cmd=${c} />`}
+      </li>`)}
+    </ul>
+  </section>`;
+}
+
+function Snapshots({ name }) {
+  const { data, error } = usePoll(`/v1/snapshots${qs({ sandbox: name, limit: 100 })}`, 0);
+  const list = data ? data.snapshots || [] : [];
+  return html`<section class="panel" aria-labelledby="snap-h"><h2 id="snap-h">Snapshots</h2>
+    ${error && html`<p role="alert" class="error">${error.message}</p>`}
+    ${data && !list.length && html`<p class="empty">No snapshots.</p>`}
+    <ul>${list.map((s) => html`<li><span class="mono">${s.id}</span> ${s.name || ""} ${time(s.created_at)}</li>`)}</ul>
+  </section>`;
+}
+
+function Term({ name }) {
+  const box = useRef(null);
+  const [state, setState] = useState("idle");
+  const [error, setError] = useState(null);
+  const ref = useRef({});
+  async function open() {
+    setError(null);
+    setState("starting");
+    const xterm = await import("@xterm/xterm"); // a CommonJS module: its exports may sit on default
+    const Terminal = xterm.Terminal || xterm.default.Terminal;
+    const term = new Terminal({ cols: 100, rows: 28, fontSize: 13, convertEol: false, cursorBlink: true });
+    try {
+      const pty = await post(`/v1/sandboxes/${encodeURIComponent(name)}/ptys`, { cols: 100, rows: 28 });
+      const proto = location.protocol === "https:" ? "wss:" : "ws:";
+      const ws = new WebSocket(`${proto}//${location.host}/v1/sandboxes/${encodeURIComponent(name)}/ptys/${pty.id}/ws`,
+        ["rebuno", `rebuno.bearer.${auth.get()}`]);
+      ws.binaryType = "arraybuffer";
+      term.open(box.current);
+      ref.current = { term, ws };
+      const enc = new TextEncoder();
+      term.onData((d) => ws.readyState === 1 && ws.send(enc.encode(d)));
+      term.onResize(({ cols, rows }) => ws.readyState === 1 && ws.send(JSON.stringify({ type: "resize", cols, rows })));
+      let exited = false;
+      ws.onopen = () => (setState("open"), term.focus());
+      ws.onmessage = (m) => {
+        if (typeof m.data === "string") {
+          const msg = JSON.parse(m.data);
+          if (msg.type === "exit") {
+            exited = true;
+            term.write(`\r\n[exited with code ${msg.code}${msg.signal ? `, signal ${msg.signal}` : ""}]\r\n`);
+            setState("exited");
+          } else if (msg.type === "error") setError(msg.message);
+        } else term.write(new Uint8Array(m.data));
+      };
+      ws.onclose = () => {
+        if (!exited) (setState("closed"), setError("The terminal's connection closed without an exit: it did not end normally."));
+      };
+    } catch (e) {
+      term.dispose();
+      setState("idle");
+      setError(e.message);
+    }
+  }
+  useEffect(() => () => {
+    const { term, ws } = ref.current;
+    ws && ws.close();
+    term && term.dispose();
+  }, []);
+  return html`<section class="panel" aria-labelledby="term-h"><h2 id="term-h">Terminal</h2>
+    ${state === "idle" && html`<button onClick=${open}>Open a terminal (bash)</button>`}
+    <p class="help" aria-live="polite" id="term-state" data-state=${state}>${state === "open" ? "connected: keys go to the sandbox" : state}</p>
+    ${error && html`<p role="alert" class="error">${error}</p>`}
+    <div ref=${box} class="term" aria-label="terminal"></div>
+  </section>`;
+}
+
+export function Sandbox({ name }) {
+  const { data: sb, error } = usePoll(`/v1/sandboxes/${encodeURIComponent(name)}`);
+  if (error && !sb) return html`<p role="alert" class="error">Cannot load sandbox ${name}: ${error.message}</p>`;
+  if (!sb) return html`<p>Loading…</p>`;
+  return html`<article>
+    <p><a href="#/sandboxes">← Sandboxes</a></p>
+    <header class="exhead"><h1>Sandbox ${sb.name}</h1>
+      <dl class="fields">
+        <div class="field"><dt>State</dt><dd><${State} s=${sb.state} /></dd></div>
+        <div class="field"><dt>Image</dt><dd>${sb.image}</dd></div>
+        <div class="field"><dt>Id</dt><dd class="mono">${short(sb.id)}</dd></div>
+        <div class="field"><dt>Resources</dt><dd>${res(sb.resources)}</dd></div>
+        <div class="field"><dt>Metadata</dt><dd>${meta(sb.metadata)}</dd></div>
+        ${sb.usage && html`<div class="field"><dt>Memory used</dt><dd>${Math.round(sb.usage.memory_bytes / 1048576)} MiB</dd></div>`}
+        <div class="field"><dt>Created</dt><dd>${time(sb.created_at)}</dd></div>
+        <div class="field"><dt>Expires</dt><dd>${time(sb.expires_at)}</dd></div>
+      </dl>
+    </header>
+    <${Term} name=${sb.name} />
+    <${Commands} name=${sb.name} />
+    <${Snapshots} name=${sb.name} />
+  </article>`;
+}
+
+export { Json };

@@ -1,0 +1,160 @@
+// dashboard.mjs - drive the dashboard in Debian's headless Chromium (puppeteer-core, no
+// browser download) through the scenarios tests/integration/test_dashboard.py sets up.
+// Usage: node dashboard.mjs <spec.json>; spec: {url, token, shots, hello_id, blocked_id,
+// session}. Prints one JSON object of what it saw; the Python test asserts on it.
+// Between steps it waits for what the page shows, never for a fixed time.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import puppeteer from "puppeteer-core";
+
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const out = { shots: [] };
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+});
+const T = 20000;
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 800 });
+  const consoleErrors = [];
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  const shot = async (name) => {
+    const p = join(spec.shots, `${name}.png`);
+    await page.screenshot({ path: p, fullPage: false });
+    out.shots.push(p);
+  };
+  // every form control has a label (or aria-label) and every button a name: what a screen
+  // reader announces; returns the ones that have none
+  out.unlabelled = {};
+  const unlabelled = async (view) => {
+    out.unlabelled[view] = await page.$$eval("input, select, textarea, button", (els) => els
+      .filter((e) => e.type !== "hidden" && !(e.labels && e.labels.length) && !e.getAttribute("aria-label") &&
+        !(e.tagName === "BUTTON" && e.textContent.trim()))
+      .map((e) => e.outerHTML.slice(0, 120)));
+  };
+  const texts = (sel) => page.$$eval(sel, (els) => els.map((e) => e.textContent.trim()));
+  const rowsSettled = async (pred) => {
+    await page.waitForFunction(pred, { timeout: T });
+  };
+
+  // 1. a wrong key is refused with a clear message
+  const res = await page.goto(`${spec.url}/ui/`, { waitUntil: "load" });
+  out.index_headers = res.headers();
+  await page.waitForSelector("#key", { timeout: T });
+  await page.type("#key", "not-the-token");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#signin-error", { timeout: T });
+  out.wrong_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
+  await shot("signin-wrong-key");
+  await unlabelled("signin");
+
+  // 2. the right token: the list
+  await page.$eval("#key", (e) => (e.value = ""));
+  await page.type("#key", spec.token);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("table.list tbody tr[data-id]", { timeout: T });
+  out.list_ids = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => x.dataset.id));
+  await shot("executions");
+  await unlabelled("executions");
+
+  // 3. filters: status, agent, session (each one alone)
+  await page.click('input[name="status"][value="completed"]');
+  await rowsSettled(() => location.hash.includes("status=completed") &&
+    [...document.querySelectorAll("tbody tr[data-id] .status")].every((s) => s.textContent === "completed") &&
+    document.querySelectorAll("tbody tr[data-id]").length > 0);
+  out.filter_status = await texts("tbody tr[data-id] td:nth-child(3)");
+  await shot("executions-filter-completed");
+  await page.click('input[name="status"][value=""]');
+  await page.select('select[name="agent_id"]', "shell");
+  await rowsSettled(() => location.hash.includes("agent_id=shell") && !location.hash.includes("status=") &&
+    [...document.querySelectorAll("tbody tr[data-id] td:nth-child(2)")].every((s) => s.textContent === "shell"));
+  out.filter_agent = await texts("tbody tr[data-id] td:nth-child(2)");
+  await page.select('select[name="agent_id"]', "");
+  await page.type('input[name="session"]', spec.session);
+  await page.keyboard.press("Enter");
+  await rowsSettled(() => location.hash.includes("session=") && !location.hash.includes("agent_id") &&
+    document.querySelectorAll("tbody tr[data-id]").length > 0 &&
+    [...document.querySelectorAll("tbody tr[data-id] td:nth-child(4)")].every((s) => s.textContent !== ""));
+  out.filter_session = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => [x.dataset.id, x.children[3].textContent]));
+
+  // 4. the execution view of the real hello run
+  await page.goto(`${spec.url}/ui/#/executions/${spec.hello_id}`);
+  await page.waitForSelector(".timeline .item", { timeout: T });
+  await page.waitForSelector(".outcome", { timeout: T });
+  await page.click(".timeline .step summary"); // a step's details are built when opened
+  await page.waitForSelector(".timeline .step .sub li", { timeout: T });
+  out.hello = {
+    status: await page.$eval(".exhead .status", (e) => e.textContent),
+    agent: await page.$eval(".exhead .fields .field dd", (e) => e.textContent),
+    steps: await texts(".timeline .step .target"),
+    step_states: await texts(".timeline .step summary .status"),
+    events: await texts(".timeline .item .seq"),
+    output: await page.$eval(".outcome pre", (e) => e.textContent),
+  };
+  await shot("execution");
+
+  // 5. approvals inbox, then approve on the blocked execution's page and watch it complete live
+  await page.goto(`${spec.url}/ui/#/approvals`);
+  await page.waitForSelector(`article.approval[data-execution="${spec.blocked_id}"]`, { timeout: T });
+  out.inbox = await page.$$eval("article.approval", (els) => els.map((e) => ({
+    execution: e.dataset.execution, title: e.querySelector("h3").textContent.replace(/\s+/g, " ").trim(),
+    rule: e.querySelector("p").textContent.trim(), args: e.querySelector("pre").textContent })));
+  out.nav_badge = await page.$eval(".top .badge", (e) => e.textContent);
+  await shot("approvals");
+  await page.goto(`${spec.url}/ui/#/executions/${spec.blocked_id}`);
+  await page.waitForSelector(".exhead .status.st-blocked", { timeout: T });
+  await page.waitForSelector(".live", { timeout: T });
+  await page.waitForSelector("article.approval input[name=decided_by]", { timeout: T });
+  out.blocked_seen = true;
+  await page.type("article.approval input[name=decided_by]", "ui-tester");
+  await page.type("article.approval input[name=rationale]", "fine in a temp dir");
+  await shot("execution-blocked");
+  await unlabelled("execution-blocked");
+  await page.click("article.approval button.approve");
+  // the page follows the event stream: no reload
+  await page.waitForSelector(".exhead .status.st-completed", { timeout: 60000 });
+  out.live_completed = await page.$eval(".exhead .status", (e) => e.textContent);
+  out.live_outcome = await page.$eval(".outcome pre", (e) => e.textContent);
+  out.live_steps = await page.$$eval(".timeline .step", (els) => els.map((e) => [
+    e.querySelector(".target").textContent, e.querySelector("summary .status").textContent]));
+
+  // 6. forks: the coverage shown before forking, then fork and open the fork
+  out.forks = [];
+  await page.goto(`${spec.url}/ui/#/executions/${spec.workspace_id}`);
+  await page.waitForSelector(".timeline .item", { timeout: T });
+  for (const seq of spec.fork_seqs) {
+    // the fork form opens from the page's button, then takes the event number typed in
+    if (!(await page.$("#fork-panel"))) await page.click("button.forkopen");
+    await page.waitForSelector("#fork-panel input[name=at_seq]", { timeout: T });
+    await page.click("#fork-panel input[name=at_seq]", { clickCount: 3 });
+    await page.keyboard.type(String(seq));
+    await page.waitForFunction((n) => {
+      const h = document.querySelector("#fork-h");
+      return h && h.textContent.includes(`#${n}`) && document.querySelector(".fork .cov");
+    }, { timeout: T }, seq);
+    out.forks.push(await page.$eval(".fork", (f) => ({
+      heading: f.querySelector("#fork-h").textContent,
+      covered: f.querySelector(".cov").dataset.covered ?? null,
+      rows: [...f.querySelectorAll("tbody tr")].map((r) => ({ key: r.dataset.key,
+        ref: r.querySelector(".ref").textContent, covered: r.querySelector(".covered").textContent })),
+    })));
+  }
+  await shot("fork");
+  await unlabelled("fork");
+  await page.type(".fork input[name=session]", spec.fork_session);
+  await page.click(".fork button[type=submit]");
+  await page.waitForFunction((src) => location.hash.startsWith("#/executions/") && !location.hash.includes(src) &&
+    document.querySelector(".exhead"), { timeout: T }, spec.workspace_id);
+  out.fork_id = await page.evaluate(() => location.hash.split("/")[2]);
+  await page.waitForSelector(".exhead a[href*='" + spec.workspace_id + "']", { timeout: T });
+  out.fork_header = await page.$eval(".exhead .fields", (e) => e.textContent);
+  out.console_errors = consoleErrors;
+} catch (e) {
+  out.error = String(e && e.stack || e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
