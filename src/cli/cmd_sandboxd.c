@@ -34,11 +34,22 @@
 #include "sandbox/vercel/vercel.h"
 #include "sandbox/e2b/e2b.h"
 
+/* An optional compatible API on its own port (--vercel-listen, --e2b-listen). */
+struct extra_endpoint {
+    const char *name;  /* in logs and the ready line: "vercel" */
+    const char *title; /* in the warning: "Vercel" */
+    const char *flag;  /* the option that picks its address */
+    void (*register_routes)(struct sbxd *d, struct http_server *h);
+    const char *listen; /* from the flag, or NULL: off */
+    struct http_server *http; /* serving, or NULL */
+};
+
+enum { N_EXTRA = 2 };
+
 struct daemon {
     struct event_base *base;
     struct http_server *http;
-    struct http_server *vercel; /* --vercel-listen: the Vercel-compatible endpoint, or NULL */
-    struct http_server *e2b; /* --e2b-listen: the E2B-compatible endpoint, or NULL */
+    struct extra_endpoint extra[N_EXTRA];
     struct sbxd *d;
     struct local_auth *local;
     struct cli_stop_signals stop; /* SIGINT, SIGTERM, SIGHUP */
@@ -68,10 +79,28 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     sbxd_shutdown(s->d);
     http_server_shutdown(s->http, 5000);
     s->http = NULL; /* freed by the shutdown */
-    if (s->vercel) http_server_shutdown(s->vercel, 5000);
-    s->vercel = NULL;
-    if (s->e2b) http_server_shutdown(s->e2b, 5000);
-    s->e2b = NULL;
+    for (int i = 0; i < N_EXTRA; i++) {
+        if (s->extra[i].http) http_server_shutdown(s->extra[i].http, 5000);
+        s->extra[i].http = NULL;
+    }
+}
+
+/* Starts one optional endpoint; a port taken costs it alone, not the service. */
+static void extra_start(struct extra_endpoint *x, struct sbxd *d, struct event_base *base,
+                        const struct http_config *hc)
+{
+    if (!x->listen) return;
+    x->http = http_server_new(base, hc);
+    x->register_routes(d, x->http);
+    struct err xerr = ERR_INIT;
+    if (http_server_listen(x->http, x->listen, &xerr) < 0) {
+        log_warn("compatible endpoint not started", "api=%s listen=%s error=\"%s\"", x->name,
+                 x->listen, xerr.msg);
+        fprintf(stderr, "warning: the %s-compatible endpoint cannot listen on %s: %s "
+                        "(pick another with %s)\n", x->title, x->listen, xerr.msg, x->flag);
+        http_server_free(x->http);
+        x->http = NULL;
+    }
 }
 
 static void usage(FILE *out)
@@ -247,7 +276,11 @@ int cmd_sandboxd(int argc, char **argv)
             return 2;
         }
     }
-    struct daemon s = {.notify_fd = (int)notify_fd};
+    struct daemon s = {.notify_fd = (int)notify_fd,
+                       .extra = {{"vercel", "Vercel", "--vercel-listen", sbx_vercel_register,
+                                  vercel_listen, NULL},
+                                 {"e2b", "E2B", "--e2b-listen", sbx_e2b_register, e2b_listen,
+                                  NULL}}};
     if (s.notify_fd >= 0) { /* ours alone: no child inherits it, no write ever blocks */
         fcntl(s.notify_fd, F_SETFD, FD_CLOEXEC);
         fcntl(s.notify_fd, F_SETFL, fcntl(s.notify_fd, F_GETFL) | O_NONBLOCK);
@@ -279,32 +312,7 @@ int cmd_sandboxd(int argc, char **argv)
     s.d = sbxd_new(s.base, s.http, &cfg, &err);
     if (!s.d) goto fail;
     if (http_server_listen(s.http, listen, &err) < 0) goto fail;
-    if (vercel_listen) { /* an optional extra: a port taken costs it, not the service */
-        s.vercel = http_server_new(s.base, &hc);
-        sbx_vercel_register(s.d, s.vercel);
-        struct err verr = ERR_INIT;
-        if (http_server_listen(s.vercel, vercel_listen, &verr) < 0) {
-            log_warn("vercel-compatible endpoint not started", "listen=%s error=\"%s\"",
-                     vercel_listen, verr.msg);
-            fprintf(stderr, "warning: the Vercel-compatible endpoint cannot listen on %s: %s "
-                            "(pick another with --vercel-listen)\n", vercel_listen, verr.msg);
-            http_server_free(s.vercel);
-            s.vercel = NULL;
-        }
-    }
-    if (e2b_listen) {
-        s.e2b = http_server_new(s.base, &hc);
-        sbx_e2b_register(s.d, s.e2b);
-        struct err eerr = ERR_INIT; /* an optional extra: a port taken costs it alone */
-        if (http_server_listen(s.e2b, e2b_listen, &eerr) < 0) {
-            log_warn("e2b-compatible endpoint not started", "listen=%s error=\"%s\"",
-                     e2b_listen, eerr.msg);
-            fprintf(stderr, "warning: the E2B-compatible endpoint cannot listen on %s: %s "
-                            "(pick another with --e2b-listen)\n", e2b_listen, eerr.msg);
-            http_server_free(s.e2b);
-            s.e2b = NULL;
-        }
-    }
+    for (int i = 0; i < N_EXTRA; i++) extra_start(&s.extra[i], s.d, s.base, &hc);
     /* after sbxd_new: the zygote, which every sandbox init comes from, never holds it */
     struct local_auth_opts lo = {state, "sandboxd", "REBUNO_SANDBOX_TOKEN", listen,
                                  http_server_port(s.http)};
@@ -314,17 +322,13 @@ int cmd_sandboxd(int argc, char **argv)
     log_info("rebuno sandboxd ready", "listen=%s port=%d state_dir=%s token_file=%s", listen,
              http_server_port(s.http), state, local_auth_path(s.local));
     printf("rebuno sandboxd: http://127.0.0.1:%d (state %s)\n", http_server_port(s.http), state);
-    if (s.vercel) {
-        log_info("vercel-compatible endpoint ready", "listen=%s port=%d", vercel_listen,
-                 http_server_port(s.vercel));
-        printf("rebuno sandboxd: vercel-compatible endpoint http://127.0.0.1:%d\n",
-               http_server_port(s.vercel));
-    }
-    if (s.e2b) {
-        log_info("e2b-compatible endpoint ready", "listen=%s port=%d", e2b_listen,
-                 http_server_port(s.e2b));
-        printf("rebuno sandboxd: e2b-compatible endpoint http://127.0.0.1:%d\n",
-               http_server_port(s.e2b));
+    for (int i = 0; i < N_EXTRA; i++) {
+        struct extra_endpoint *x = &s.extra[i];
+        if (!x->http) continue;
+        log_info("compatible endpoint ready", "api=%s listen=%s port=%d", x->name, x->listen,
+                 http_server_port(x->http));
+        printf("rebuno sandboxd: %s-compatible endpoint http://127.0.0.1:%d\n", x->name,
+               http_server_port(x->http));
     }
     fflush(stdout);
     notify(&s, "ready");
@@ -337,8 +341,8 @@ out:
     cli_stop_signals_free(&s.stop);
     if (s.d) sbxd_shutdown(s.d);
     if (s.http) http_server_free(s.http);
-    if (s.vercel) http_server_free(s.vercel);
-    if (s.e2b) http_server_free(s.e2b);
+    for (int i = 0; i < N_EXTRA; i++)
+        if (s.extra[i].http) http_server_free(s.extra[i].http);
     sbxd_free(s.d);
     local_auth_free(s.local);
     if (s.base) event_base_free(s.base);
