@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/buf.h"
 #include "base/xalloc.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/image_job.h"
 
 #define RECIPE_MAX (256u << 10)
 #define DEFAULT_URL "http://127.0.0.1:8090" /* as cmd_sandbox.c */
@@ -142,42 +142,11 @@ int cmd_sandbox_image_build(int argc, char **argv)
     int rc = client_request(&c, "POST", "/v1/images", body, NULL, &job, &err) < 0 ? -1 : 0;
     json_decref(body);
     struct view v = {.json = a.json};
-    if (rc == 0) {
-        const char *jid = cli_str(job, "id");
-        char *e = client_escape(&c, jid ? jid : "");
-        struct buf p;
-        buf_init(&p, 0);
-        buf_printf(&p, "/v1/images/builds/%s/stream", e);
-        free(e);
-        int sr = client_stream(&c, p.data, NULL, on_event, &v, &err);
-        buf_fini(&p);
-        if (sr < 0)
-            rc = -1;
-        else if (!v.final)
-            rc = err_set(&err, 502, "stream_ended", "",
-                         "the build's stream ended without an outcome; see "
-                         "GET /v1/images/builds/%s",
-                         jid ? jid : "?");
-    }
+    if (rc == 0)
+        rc = image_job_follow(&c, job, "/v1/images/builds", "build", on_event, &v, &v.final,
+                              &err);
     json_decref(job);
-    int ret = CLI_OK;
-    if (rc < 0) {
-        cli_report_err(&err, a.json, false);
-        ret = CLI_FAILED;
-    } else if (!v.ok) {
-        const json_t *e = json_object_get(v.final, "error");
-        err_set(&err, (int)json_integer_value(json_object_get(e, "status")),
-                cli_str(e, "code") ? cli_str(e, "code") : "build_failed",
-                cli_str(e, "field") ? cli_str(e, "field") : "", "%s",
-                cli_str(e, "message") ? cli_str(e, "message") : "the build failed");
-        cli_report_err(&err, a.json, false);
-        ret = CLI_FAILED;
-    } else if (a.json) {
-        cli_json_line(stdout, v.final);
-    } else {
-        const json_t *img = json_object_get(v.final, "image");
-        printf("%s\n", cli_str(img, "digest") ? cli_str(img, "digest") : "-");
-    }
+    int ret = image_job_report(rc, &err, v.final, v.ok, a.json, "build");
     json_decref(v.final);
     client_fini(&c);
     return ret;
