@@ -17,23 +17,9 @@ rounds=${1:-5} cmds=${2:-20}
 [[ -d tests/compat/vercel/node_modules/@vercel/sandbox ]] ||
     (cd tests/compat/vercel && npm ci --no-audit --no-fund >/dev/null)
 
-tmp=$(mktemp -d)
-mount -t tmpfs -o size=2g tmpfs "$tmp"
-pid=
-cleanup() {
-    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-    umount -l "$tmp" 2>/dev/null; rmdir "$tmp" 2>/dev/null || true
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-p1=$(port) p2=$(port)
-build/rebuno sandboxd --listen "127.0.0.1:$p1" --vercel-listen "127.0.0.1:$p2" \
-    --state-dir "$tmp/state" --log-level warn >"$tmp/log" 2>&1 &
-pid=$!
-for _ in $(seq 200); do [[ -s $tmp/state/local-token ]] && break; sleep 0.05; done
-export REBUNO_SANDBOX_TOKEN_FILE=$tmp/state/local-token
-export REBUNO_SANDBOX_TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token"])' "$REBUNO_SANDBOX_TOKEN_FILE")
-export REBUNO_VERCEL_COMPAT=http://127.0.0.1:$p2 REBUNO_SANDBOX_URL=http://127.0.0.1:$p1 CI=1
+source bench/lib_sandboxd.sh
+sandboxd_start --vercel-listen
+export REBUNO_VERCEL_COMPAT=http://127.0.0.1:$p2 CI=1
 
 # warm-up (first sandbox builds the default image), then both clients
 python3 bench/vercel_compat_v1.py 1 1 >/dev/null
