@@ -69,6 +69,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def npm_ci_pinned(compat, package, version):
+    """npm ci in tests/compat/<x> when its node_modules is missing or older than the lock;
+    asserts the pinned SDK (package at version) is what got installed. Returns compat."""
+    mod = os.path.join(compat, "node_modules", *package.split("/"), "package.json")
+    stamp = os.path.join(compat, "node_modules", ".package-lock.json")
+    lock = os.path.join(compat, "package-lock.json")
+    if not os.path.exists(mod) or not os.path.exists(stamp) or \
+            os.path.getmtime(stamp) < os.path.getmtime(lock):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=compat, check=True,
+                       capture_output=True, timeout=600)
+    with open(mod) as f:
+        assert json.load(f)["version"] == version
+    return compat
+
+
+def start_with_extra_endpoint(make_sandboxd, flag):
+    """A started sandboxd that also serves a compatible API (flag: --e2b-listen,
+    --vercel-listen) on a free port; returns (the daemon, that port)."""
+    port = free_port()
+    return make_sandboxd(args=[flag, f"127.0.0.1:{port}"]).start(), port
+
+
 class Kernel:
     """A running `rebuno dev|server` process."""
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, npm_ci_pinned, start_with_extra_endpoint
 
 COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat", "e2b")
 
@@ -23,23 +23,12 @@ COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat"
 def sdk():
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node and npm are needed for the e2b SDK tests")
-    mod = os.path.join(COMPAT, "node_modules", "e2b", "package.json")
-    stamp = os.path.join(COMPAT, "node_modules", ".package-lock.json")
-    lock = os.path.join(COMPAT, "package-lock.json")
-    if not os.path.exists(mod) or not os.path.exists(stamp) or \
-            os.path.getmtime(stamp) < os.path.getmtime(lock):
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=COMPAT, check=True,
-                       capture_output=True, timeout=600)
-    with open(mod) as f:
-        assert json.load(f)["version"] == "2.51.0"
-    return COMPAT
+    return npm_ci_pinned(COMPAT, "e2b", "2.51.0")
 
 
 @pytest.fixture
 def ed(make_sandboxd, sdk):
-    port = free_port()
-    d = make_sandboxd(args=["--e2b-listen", f"127.0.0.1:{port}"]).start()
-    d.e2b_port = port
+    d, d.e2b_port = start_with_extra_endpoint(make_sandboxd, "--e2b-listen")
     return d
 
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, npm_ci_pinned, start_with_extra_endpoint
 
 COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat", "vercel")
 
@@ -26,23 +26,12 @@ def sdk():
     ver = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     if tuple(int(x) for x in ver.lstrip("v").split(".")[:3]) < (20, 18, 1):
         pytest.skip(f"@vercel/sandbox 3.5.0 needs Node >= 20.18.1 (its undici); this node is {ver}")
-    mod = os.path.join(COMPAT, "node_modules", "@vercel", "sandbox", "package.json")
-    stamp = os.path.join(COMPAT, "node_modules", ".package-lock.json")
-    lock = os.path.join(COMPAT, "package-lock.json")
-    if not os.path.exists(mod) or not os.path.exists(stamp) or \
-            os.path.getmtime(stamp) < os.path.getmtime(lock):
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=COMPAT, check=True,
-                       capture_output=True, timeout=600)
-    with open(mod) as f:
-        assert json.load(f)["version"] == "3.5.0"
-    return COMPAT
+    return npm_ci_pinned(COMPAT, "@vercel/sandbox", "3.5.0")
 
 
 @pytest.fixture
 def vd(make_sandboxd, sdk):
-    port = free_port()
-    d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}"]).start()
-    d.vercel_port = port
+    d, d.vercel_port = start_with_extra_endpoint(make_sandboxd, "--vercel-listen")
     return d
 
 
