@@ -2782,7 +2782,6 @@ class SandboxClient:
             body["network_policy"] = network_policy
         job = await self._api.json("POST", "/images", json=body)
         path = f"/images/builds/{quote(str(job['id']))}"
-        final: dict[str, Any] | None = None
         seen = False  # the first event holds the log so far (all of it if already over)
 
         async def tell(line: str) -> None:
@@ -2791,18 +2790,35 @@ class SandboxClient:
                 if isinstance(r, Awaitable):
                     await r
 
+        async def on_event(kind: str, data: dict[str, Any]) -> None:
+            nonlocal seen
+            if kind == "log":
+                await tell(str(data.get("line", "")))
+            elif not seen and "log" in data:
+                seen = True
+                for line in data["log"]:
+                    await tell(str(line))
+
+        return await self._follow_image_job(path, on_event, read_timeout=3600.0,
+                                            failure=("build_failed", "the build failed", 400),
+                                            context="image build")
+
+    async def _follow_image_job(self, path: str,
+                                on_event: Callable[[str, dict[str, Any]], Awaitable[None]], *,
+                                read_timeout: float, failure: tuple[str, str, int],
+                                context: str) -> dict[str, Any]:
+        """Follow an image job (a pull or a build) on its SSE stream until it ends, giving
+        each event to ``on_event(kind, data)``; a stream that keeps breaking falls back to
+        polling the job. Returns the installed image, or raises the job's error
+        (``failure``: the code, message and status used when the job names none)."""
+        final: dict[str, Any] | None = None
         for _attempt in range(4):
-            resp = await self._api.stream("GET", path + "/stream", read_timeout=3600.0)
+            resp = await self._api.stream("GET", path + "/stream", read_timeout=read_timeout)
             try:
                 async for ev in iter_sse(resp):
                     kind = ev.get("event", "message")
                     data = json.loads(ev.get("data") or "{}")
-                    if kind == "log":
-                        await tell(str(data.get("line", "")))
-                    elif not seen and "log" in data:
-                        seen = True
-                        for line in data["log"]:
-                            await tell(str(line))
+                    await on_event(kind, data)
                     if kind in ("done", "error"):
                         final = data
                         break
@@ -2819,9 +2835,10 @@ class SandboxClient:
                     break
                 await asyncio.sleep(0.5)
         if final.get("status") != "done":
-            err = final.get("error") or {"code": "build_failed", "message": "the build failed"}
-            raise self._api.error(int(err.get("status") or 400), json.dumps({"error": err}).encode(),
-                                  context="image build")
+            code, message, status = failure
+            err = final.get("error") or {"code": code, "message": message}
+            raise self._api.error(int(err.get("status") or status), json.dumps({"error": err}).encode(),
+                                  context=context)
         return dict(final.get("image") or {})
 
     async def list_images(self) -> list[dict[str, Any]]:
@@ -2860,37 +2877,16 @@ class SandboxClient:
             raise TypeError("pull_image() needs an image reference, e.g. 'debian:bookworm'")
         job = await self._api.json("POST", "/images", json={"type": "pull", "ref": ref})
         path = f"/images/jobs/{quote(str(job['id']))}"
-        final: dict[str, Any] | None = None
-        for _attempt in range(4):
-            resp = await self._api.stream("GET", path + "/stream", read_timeout=60.0)
-            try:
-                async for ev in iter_sse(resp):
-                    kind = ev.get("event", "message")
-                    data = json.loads(ev.get("data") or "{}")
-                    if on_progress is not None:
-                        r = on_progress(data)
-                        if isinstance(r, Awaitable):
-                            await r
-                    if kind in ("done", "error"):
-                        final = data
-                        break
-            except (asyncio.TimeoutError, OSError):
-                pass
-            finally:
-                resp.close()
-            if final is not None:
-                break
-        if final is None:  # the stream kept breaking: the job says how it ended
-            while True:
-                final = await self._api.json("GET", path)
-                if final.get("status") in ("done", "failed"):
-                    break
-                await asyncio.sleep(0.5)
-        if final.get("status") != "done":
-            err = final.get("error") or {"code": "pull_failed", "message": "the pull failed"}
-            raise self._api.error(int(err.get("status") or 502), json.dumps({"error": err}).encode(),
-                                  context=f"pull {ref}")
-        return dict(final.get("image") or {})
+
+        async def on_event(kind: str, data: dict[str, Any]) -> None:
+            if on_progress is not None:
+                r = on_progress(data)
+                if isinstance(r, Awaitable):
+                    await r
+
+        return await self._follow_image_job(path, on_event, read_timeout=60.0,
+                                            failure=("pull_failed", "the pull failed", 502),
+                                            context=f"pull {ref}")
 
     # --- drives
     async def get_or_create_drive(self, *, name: str, max_size_bytes: int | None = None,
