@@ -186,6 +186,18 @@ def test_image_default_and_digest(vd, tmp_path):
     assert r["fromImage"] == "from the image\n"
 
 
+def test_interactive_pty_over_the_cli_websocket(vd):
+    r = run_case(vd, "interactive")
+    assert r["url"].startswith("ws://HOST/v2/sandboxes/sessions/sbs_") and \
+        r["url"].endswith("/interactive/ws")
+    assert r["tokenLen"] == 64
+    # the start frame's size, env and cwd; a resize; a real terminal; the exit frame
+    assert r["firstSize"] and r["resized"] and r["envCwd"] and r["tty"]
+    assert r["texts"] == [{"type": "exit", "code": 7, "signal": None}] and r["closeCode"] == 1000
+    assert r["reuse"] == "refused" and r["badStart"] == "refused"
+    assert r["killedOnClose"]
+
+
 def test_error_paths(vd):
     r = run_case(vd, "errors")
     assert r["getUnknown"]["status"] == 404

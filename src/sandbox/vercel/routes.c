@@ -570,6 +570,7 @@ static bool auth_filter(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
     const struct local_auth *la = v->d->local;
+    if (vc_interactive_path(http_req_method(r), http_req_path(r))) return true; /* its token */
     if (la && local_auth_check(la, http_req_header(r, "Authorization"))) return true;
     if (la)
         local_auth_refuse(la, r);
@@ -604,6 +605,7 @@ void sbx_vercel_register(struct sbxd *d, struct http_server *h)
     http_route(h, "POST", "/v2/sandboxes/sessions/:sid/snapshot", h_snapshot, v);
     vc_cmd_routes(v);
     vc_file_routes(v);
+    vc_interactive_routes(v);
     vc_drive_routes(v); /* before /v2/sandboxes/:name/fork */
     http_route(h, "POST", "/v3/sandboxes", h_create, v);
     http_route(h, "POST", "/v2/sandboxes", h_create, v);

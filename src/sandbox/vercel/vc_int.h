@@ -14,13 +14,25 @@
 #define VC_SID_MAX 96
 #define VC_JSON_MAX (1u << 20)
 
+#define VC_TOKEN_HEX 64    /* an interactive token: 32 random bytes in hex */
+#define VC_TICKETS_MAX 32  /* interactive tokens handed out and not yet used */
+#define VC_TICKET_MS 60000 /* how long one is good for */
+
 struct vc_stream;
+
+/* interactive.c: a one-time token for the WebSocket of a session's terminal */
+struct vc_ticket {
+    char token[VC_TOKEN_HEX + 1]; /* "" when the slot is free */
+    char sid[VC_SID_MAX];
+    int64_t expires; /* epoch ms */
+};
 
 struct vc {
     struct sbx_observer o;     /* first: the core hands it back */
     struct sbxd *d;
     struct http_server *h;
     struct vc_stream *streams; /* logs.c: NDJSON streams and long-polls */
+    struct vc_ticket tickets[VC_TICKETS_MAX];
 };
 
 /* ---- routes.c ---- */
@@ -71,5 +83,11 @@ json_t *vc_mounts_out(struct sbx *s);
 
 /* ---- files.c ---- */
 void vc_file_routes(struct vc *v);
+
+/* ---- interactive.c ---- */
+void vc_interactive_routes(struct vc *v);
+/* Whether method + path is the terminal's WebSocket, which its token (not the Bearer
+ * token: WebSocket clients send no headers) guards. */
+bool vc_interactive_path(const char *method, const char *path);
 
 #endif

@@ -5,6 +5,7 @@
 // `RESULT <json>` with what it saw; the Python side asserts on it.
 import { Sandbox, Drive, APIError } from "@vercel/sandbox";
 import { Writable } from "node:stream";
+import { WebSocket } from "undici";
 import { rebuno } from "./rebuno-vercel.mjs";
 
 const o = rebuno();
@@ -364,6 +365,65 @@ const cases = {
     const after = await Sandbox.get({ ...o, name: made[0] });
     res.updated = { timeout: after.timeout, tags: after.tags };
     for (const n of made) await (await Sandbox.get({ ...o, name: n })).delete();
+    return res;
+  },
+
+  // openInteractive -> {url, token}; the CLI's WebSocket protocol on it (start frame,
+  // binary stdin/stdout, resize, exit); the token is good once
+  async interactive() {
+    const sb = await Sandbox.create({ ...o, name: uniq(), timeout: 60000 });
+    const { url, token } = await sb.openInteractive();
+    const res = { url: url.replace(/\/\/[^/]+/, "//HOST"), tokenLen: token.length };
+    const term = (tok) => {
+      const ws = new WebSocket(`${url}?token=${tok}`);
+      ws.binaryType = "arraybuffer";
+      const t = { ws, out: "", texts: [], opened: new Promise((ok, no) => {
+        ws.addEventListener("open", ok); ws.addEventListener("error", () => no(new Error("ws error")));
+      }), closed: new Promise((ok) => ws.addEventListener("close", (e) => ok(e.code))) };
+      ws.addEventListener("message", (ev) => {
+        if (typeof ev.data === "string") t.texts.push(JSON.parse(ev.data));
+        else t.out += Buffer.from(ev.data).toString();
+      });
+      t.until = async (re) => { for (let i = 0; i < 200 && !re.test(t.out); i++) await new Promise((r) => setTimeout(r, 50)); return re.test(t.out); };
+      return t;
+    };
+    const t = term(token);
+    await t.opened;
+    t.ws.send(JSON.stringify({ type: "start", command: "/bin/sh", args: [], env: ["GREETING=hello"],
+                               cwd: "/vercel/sandbox", cols: 100, rows: 30 }));
+    t.ws.send(new TextEncoder().encode("stty size\n"));
+    res.firstSize = await t.until(/30 100/);
+    t.ws.send(JSON.stringify({ type: "resize", cols: 120, rows: 40 }));
+    t.ws.send(new TextEncoder().encode("stty size; echo $GREETING-$(pwd); tty; exit 7\n"));
+    res.closeCode = await t.closed;
+    res.resized = /40 120/.test(t.out);
+    res.envCwd = /hello-\/vercel\/sandbox/.test(t.out);
+    res.tty = /\/dev\/pts\//.test(t.out);
+    res.texts = t.texts;
+    // the token was used: a second socket with it is refused
+    const again = term(token);
+    res.reuse = await again.opened.then(() => "opened", (e) => "refused");
+    // a socket that goes away before its terminal ends takes the terminal with it
+    const k = await sb.openInteractive();
+    const t2 = (() => { const x = new WebSocket(`${k.url}?token=${k.token}`); return x; })();
+    await new Promise((ok) => t2.addEventListener("open", ok));
+    t2.send(JSON.stringify({ type: "start", command: "/bin/sh", args: ["-c", "echo $$ > /tmp/pty.pid; exec sleep 300"] }));
+    const pidFile = async () => (await sb.readFileToBuffer({ path: "/tmp/pty.pid" }))?.toString().trim();
+    let pid;
+    for (let i = 0; i < 100 && !(pid = await pidFile()); i++) await new Promise((r) => setTimeout(r, 50));
+    t2.close();
+    let alive = true;
+    for (let i = 0; i < 100 && alive; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      alive = (await sb.runCommand("sh", ["-c", `kill -0 ${pid} 2>/dev/null`])).exitCode === 0;
+    }
+    res.killedOnClose = Boolean(pid) && !alive;
+    res.badStart = await (async () => {
+      const b = await sb.openInteractive();
+      const x = term(b.token.replace(/./, (c) => (c === "a" ? "b" : "a")));
+      return await x.opened.then(() => "opened", () => "refused");
+    })();
+    await sb.stop();
     return res;
   },
 
