@@ -328,6 +328,77 @@ def test_git_source_cloned_through_the_injected_credential(make_sandboxd, sdk, t
         up.close()
 
 
+def test_tarball_source_by_url_from_a_local_server(vd, tmp_path):
+    import gzip
+    import http.server
+    import io
+    import tarfile
+    import threading
+
+    def tar_of(members, gz=False):
+        b = io.BytesIO()
+        with tarfile.open(fileobj=b, mode="w:gz" if gz else "w") as t:
+            for name, data, kind in members:
+                ti = tarfile.TarInfo(name)
+                if kind == "link":
+                    ti.type, ti.linkname = tarfile.SYMTYPE, data
+                    t.addfile(ti)
+                else:
+                    ti.size = len(data)
+                    t.addfile(ti, io.BytesIO(data))
+        return b.getvalue()
+
+    binary = bytes(range(256)) * 40
+    files = {
+        "/good.tar.gz": tar_of([("hello.txt", b"hello from a tarball\n", "file"),
+                                ("dir/bin.dat", binary, "file"),
+                                ("plain/p.txt", b"plain\n", "file")], gz=True),
+        "/plain.tar": tar_of([("plain/p.txt", b"not compressed\n", "file")]),
+        "/dotdot.tar": tar_of([("ok.txt", b"x", "file"), ("../../escape.txt", b"out", "file")]),
+        "/junk.tar.gz": gzip.compress(b"this is no tar archive" * 50),
+        # a link out of the tree, then a file through it
+        "/linkout.tar": tar_of([("out", "/tmp", "link"), ("out/evil", b"evil", "file")]),
+    }
+    got = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            got.append(self.path)
+            body = files.get(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    os.environ["TARBALL_BASE"] = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        r = run_case(vd, "tarball")
+    finally:
+        del os.environ["TARBALL_BASE"]
+        srv.shutdown()
+    assert r["status"] == "running" and r["hello"] == "hello from a tarball\n"
+    assert r["bin"] == list(range(8)) + [len(binary)]
+    assert r["plain"] == "plain\n" and r["plainTar"] == "not compressed\n"
+    for k in ("dotdot", "missing", "notTar", "linkout"):
+        assert r[k]["status"] == 400 and r[k]["code"] == "source_failed", (k, r[k])
+    assert "escape" in r["dotdot"]["message"] or ".." in r["dotdot"]["message"], r["dotdot"]
+    assert r["scheme"]["status"] == 400 and "file:///etc/passwd" not in got
+    assert r["left"] == 0  # a failed source leaves no sandbox
+    assert "404" in r["missing"]["message"]
+    assert not os.path.exists("/escape.txt")
+    assert not os.path.exists("/tmp/evil") or open("/tmp/evil").read() != "evil"
+    # the fetched files are gone from sandboxd's state once the sources are over
+    assert os.listdir(os.path.join(vd.state, "vercel-tarballs")) == []
+
+
 def test_drives_and_mounts(vd):
     r = run_case(vd, "drives")
     assert r["sameId"] and r["listed"] == [r["name"]] and r["max"] == 64 << 20
@@ -371,7 +442,9 @@ def test_hostile_input_gets_4xx_naming_the_field(vd):
         ("POST", "/v3/sandboxes", {"tags": "x"}, 400, "tags"),
         ("POST", "/v3/sandboxes", {"resources": 3}, 400, "resources"),
         ("POST", "/v3/sandboxes", {"networkPolicy": {"mode": "open"}}, 400, "networkPolicy.mode"),
-        ("POST", "/v3/sandboxes", {"source": {"type": "tarball", "url": "http://x/y.tgz"}}, 400, "source.type"),
+        ("POST", "/v3/sandboxes", {"source": {"type": "tarball", "url": "ftp://x/y.tgz"}}, 400, "source.url"),
+        ("POST", "/v3/sandboxes", {"source": {"type": "tarball", "url": "http://x/a b"}}, 400, "source.url"),
+        ("POST", "/v3/sandboxes", {"source": {"type": "zip", "url": "http://x/y.zip"}}, 400, "source.type"),
         ("POST", "/v3/sandboxes", {"mounts": {"/etc": {"drive": "nope"}}}, 400, "mounts"),
         ("POST", "/v3/sandboxes", b"{" + b'"a":"' + b"x" * (2 << 20) + b'"}', 413, "body"),
         ("POST", f"{base}/cmd", {"command": 5}, 400, "command"),

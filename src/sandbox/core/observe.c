@@ -28,6 +28,12 @@ void sbx_session_notify(struct sbxd *d, struct sbx *s)
         if (o->on_session_end) o->on_session_end(o, s);
 }
 
+void sbx_observers_shutdown(struct sbxd *d)
+{
+    for (struct sbx_observer *o = d->observers; o; o = o->next)
+        if (o->on_shutdown) o->on_shutdown(o);
+}
+
 void sbx_stdin_forget(struct sbx_cmd *c, struct sbx_stdin_waiter *w)
 {
     for (struct stdin_chunk *k = c->in_head; k; k = k->next)

@@ -28,6 +28,9 @@ struct sbx_observer {
     /* s's session ended (stopped, crashed, deleted), before its trees are unmounted: let
      * go of anything held inside them (may be NULL) */
     void (*on_session_end)(struct sbx_observer *o, struct sbx *s);
+    /* sbxd_shutdown began (may be NULL): let go of what keeps the loop running (threads'
+     * notifications, timers), so the loop can end before sbxd_free */
+    void (*on_shutdown)(struct sbx_observer *o);
     /* called by sbxd_free, last (may be NULL): free what holds o */
     void (*release)(struct sbx_observer *o);
     struct sbx_observer *next; /* the core's */

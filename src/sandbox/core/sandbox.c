@@ -1469,6 +1469,7 @@ void sbxd_shutdown(struct sbxd *d)
     progress(d);
     sbx_images_close(d); /* so would the import thread's notifications */
     sbx_pulls_close(d);  /* and the pulls' */
+    sbx_observers_shutdown(d); /* and the front-ends' */
     sbx_snaps_shutdown(d);
 }
 

@@ -377,6 +377,7 @@ void sbx_sources_close(struct sbxd *d);
 
 /* ---- observe.c ---- */
 void sbx_observers_release(struct sbxd *d); /* sbxd_free: every observer's release */
+void sbx_observers_shutdown(struct sbxd *d); /* sbxd_shutdown: every observer's on_shutdown */
 
 /* ---- api.c ---- */
 void sbx_api_register(struct sbxd *d);

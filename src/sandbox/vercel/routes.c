@@ -196,10 +196,17 @@ static json_t *map_body(const json_t *in, bool create, struct err *err)
                 goto fail;
             }
             json_object_set_new(o, "source", g);
+        } else if (type && !strcmp(type, "tarball")) {
+            const char *url = json_string_value(json_object_get(v, "url"));
+            if (!url || !vc_tarball_url_ok(url)) {
+                err_invalid(err, "source.url", "source.url must be an http:// or https:// URL "
+                            "of a tar (plain or compressed)");
+                goto fail;
+            }
+            json_object_set_new(o, "source", json_pack("{s:s, s:s}", "type", "tarball", "url", url));
         } else {
             err_set(err, 400, "unsupported", "source.type",
-                    "source.type must be \"snapshot\" or \"git\" here (a tarball by URL is not "
-                    "fetched by the host; upload it with writeFiles)");
+                    "source.type must be \"snapshot\", \"git\" or \"tarball\"");
             goto fail;
         }
     }
@@ -211,7 +218,7 @@ fail:
 
 /* ------------------------------------------------------------------ sandboxes */
 
-static void source_done(struct http_req *r, struct sbx *s, const char *error)
+void vc_source_done(struct http_req *r, struct sbx *s, const char *error)
 {
     if (s)
         reply_sandbox(r, s, 200, -1);
@@ -231,13 +238,22 @@ static void h_create(struct http_req *r, void *arg)
         vc_reply_err(r, &err);
         return;
     }
+    json_t *src = json_object_get(body, "source");
+    const char *url = json_string_value(json_object_get(src, "url"));
+    if (url && !strcmp(json_string_value(json_object_get(src, "type")), "tarball")) {
+        char u[VC_URL_MAX + 1];
+        snprintf(u, sizeof u, "%s", url);
+        json_object_del(body, "source");
+        vc_tarball_create(v, r, body, u); /* answered once fetched and extracted */
+        return;
+    }
     struct sbx *s = sbx_create(v->d, body, &err);
     json_decref(body);
     if (!s) {
         vc_reply_err(r, &err);
         return;
     }
-    if (sbx_source_begin_ex(v->d, s, r, source_done)) return; /* git: answered when cloned */
+    if (sbx_source_begin_ex(v->d, s, r, vc_source_done)) return; /* git: answered when cloned */
     reply_sandbox(r, s, 200, -1);
 }
 
@@ -579,8 +595,14 @@ static bool auth_filter(struct http_req *r, void *arg)
     return false;
 }
 
+static void shutdown_(struct sbx_observer *o)
+{
+    vc_tarballs_free((struct vc *)o); /* its worker's notifications keep the loop running */
+}
+
 static void release(struct sbx_observer *o)
 {
+    vc_tarballs_free((struct vc *)o);
     free(o);
 }
 
@@ -588,6 +610,7 @@ void sbx_vercel_register(struct sbxd *d, struct http_server *h)
 {
     struct vc *v = xcalloc(1, sizeof *v);
     v->o.on_cmd = vc_on_cmd;
+    v->o.on_shutdown = shutdown_;
     v->o.release = release;
     v->d = d;
     v->h = h;

@@ -6,6 +6,8 @@
 #ifndef REBUNO_SANDBOX_VERCEL_VC_INT_H
 #define REBUNO_SANDBOX_VERCEL_VC_INT_H
 
+#include <stdatomic.h>
+
 #include "sandbox/core/sandboxd_int.h"
 #include "sandbox/vercel/vercel.h"
 
@@ -14,11 +16,15 @@
 #define VC_SID_MAX 96
 #define VC_JSON_MAX (1u << 20)
 
+#define VC_URL_MAX 2048
+#define VC_TARBALL_MAX (1 << 30) /* bytes of a tarball source fetched by URL */
 #define VC_TOKEN_HEX 64    /* an interactive token: 32 random bytes in hex */
 #define VC_TICKETS_MAX 32  /* interactive tokens handed out and not yet used */
 #define VC_TICKET_MS 60000 /* how long one is good for */
 
 struct vc_stream;
+struct tb_job;
+struct proxy_worker;
 
 /* interactive.c: a one-time token for the WebSocket of a session's terminal */
 struct vc_ticket {
@@ -33,6 +39,10 @@ struct vc {
     struct http_server *h;
     struct vc_stream *streams; /* logs.c: NDJSON streams and long-polls */
     struct vc_ticket tickets[VC_TICKETS_MAX];
+    struct tb_job *tarballs; /* tarball.c: fetched files whose source job runs */
+    struct proxy_worker *tarball_worker;
+    atomic_bool tarball_cancel;
+    bool tarball_dir_ready;
 };
 
 /* ---- routes.c ---- */
@@ -46,6 +56,8 @@ struct sbx *vc_session_sbx(struct vc *v, struct http_req *r, http_handler_fn sel
 struct sbx *vc_sid_sbx(struct vc *v, struct http_req *r);
 /* The JSON object body of r, or an answer (400/413) and NULL. */
 json_t *vc_body(struct http_req *r, bool allow_empty);
+/* Answer a create once its source is set up (s), or failed (error). */
+void vc_source_done(struct http_req *r, struct sbx *s, const char *error);
 /* err with the /v1 field names mapped to the SDK's (timeout_ms -> timeout ...). */
 void vc_reply_err(struct http_req *r, struct err *err);
 
@@ -83,6 +95,13 @@ json_t *vc_mounts_out(struct sbx *s);
 
 /* ---- files.c ---- */
 void vc_file_routes(struct vc *v);
+
+/* ---- tarball.c ---- */
+bool vc_tarball_url_ok(const char *url); /* http(s), no spaces or controls, bounded */
+/* Fetch url, then create the sandbox of body (a /v1 create body, taken) with it as a
+ * tarball source, extracted into VC_CWD; r is answered as the create. */
+void vc_tarball_create(struct vc *v, struct http_req *r, json_t *body, const char *url);
+void vc_tarballs_free(struct vc *v);
 
 /* ---- interactive.c ---- */
 void vc_interactive_routes(struct vc *v);

@@ -304,6 +304,31 @@ const cases = {
     return res;
   },
 
+  // a tarball source by URL (a local HTTP server): fetched by the host, extracted into
+  // the session cwd; a hostile one and an unreachable one are the create's 400
+  async tarball() {
+    const base = process.env.TARBALL_BASE;
+    const res = {};
+    const sb = await Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/good.tar.gz` } });
+    res.status = sb.status;
+    res.hello = (await sb.readFileToBuffer({ path: "hello.txt" }))?.toString();
+    const bin = await sb.readFileToBuffer({ path: "dir/bin.dat" });
+    res.bin = bin ? [...bin].slice(0, 8).concat([bin.length]) : null;
+    res.plain = (await text(await sb.runCommand("cat", ["/vercel/sandbox/plain/p.txt"]))).out;
+    await sb.stop();
+    const plain = await Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/plain.tar` } });
+    res.plainTar = (await plain.readFileToBuffer({ path: "plain/p.txt" }))?.toString();
+    await plain.stop();
+    const before = (await Sandbox.list({ ...o })).sandboxes.length;
+    res.dotdot = await errOf(Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/dotdot.tar` } }));
+    res.missing = await errOf(Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/nope.tar` } }));
+    res.notTar = await errOf(Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/junk.tar.gz` } }));
+    res.scheme = await errOf(Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: "file:///etc/passwd" } }));
+    res.linkout = await errOf(Sandbox.create({ ...o, timeout: 60000, source: { type: "tarball", url: `${base}/linkout.tar` } }));
+    res.left = (await Sandbox.list({ ...o })).sandboxes.length - before;
+    return res;
+  },
+
   // a git source cloned inside the sandbox, its credential injected by the egress proxy
   async git() {
     const cred = process.env.NET_CRED;
