@@ -264,14 +264,16 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
     try:
         port = free_port()
         d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
-                                "--upstream-override", f"github.example:443=127.0.0.1:{up.port}"]).start()
+                                "--upstream-override", f"github.example:443=127.0.0.1:{up.port}",
+                                "--upstream-override", f"api.example:443=127.0.0.1:{up.port}"]).start()
         d.vercel_port = port
         os.environ["NET_TOKEN"], os.environ["NET_ROTATED"] = token, rotated
         try:
             r = run_case(d, "network")
         finally:
             del os.environ["NET_TOKEN"], os.environ["NET_ROTATED"]
-        auths = [[v for k, v in q["headers"] if k.lower() == "authorization"] for q in up.requests]
+        auths = [[v for k, v in q["headers"] if k.lower() == "authorization"] for q in up.requests
+                 if q["path"] == "/vercel"]
         # the proxy replaced the sandbox's own header with the policy's, then the rotated one
         assert auths == [[token], [rotated]], auths
         assert "ok GET /vercel" in r["first"]["out"] and "ok GET /vercel" in r["second"]["out"]
@@ -283,6 +285,14 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
         for where in (r["inside"], r["rawGet"], json.dumps(r), d.read_log()):
             assert token not in where and rotated not in where
         assert r["subnets"]["status"] == 400
+        # subnets {allow: every address}: a host not named reaches the upstream too, untouched
+        assert r["domainOnly"]["exit"] != 0 and "ok GET /other" in r["anyOther"]["out"], r
+        assert r["denyWins"]["exit"] != 0
+        assert r["anyPolicy"] == {"allow": ["github.example"], "subnets": {"allow": ["0.0.0.0/0"]}}, \
+            r["anyPolicy"]
+        other = [q for q in up.requests if q["path"] == "/other"]
+        assert len(other) == 1 and not [v for k, v in other[0]["headers"] if k.lower() == "authorization"]
+        assert r["forward"]["status"] == 400
     finally:
         up.close()
 

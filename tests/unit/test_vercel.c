@@ -48,8 +48,26 @@ Test(vercel, policy_in)
     out = vc_policy_in(p, &err);
     cr_assert(json_is_array(json_object_get(out, "allow")));
     json_decref(out), json_decref(p);
-    static const char *const bad[] = {"{\"mode\":\"custom\"}", "{\"subnets\":{\"deny\":[]}}", "{}",
-                                      "{\"allow\":[],\"x\":1}", "[1]", "{\"mode\":7}"};
+    /* subnets: every address allowed = any host beside the named ones; deny wins */
+    static const char *const ok[][2] = {
+        {"{\"allow\":[\"a.com\"],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}",
+         "{\"allow\": {\"a.com\": [], \"*\": []}}"},
+        {"{\"subnets\":{\"allow\":[\"::/0\"]}}", "\"allow-all\""},
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/0\"],\"deny\":[\"0.0.0.0/0\"]}}", "\"deny-all\""},
+        {"{\"allow\":[\"a.com\"],\"subnets\":{\"deny\":[\"0.0.0.0/0\"]}}", "{\"allow\": [\"a.com\"]}"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        p = json_loads(ok[i][0], 0, NULL);
+        json_t *want = json_loads(ok[i][1], JSON_DECODE_ANY, NULL);
+        out = vc_policy_in(p, &err);
+        cr_assert(out && json_equal(out, want), "%s", ok[i][0]);
+        json_decref(out), json_decref(p), json_decref(want);
+    }
+    static const char *const bad[] = {"{\"mode\":\"custom\"}", "{\"subnets\":{\"deny\":[\"10.0.0.0/8\"]}}",
+                                      "{\"subnets\":{\"allow\":[\"10.1.2.3/32\"]}}", "{\"subnets\":[]}",
+                                      "{\"subnets\":{\"allow\":[7]}}", "{\"subnets\":{\"x\":[]}}", "{}",
+                                      "{\"allow\":[],\"x\":1}", "[1]", "{\"mode\":7}",
+                                      "{\"allow\":\"a.com\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct err e = ERR_INIT;
         p = json_loads(bad[i], 0, NULL);

@@ -54,6 +54,52 @@ static void set_ms(json_t *o, const char *k, int64_t ms)
 
 /* ------------------------------------------------------------------ network policy */
 
+static bool all_addresses(const char *c)
+{
+    return !strcmp(c, "0.0.0.0/0") || !strcmp(c, "::/0");
+}
+
+/* subnets {allow, deny} as the egress proxy can enforce them: it filters by host name,
+ * so only "all addresses" (0.0.0.0/0, ::/0) is expressible: allowed, it lets any host
+ * through beside the named domains (1); denied, only the named domains (0; deny wins, as
+ * on Vercel). Other ranges are refused (400), never silently dropped. */
+static int subnets_any(const json_t *sn, struct err *err)
+{
+    if (!sn || json_is_null(sn)) return 0;
+    if (!json_is_object(sn))
+        return err_invalid(err, "networkPolicy.subnets",
+                           "networkPolicy.subnets must be {\"allow\": [CIDR], \"deny\": [CIDR]}");
+    static const char *const keys[] = {"allow", "deny"};
+    bool has[2] = {false, false};
+    size_t seen = 0;
+    for (int k = 0; k < 2; k++) {
+        json_t *l = json_object_get(sn, keys[k]);
+        if (!l || json_is_null(l)) continue;
+        seen++;
+        if (!json_is_array(l) || json_array_size(l) > 256)
+            return err_invalid(err, "networkPolicy.subnets", "networkPolicy.subnets.%s must be a "
+                               "list of at most 256 CIDR ranges", keys[k]);
+        size_t i;
+        json_t *c;
+        json_array_foreach(l, i, c) {
+            if (!json_is_string(c) || json_string_length(c) > 64)
+                return err_invalid(err, "networkPolicy.subnets", "networkPolicy.subnets.%s[%zu] "
+                                   "must be a CIDR range", keys[k], i);
+            if (!all_addresses(json_string_value(c)))
+                return err_set(err, 400, "unsupported", "networkPolicy.subnets",
+                               "networkPolicy.subnets.%s[%zu]: only 0.0.0.0/0 and ::/0 (every "
+                               "address) can be %s here; the egress proxy filters by host name "
+                               "(allow the domains you need)", keys[k], i,
+                               k ? "denied" : "allowed");
+            has[k] = true;
+        }
+    }
+    if (seen != json_object_size(sn))
+        return err_invalid(err, "networkPolicy.subnets",
+                           "networkPolicy.subnets has only \"allow\" and \"deny\"");
+    return has[0] && !has[1];
+}
+
 json_t *vc_policy_in(const json_t *p, struct err *err)
 {
     if (json_is_string(p)) return json_incref((json_t *)p); /* "allow-all" ... as /v1 */
@@ -72,18 +118,50 @@ json_t *vc_policy_in(const json_t *p, struct err *err)
         }
         return json_string(m);
     }
-    if (json_object_get(p, "subnets")) {
-        err_set(err, 400, "unsupported", "networkPolicy.subnets",
-                "networkPolicy.subnets (CIDR rules) is not supported locally: allow domains");
-        return NULL;
-    }
-    json_t *allow = json_object_get(p, "allow");
-    if (!allow || json_object_size(p) != 1) {
+    json_t *allow = json_object_get(p, "allow"), *subnets = json_object_get(p, "subnets");
+    size_t known = (allow ? 1u : 0u) + (subnets ? 1u : 0u);
+    if (!known || json_object_size(p) != known) {
         err_invalid(err, "networkPolicy", "networkPolicy must have \"allow\" (a list of "
-                                          "domains, or a map of domains to rules) or \"mode\"");
+                                          "domains, or a map of domains to rules), \"subnets\" "
+                                          "or \"mode\"");
         return NULL;
     }
-    return json_pack("{s:O}", "allow", allow); /* /v1 validates the rules */
+    int any = subnets_any(subnets, err);
+    if (any < 0) return NULL;
+    json_t *map;
+    if (json_is_array(allow) && json_array_size(allow) && !any)
+        return json_pack("{s:O}", "allow", allow); /* /v1 validates the domains */
+    if (!allow || json_is_null(allow)) {
+        map = json_object();
+    } else if (json_is_array(allow)) {
+        map = json_object();
+        size_t i;
+        json_t *d;
+        json_array_foreach(allow, i, d) {
+            if (!json_is_string(d)) {
+                json_decref(map);
+                err_invalid(err, "networkPolicy.allow", "networkPolicy.allow[%zu] must be a domain", i);
+                return NULL;
+            }
+            json_object_set_new(map, json_string_value(d), json_array());
+        }
+    } else if (json_is_object(allow)) {
+        map = json_deep_copy(allow); /* /v1 validates the rules */
+    } else {
+        err_invalid(err, "networkPolicy.allow",
+                    "networkPolicy.allow must be a list of domains or a map of domains to rules");
+        return NULL;
+    }
+    if (any && !json_object_get(map, "*")) json_object_set_new(map, "*", json_array());
+    if (!json_object_size(map)) {
+        json_decref(map);
+        return json_string("deny-all");
+    }
+    if (json_object_size(map) == 1 && json_object_get(map, "*")) {
+        json_decref(map);
+        return json_string("allow-all");
+    }
+    return json_pack("{s:o}", "allow", map);
 }
 
 json_t *vc_policy_out(struct sbx *s)
@@ -96,7 +174,7 @@ json_t *vc_policy_out(struct sbx *s)
         out = json_pack("{s:s}", "mode", json_string_value(p));
     } else {
         json_t *map = json_is_object(json_object_get(p, "allow")) ? json_object_get(p, "allow") : p;
-        json_t *domains = json_array(), *inj = json_array();
+        json_t *domains = json_array(), *inj = json_array(), *cidrs = NULL;
         json_t *list = json_object_get(p, "allow");
         if (json_is_array(list)) {
             json_array_extend(domains, list);
@@ -104,6 +182,10 @@ json_t *vc_policy_out(struct sbx *s)
             const char *k;
             json_t *rules;
             json_object_foreach(map, k, rules) {
+                if (!strcmp(k, "*")) { /* any other host: every address, as subnets */
+                    cidrs = json_pack("[s]", "0.0.0.0/0");
+                    continue;
+                }
                 json_array_append_new(domains, json_string(k));
                 json_t *names = json_array();
                 size_t i;
@@ -128,6 +210,7 @@ json_t *vc_policy_out(struct sbx *s)
         }
         out = json_pack("{s:s, s:o, s:o}", "mode", "custom", "allowedDomains", domains,
                         "injectionRules", inj);
+        if (cidrs) json_object_set_new(out, "allowedCIDRs", cidrs);
     }
     json_decref(o);
     return out;

@@ -300,6 +300,16 @@ const cases = {
     const r = await raw("GET", `/v2/sandboxes/${sb.name}`);
     res.rawGet = r.text;
     res.subnets = await errOf(sb.updateNetworkPolicy({ subnets: { deny: ["10.0.0.0/8"] } }));
+    // subnets: every address allowed lets other hosts through (passthrough, no header);
+    // the same with every address denied lets only the named domain through
+    const other = ["-sSk", "--max-time", "10", "https://api.example/other"];
+    res.domainOnly = await text(await sb.runCommand("curl", other));
+    await sb.updateNetworkPolicy({ allow: ["github.example"], subnets: { allow: ["0.0.0.0/0"] } });
+    res.anyPolicy = (await Sandbox.get({ ...o, name: sb.name })).networkPolicy;
+    res.anyOther = await text(await sb.runCommand("curl", other));
+    await sb.updateNetworkPolicy({ allow: ["github.example"], subnets: { allow: ["0.0.0.0/0"], deny: ["0.0.0.0/0"] } });
+    res.denyWins = await text(await sb.runCommand("curl", other));
+    res.forward = await errOf(sb.updateNetworkPolicy({ allow: { "github.example": [{ forwardURL: "https://127.0.0.1:1/" }] } }));
     await sb.stop();
     return res;
   },
