@@ -10,7 +10,6 @@
 
 #include "sandbox/core/validate.h"
 
-#define LIST_MAX 200
 
 /* A /v1 drive object as the SDK's Drive (consumed). */
 static json_t *drive_out(struct sbxd *d, json_t *v1)
@@ -87,14 +86,10 @@ json_t *vc_mounts_out(struct sbx *s)
 static void h_list(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
-    const char *lim = http_req_query(r, "limit"), *cur = http_req_query(r, "cursor");
-    const char *order = http_req_query(r, "sortOrder");
-    long limit = 50, start = 0;
+    const char *cur = http_req_query(r, "cursor"), *order = http_req_query(r, "sortOrder");
+    long limit, start = 0;
     char *end;
-    if (lim && (!*lim || (limit = strtol(lim, &end, 10)) < 1 || limit > LIST_MAX || *end)) {
-        http_reply_error(r, 400, "bad_request", "limit", "limit must be 1-%d", LIST_MAX);
-        return;
-    }
+    if (vc_query_limit(r, &limit) < 0) return;
     if (cur && (!*cur || (start = strtol(cur, &end, 10)) < 0 || *end)) {
         http_reply_error(r, 400, "bad_request", "cursor", "cursor must come from pagination.next");
         return;

@@ -39,6 +39,18 @@ static bool body_path(struct http_req *r, json_t *body, char out[SBX_PATH_MAX + 
     return true;
 }
 
+/* The running session's sandbox and the body's {path, cwd} resolved; NULL: answered. */
+static struct sbx *session_path(struct vc *v, struct http_req *r, http_handler_fn self,
+                                char path[SBX_PATH_MAX + 1])
+{
+    struct sbx *s = vc_session_sbx(v, r, self);
+    json_t *body;
+    if (!s || !(body = vc_body(r, false))) return NULL;
+    bool ok = body_path(r, body, path);
+    json_decref(body);
+    return ok ? s : NULL;
+}
+
 static void write_done(struct http_req *r, const char *error, const char *target, size_t bytes)
 {
     if (error)
@@ -72,14 +84,9 @@ static void h_write(struct http_req *r, void *arg)
 
 static void h_read(struct http_req *r, void *arg)
 {
-    struct vc *v = arg;
-    struct sbx *s = vc_session_sbx(v, r, h_read);
-    json_t *body;
-    if (!s || !(body = vc_body(r, false))) return;
     char path[SBX_PATH_MAX + 1];
-    bool ok = body_path(r, body, path);
-    json_decref(body);
-    if (!ok) return;
+    struct sbx *s = session_path(arg, r, h_read, path);
+    if (!s) return;
     struct buf out;
     buf_init(&out, SBX_FS_IO_MAX);
     struct err err = ERR_INIT;
@@ -102,14 +109,9 @@ static void h_read(struct http_req *r, void *arg)
 
 static void h_mkdir(struct http_req *r, void *arg)
 {
-    struct vc *v = arg;
-    struct sbx *s = vc_session_sbx(v, r, h_mkdir);
-    json_t *body;
-    if (!s || !(body = vc_body(r, false))) return;
     char path[SBX_PATH_MAX + 1];
-    bool ok = body_path(r, body, path);
-    json_decref(body);
-    if (!ok) return;
+    struct sbx *s = session_path(arg, r, h_mkdir, path);
+    if (!s) return;
     struct sbx_owner root = {0, 0};
     struct err err = ERR_INIT;
     if (sbx_fs_mkdir(&s->sess->fs, path, false, -1, &root, &err) < 0) {

@@ -25,7 +25,6 @@
 #include "sandbox/core/validate.h"
 #include "sandbox/storage/files.h"
 
-#define LIST_MAX 200
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -50,6 +49,19 @@ json_t *vc_body(struct http_req *r, bool allow_empty)
         return NULL;
     }
     return b;
+}
+
+int vc_query_limit(struct http_req *r, long *out)
+{
+    const char *lim = http_req_query(r, "limit");
+    char *end = NULL;
+    *out = 50;
+    if (lim && (!*lim || (*out = strtol(lim, &end, 10)) < 1 || *out > VC_LIST_MAX || *end)) {
+        http_reply_error(r, 400, "bad_request", "limit", "limit must be an integer from 1 to %d",
+                         VC_LIST_MAX);
+        return -1;
+    }
+    return 0;
 }
 
 void vc_reply_err(struct http_req *r, struct err *err)
@@ -281,18 +293,9 @@ static void h_list(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
     const char *prefix = http_req_query(r, "namePrefix"), *tags = http_req_query(r, "tags");
-    const char *cursor = http_req_query(r, "cursor"), *lim = http_req_query(r, "limit");
-    const char *order = http_req_query(r, "sortOrder");
-    long limit = 50;
-    if (lim) {
-        char *end;
-        limit = strtol(lim, &end, 10);
-        if (!*lim || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_error(r, 400, "bad_request", "limit", "limit must be an integer from 1 to %d",
-                             LIST_MAX);
-            return;
-        }
-    }
+    const char *cursor = http_req_query(r, "cursor"), *order = http_req_query(r, "sortOrder");
+    long limit;
+    if (vc_query_limit(r, &limit) < 0) return;
     char tk[128] = "", tv[512] = "";
     if (tags) {
         const char *c = strchr(tags, ':');
@@ -330,20 +333,35 @@ static void h_list(struct http_req *r, void *arg)
     http_reply_json(r, 200, o);
 }
 
+/* The named sandbox (*s; NULL: answered or parked) and its update/fork body mapped to
+ * /v1's, without "image" (NULL with err: the caller answers). */
+static json_t *named_body(struct vc *v, struct http_req *r, http_handler_fn self, struct sbx **s,
+                          struct err *err)
+{
+    *s = get_named(v, r);
+    if (!*s || sbx_api_park(*s, r, self, v)) {
+        *s = NULL;
+        return NULL;
+    }
+    json_t *in = vc_body(r, true);
+    if (!in) {
+        *s = NULL;
+        return NULL;
+    }
+    json_t *body = map_body(in, false, err);
+    json_decref(in);
+    if (body) json_object_del(body, "image");
+    return body;
+}
+
 static void h_update(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
-    struct sbx *s = get_named(v, r);
-    if (!s || sbx_api_park(s, r, h_update, v)) return;
-    json_t *in = vc_body(r, true);
-    if (!in) return;
     struct err err = ERR_INIT;
-    json_t *body = map_body(in, false, &err);
-    json_decref(in);
-    if (body) {
-        json_object_del(body, "name");
-        json_object_del(body, "image");
-    }
+    struct sbx *s;
+    json_t *body = named_body(v, r, h_update, &s, &err);
+    if (!s) return;
+    if (body) json_object_del(body, "name");
     if (!body || sbx_update(s, body, &err) < 0) {
         json_decref(body);
         vc_reply_err(r, &err);
@@ -372,14 +390,10 @@ static void h_delete(struct http_req *r, void *arg)
 static void h_fork(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
-    struct sbx *src = get_named(v, r);
-    if (!src || sbx_api_park(src, r, h_fork, v)) return;
-    json_t *in = vc_body(r, true);
-    if (!in) return;
     struct err err = ERR_INIT;
-    json_t *body = map_body(in, false, &err);
-    json_decref(in);
-    if (body) json_object_del(body, "image"); /* a fork has its source's files and image */
+    struct sbx *src;
+    json_t *body = named_body(v, r, h_fork, &src, &err); /* a fork keeps its source's image */
+    if (!src) return;
     struct sbx *s = body ? sbx_fork(v->d, src, body, &err) : NULL;
     json_decref(body);
     if (!s) {
@@ -539,17 +553,8 @@ static void h_snap_list(struct http_req *r, void *arg)
 {
     struct vc *v = arg;
     const char *name = http_req_query(r, "name"), *cursor = http_req_query(r, "cursor");
-    const char *lim = http_req_query(r, "limit");
-    long limit = 50;
-    if (lim) {
-        char *end;
-        limit = strtol(lim, &end, 10);
-        if (!*lim || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_error(r, 400, "bad_request", "limit", "limit must be an integer from 1 to %d",
-                             LIST_MAX);
-            return;
-        }
-    }
+    long limit;
+    if (vc_query_limit(r, &limit) < 0) return;
     const char *next = NULL;
     json_t *arr = sbx_snapshot_list(v->d, name, cursor, limit, &next), *out = json_array();
     size_t i;

@@ -16,6 +16,7 @@
 #define VC_SID_MAX 96
 #define VC_JSON_MAX (1u << 20)
 
+#define VC_LIST_MAX 200 /* items of a list page */
 #define VC_URL_MAX 2048
 #define VC_TARBALL_MAX (1 << 30) /* bytes of a tarball source fetched by URL */
 #define VC_TOKEN_HEX 64    /* an interactive token: 32 random bytes in hex */
@@ -56,6 +57,8 @@ struct sbx *vc_session_sbx(struct vc *v, struct http_req *r, http_handler_fn sel
 struct sbx *vc_sid_sbx(struct vc *v, struct http_req *r);
 /* The JSON object body of r, or an answer (400/413) and NULL. */
 json_t *vc_body(struct http_req *r, bool allow_empty);
+/* The "limit" query of a list: 1..VC_LIST_MAX, default 50; -1 when answered 400. */
+int vc_query_limit(struct http_req *r, long *out);
 /* Answer a create once its source is set up (s), or failed (error). */
 void vc_source_done(struct http_req *r, struct sbx *s, const char *error);
 /* err with the /v1 field names mapped to the SDK's (timeout_ms -> timeout ...). */
