@@ -196,6 +196,9 @@ def test_interactive_pty_over_the_cli_websocket(vd):
     assert r["texts"] == [{"type": "exit", "code": 7, "signal": None}] and r["closeCode"] == 1000
     assert r["reuse"] == "refused" and r["badStart"] == "refused"
     assert r["killedOnClose"]
+    # a stop ends an open terminal with its exit (killed) and a normal close
+    assert r["started"] and r["stopClose"] == 1000
+    assert r["stopTexts"][-1]["type"] == "exit" and r["stopTexts"][-1]["code"] == 137, r["stopTexts"]
 
 
 def test_error_paths(vd):

@@ -88,3 +88,14 @@ Test(vercel, iso_ms)
     json_decref(t);
     cr_assert_eq(vc_iso_ms(json_null()), 0);
 }
+
+Test(vercel, interactive_path)
+{
+    cr_assert(vc_interactive_path("GET", "/v2/sandboxes/sessions/sbs_x_1/interactive/ws"));
+    cr_assert(!vc_interactive_path("POST", "/v2/sandboxes/sessions/sbs_x_1/interactive/ws"));
+    cr_assert(!vc_interactive_path("GET", "/v2/sandboxes/sessions/sbs_x_1/interactive"));
+    cr_assert(!vc_interactive_path("GET", "/v2/sandboxes/sessions//interactive/ws"));
+    cr_assert(!vc_interactive_path("GET", "/v2/sandboxes/sessions/a/b/interactive/ws"));
+    cr_assert(!vc_interactive_path("GET", "/v2/sandboxes/sessions/a/interactive/ws/x"));
+    cr_assert(!vc_interactive_path("GET", "/v2/sandboxes/x/interactive/ws"));
+}

@@ -77,9 +77,11 @@ static bool ticket_take(struct vc *v, const char *sid, const char *token)
 
 bool vc_interactive_path(const char *method, const char *path)
 {
-    size_t n = strlen(path), k = strlen(WS_SUFFIX);
-    return !strcmp(method, "GET") && n > k && !strcmp(path + n - k, WS_SUFFIX) &&
-           !strncmp(path, "/v2/sandboxes/sessions/", 23);
+    static const char prefix[] = "/v2/sandboxes/sessions/";
+    if (strcmp(method, "GET") != 0 || strncmp(path, prefix, sizeof prefix - 1) != 0) return false;
+    const char *sid = path + sizeof prefix - 1;
+    size_t n = strcspn(sid, "/"); /* exactly one segment, then the suffix */
+    return n > 0 && !strcmp(sid + n, WS_SUFFIX);
 }
 
 /* The Host the client reached us by, when it is a plain host[:port]; else loopback. */

@@ -458,7 +458,15 @@ const cases = {
       const x = term(b.token.replace(/./, (c) => (c === "a" ? "b" : "a")));
       return await x.opened.then(() => "opened", () => "refused");
     })();
+    // the session stopping ends the terminal: the exit frame, then the close
+    const k3 = await sb.openInteractive();
+    const t3 = term(k3.token);
+    await t3.opened;
+    t3.ws.send(JSON.stringify({ type: "start", command: "/bin/sh", args: ["-c", "echo started; exec sleep 300"] }));
+    res.started = await t3.until(/started/);
     await sb.stop();
+    res.stopClose = await t3.closed;
+    res.stopTexts = t3.texts;
     return res;
   },
 
