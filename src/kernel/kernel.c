@@ -315,6 +315,7 @@ bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_i
     if (!a) return false;
     out->webhook_url = a->webhook_url;
     out->secret = a->secret;
+    out->policy = a->policy;
     out->lease_ms = agent_lease_ms(k, a);
     out->max_attempts = agent_max_attempts(k, a);
     return true;
@@ -949,6 +950,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
                               "has_policy", a->policy != NULL, "workers", workers,
                               "dispatch", a->webhook_url ? "webhook" : "pull");
         if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
+        if (a->policy) json_object_set_new(v, "policy_bundle", json_string(policy_source(a->policy)));
         json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);

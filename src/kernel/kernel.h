@@ -75,9 +75,14 @@ int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *p
 /* The agent's settings, borrowed (valid until the agent changes): false when unknown. */
 struct kernel_agent_info {
     const char *webhook_url, *secret;
+    const struct policy *policy; /* NULL: none (every step allowed, rule "permissive") */
     int64_t lease_ms, max_attempts;
 };
 bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out);
+/* Upstream's policy replay (policy_replay.c): *cases = the recorded steps of exec_id (an
+ * execution of agent) as policy test cases expecting their first decision. */
+int kernel_policy_replay_cases(struct kernel *k, const char *agent, const char *exec_id, json_t **cases,
+                               struct err *err);
 /* Names of the agents with a webhook, one per call (i from 0; NULL past the end). */
 const char *kernel_webhook_agent(struct kernel *k, int i);
 /* Move the notes accumulated since the last call into *out (which it initialises). */
