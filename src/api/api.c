@@ -1918,7 +1918,20 @@ fail:
     json_decref(b);
 }
 
-/* POST /v0/policies/{agent} {bundle}: replace the agent's policy (until the next start). */
+struct policy_ctx {
+    const char *agent;
+    struct policy *pol;
+};
+
+static int op_set_policy(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct policy_ctx *c = ctx;
+    struct policy *pol = c->pol;
+    c->pol = NULL; /* the kernel owns it now, whatever happens */
+    return kernel_agent_set_policy(a->k, c->agent, pol, err);
+}
+
+/* POST /v0/policies/{agent} {bundle}: replace the agent's policy (kept in the store). */
 static void h_set_policy(struct api *a, struct http_req *r)
 {
     static const char *const fields[] = {"bundle", NULL};
@@ -1926,18 +1939,29 @@ static void h_set_policy(struct api *a, struct http_req *r)
     json_t *b = body_json(r, fields, &err);
     const char *bundle;
     if (!b || get_str(b, "bundle", true, 1 << 20, &bundle, &err) < 0) goto fail;
-    struct policy *pol = policy_load_string(bundle, strlen(bundle), "bundle", 0, &err);
-    if (!pol) {
+    struct policy_ctx c = {http_req_param(r, "agent"), policy_load_string(bundle, strlen(bundle), "bundle", 0, &err)};
+    if (!c.pol) {
         err_invalid(&err, "bundle", "bundle: %.400s", err.msg);
         goto fail;
     }
-    if (kernel_agent_set_policy(a->k, http_req_param(r, "agent"), pol, &err) < 0) goto fail;
-    http_reply_json(r, 204, NULL);
+    run_op(a, r, 204, op_set_policy, &c);
+    policy_free(c.pol);
     json_decref(b);
     return;
 fail:
     http_reply_err(r, &err);
     json_decref(b);
+}
+
+static int op_delete_agent(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    return kernel_agent_delete(a->k, ctx, err);
+}
+
+/* DELETE /v0/agents/{id}: upstream's; 204, 404 unknown, 409 while it has live executions. */
+static void h_delete_agent(struct api *a, struct http_req *r)
+{
+    run_op(a, r, 204, op_delete_agent, (void *)http_req_param(r, "agent"));
 }
 
 /* GET /v0/policies/{agent}: the agent's policy as stored (upstream shows it only as the
@@ -2201,6 +2225,7 @@ static const struct route route_table[] = {
     {"GET", "/v0/agents", P_READ, h_agents, NULL, NULL},
     {"GET", "/v0/agents/stream", P_AGENT, h_agent_stream, NULL, q_agent_stream},
     {"GET", "/v0/agents/:agent", P_READ, h_agent_get, NULL, NULL},
+    {"DELETE", "/v0/agents/:agent", P_ADMIN, h_delete_agent, NULL, NULL},
     {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL, NULL},
     {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL, NULL},
     {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL, q_approvals},

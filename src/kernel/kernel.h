@@ -69,8 +69,12 @@ void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *w
  * keep/default) and endpoint; its name is recorded in the store. Its policy is kept. */
 int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
                           const char *secret, struct err *err);
+/* Upstream's DELETE /v0/agents/{id}: forget the agent (its settings, policy and workers;
+ * its finished executions stay readable). 404 unknown, 409 while it has pending, running
+ * or blocked executions. */
+int kernel_agent_delete(struct kernel *k, const char *name, struct err *err);
 /* Replace an agent's policy at run time (takes ownership; NULL = allow all). -1 with a
- * 404 when the agent is unknown. */
+ * 404 when the agent is unknown. Saved in the store (inside the caller's operation). */
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err);
 /* The agent's settings, borrowed (valid until the agent changes): false when unknown. */
 struct kernel_agent_info {

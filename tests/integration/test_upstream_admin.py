@@ -96,3 +96,50 @@ def test_policy_replay_of_an_execution(kernel):
     assert rep["failed"] == 2 and bad == [("ls", "deny, want allow"), ("open_pr", "deny, want require_approval")]
     st, out = k.request("POST", "/v0/policies/up/test", {"execution_id": "nope"}, key=ADMIN)
     assert st == 404 and out["details"]["field"] == "execution_id", out
+
+
+def test_delete_agent(kernel):
+    """DELETE /v0/agents/{id}: 409 while it has live executions, then 204; its finished
+    executions stay readable; 404 once gone."""
+    k = kernel
+    k.ok("POST", "/v0/agents", {"id": "tmp"}, key=ADMIN, status=201)
+    ex = k.ok("POST", "/v0/executions", {"agent_id": "tmp"}, key=CLIENT)
+    assert k.request("DELETE", "/v0/agents/tmp", key=CLIENT)[0] == 403
+    st, out = k.request("DELETE", "/v0/agents/tmp", key=ADMIN)
+    assert st == 409 and out["code"] == "conflict" and "pending" in out["message"], out
+    assert k.request("POST", f"/v0/executions/{ex['id']}/cancel", key=CLIENT)[0] == 204
+    st, _ = k.request("DELETE", "/v0/agents/tmp", key=ADMIN)
+    assert st == 204
+    assert k.request("GET", "/v0/agents/tmp", key=CLIENT)[0] == 404
+    assert "tmp" not in [a["id"] for a in k.ok("GET", "/v0/agents", key=CLIENT)]
+    assert k.ok("GET", f"/v0/executions/{ex['id']}", key=CLIENT)["status"] == "cancelled"
+    st, out = k.request("DELETE", "/v0/agents/tmp", key=ADMIN)
+    assert st == 404 and out["code"] == "not_found"
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "tmp"}, key=CLIENT)
+    assert st == 404, out
+
+
+def test_runtime_agents_and_policies_survive_a_restart(kernel):
+    k = kernel
+    k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/hook", "secret": "s3",
+                                "lease_timeout_seconds": 45}, key=ADMIN, status=201)
+    k.ok("POST", "/v0/agents", {"id": "gone"}, key=ADMIN, status=201)
+    bundle = "default_action: deny\nrules:\n  - id: ok-ls\n    when: {target: ls}\n    then: {decision: allow}\n"
+    assert k.request("POST", "/v0/policies/late", {"bundle": bundle}, key=ADMIN)[0] == 204
+    # a policy set at run time for an agent of the config file
+    assert k.request("POST", "/v0/policies/up", {"bundle": bundle}, key=ADMIN)[0] == 204
+    assert k.request("DELETE", "/v0/agents/gone", key=ADMIN)[0] == 204
+    k.stop()
+    k.start()
+    late = k.ok("GET", "/v0/agents/late", key=CLIENT)
+    assert late["webhook_url"] == "http://127.0.0.1:1/hook" and late["lease_timeout_seconds"] == 45
+    assert late["policy_bundle"] == bundle and late["dispatch"] == "webhook"
+    assert k.request("GET", "/v0/agents/gone", key=CLIENT)[0] == 404
+    rep = k.ok("POST", "/v0/policies/late/test", {"cases": [{"target": "ls"}, {"target": "rm"}]}, key=ADMIN)
+    assert [r["decision"] for r in rep["results"]] == ["allow", "deny"]
+    # the config names "up" with a policy of its own: at start the config's wins
+    assert k.ok("GET", "/v0/policies/up", key=CLIENT)["rules"][0]["id"] == "no-rm"
+    # the secret came back too: the agent's signed calls are accepted
+    ex = k.ok("POST", "/v0/executions", {"agent_id": "late"}, key=CLIENT)
+    st, got = Signed(k.port, "late", "s3").request("GET", f"/v0/executions/{ex['id']}")
+    assert st == 200 and got["id"] == ex["id"]
