@@ -143,3 +143,27 @@ def test_runtime_agents_and_policies_survive_a_restart(kernel):
     ex = k.ok("POST", "/v0/executions", {"agent_id": "late"}, key=CLIENT)
     st, got = Signed(k.port, "late", "s3").request("GET", f"/v0/executions/{ex['id']}")
     assert st == 200 and got["id"] == ex["id"]
+
+
+def test_cli_agent_add_and_rm(kernel, tmp_path):
+    """rebuno agent add FILE (upstream's manifest) and rebuno agent rm ID."""
+    from test_upstream_wire import cli
+    k = kernel
+    (tmp_path / "shell.yaml").write_text("default_action: deny\nrules:\n  - id: ok-ls\n    priority: 1\n"
+                                         "    when: {target: ls}\n    then: {decision: allow}\n")
+    man = tmp_path / "agents.yaml"
+    man.write_text("agents:\n  - id: hooked\n    webhook_url: http://127.0.0.1:1/hook\n    secret: s\n"
+                   "    policy_file: shell.yaml\n  - id: plain\n")
+    out = cli(k, "agent", "add", str(man)).stdout
+    assert "agent hooked registered (webhook, policy set)" in out and "agent plain registered (pull)" in out
+    got = k.ok("GET", "/v0/agents/hooked", key=CLIENT)
+    assert got["webhook_url"] == "http://127.0.0.1:1/hook" and "ok-ls" in got["policy_bundle"]
+    # a policy that does not load stops the whole file before anything is sent
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents:\n  - id: never\n    policy: |\n      default_action: maybe\n")
+    p = cli(k, "agent", "add", str(bad), check=False)
+    assert p.returncode == 1 and "agent never" in p.stderr and "bad.yaml:4:" in p.stderr, p.stderr
+    assert k.request("GET", "/v0/agents/never", key=CLIENT)[0] == 404
+    assert cli(k, "agent", "rm", "plain").stdout == "agent plain deleted\n"
+    p = cli(k, "agent", "rm", "plain", check=False)
+    assert p.returncode == 1 and "no agent" in p.stderr, p.stderr
