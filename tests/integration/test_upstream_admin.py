@@ -1,9 +1,14 @@
 """Upstream Rebuno's admin surface against the real kernel (issue 18): policy dry runs
 (POST /v0/policies/{agent}/test, cases and execution replay) and reading an agent's
 policy back."""
+import glob
+import json
+import os
+import sqlite3
+
 import pytest
 
-from test_upstream_wire import ADMIN, CLIENT, SECRET, Signed, config, create
+from test_upstream_wire import ADMIN, CLIENT, SECRET, Signed, cli, config, create
 
 
 @pytest.fixture
@@ -147,7 +152,6 @@ def test_runtime_agents_and_policies_survive_a_restart(kernel):
 
 def test_cli_agent_add_and_rm(kernel, tmp_path):
     """rebuno agent add FILE (upstream's manifest) and rebuno agent rm ID."""
-    from test_upstream_wire import cli
     k = kernel
     (tmp_path / "shell.yaml").write_text("default_action: deny\nrules:\n  - id: ok-ls\n    priority: 1\n"
                                          "    when: {target: ls}\n    then: {decision: allow}\n")
@@ -167,3 +171,85 @@ def test_cli_agent_add_and_rm(kernel, tmp_path):
     assert cli(k, "agent", "rm", "plain").stdout == "agent plain deleted\n"
     p = cli(k, "agent", "rm", "plain", check=False)
     assert p.returncode == 1 and "no agent" in p.stderr, p.stderr
+
+
+def test_api_keys(kernel):
+    """/v0/api-keys as upstream: the token is shown once, only its hash is kept, scopes
+    decide what a key may call (write does not include read), rotate and revoke."""
+    k = kernel
+    st, out = k.request("POST", "/v0/api-keys", {"name": "r", "scopes": ["executions:read"]}, key=CLIENT)
+    assert st == 403
+    for body, field in [({"scopes": ["executions:read"]}, "name"), ({"name": "x"}, "scopes"),
+                        ({"name": "x", "scopes": []}, "scopes"), ({"name": "x", "scopes": ["root"]}, "scopes"),
+                        ({"name": "x", "scopes": ["executions:read"], "ttl": 1}, "ttl")]:
+        st, out = k.request("POST", "/v0/api-keys", body, key=ADMIN)
+        assert st == 400 and out["details"]["field"] == field, (body, out)
+    reader = k.ok("POST", "/v0/api-keys", {"name": "reader", "scopes": ["executions:read"]}, key=ADMIN, status=201)
+    tok = reader["token"]
+    assert tok.startswith("rbk_") and reader["prefix"] == tok[:12] and reader["scopes"] == ["executions:read"]
+    writer = k.ok("POST", "/v0/api-keys", {"name": "writer", "scopes": ["executions:write"]}, key=ADMIN,
+                  status=201)
+    ex = k.ok("POST", "/v0/executions", {"agent_id": "up"}, key=writer["token"], status=201)
+    assert k.request("GET", f"/v0/executions/{ex['id']}", key=writer["token"])[0] == 403  # write is not read
+    assert k.ok("GET", f"/v0/executions/{ex['id']}", key=tok)["id"] == ex["id"]
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "up"}, key=tok)
+    assert st == 403 and "executions:write" in out["message"], out
+    assert k.request("GET", "/v0/agents", key=tok)[0] == 403
+    assert k.request("GET", "/v0/approvals", key=tok)[0] == 403
+    # a manager key manages keys, and is no admin for the rest
+    mgr = k.ok("POST", "/v0/api-keys", {"name": "m", "scopes": ["api_keys:manage"]}, key=ADMIN, status=201)
+    listed = k.ok("GET", "/v0/api-keys", key=mgr["token"])
+    assert [x["name"] for x in listed] == ["reader", "writer", "m"]
+    assert all("token" not in x and "hash" not in x for x in listed)
+    assert k.request("POST", "/v0/agents", {"id": "x"}, key=mgr["token"])[0] == 403
+    # rotate: the old token stops, the new one works with the same id and scopes
+    rot = k.ok("POST", f"/v0/api-keys/{reader['id']}/rotate", key=mgr["token"])
+    assert rot["id"] == reader["id"] and rot["token"] != tok and rot["scopes"] == ["executions:read"]
+    st, out = k.request("GET", f"/v0/executions/{ex['id']}", key=tok)
+    assert st == 401 and out["code"] == "unauthorized"
+    assert k.request("GET", f"/v0/executions/{ex['id']}", key=rot["token"])[0] == 200
+    # revoke: repeatable, 401 after, listed with revoked_at, no rotation
+    assert k.request("DELETE", f"/v0/api-keys/{reader['id']}", key=ADMIN)[0] == 204
+    assert k.request("DELETE", f"/v0/api-keys/{reader['id']}", key=ADMIN)[0] == 204
+    st, out = k.request("GET", f"/v0/executions/{ex['id']}", key=rot["token"])
+    assert st == 401 and "revoked" in out["message"], out
+    st, out = k.request("POST", f"/v0/api-keys/{reader['id']}/rotate", key=ADMIN)
+    assert st == 409 and out["code"] == "conflict"
+    assert k.request("DELETE", "/v0/api-keys/01a00000-0000-7000-8000-000000000000", key=ADMIN)[0] == 404
+    assert "revoked_at" in [x for x in k.ok("GET", "/v0/api-keys", key=ADMIN) if x["id"] == reader["id"]][0]
+    # kept across a restart, hashed
+    k.stop()
+    k.start()
+    assert k.request("POST", "/v0/executions", {"agent_id": "up"}, key=writer["token"])[0] == 201
+    assert k.request("GET", "/v0/executions", key=rot["token"])[0] == 401
+    if os.environ.get("REBUNO_TEST_STORE") != "postgres":
+        db = glob.glob(os.path.join(k.state_dir, "state", "*.db"))[0]
+        rows = sqlite3.connect(db).execute("SELECT hash, prefix FROM api_keys").fetchall()
+        assert all(len(h) == 64 and writer["token"] != h for h, _ in rows) and len(rows) == 3
+
+
+def test_cli_key_commands(kernel):
+    k = kernel
+    made = json.loads(cli(k, "key", "create", "ci", "--scope", "executions:read,agents:read",
+                          "--scope", "approvals:read").stdout)
+    assert made["scopes"] == ["executions:read", "approvals:read", "agents:read"] and made["token"]
+    assert k.request("GET", "/v0/agents", key=made["token"])[0] == 200
+    lines = [json.loads(x) for x in cli(k, "key", "ls").stdout.splitlines()]
+    assert [x["id"] for x in lines] == [made["id"]]
+    rot = json.loads(cli(k, "key", "rotate", made["id"]).stdout)
+    assert rot["token"] != made["token"]
+    assert cli(k, "key", "revoke", made["id"]).stdout == f"revoked {made['id']}\n"
+    p = cli(k, "key", "create", "x", check=False)
+    assert p.returncode == 2 and "--scope" in p.stderr
+    p = cli(k, "key", "create", "x", "--scope", "root", check=False)
+    assert p.returncode == 1 and "not a scope" in p.stderr
+
+
+def test_scoped_key_without_configured_keys(make_kernel):
+    """With no api_keys in the config (the local token), a key made at run time works too,
+    judged by its scopes."""
+    k = make_kernel(config("up", keys=False)).start()
+    made = k.ok("POST", "/v0/api-keys", {"name": "r", "scopes": ["agents:read"]}, status=201)
+    assert k.request("GET", "/v0/agents", key=made["token"])[0] == 200
+    assert k.request("GET", "/v0/executions", key=made["token"])[0] == 403
+    assert k.request("GET", "/v0/agents", key="rbk_" + "0" * 48)[0] == 401
