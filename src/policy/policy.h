@@ -115,6 +115,10 @@ void policy_eval(const struct policy *p, const struct policy_input *in, struct p
 #define POLICY_MAX_CASES 10000
 json_t *policy_run_cases(const struct policy *p, const json_t *cases, const char *default_agent,
                          const char *prefix, struct err *err);
+/* A YAML file of plain data (a .policytest.yaml) as JSON: plain scalars typed as YAML
+ * 1.2's core schema (null, bool, int, float), quoted ones strings; anchors, aliases,
+ * tags and duplicate keys refused. NULL with "file:line:col: ..." in err. */
+json_t *policy_yaml_file_json(const char *path, struct err *err);
 /* [{id, position, decision, priority?}] of p's rules in evaluation order. */
 json_t *policy_rules_json(const struct policy *p);
 

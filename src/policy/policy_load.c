@@ -1282,6 +1282,93 @@ struct policy *policy_load_file(const char *path, struct err *err)
     return p;
 }
 
+/* ------------------------------------------------------------------------- */
+/* Plain data (policy test case files)                                       */
+/* ------------------------------------------------------------------------- */
+
+/* A plain scalar read as YAML 1.2's core schema would: null, bool, int, float, else text. */
+static json_t *scalar_json(const struct ynode *n)
+{
+    if (!n->plain) return json_stringn(n->text, n->len);
+    if (ynode_is_null(n)) return json_null();
+    const char *t = n->text;
+    if (!strcmp(t, "true") || !strcmp(t, "True") || !strcmp(t, "TRUE")) return json_true();
+    if (!strcmp(t, "false") || !strcmp(t, "False") || !strcmp(t, "FALSE")) return json_false();
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10);
+    if (*t && *end == '\0' && errno == 0 && (isdigit((unsigned char)t[0]) || t[0] == '-' || t[0] == '+'))
+        return json_integer(v);
+    errno = 0;
+    double d = strtod(t, &end);
+    if (*t && *end == '\0' && errno == 0 && (isdigit((unsigned char)t[0]) || t[0] == '-' || t[0] == '.'))
+        return json_real(d);
+    return json_stringn(n->text, n->len);
+}
+
+static json_t *node_json(struct loader *L, const struct ynode *n)
+{
+    if (n->type == YN_SCALAR) {
+        json_t *v = scalar_json(n);
+        if (!v) lerr(L, n, "", "text that is not UTF-8; save the file as UTF-8");
+        return v;
+    }
+    json_t *out = n->type == YN_SEQ ? json_array() : json_object();
+    size_t step = n->type == YN_SEQ ? 1 : 2;
+    for (size_t i = 0; i + step - 1 < n->n; i += step) {
+        const struct ynode *key = n->kids[i], *val = n->kids[i + step - 1];
+        if (n->type == YN_MAP && key->type != YN_SCALAR) {
+            lerr(L, key, "", "a key that is %s; keys must be plain names", ynode_kind(key));
+            json_decref(out);
+            return NULL;
+        }
+        if (n->type == YN_MAP && json_object_get(out, key->text)) {
+            char b[80];
+            lerr(L, key, "", "key %s appears twice; keep one", q(b, sizeof b, key->text));
+            json_decref(out);
+            return NULL;
+        }
+        json_t *v = node_json(L, val);
+        if (!v) {
+            json_decref(out);
+            return NULL;
+        }
+        if (n->type == YN_SEQ) json_array_append_new(out, v);
+        else json_object_set_new(out, key->text, v);
+    }
+    return out;
+}
+
+json_t *policy_yaml_file_json(const char *path, struct err *err)
+{
+    struct err scratch = ERR_INIT;
+    struct loader L = {.file = path, .err = err ? err : &scratch};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        char what[256];
+        snprintf(what, sizeof what, "cannot open: %s; check the path", strerror(errno));
+        lerr_file(&L, what);
+        return NULL;
+    }
+    char *data = xmalloc(POLICY_MAX_BYTES + 1);
+    size_t len = fread(data, 1, POLICY_MAX_BYTES + 1, f);
+    fclose(f);
+    if (len > POLICY_MAX_BYTES) {
+        free(data);
+        lerr_file(&L, "larger than 1 MiB; split it");
+        return NULL;
+    }
+    data[len] = '\0';
+    L.src = data;
+    L.src_len = len;
+    struct ynode *root = NULL;
+    json_t *out = NULL;
+    if (!build_tree(&L, &root)) out = root ? node_json(&L, root) : json_null();
+    ynode_free(root);
+    free(data);
+    return out;
+}
+
 void policy_free(struct policy *p)
 {
     if (!p) return;

@@ -253,3 +253,97 @@ def test_scoped_key_without_configured_keys(make_kernel):
     assert k.request("GET", "/v0/agents", key=made["token"])[0] == 200
     assert k.request("GET", "/v0/executions", key=made["token"])[0] == 403
     assert k.request("GET", "/v0/agents", key="rbk_" + "0" * 48)[0] == 401
+
+
+SHELL_POLICY = r"""default_action: deny
+rules:
+  - id: allow-llm
+    priority: 5
+    when: {step_kind: llm_call}
+    then: {decision: allow}
+  - id: allow-safe-shell
+    priority: 10
+    when:
+      target: shell_exec
+      arguments:
+        command:
+          regex: '^\s*(ls|cat|pwd|echo)(\s+[^;&|<>$`()\\]*)?\s*$'
+    then: {decision: allow, reason: safe read-only command}
+  - id: approve-other-shell
+    priority: 20
+    when: {target: shell_exec}
+    then: {decision: require_approval, reason: non-safe shell command needs approval}
+"""
+
+
+def test_cli_policy_test_runs_the_policytest_file(tmp_path):
+    """rebuno policy test FILE: upstream's .policytest.yaml beside the bundle; exit 1 with a
+    readable diff on a mismatch, 0 when every case holds."""
+    from conftest import BIN
+    import subprocess
+    (tmp_path / "shell.yaml").write_text(SHELL_POLICY)
+    cases = tmp_path / "shell.policytest.yaml"
+    cases.write_text("""agent_id: shell
+cases:
+  - name: read-only command
+    target: shell_exec
+    args: { command: "ls -la /tmp" }
+    expect: allow
+    expect_rule: allow-safe-shell
+  - name: chained command
+    target: shell_exec
+    args: { command: "ls /tmp; rm -rf /" }
+    expect: require_approval
+""")
+    run = lambda *a: subprocess.run([BIN, "policy", "test", *a], capture_output=True, text=True, timeout=30)
+    p = run(str(tmp_path / "shell.yaml"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines() == [
+        "PASS read-only command: allow (rule allow-safe-shell)",
+        "PASS chained command: require_approval (rule approve-other-shell)",
+        "2 cases: 2 passed, 0 failed",
+        "rules no case reached: allow-llm",
+    ]
+    other = tmp_path / "other.yaml"
+    other.write_text("cases:\n  - name: chained\n    target: shell_exec\n    args: {command: 'ls; rm -rf /'}\n"
+                     "    expect: allow\n  - target: gpt\n    kind: llm_call\n    expect_rule: approve-other-shell\n")
+    p = run(str(tmp_path / "shell.yaml"), "--cases", str(other))
+    assert p.returncode == 1
+    assert p.stdout.splitlines()[:6] == [
+        "FAIL chained",
+        "  - want: allow",
+        "  + got:  require_approval (rule approve-other-shell: non-safe shell command needs approval)",
+        "FAIL gpt",
+        "  - want rule: approve-other-shell",
+        "  + got rule:  allow-llm (allow)",
+    ]
+    assert "2 cases: 0 passed, 2 failed" in p.stdout
+    # bad case files: named, with where
+    for text, want in [("cases:\n  - {kind: tool_call}\n", "cases[0].target"),
+                       ("cases:\n  - {target: x, expect: maybe}\n", "cases[0].expect"),
+                       ("cases:\n  - {target: x, exepct: allow}\n", "cases[0].exepct"),
+                       ("agent: x\ncases: []\n", 'unknown key "agent"'),
+                       ("cases: [\n", "other.yaml:")]:
+        other.write_text(text)
+        p = run(str(tmp_path / "shell.yaml"), "--cases", str(other))
+        assert p.returncode == 1 and want in p.stderr, (text, p.stderr)
+    p = run(str(tmp_path / "missing.yaml"))
+    assert p.returncode == 1
+    p = run(str(tmp_path / "shell.yaml"), "--execution", "x")
+    assert p.returncode == 2 and "--agent-id" in p.stderr
+
+
+def test_cli_policy_test_replays_an_execution(kernel, tmp_path):
+    k = kernel
+    ex = create(k)
+    api, dref = claim(k)
+    path = f"/v0/executions/{ex['id']}/steps"
+    api.ok("POST", path, {"kind": "tool_call", "target": "ls", "args": {}}, dispatch=dref)
+    api.ok("POST", path, {"kind": "tool_call", "target": "rm", "args": {}}, dispatch=dref)
+    pol = tmp_path / "strict.yaml"
+    pol.write_text("default_action: deny\n")
+    p = cli(k, "policy", "test", str(pol), "--execution", ex["id"], "--agent-id", "up", check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAIL ls (step " in p.stdout and "  - want: allow\n  + got:  deny (rule default" in p.stdout
+    assert "(recorded by rule default)" not in p.stdout and "PASS rm (step" in p.stdout
+    assert "2 cases: 1 passed, 1 failed" in p.stdout
