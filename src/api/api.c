@@ -24,6 +24,7 @@
 #include "base/names.h"
 #include "base/xalloc.h"
 #include "api/api_keys.h"
+#include "api/judge.h"
 #include "api/signature.h"
 #include "api/webhook.h"
 #include "kernel/identity.h"
@@ -121,6 +122,8 @@ struct api {
     struct key_entry *keys;
     int n_keys;
     struct api_keys *rkeys; /* made at run time (/v0/api-keys), scoped */
+    char *judge_url, *judge_model, *judge_auth; /* judge rules' model (judge_url NULL: none) */
+    long judge_timeout_ms;
     const struct local_auth *local; /* with no keys: the token every caller must send */
     struct route *routes;
     int n_routes;
@@ -1506,6 +1509,104 @@ static int op_submit(struct api *a, struct http_req *r, void *ctx, json_t **out,
                               c->request_id, out, err);
 }
 
+/* A submission waiting for the judge model's verdict (judge.h). */
+struct judge_call {
+    struct api *a;
+    struct http_req *r; /* NULL once the agent went away */
+    struct agent_ctx c; /* body held */
+    struct kernel_judge_request q;
+};
+
+static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c);
+
+static void judge_closed(struct http_req *r, void *arg)
+{
+    ((struct judge_call *)arg)->r = NULL;
+}
+
+static void judge_call_free(struct judge_call *j)
+{
+    json_decref(j->c.body);
+    kernel_judge_request_fini(&j->q);
+    free(j);
+}
+
+static void judge_answered(void *arg, long status, const char *why, const char *reply, size_t len)
+{
+    struct judge_call *j = arg;
+    if (j->r && status < 0) http_req_on_close(j->r, NULL, NULL);
+    if (status >= 0 && j->r) {
+        char reason[300];
+        enum policy_decision d = judge_verdict(&j->q, status, why, reply, reason, sizeof reason);
+        if (status != 200 || strncmp(reason, "judge unavailable", 17) == 0)
+            log_warn("the judge model gave no verdict; the rule's fallback applies", "step=%s reason=\"%s\"",
+                     j->q.step_id, reason);
+        http_req_on_close(j->r, NULL, NULL);
+        kernel_set_judge_verdict(j->a->k, j->q.step_id, d, reason);
+        submit_run(j->a, j->r, &j->c);
+    }
+    judge_call_free(j);
+}
+
+/* Ask the judge about the step the kernel just refused to decide alone; the submission
+ * runs again with the verdict when the model answers (or fails to within the timeout). */
+static void judge_ask(struct api *a, struct http_req *r, struct agent_ctx *c)
+{
+    struct judge_call *j = xcalloc(1, sizeof *j);
+    j->a = a;
+    j->r = r;
+    j->c = *c;
+    json_incref(j->c.body);
+    if (!kernel_take_judge_request(a->k, &j->q)) {
+        judge_call_free(j);
+        http_reply_error(r, 500, "internal_error", "", "the judge request went missing");
+        return;
+    }
+    size_t len;
+    char *body = judge_request_body(a->judge_model, &j->q, &len);
+    const char *hdrs[3] = {"Content-Type: application/json", a->judge_auth, NULL};
+    http_req_on_close(r, judge_closed, j);
+    if (!body || webhook_post_reply(a->hooks, a->judge_url, hdrs, body, len, a->judge_timeout_ms, judge_answered,
+                                    j) < 0) {
+        http_req_on_close(r, NULL, NULL);
+        kernel_set_judge_verdict(a->k, j->q.step_id, j->q.fallback, "judge unavailable: the request could not start");
+        submit_run(a, r, &j->c);
+        judge_call_free(j);
+    }
+    free(body);
+}
+
+/* op_submit in the batch, asking the judge first when the step's rule says so. */
+static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
+{
+    struct err err = ERR_INIT;
+    json_t *out = NULL;
+    if (op_begin(a, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    int rc = op_submit(a, r, c, &out, &err);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
+    if (rc < 0 && !strcmp(err.code, "judge_pending") && a->judge_url) judge_ask(a, r, c);
+    else if (rc < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+void api_set_judge(struct api *a, const char *url, const char *model, const char *key, long timeout_ms)
+{
+    free(a->judge_url);
+    free(a->judge_model);
+    free(a->judge_auth);
+    a->judge_url = url && *url ? xstrdup(url) : NULL;
+    a->judge_model = xstrdup(model ? model : "");
+    a->judge_auth = key && *key ? xasprintf("Authorization: Bearer %s", key) : NULL;
+    a->judge_timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+}
+
 static void h_submit(struct api *a, struct http_req *r)
 {
     static const char *const fields[] = {"kind", "target", "args", "idempotency", "resources", "request_id", NULL};
@@ -1533,7 +1634,7 @@ static void h_submit(struct api *a, struct http_req *r)
     int found = identity_find_member(body, len, "args", &c.args_text, &c.args_len, &err);
     if (found < 0) goto fail;
     if (!found) c.args_text = NULL;
-    run_op(a, r, 200, op_submit, &c);
+    submit_run(a, r, &c);
     json_decref(c.body);
     return;
 fail:
@@ -2462,6 +2563,9 @@ void api_free(struct api *a)
     for (int i = 0; i < a->n_keys; i++) free(a->keys[i].agent);
     free(a->keys);
     api_keys_free(a->rkeys);
+    free(a->judge_url);
+    free(a->judge_model);
+    free(a->judge_auth);
     for (int i = 0; i < a->n_signers; i++) {
         free(a->signers[i]->agent);
         free(a->signers[i]);
