@@ -1937,6 +1937,13 @@ static void on_change(char kind, const char *name, void *arg)
     struct api *a = arg;
     if (kind == 'a') {
         wake_agent(a, name);
+    } else if (kind == 'k') { /* an API key changed on another replica */
+        api_keys_changed(a->rkeys);
+        api_keys_refresh(a->rkeys, false);
+    } else if (kind == 'c') { /* an agent or its policy changed on another replica */
+        kernel_agent_reload(a->k, name);
+        struct kernel_agent_info info;
+        if (kernel_agent_info(a->k, name, &info) && info.webhook_url) pusher_pump(ensure_pusher(a, name));
     } else if (kind == 'e') {
         pump_exec(a, name);
     } else { /* anything may have changed: every agent someone waits for, every watcher */

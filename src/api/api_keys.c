@@ -45,6 +45,7 @@ struct api_keys {
     struct rkey **v;
     int n;
     int64_t loaded_at; /* monotonic ms of the last read from the store */
+    bool dirty;        /* another replica changed a key: read them again at the next chance */
 };
 
 const char *api_scope_names(unsigned scopes, char *buf, size_t n)
@@ -124,6 +125,7 @@ static int load_row(const struct api_key_row *row, void *arg)
 static void reload(struct api_keys *ks)
 {
     ks->loaded_at = clock_mono_ms();
+    ks->dirty = false;
     if (store_api_keys_each(ks->st, load_row, ks) < 0)
         log_warn("cannot read the API keys from the store", "error=\"%s\"", store_errmsg(ks->st));
 }
@@ -161,7 +163,7 @@ const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token)
     char h[STEP_ID_LEN];
     identity_sha256_hex(token, strlen(token), h);
     const struct key_entry *k = match(ks, h);
-    if (!k && clock_mono_ms() - ks->loaded_at >= RELOAD_MISS_MS && !store_in_tx(ks->st)) {
+    if (!k && (ks->dirty || clock_mono_ms() - ks->loaded_at >= RELOAD_MISS_MS) && !store_in_tx(ks->st)) {
         reload(ks);
         k = match(ks, h);
     }
@@ -170,7 +172,13 @@ const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token)
 
 void api_keys_refresh(struct api_keys *ks, bool force)
 {
-    if ((force || clock_mono_ms() - ks->loaded_at >= RELOAD_EVERY_MS) && !store_in_tx(ks->st)) reload(ks);
+    if ((force || ks->dirty || clock_mono_ms() - ks->loaded_at >= RELOAD_EVERY_MS) && !store_in_tx(ks->st))
+        reload(ks);
+}
+
+void api_keys_changed(struct api_keys *ks)
+{
+    ks->dirty = true;
 }
 
 /* A fresh token, its hash and prefix. */
@@ -207,6 +215,7 @@ static int save(struct api_keys *ks, const struct rkey *k, struct err *err)
     snprintf(row.id, sizeof row.id, "%s", k->id);
     int r = store_api_key_put(ks->st, &row);
     free(scopes);
+    if (r == 0) store_notify(ks->st, 'k', k->id); /* other replicas: api_keys_changed */
     if (r < 0)
         return err_set(err, 503, "storage_unavailable", "", "cannot save the API key: %s; retry shortly",
                        store_errmsg(ks->st));

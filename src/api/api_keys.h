@@ -49,6 +49,9 @@ void api_keys_free(struct api_keys *ks);
 const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token);
 /* Read every key again (revocations on other replicas); at most every few seconds. */
 void api_keys_refresh(struct api_keys *ks, bool force);
+/* Another replica changed a key (store_watch kind 'k'): read them again before the next
+ * lookup that misses or the next refresh. */
+void api_keys_changed(struct api_keys *ks);
 /* "executions:read, ..." of a mask, into buf. */
 const char *api_scope_names(unsigned scopes, char *buf, size_t n);
 

@@ -75,6 +75,9 @@ int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, 
  * its finished executions stay readable). 404 unknown, 409 while it has pending, running
  * or blocked executions. */
 int kernel_agent_delete(struct kernel *k, const char *name, struct err *err);
+/* Another replica changed this agent (store_watch kind 'c'): read its settings again, or
+ * forget it when it was deleted there. */
+int kernel_agent_reload(struct kernel *k, const char *name);
 /* Replace an agent's policy at run time (takes ownership; NULL = allow all). -1 with a
  * 404 when the agent is unknown. Saved in the store (inside the caller's operation). */
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err);
