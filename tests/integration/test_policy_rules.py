@@ -274,3 +274,11 @@ def test_upstream_rule_options_load(tmp_path):
     f.write_text(JUDGE + RATE.split("rules:\n")[1] + BUDGET.split("rules:\n")[1])
     p = subprocess.run([BIN, "policy", "check", str(f)], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "5 rules" in p.stdout, p.stdout + p.stderr
+
+
+def test_bad_judge_url_is_a_config_error(tmp_path):
+    cfg = tmp_path / "rebuno.yaml"
+    cfg.write_text(config(JUDGE, "judge_url: ftp://x/y\n"))
+    p = subprocess.run([BIN, "server", "--config", str(cfg), "--state-dir", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "judge_url" in p.stderr, p.stderr
