@@ -25,7 +25,8 @@ int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *er
     if (a->webhook_url) json_object_set_new(s, "webhook_url", json_string(a->webhook_url));
     if (a->secret) json_object_set_new(s, "secret", json_string(a->secret));
     if (a->lease_ms > 0) json_object_set_new(s, "lease_ms", json_integer(a->lease_ms));
-    if (a->policy) json_object_set_new(s, "policy", json_string(policy_source(a->policy)));
+    /* only a policy set at run time: one from the config file is the file's to change */
+    if (a->policy && a->policy_runtime) json_object_set_new(s, "policy", json_string(policy_source(a->policy)));
     char *text = k_text(s);
     json_decref(s);
     int r = store_agent_save(k->st, a->name, text, clock_now_ms());

@@ -347,3 +347,23 @@ def test_cli_policy_test_replays_an_execution(kernel, tmp_path):
     assert "FAIL ls (step " in p.stdout and "  - want: allow\n  + got:  deny (rule default" in p.stdout
     assert "(recorded by rule default)" not in p.stdout and "PASS rm (step" in p.stdout
     assert "2 cases: 1 passed, 1 failed" in p.stdout
+
+
+def test_store_copy_carries_runtime_agents_and_keys(make_kernel, tmp_path):
+    """rebuno store copy takes the agents, policies and API keys made at run time along."""
+    import subprocess
+    from conftest import BIN
+    src, dst = tmp_path / "src.db", tmp_path / "dst.db"
+    k = make_kernel(config("up", lease=30), mode="server", args=["--store", f"sqlite:{src}"]).start()
+    k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/h", "secret": "s"}, key=ADMIN,
+         status=201)
+    bundle = "default_action: deny\n"
+    assert k.request("POST", "/v0/policies/late", {"bundle": bundle}, key=ADMIN)[0] == 204
+    key = k.ok("POST", "/v0/api-keys", {"name": "r", "scopes": ["agents:read"]}, key=ADMIN, status=201)
+    k.stop()
+    p = subprocess.run([BIN, "store", "copy", "--from", f"sqlite:{src}", "--to", f"sqlite:{dst}"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    k2 = make_kernel(config("up", lease=30), mode="server", args=["--store", f"sqlite:{dst}"]).start()
+    got = k2.ok("GET", "/v0/agents/late", key=key["token"])
+    assert got["webhook_url"] == "http://127.0.0.1:1/h" and got["policy_bundle"] == bundle
