@@ -1604,10 +1604,16 @@ int kernel_sweep(struct kernel *k, int64_t now, struct err *err)
     if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding expired approvals");
     for (int i = 0; i < n; i++, handled++)
         if (expire_approval(k, ids[i], now, err) < 0) return -1;
+    int64_t parked = k_parked_next(k);
+    if (parked && parked <= now) {
+        if ((r = k_unpark_due(k, now, err)) < 0) return -1;
+        handled += r;
+    }
     return handled;
 }
 
 int64_t kernel_next_due(struct kernel *k)
 {
-    return store_next_timer(k->st);
+    int64_t due = store_next_timer(k->st), parked = k_parked_next(k);
+    return parked && (!due || parked < due) ? parked : due;
 }
