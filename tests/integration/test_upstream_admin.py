@@ -101,6 +101,17 @@ def test_policy_replay_of_an_execution(kernel):
     assert rep["failed"] == 2 and bad == [("ls", "deny, want allow"), ("open_pr", "deny, want require_approval")]
     st, out = k.request("POST", "/v0/policies/up/test", {"execution_id": "nope"}, key=ADMIN)
     assert st == 404 and out["details"]["field"] == "execution_id", out
+    # upstream's range form: the agent's latest executions, oldest first
+    ex2 = create(k)
+    rep = k.ok("POST", "/v0/policies/up/test", {"executions": {"limit": 10}, "bundle": strict}, key=ADMIN)
+    assert len(rep["results"]) == 3 and rep["failed"] == 2  # ex2 has no steps yet
+    rep = k.ok("POST", "/v0/policies/up/test", {"executions": {"since": "2999-01-01T00:00:00Z"}}, key=ADMIN)
+    assert rep["results"] == []
+    for body, field in [({"executions": {"limit": 0}}, "limit"), ({"executions": {"since": "soon"}}, "since"),
+                        ({"executions": {"x": 1}}, "x"), ({"executions": [], "cases": []}, "executions")]:
+        st, out = k.request("POST", "/v0/policies/up/test", body, key=ADMIN)
+        assert st == 400 and out["details"]["field"] == field, (body, out)
+    assert ex2["id"]
 
 
 def test_delete_agent(kernel):
