@@ -208,6 +208,7 @@ struct agent_conf *k_ensure_agent(struct kernel *k, const char *name)
     a = &k->agents[k->n_agents++];
     memset(a, 0, sizeof *a);
     a->name = xstrdup(name);
+    a->registered_at = clock_now_ms();
     return a;
 }
 
@@ -957,6 +958,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
                               "dispatch", a->webhook_url ? "webhook" : "pull");
         if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
         if (a->policy) json_object_set_new(v, "policy_bundle", json_string(policy_source(a->policy)));
+        json_object_set_new(v, "registered_at", k_time(a->registered_at));
         json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);

@@ -14,6 +14,7 @@ struct agent_conf {
     char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
     char *secret;      /* NULL: no signed calls */
     bool policy_runtime; /* the policy was set at run time (kept when the config gives none) */
+    int64_t registered_at; /* ms: first registered at run time, else when this kernel first knew it */
 };
 
 struct worker {

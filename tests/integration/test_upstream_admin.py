@@ -137,8 +137,8 @@ def test_delete_agent(kernel):
 
 def test_runtime_agents_and_policies_survive_a_restart(kernel):
     k = kernel
-    k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/hook", "secret": "s3",
-                                "lease_timeout_seconds": 45}, key=ADMIN, status=201)
+    registered = k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/hook", "secret": "s3",
+                                             "lease_timeout_seconds": 45}, key=ADMIN, status=201)["registered_at"]
     k.ok("POST", "/v0/agents", {"id": "gone"}, key=ADMIN, status=201)
     bundle = "default_action: deny\nrules:\n  - id: ok-ls\n    when: {target: ls}\n    then: {decision: allow}\n"
     assert k.request("POST", "/v0/policies/late", {"bundle": bundle}, key=ADMIN)[0] == 204
@@ -149,6 +149,7 @@ def test_runtime_agents_and_policies_survive_a_restart(kernel):
     k.start()
     late = k.ok("GET", "/v0/agents/late", key=CLIENT)
     assert late["webhook_url"] == "http://127.0.0.1:1/hook" and late["lease_timeout_seconds"] == 45
+    assert late["registered_at"] == registered, (late, registered)
     assert late["policy_bundle"] == bundle and late["dispatch"] == "webhook"
     assert k.request("GET", "/v0/agents/gone", key=CLIENT)[0] == 404
     rep = k.ok("POST", "/v0/policies/late/test", {"cases": [{"target": "ls"}, {"target": "rm"}]}, key=ADMIN)
