@@ -16,6 +16,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/jtext.h"
+#include "base/log.h"
 #include "base/names.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
@@ -199,7 +200,7 @@ struct agent_conf *k_find_agent(struct kernel *k, const char *name)
     return NULL;
 }
 
-static struct agent_conf *ensure_agent(struct kernel *k, const char *name)
+struct agent_conf *k_ensure_agent(struct kernel *k, const char *name)
 {
     struct agent_conf *a = k_find_agent(k, name);
     if (a) return a;
@@ -207,6 +208,7 @@ static struct agent_conf *ensure_agent(struct kernel *k, const char *name)
     a = &k->agents[k->n_agents++];
     memset(a, 0, sizeof *a);
     a->name = xstrdup(name);
+    a->registered_at = clock_now_ms();
     return a;
 }
 
@@ -222,7 +224,7 @@ static int64_t agent_max_attempts(struct kernel *k, const struct agent_conf *a)
 
 static int load_agent_name(const char *name, void *arg)
 {
-    ensure_agent(arg, name);
+    k_ensure_agent(arg, name);
     return 0;
 }
 
@@ -235,6 +237,7 @@ struct kernel *kernel_new(struct store *st, const struct kernel_config *cfg)
     if (k->cfg.max_attempts <= 0) k->cfg.max_attempts = 5;
     if (k->cfg.approval_timeout_ms <= 0) k->cfg.approval_timeout_ms = 900000;
     store_agents_each(st, load_agent_name, k); /* agents seen before a restart */
+    if (k_agents_load(k) < 0) log_error("cannot read the agents set at run time", "error=\"%s\"", store_errmsg(st));
     return k;
 }
 
@@ -254,6 +257,7 @@ void kernel_free(struct kernel *k)
     }
     free(k->workers);
     kernel_notes_fini(&k->notes);
+    kernel_judge_request_fini(&k->judge_req);
     free(k);
 }
 
@@ -265,9 +269,12 @@ struct store *kernel_store(struct kernel *k)
 void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy, int64_t lease_ms,
                       int64_t max_attempts)
 {
-    struct agent_conf *a = ensure_agent(k, name);
-    policy_free(a->policy);
-    a->policy = policy;
+    struct agent_conf *a = k_ensure_agent(k, name);
+    if (policy || !a->policy_runtime) { /* no policy in the config keeps one set at run time */
+        policy_free(a->policy);
+        a->policy = policy;
+        a->policy_runtime = false;
+    }
     a->lease_ms = lease_ms;
     a->max_attempts = max_attempts;
 }
@@ -280,7 +287,7 @@ bool kernel_agent_known(struct kernel *k, const char *name)
 void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *webhook_url,
                                const char *secret)
 {
-    struct agent_conf *a = ensure_agent(k, name);
+    struct agent_conf *a = k_ensure_agent(k, name);
     k_set_str(&a->webhook_url, webhook_url);
     k_set_str(&a->secret, secret);
 }
@@ -288,12 +295,11 @@ void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *w
 int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
                           const char *secret, struct err *err)
 {
-    struct agent_conf *a = ensure_agent(k, name);
+    struct agent_conf *a = k_ensure_agent(k, name);
     if (lease_ms > 0) a->lease_ms = lease_ms;
     k_set_str(&a->webhook_url, webhook_url);
     k_set_str(&a->secret, secret);
-    int r = store_agent_upsert(k->st, name, clock_now_ms());
-    return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
+    return k_agent_persist(k, a, err);
 }
 
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err)
@@ -306,7 +312,8 @@ int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *p
     }
     policy_free(a->policy);
     a->policy = policy;
-    return 0;
+    a->policy_runtime = true;
+    return k_agent_persist(k, a, err);
 }
 
 bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out)
@@ -315,6 +322,7 @@ bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_i
     if (!a) return false;
     out->webhook_url = a->webhook_url;
     out->secret = a->secret;
+    out->policy = a->policy;
     out->lease_ms = agent_lease_ms(k, a);
     out->max_attempts = agent_max_attempts(k, a);
     return true;
@@ -338,7 +346,7 @@ static int require_agent(struct kernel *k, const char *agent, int64_t now, struc
         return err_set(err, 404, "not_found", "agent_id",
                        "no agent named \"%s\" is configured; add it under agents: in the config file",
                        agent);
-    ensure_agent(k, agent);
+    k_ensure_agent(k, agent);
     int r = store_agent_upsert(k->st, agent, now);
     return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
 }
@@ -949,6 +957,8 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
                               "has_policy", a->policy != NULL, "workers", workers,
                               "dispatch", a->webhook_url ? "webhook" : "pull");
         if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
+        if (a->policy) json_object_set_new(v, "policy_bundle", json_string(policy_source(a->policy)));
+        json_object_set_new(v, "registered_at", k_time(a->registered_at));
         json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);
@@ -1051,6 +1061,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
 {
     struct agent_conf *a = k_find_agent(k, e->agent);
     struct policy_result pr;
+    struct k_gate gate;
     bool retry_refused = false;
     if (s->idem == IDEM_AT_MOST_ONCE) {
         int r = store_step_has_indeterminate(k->st, e->id, s->kind, s->target, s->args_hash, &retry_refused);
@@ -1064,6 +1075,8 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     } else {
         struct policy_input in = {s->kind, s->target, e->agent, args, e->forked_from[0] != '\0'};
         policy_eval(a ? a->policy : NULL, &in, &pr);
+        int gr = k_policy_gates(k, e, s, args, &pr, &gate, now, out, err);
+        if (gr != 0) return gr; /* rate_limited (nothing recorded), or an error */
         if (e->forked_from[0] && s->idem == IDEM_AT_MOST_ONCE && pr.decision == POLICY_ALLOW && !pr.fork_rule) {
             /* A fork reruns history; an effect that must not repeat needs a person, unless
              * a rule written for forks (when: {forked: true}) allows it. */
@@ -1094,6 +1107,9 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         s->status = STEP_AWAITING_APPROVAL;
         uuid_v7(s->approval_id);
         break;
+    case POLICY_JUDGE: /* resolved by k_policy_gates */
+        free(proposed);
+        return err_internal(err, "a judge decision was not resolved");
     }
     int r = store_step_insert(k->st, s);
     if (r < 0) {
@@ -1160,6 +1176,8 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         approval_fini(&ap);
         return rc;
     }
+    case POLICY_JUDGE:
+        break;
     }
     return err_internal(err, "unhandled policy decision");
 }
@@ -1232,12 +1250,15 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         s.idem = idem;
         s.args = buf_steal(&canon, NULL);
         if (resources && json_array_size(resources) > 0 && strcmp(kind, "llm_call") != 0) s.resources = k_text(resources);
-        if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
+        int fr = first_submit(k, &e, &s, args, now, out, err);
+        if (fr < 0) goto out;
+        if (fr > 0) goto save; /* refused before anything was recorded: the occurrence stays free */
     }
     if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence, request_id)) < 0) {
         k_store_fail(err, r, "advancing step counters");
         goto out;
     }
+save:
     if (k_save_exec_changed(k, &e, &mark, now, err) < 0) goto out;
     rc = 0;
 out:
@@ -1585,10 +1606,16 @@ int kernel_sweep(struct kernel *k, int64_t now, struct err *err)
     if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding expired approvals");
     for (int i = 0; i < n; i++, handled++)
         if (expire_approval(k, ids[i], now, err) < 0) return -1;
+    int64_t parked = k_parked_next(k);
+    if (parked && parked <= now) {
+        if ((r = k_unpark_due(k, now, err)) < 0) return -1;
+        handled += r;
+    }
     return handled;
 }
 
 int64_t kernel_next_due(struct kernel *k)
 {
-    return store_next_timer(k->st);
+    int64_t due = store_next_timer(k->st), parked = k_parked_next(k);
+    return parked && (!due || parked < due) ? parked : due;
 }

@@ -13,6 +13,8 @@ struct agent_conf {
     int64_t lease_ms, max_attempts;
     char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
     char *secret;      /* NULL: no signed calls */
+    bool policy_runtime; /* the policy was set at run time (kept when the config gives none) */
+    int64_t registered_at; /* ms: first registered at run time, else when this kernel first knew it */
 };
 
 struct worker {
@@ -24,6 +26,15 @@ struct worker {
 struct kernel {
     struct store *st;
     struct kernel_config cfg;
+    struct kernel_judge_request judge_req; /* the last judge_pending's question */
+    struct {
+        bool set;
+        char step_id[STEP_ID_LEN];
+        enum policy_decision decision;
+        char reason[320];
+    } verdict; /* the answer, for the next submission of that step */
+    int64_t parked_next;    /* earliest wake time of a parked execution (0: none known) */
+    int64_t parked_checked; /* monotonic ms when parked_next was last read from the store */
     struct agent_conf *agents;
     int n_agents;
     struct worker *workers;
@@ -62,6 +73,27 @@ void k_mark(const struct execution *e, struct exec_mark *m);
 int k_save_exec_changed(struct kernel *k, struct execution *e, const struct exec_mark *m, int64_t now,
                         struct err *err);
 struct agent_conf *k_find_agent(struct kernel *k, const char *name);
+struct agent_conf *k_ensure_agent(struct kernel *k, const char *name);
+/* policy_gates.c: rate_limit, judge and budget of a matched rule (see there). 0 go on
+ * (pr may now say something else, its reason in g), 1 *out is the reply and nothing is
+ * recorded (rate_limited), -1 err (judge_pending included). */
+struct k_gate {
+    char reason[320];
+};
+int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const json_t *args,
+                   struct policy_result *pr, struct k_gate *g, int64_t now, json_t **out, struct err *err);
+/* Rate-limit parking (policy_gates.c): the execution parked before; park it; queue the
+ * parked ones that are due (returns how many); the earliest wake time. */
+int k_exec_parked_before(struct kernel *k, const char *exec_id);
+int k_park(struct kernel *k, struct execution *e, struct step *s, const char *rule_id, int64_t wait, int64_t now,
+           json_t **out, struct err *err);
+int k_unpark_due(struct kernel *k, int64_t now, struct err *err);
+int64_t k_parked_next(struct kernel *k);
+/* Tokens the execution's recorded llm_call results report. */
+int k_exec_tokens(struct kernel *k, const char *exec_id, int64_t *out);
+/* agents_admin.c: save an agent's run-time settings; load them all (at start). */
+int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *err);
+int k_agents_load(struct kernel *k);
 int k_load_exec(struct kernel *k, const struct caller *c, const char *id, struct execution *e,
                 struct err *err);
 int k_load_step(struct kernel *k, const struct execution *e, const char *step_id, struct step *s,

@@ -83,9 +83,15 @@ struct policy_rule {
     char *approval_message;
     bool has_priority; /* upstream's priority: (order of evaluation, lowest first) */
     int64_t priority;
+    bool has_rate_limit, has_budget;
+    struct policy_rate_limit rate_limit;
+    struct policy_budget budget;
+    struct policy_judge judge; /* decision == POLICY_JUDGE */
+    char *judge_instructions;
 };
 
 struct policy {
+    char *source; /* the YAML it was compiled from */
     enum policy_decision default_action;
     struct policy_rule *rules;
     size_t n_rules;

@@ -91,6 +91,12 @@ static const char *migrations[] = {
     "CREATE TABLE checkpoints(execution_id TEXT COLLATE \"C\" NOT NULL, key TEXT COLLATE \"C\" NOT NULL,"
     " generation BIGINT NOT NULL, ref TEXT NOT NULL, covered_seq BIGINT NOT NULL,"
     " invalidated_seq BIGINT NOT NULL, PRIMARY KEY(execution_id, key, generation, covered_seq));",
+    /* 2: SQLite's version 6: agents' run-time settings and policies, API keys */
+    "ALTER TABLE agents ADD COLUMN settings TEXT;"
+    "CREATE TABLE api_keys(id TEXT COLLATE \"C\" PRIMARY KEY, name TEXT NOT NULL,"
+    " hash TEXT COLLATE \"C\" NOT NULL UNIQUE, prefix TEXT NOT NULL, scopes TEXT NOT NULL,"
+    " created_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL);"
+    "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -128,6 +134,8 @@ enum stmt_id {
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
+    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
     S_COUNT
 };
 
@@ -216,6 +224,29 @@ static const char *stmt_sql[S_COUNT] = {
                              " AND invalidated_seq=0 LIMIT 1",
     [S_CHECKPOINT_FIND] = "SELECT covered_seq FROM checkpoints WHERE execution_id=$1 AND key=$2 AND generation=$3"
                           " AND ref=$4 LIMIT 1",
+    [S_AGENT_SAVE] = "INSERT INTO agents(name, created_at, settings) VALUES($1, $2, $3)"
+                     " ON CONFLICT (name) DO UPDATE SET settings = excluded.settings",
+    [S_AGENT_SETTINGS] = "SELECT name, settings FROM agents WHERE settings IS NOT NULL ORDER BY name",
+    [S_AGENT_DELETE] = "DELETE FROM agents WHERE name = $1",
+    [S_API_KEY_PUT] = "INSERT INTO api_keys(id, name, hash, prefix, scopes, created_at, revoked_at)"
+                      " VALUES($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (id) DO UPDATE SET name = excluded.name,"
+                      " hash = excluded.hash, prefix = excluded.prefix, scopes = excluded.scopes,"
+                      " revoked_at = excluded.revoked_at",
+    [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
+                   " ORDER BY created_at, id",
+    [S_RULE_STEPS_EXEC] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                          " WHERE rule_id = $1 AND created_at >= $2 AND execution_id = $3"
+                          " ORDER BY created_at LIMIT $4) x",
+    [S_RULE_STEPS_AGENT] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                           " WHERE rule_id = $1 AND created_at >= $2"
+                           " AND execution_id IN (SELECT id FROM executions WHERE agent = $3)"
+                           " ORDER BY created_at LIMIT $4) x",
+    [S_RULE_STEPS_ALL] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                         " WHERE rule_id = $1 AND created_at >= $2 ORDER BY created_at LIMIT $3) x",
+    [S_PARKED_DUE] = "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
+                     " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
+    [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
+                      " AND status = 'running' AND lease_deadline > 0",
 };
 
 struct pg {
@@ -1708,6 +1739,114 @@ static int pg_checkpoint_find(struct store *st, const char *exec_id, const char 
     return rc;
 }
 
+/* --- run-time agents and API keys (rare; sent at once, after anything queued) --- */
+
+static int pg_write_now(struct pg *p, enum stmt_id id, const struct params *ps)
+{
+    int rc;
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    PQclear(r);
+    return r ? 0 : rc;
+}
+
+static int pg_agent_save(struct store *st, const char *name, const char *settings, int64_t now)
+{
+    struct params ps = {0};
+    p_str(&ps, name);
+    p_int(&ps, now);
+    p_str(&ps, settings);
+    return pg_write_now(PG(st), S_AGENT_SAVE, &ps);
+}
+
+static int pg_agent_settings_each(struct store *st, store_agent_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_AGENT_SETTINGS, NULL, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) rc = fn(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), arg);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_agent_delete(struct store *st, const char *name)
+{
+    struct params ps = {0};
+    p_str(&ps, name);
+    return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
+}
+
+static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
+                               int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
+{
+    struct params ps = {0};
+    p_str(&ps, rule_id);
+    p_int(&ps, since_ms);
+    if (exec_id || agent) p_str(&ps, exec_id ? exec_id : agent);
+    p_int(&ps, cap);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), exec_id ? S_RULE_STEPS_EXEC : agent ? S_RULE_STEPS_AGENT : S_RULE_STEPS_ALL,
+                            &ps, &rc);
+    if (!r) return rc;
+    *n = PQntuples(r) == 1 ? g_int(r, 0, 0) : 0;
+    *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
+    PQclear(r);
+    return 0;
+}
+
+static int pg_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    struct params ps = {0};
+    p_int(&ps, now);
+    p_int(&ps, max);
+    int rc;
+    *n = 0;
+    PGresult *r = exec_stmt(PG(st), S_PARKED_DUE, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) g_copy(r, i, 0, ids[(*n)++], UUID_STR_LEN);
+    PQclear(r);
+    return 0;
+}
+
+static int pg_exec_parked_next(struct store *st, int64_t *at)
+{
+    int rc;
+    *at = 0;
+    PGresult *r = exec_stmt(PG(st), S_PARKED_NEXT, NULL, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 1) *at = g_int(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+static int pg_api_key_put(struct store *st, const struct api_key_row *k)
+{
+    struct params ps = {0};
+    p_str(&ps, k->id);
+    p_str(&ps, k->name);
+    p_str(&ps, k->hash);
+    p_str(&ps, k->prefix);
+    p_str(&ps, k->scopes);
+    p_int(&ps, k->created_at);
+    p_int(&ps, k->revoked_at);
+    return pg_write_now(PG(st), S_API_KEY_PUT, &ps);
+}
+
+static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEYS, NULL, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct api_key_row k = {.name = PQgetvalue(r, i, 1), .hash = PQgetvalue(r, i, 2),
+                                .prefix = PQgetvalue(r, i, 3), .scopes = PQgetvalue(r, i, 4),
+                                .created_at = g_int(r, i, 5), .revoked_at = g_int(r, i, 6)};
+        g_copy(r, i, 0, k.id, sizeof k.id);
+        rc = fn(&k, arg);
+    }
+    PQclear(r);
+    return rc;
+}
+
 static const struct store_vt pg_vt = {
     .close = pg_close,
     .errmsg = pg_errmsg,
@@ -1723,6 +1862,14 @@ static const struct store_vt pg_vt = {
     .op_end = pg_op_end,
     .agent_upsert = pg_agent_upsert,
     .agents_each = pg_agents_each,
+    .agent_save = pg_agent_save,
+    .agent_settings_each = pg_agent_settings_each,
+    .agent_delete = pg_agent_delete,
+    .rule_steps_since = pg_rule_steps_since,
+    .exec_parked_due = pg_exec_parked_due,
+    .exec_parked_next = pg_exec_parked_next,
+    .api_key_put = pg_api_key_put,
+    .api_keys_each = pg_api_keys_each,
     .exec_insert = pg_exec_insert,
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,
