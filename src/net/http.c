@@ -47,6 +47,7 @@
  * have not read (the loop is behind, the client is not) is passed over. Running out of descriptors (EMFILE) sheds the same way.
  */
 #include "net/http.h"
+#include "net/gzip.h"
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -1695,7 +1696,21 @@ void http_reply_raw(struct http_req *r, int status, const char *content_type, co
     ASSERT(!r->done && !r->sse);
     ASSERT(body || len == 0);
     r->done = true;
-    if (r->conn) write_response(r->conn, r, status, content_type, body, len);
+    if (r->conn) {
+        /* gzip when the client takes it and it pays: JSON and text of a KiB or more */
+        struct buf z = {0};
+        bool coded = len >= GZIP_MIN_BYTES && status != 204 && status != 304 &&
+                     gzip_type_ok(kvs_get(&r->out_hdrs, "Content-Type", true) ?: content_type) &&
+                     !kvs_get(&r->out_hdrs, "Content-Encoding", true);
+        if (coded) {
+            kvs_add(&r->out_hdrs, xstrdup("Vary"), xstrdup("Accept-Encoding"));
+            buf_init(&z, 0);
+            coded = gzip_accepted(http_req_header(r, "Accept-Encoding")) && gzip_compress(body, len, &z) == 0;
+        }
+        if (coded) kvs_add(&r->out_hdrs, xstrdup("Content-Encoding"), xstrdup("gzip"));
+        write_response(r->conn, r, status, content_type, coded ? z.data : body, coded ? z.len : len);
+        buf_fini(&z);
+    }
     req_finished(r);
 }
 

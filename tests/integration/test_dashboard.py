@@ -202,13 +202,14 @@ def test_dashboard_in_chromium(agents):
 
 def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     """No browser: the embedded files, their headers, and what is not there."""
+    import gzip
     import http.client
     import re
     k = make_kernel().start()
 
-    def get(path):
+    def get(path, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=10)
-        c.request("GET", path)
+        c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         body = r.read()
         c.close()
@@ -226,6 +227,11 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
         assert st == 200 and len(data) > 0
         assert h["cache-control"] == "public, max-age=31536000, immutable"
         assert h["content-security-policy"].startswith("default-src 'self'")
+        assert "content-encoding" not in h and h["vary"] == "Accept-Encoding"
+        # gzip for a client that takes it: the same bytes, smaller
+        st, h, gz = get("/ui/" + a.decode(), {"Accept-Encoding": "br, gzip"})
+        assert st == 200 and h["content-encoding"] == "gzip", h
+        assert gzip.decompress(gz) == data and len(gz) < len(data) / 2
     st, _, body = get("/ui/service.json")  # no sandboxes here (REBUNO_SANDBOXES=off): no link
     assert st == 200 and json.loads(body) == {"service": "kernel"}
     st, h, _ = get("/ui")
