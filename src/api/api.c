@@ -2099,7 +2099,20 @@ fail:
     json_decref(b);
 }
 
-/* POST /v0/policies/{agent} {bundle}: replace the agent's policy (until the next start). */
+struct policy_ctx {
+    const char *agent;
+    struct policy *pol;
+};
+
+static int op_set_policy(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    struct policy_ctx *c = ctx;
+    struct policy *pol = c->pol;
+    c->pol = NULL; /* the kernel owns it now, whatever happens */
+    return kernel_agent_set_policy(a->k, c->agent, pol, err);
+}
+
+/* POST /v0/policies/{agent} {bundle}: replace the agent's policy (kept in the store). */
 static void h_set_policy(struct api *a, struct http_req *r)
 {
     static const char *const fields[] = {"bundle", NULL};
@@ -2107,17 +2120,104 @@ static void h_set_policy(struct api *a, struct http_req *r)
     json_t *b = body_json(r, fields, &err);
     const char *bundle;
     if (!b || get_str(b, "bundle", true, 1 << 20, &bundle, &err) < 0) goto fail;
-    struct policy *pol = policy_load_string(bundle, strlen(bundle), "bundle", 0, &err);
-    if (!pol) {
+    struct policy_ctx c = {http_req_param(r, "agent"), policy_load_string(bundle, strlen(bundle), "bundle", 0, &err)};
+    if (!c.pol) {
         err_invalid(&err, "bundle", "bundle: %.400s", err.msg);
         goto fail;
     }
-    if (kernel_agent_set_policy(a->k, http_req_param(r, "agent"), pol, &err) < 0) goto fail;
-    http_reply_json(r, 204, NULL);
+    run_op(a, r, 204, op_set_policy, &c);
+    policy_free(c.pol);
     json_decref(b);
     return;
 fail:
     http_reply_err(r, &err);
+    json_decref(b);
+}
+
+static int op_delete_agent(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    return kernel_agent_delete(a->k, ctx, err);
+}
+
+/* DELETE /v0/agents/{id}: upstream's; 204, 404 unknown, 409 while it has live executions. */
+static void h_delete_agent(struct api *a, struct http_req *r)
+{
+    run_op(a, r, 204, op_delete_agent, (void *)http_req_param(r, "agent"));
+}
+
+/* GET /v0/policies/{agent}: the agent's policy as stored (upstream shows it only as the
+ * agent view's policy_bundle) with its rules in evaluation order. */
+static void h_get_policy(struct api *a, struct http_req *r)
+{
+    const char *agent = http_req_param(r, "agent");
+    struct kernel_agent_info info;
+    if (!kernel_agent_info(a->k, agent, &info)) {
+        http_reply_error(r, 404, "not_found", "agent_id", "no agent named \"%s\"; list them with GET /v0/agents",
+                         agent);
+        return;
+    }
+    json_t *out = json_pack("{s:s, s:b, s:s, s:o}", "agent_id", agent, "has_policy", info.policy != NULL,
+                            "default_action", policy_decision_name(policy_default_action(info.policy)), "rules",
+                            policy_rules_json(info.policy));
+    if (info.policy) json_object_set_new(out, "bundle", json_string(policy_source(info.policy)));
+    http_reply_json(r, 200, out);
+}
+
+/* POST /v0/policies/{agent}/test {bundle?, cases?, execution_id?}: upstream's dry run.
+ * Evaluates cases (or an execution's recorded steps) against bundle, or the agent's
+ * stored policy when bundle is absent; stores nothing. */
+static void h_test_policy(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"bundle", "cases", "execution_id", "executions", NULL};
+    struct err err = ERR_INIT;
+    const char *agent = http_req_param(r, "agent");
+    json_t *b = body_json(r, fields, &err), *cases = NULL, *report = NULL;
+    struct policy *own = NULL;
+    struct kernel_agent_info info;
+    const char *bundle, *exec_id;
+    if (!b || get_str(b, "bundle", false, POLICY_MAX_BYTES, &bundle, &err) < 0 ||
+        get_str(b, "execution_id", false, UUID_STR_LEN, &exec_id, &err) < 0)
+        goto fail;
+    if (!kernel_agent_info(a->k, agent, &info)) {
+        err_set(&err, 404, "not_found", "agent_id", "no agent named \"%s\"; list them with GET /v0/agents", agent);
+        goto fail;
+    }
+    if (json_object_get(b, "executions")) {
+        err_invalid(&err, "executions", "executions: replaying a range of executions is not served here; "
+                                        "replay one with execution_id");
+        goto fail;
+    }
+    json_t *given = json_object_get(b, "cases");
+    if ((!given || json_is_null(given)) && !exec_id) {
+        err_invalid(&err, "cases", "cases: required (a list of {kind, target, args, expect?}), or give execution_id "
+                                   "to replay an execution's steps");
+        goto fail;
+    }
+    if (given && !json_is_null(given) && exec_id) {
+        err_invalid(&err, "execution_id", "execution_id: give either cases or execution_id, not both");
+        goto fail;
+    }
+    if (bundle) {
+        own = policy_load_string(bundle, strlen(bundle), "bundle", 0, &err);
+        if (!own) {
+            err_invalid(&err, "bundle", "bundle: %.400s", err.msg);
+            goto fail;
+        }
+    }
+    if (exec_id) {
+        if (kernel_policy_replay_cases(a->k, agent, exec_id, &cases, &err) < 0) goto fail;
+    } else {
+        cases = json_incref(given);
+    }
+    report = policy_run_cases(bundle ? own : info.policy, cases, agent, "cases", &err);
+    if (!report) goto fail;
+    http_reply_json(r, 200, report);
+    goto done;
+fail:
+    http_reply_err(r, &err);
+done:
+    policy_free(own);
+    json_decref(cases);
     json_decref(b);
 }
 
@@ -2282,6 +2382,8 @@ static const struct route route_table[] = {
     {"GET", "/metrics", P_PUBLIC, h_metrics, NULL, NULL},
     {"POST", "/v0/agents", P_ADMIN, h_register_agent, NULL, NULL},
     {"POST", "/v0/policies/:agent", P_ADMIN, h_set_policy, NULL, NULL},
+    {"GET", "/v0/policies/:agent", P_READ, h_get_policy, NULL, NULL},
+    {"POST", "/v0/policies/:agent/test", P_ADMIN, h_test_policy, NULL, NULL},
     {"GET", "/v0/executions/:id/stream", P_READ, h_delta_stream, NULL, NULL},
     {"POST", "/v0/executions/:id/steps/:step/stream", P_AGENT, h_step_delta, NULL, NULL},
     {"POST", "/v0/executions", P_CLIENT, h_create, NULL, NULL},
@@ -2311,6 +2413,7 @@ static const struct route route_table[] = {
     {"GET", "/v0/agents", P_READ, h_agents, NULL, NULL},
     {"GET", "/v0/agents/stream", P_AGENT, h_agent_stream, NULL, q_agent_stream},
     {"GET", "/v0/agents/:agent", P_READ, h_agent_get, NULL, NULL},
+    {"DELETE", "/v0/agents/:agent", P_ADMIN, h_delete_agent, NULL, NULL},
     {"POST", "/v0/agents/:agent/workers", P_AGENT, h_worker, NULL, NULL},
     {"POST", "/v0/agents/:agent/claim", P_AGENT, h_claim, NULL, NULL},
     {"GET", "/v0/approvals", P_CLIENT, h_approvals, NULL, q_approvals},

@@ -5,7 +5,8 @@
  *   rebuno store copy --from sqlite:PATH --to postgres://user@host/db
  *
  * Goes through the store interface (store.h), so any store can be copied into any other:
- * agents, executions with their events (same seq), steps (in order), occurrence counters,
+ * agents (with their run-time settings and policies), API keys, executions with their
+ * events (same seq), steps (in order), occurrence counters,
  * approvals, resources and checkpoints. The target must hold no executions. Written in
  * transactions of COPY_BATCH executions, each durable before the next starts. Stop the
  * kernel(s) on the source first: a copy of a store still being written misses the rest.
@@ -69,6 +70,16 @@ static int copy_agent(const char *name, void *arg)
     struct copy *c = arg;
     c->agents++;
     return store_agent_upsert(c->dst, name, clock_now_ms());
+}
+
+static int copy_agent_settings(const char *name, const char *settings, void *arg)
+{
+    return store_agent_save(((struct copy *)arg)->dst, name, settings, clock_now_ms());
+}
+
+static int copy_api_key(const struct api_key_row *k, void *arg)
+{
+    return store_api_key_put(((struct copy *)arg)->dst, k);
 }
 
 static int copy_event(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
@@ -209,6 +220,9 @@ static int store_copy(const char *from, const char *to)
     if ((r = store_begin(c.dst)) < 0) goto failed;
     c.what = "an agent";
     if ((r = store_agents_each(c.src, copy_agent, &c)) < 0) goto failed;
+    if ((r = store_agent_settings_each(c.src, copy_agent_settings, &c)) < 0) goto failed;
+    c.what = "an API key";
+    if ((r = store_api_keys_each(c.src, copy_api_key, &c)) < 0) goto failed;
     for (size_t i = ids.n; i-- > 0;) {
         if ((r = copy_exec(&c, ids.v[i])) < 0) goto failed;
         if ((ids.n - i) % COPY_BATCH == 0) {

@@ -16,6 +16,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/jtext.h"
+#include "base/log.h"
 #include "base/names.h"
 #include "base/xalloc.h"
 #include "kernel/identity.h"
@@ -199,7 +200,7 @@ struct agent_conf *k_find_agent(struct kernel *k, const char *name)
     return NULL;
 }
 
-static struct agent_conf *ensure_agent(struct kernel *k, const char *name)
+struct agent_conf *k_ensure_agent(struct kernel *k, const char *name)
 {
     struct agent_conf *a = k_find_agent(k, name);
     if (a) return a;
@@ -222,7 +223,7 @@ static int64_t agent_max_attempts(struct kernel *k, const struct agent_conf *a)
 
 static int load_agent_name(const char *name, void *arg)
 {
-    ensure_agent(arg, name);
+    k_ensure_agent(arg, name);
     return 0;
 }
 
@@ -235,6 +236,7 @@ struct kernel *kernel_new(struct store *st, const struct kernel_config *cfg)
     if (k->cfg.max_attempts <= 0) k->cfg.max_attempts = 5;
     if (k->cfg.approval_timeout_ms <= 0) k->cfg.approval_timeout_ms = 900000;
     store_agents_each(st, load_agent_name, k); /* agents seen before a restart */
+    if (k_agents_load(k) < 0) log_error("cannot read the agents set at run time", "error=\"%s\"", store_errmsg(st));
     return k;
 }
 
@@ -265,9 +267,12 @@ struct store *kernel_store(struct kernel *k)
 void kernel_add_agent(struct kernel *k, const char *name, struct policy *policy, int64_t lease_ms,
                       int64_t max_attempts)
 {
-    struct agent_conf *a = ensure_agent(k, name);
-    policy_free(a->policy);
-    a->policy = policy;
+    struct agent_conf *a = k_ensure_agent(k, name);
+    if (policy || !a->policy_runtime) { /* no policy in the config keeps one set at run time */
+        policy_free(a->policy);
+        a->policy = policy;
+        a->policy_runtime = false;
+    }
     a->lease_ms = lease_ms;
     a->max_attempts = max_attempts;
 }
@@ -280,7 +285,7 @@ bool kernel_agent_known(struct kernel *k, const char *name)
 void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *webhook_url,
                                const char *secret)
 {
-    struct agent_conf *a = ensure_agent(k, name);
+    struct agent_conf *a = k_ensure_agent(k, name);
     k_set_str(&a->webhook_url, webhook_url);
     k_set_str(&a->secret, secret);
 }
@@ -288,12 +293,11 @@ void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *w
 int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
                           const char *secret, struct err *err)
 {
-    struct agent_conf *a = ensure_agent(k, name);
+    struct agent_conf *a = k_ensure_agent(k, name);
     if (lease_ms > 0) a->lease_ms = lease_ms;
     k_set_str(&a->webhook_url, webhook_url);
     k_set_str(&a->secret, secret);
-    int r = store_agent_upsert(k->st, name, clock_now_ms());
-    return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
+    return k_agent_persist(k, a, err);
 }
 
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err)
@@ -306,7 +310,8 @@ int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *p
     }
     policy_free(a->policy);
     a->policy = policy;
-    return 0;
+    a->policy_runtime = true;
+    return k_agent_persist(k, a, err);
 }
 
 bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out)
@@ -315,6 +320,7 @@ bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_i
     if (!a) return false;
     out->webhook_url = a->webhook_url;
     out->secret = a->secret;
+    out->policy = a->policy;
     out->lease_ms = agent_lease_ms(k, a);
     out->max_attempts = agent_max_attempts(k, a);
     return true;
@@ -338,7 +344,7 @@ static int require_agent(struct kernel *k, const char *agent, int64_t now, struc
         return err_set(err, 404, "not_found", "agent_id",
                        "no agent named \"%s\" is configured; add it under agents: in the config file",
                        agent);
-    ensure_agent(k, agent);
+    k_ensure_agent(k, agent);
     int r = store_agent_upsert(k->st, agent, now);
     return r < 0 ? k_store_fail(err, r, "registering the agent") : 0;
 }
@@ -993,6 +999,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
                               "has_policy", a->policy != NULL, "workers", workers,
                               "dispatch", a->webhook_url ? "webhook" : "pull");
         if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
+        if (a->policy) json_object_set_new(v, "policy_bundle", json_string(policy_source(a->policy)));
         json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);

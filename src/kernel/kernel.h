@@ -69,15 +69,24 @@ void kernel_agent_set_endpoint(struct kernel *k, const char *name, const char *w
  * keep/default) and endpoint; its name is recorded in the store. Its policy is kept. */
 int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, const char *webhook_url,
                           const char *secret, struct err *err);
+/* Upstream's DELETE /v0/agents/{id}: forget the agent (its settings, policy and workers;
+ * its finished executions stay readable). 404 unknown, 409 while it has pending, running
+ * or blocked executions. */
+int kernel_agent_delete(struct kernel *k, const char *name, struct err *err);
 /* Replace an agent's policy at run time (takes ownership; NULL = allow all). -1 with a
- * 404 when the agent is unknown. */
+ * 404 when the agent is unknown. Saved in the store (inside the caller's operation). */
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err);
 /* The agent's settings, borrowed (valid until the agent changes): false when unknown. */
 struct kernel_agent_info {
     const char *webhook_url, *secret;
+    const struct policy *policy; /* NULL: none (every step allowed, rule "permissive") */
     int64_t lease_ms, max_attempts;
 };
 bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out);
+/* Upstream's policy replay (policy_replay.c): *cases = the recorded steps of exec_id (an
+ * execution of agent) as policy test cases expecting their first decision. */
+int kernel_policy_replay_cases(struct kernel *k, const char *agent, const char *exec_id, json_t **cases,
+                               struct err *err);
 /* Names of the agents with a webhook, one per call (i from 0; NULL past the end). */
 const char *kernel_webhook_agent(struct kernel *k, int i);
 /* Move the notes accumulated since the last call into *out (which it initialises). */

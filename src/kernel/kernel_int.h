@@ -13,6 +13,7 @@ struct agent_conf {
     int64_t lease_ms, max_attempts;
     char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
     char *secret;      /* NULL: no signed calls */
+    bool policy_runtime; /* the policy was set at run time (kept when the config gives none) */
 };
 
 struct worker {
@@ -62,6 +63,10 @@ void k_mark(const struct execution *e, struct exec_mark *m);
 int k_save_exec_changed(struct kernel *k, struct execution *e, const struct exec_mark *m, int64_t now,
                         struct err *err);
 struct agent_conf *k_find_agent(struct kernel *k, const char *name);
+struct agent_conf *k_ensure_agent(struct kernel *k, const char *name);
+/* agents_admin.c: save an agent's run-time settings; load them all (at start). */
+int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *err);
+int k_agents_load(struct kernel *k);
 int k_load_exec(struct kernel *k, const struct caller *c, const char *id, struct execution *e,
                 struct err *err);
 int k_load_step(struct kernel *k, const struct execution *e, const char *step_id, struct step *s,

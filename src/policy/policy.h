@@ -66,6 +66,17 @@ struct policy *policy_load_string(const char *yaml, size_t len, const char *file
 void policy_free(struct policy *p);
 
 size_t policy_rule_count(const struct policy *p);
+/* The YAML text the policy was compiled from (borrowed; what was passed to load). */
+const char *policy_source(const struct policy *p);
+
+/* One rule as the evaluator orders it (i from 0, < policy_rule_count). Borrowed. */
+struct policy_rule_info {
+    const char *id;
+    enum policy_decision decision;
+    bool has_priority; /* upstream's priority: was given */
+    int64_t priority;
+};
+void policy_rule_info(const struct policy *p, size_t i, struct policy_rule_info *out);
 /* POLICY_ALLOW or POLICY_DENY: what happens when no rule matches. */
 enum policy_decision policy_default_action(const struct policy *p);
 
@@ -85,10 +96,27 @@ struct policy_result {
     const json_t *approvers;      /* borrowed JSON array or NULL */
     const char *approval_message; /* borrowed or NULL */
     bool fork_rule;               /* the matched rule names forks (when: {forked: true}) */
+    size_t rule_pos;              /* 1-based place of the matched rule in evaluation order;
+                                   * 0 = a built-in outcome (default, local, permissive) */
 };
 
 /* Decide one step. `p` may be NULL (no policy configured: allow everything). */
 void policy_eval(const struct policy *p, const struct policy_input *in, struct policy_result *out);
+
+/*
+ * Upstream's policy test cases (policy_cases.c). `cases` is a JSON array of
+ * {name?, agent_id?, kind? (tool_call), target, args?, expect?, expect_rule?} (also
+ * execution_id/step_id/was_rule, carried through); each is evaluated against p (NULL =
+ * no policy: permissive) with agent_id defaulting to default_agent. Returns the report
+ * {results: [case + {decision, rule_id, reason?, rule?: {id, position, priority?}, pass,
+ * failure?}], failed, unexercised_rules?}, or NULL with a 400 whose field names the bad
+ * member ("<prefix>[i].target").
+ */
+#define POLICY_MAX_CASES 10000
+json_t *policy_run_cases(const struct policy *p, const json_t *cases, const char *default_agent,
+                         const char *prefix, struct err *err);
+/* [{id, position, decision, priority?}] of p's rules in evaluation order. */
+json_t *policy_rules_json(const struct policy *p);
 
 /* "allow" "deny" "require_approval" */
 const char *policy_decision_name(enum policy_decision d);

@@ -37,6 +37,20 @@ enum policy_decision policy_default_action(const struct policy *p)
     return p ? p->default_action : POLICY_ALLOW;
 }
 
+const char *policy_source(const struct policy *p)
+{
+    return p && p->source ? p->source : "";
+}
+
+void policy_rule_info(const struct policy *p, size_t i, struct policy_rule_info *out)
+{
+    const struct policy_rule *r = &p->rules[i];
+    out->id = r->id;
+    out->decision = r->decision;
+    out->has_priority = r->has_priority;
+    out->priority = r->priority;
+}
+
 static unsigned kind_bit(const char *kind)
 {
     if (!kind) return 0;
@@ -209,6 +223,7 @@ static void set_builtin(struct policy_result *out, enum policy_decision d, const
     out->approvers = NULL;
     out->approval_message = NULL;
     out->fork_rule = false;
+    out->rule_pos = 0;
 }
 
 void policy_eval(const struct policy *p, const struct policy_input *in, struct policy_result *out)
@@ -229,6 +244,7 @@ void policy_eval(const struct policy *p, const struct policy_input *in, struct p
         out->approvers = r->approvers;
         out->approval_message = r->approval_message;
         out->fork_rule = r->has_forked && r->forked;
+        out->rule_pos = i + 1;
         return;
     }
     /* Local steps (find_sandbox, load_conversation, ...) are the agent's own

@@ -86,6 +86,7 @@ struct policy_rule {
 };
 
 struct policy {
+    char *source; /* the YAML it was compiled from */
     enum policy_decision default_action;
     struct policy_rule *rules;
     size_t n_rules;

@@ -1221,6 +1221,9 @@ struct policy *policy_load_string(const char *yaml, size_t len, const char *file
         policy_free(p);
         return NULL;
     }
+    p->source = xmalloc(L.src_len + 1);
+    memcpy(p->source, L.src, L.src_len);
+    p->source[L.src_len] = '\0';
     return p;
 }
 
@@ -1310,5 +1313,6 @@ void policy_free(struct policy *p)
         free(r->approval_message);
     }
     free(p->rules);
+    free(p->source);
     free(p);
 }

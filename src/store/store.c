@@ -105,6 +105,31 @@ int store_agents_each(struct store *st, store_name_fn fn, void *arg)
     return st->vt->agents_each(st, fn, arg);
 }
 
+int store_agent_save(struct store *st, const char *name, const char *settings, int64_t now)
+{
+    return st->vt->agent_save(st, name, settings, now);
+}
+
+int store_agent_settings_each(struct store *st, store_agent_fn fn, void *arg)
+{
+    return st->vt->agent_settings_each(st, fn, arg);
+}
+
+int store_agent_delete(struct store *st, const char *name)
+{
+    return st->vt->agent_delete(st, name);
+}
+
+int store_api_key_put(struct store *st, const struct api_key_row *k)
+{
+    return st->vt->api_key_put(st, k);
+}
+
+int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
+{
+    return st->vt->api_keys_each(st, fn, arg);
+}
+
 int store_exec_insert(struct store *st, const struct execution *e)
 {
     return st->vt->exec_insert(st, e);

@@ -62,6 +62,30 @@ int store_agent_upsert(struct store *st, const char *name, int64_t now);
 typedef int (*store_name_fn)(const char *name, void *arg);
 int store_agents_each(struct store *st, store_name_fn fn, void *arg);
 
+/* What was set at run time (POST /v0/agents, POST /v0/policies/{agent}) and must survive a
+ * restart: the agent's settings as JSON text ({webhook_url?, secret?, lease_ms?, policy?};
+ * NULL: none, the agent was only seen). Saving creates the agent's row if needed;
+ * settings_each reports only agents that have settings. Delete removes the agent's row. */
+int store_agent_save(struct store *st, const char *name, const char *settings, int64_t now);
+typedef int (*store_agent_fn)(const char *name, const char *settings, void *arg);
+int store_agent_settings_each(struct store *st, store_agent_fn fn, void *arg);
+int store_agent_delete(struct store *st, const char *name);
+
+/* API keys made at run time (POST /v0/api-keys): only the token's hash is kept. */
+struct api_key_row {
+    char id[UUID_STR_LEN];
+    const char *name;
+    const char *hash;   /* lowercase hex SHA-256 of the token */
+    const char *prefix; /* the token's first characters, to recognise it */
+    const char *scopes; /* JSON array of scope names */
+    int64_t created_at, revoked_at; /* ms; revoked 0 = live */
+};
+/* Insert or replace (by id). */
+int store_api_key_put(struct store *st, const struct api_key_row *k);
+typedef int (*store_api_key_fn)(const struct api_key_row *k, void *arg); /* k borrowed for the call */
+/* Oldest first. */
+int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg);
+
 /* executions */
 int store_exec_insert(struct store *st, const struct execution *e);
 int store_exec_get(struct store *st, const char *id, struct execution *out);

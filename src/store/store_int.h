@@ -23,6 +23,11 @@ struct store_vt {
     int (*op_end)(struct store *st, bool ok);
     int (*agent_upsert)(struct store *st, const char *name, int64_t now);
     int (*agents_each)(struct store *st, store_name_fn fn, void *arg);
+    int (*agent_save)(struct store *st, const char *name, const char *settings, int64_t now);
+    int (*agent_settings_each)(struct store *st, store_agent_fn fn, void *arg);
+    int (*agent_delete)(struct store *st, const char *name);
+    int (*api_key_put)(struct store *st, const struct api_key_row *k);
+    int (*api_keys_each)(struct store *st, store_api_key_fn fn, void *arg);
     int (*exec_insert)(struct store *st, const struct execution *e);
     int (*exec_get)(struct store *st, const char *id, struct execution *out);
     int (*exec_update)(struct store *st, const struct execution *e);

@@ -91,7 +91,12 @@ static const char *migrations[] = {
     "CREATE TABLE checkpoints(execution_id TEXT COLLATE \"C\" NOT NULL, key TEXT COLLATE \"C\" NOT NULL,"
     " generation BIGINT NOT NULL, ref TEXT NOT NULL, covered_seq BIGINT NOT NULL,"
     " invalidated_seq BIGINT NOT NULL, PRIMARY KEY(execution_id, key, generation, covered_seq));",
-    /* 2: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
+    /* 2: SQLite's version 6: agents' run-time settings and policies, API keys */
+    "ALTER TABLE agents ADD COLUMN settings TEXT;"
+    "CREATE TABLE api_keys(id TEXT COLLATE \"C\" PRIMARY KEY, name TEXT NOT NULL,"
+    " hash TEXT COLLATE \"C\" NOT NULL UNIQUE, prefix TEXT NOT NULL, scopes TEXT NOT NULL,"
+    " created_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL);",
+    /* 3: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
@@ -130,6 +135,7 @@ enum stmt_id {
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
+    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
     S_COUNT
 };
 
@@ -218,6 +224,16 @@ static const char *stmt_sql[S_COUNT] = {
                              " AND invalidated_seq=0 LIMIT 1",
     [S_CHECKPOINT_FIND] = "SELECT covered_seq FROM checkpoints WHERE execution_id=$1 AND key=$2 AND generation=$3"
                           " AND ref=$4 LIMIT 1",
+    [S_AGENT_SAVE] = "INSERT INTO agents(name, created_at, settings) VALUES($1, $2, $3)"
+                     " ON CONFLICT (name) DO UPDATE SET settings = excluded.settings",
+    [S_AGENT_SETTINGS] = "SELECT name, settings FROM agents WHERE settings IS NOT NULL ORDER BY name",
+    [S_AGENT_DELETE] = "DELETE FROM agents WHERE name = $1",
+    [S_API_KEY_PUT] = "INSERT INTO api_keys(id, name, hash, prefix, scopes, created_at, revoked_at)"
+                      " VALUES($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (id) DO UPDATE SET name = excluded.name,"
+                      " hash = excluded.hash, prefix = excluded.prefix, scopes = excluded.scopes,"
+                      " revoked_at = excluded.revoked_at",
+    [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
+                   " ORDER BY created_at, id",
 };
 
 struct pg {
@@ -1759,6 +1775,71 @@ static int pg_checkpoint_find(struct store *st, const char *exec_id, const char 
     return rc;
 }
 
+/* --- run-time agents and API keys (rare; sent at once, after anything queued) --- */
+
+static int pg_write_now(struct pg *p, enum stmt_id id, const struct params *ps)
+{
+    int rc;
+    PGresult *r = exec_stmt(p, id, ps, &rc);
+    PQclear(r);
+    return r ? 0 : rc;
+}
+
+static int pg_agent_save(struct store *st, const char *name, const char *settings, int64_t now)
+{
+    struct params ps = {0};
+    p_str(&ps, name);
+    p_int(&ps, now);
+    p_str(&ps, settings);
+    return pg_write_now(PG(st), S_AGENT_SAVE, &ps);
+}
+
+static int pg_agent_settings_each(struct store *st, store_agent_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_AGENT_SETTINGS, NULL, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) rc = fn(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), arg);
+    PQclear(r);
+    return rc;
+}
+
+static int pg_agent_delete(struct store *st, const char *name)
+{
+    struct params ps = {0};
+    p_str(&ps, name);
+    return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
+}
+
+static int pg_api_key_put(struct store *st, const struct api_key_row *k)
+{
+    struct params ps = {0};
+    p_str(&ps, k->id);
+    p_str(&ps, k->name);
+    p_str(&ps, k->hash);
+    p_str(&ps, k->prefix);
+    p_str(&ps, k->scopes);
+    p_int(&ps, k->created_at);
+    p_int(&ps, k->revoked_at);
+    return pg_write_now(PG(st), S_API_KEY_PUT, &ps);
+}
+
+static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEYS, NULL, &rc);
+    if (!r) return rc;
+    for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
+        struct api_key_row k = {.name = PQgetvalue(r, i, 1), .hash = PQgetvalue(r, i, 2),
+                                .prefix = PQgetvalue(r, i, 3), .scopes = PQgetvalue(r, i, 4),
+                                .created_at = g_int(r, i, 5), .revoked_at = g_int(r, i, 6)};
+        g_copy(r, i, 0, k.id, sizeof k.id);
+        rc = fn(&k, arg);
+    }
+    PQclear(r);
+    return rc;
+}
+
 static const struct store_vt pg_vt = {
     .close = pg_close,
     .errmsg = pg_errmsg,
@@ -1774,6 +1855,11 @@ static const struct store_vt pg_vt = {
     .op_end = pg_op_end,
     .agent_upsert = pg_agent_upsert,
     .agents_each = pg_agents_each,
+    .agent_save = pg_agent_save,
+    .agent_settings_each = pg_agent_settings_each,
+    .agent_delete = pg_agent_delete,
+    .api_key_put = pg_api_key_put,
+    .api_keys_each = pg_api_keys_each,
     .exec_insert = pg_exec_insert,
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,

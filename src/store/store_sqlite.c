@@ -122,7 +122,13 @@ static const char *migrations[] = {
     "CREATE UNIQUE INDEX steps_execution ON steps(execution_id, step_id);"
     "CREATE INDEX steps_indeterminate ON steps(execution_id, kind, target, args_hash)"
     " WHERE indeterminate = 1;",
-    /* 6: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
+    /* 6: what is set at run time and must survive a restart: agents' settings and
+     * policies, and API keys (their tokens' hashes) */
+    "ALTER TABLE agents ADD COLUMN settings TEXT;"
+    "CREATE TABLE api_keys(id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
+    " prefix TEXT NOT NULL, scopes TEXT NOT NULL, created_at INTEGER NOT NULL,"
+    " revoked_at INTEGER NOT NULL) STRICT;",
+    /* 7: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from != '';",
 };
 
@@ -1444,6 +1450,90 @@ static int sq_watch_read(struct store *st, store_change_fn fn, void *arg)
     return 0;
 }
 
+/* --- run-time agents and API keys (rare: statements prepared per call) --- */
+
+static int sq_once(struct sq *st, const char *sql, sqlite3_stmt **out)
+{
+    return sqlite3_prepare_v2(st->db, sql, -1, out, NULL) == SQLITE_OK ? 0 : -EIO;
+}
+
+static int sq_run_once(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : rc_errno(rc);
+}
+
+static int sq_agent_save(struct store *base_, const char *name, const char *settings, int64_t now)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "INSERT INTO agents(name, created_at, settings) VALUES(?1, ?2, ?3)"
+                " ON CONFLICT(name) DO UPDATE SET settings = excluded.settings", &s) < 0)
+        return -EIO;
+    bind_text(s, 1, name);
+    sqlite3_bind_int64(s, 2, now);
+    bind_text(s, 3, settings);
+    return sq_run_once(s);
+}
+
+static int sq_agent_settings_each(struct store *base_, store_agent_fn fn, void *arg)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "SELECT name, settings FROM agents WHERE settings IS NOT NULL ORDER BY name",
+                &s) < 0)
+        return -EIO;
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW)
+        r = fn((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1), arg);
+    sqlite3_finalize(s);
+    return r;
+}
+
+static int sq_agent_delete(struct store *base_, const char *name)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "DELETE FROM agents WHERE name = ?1", &s) < 0) return -EIO;
+    bind_text(s, 1, name);
+    return sq_run_once(s);
+}
+
+static int sq_api_key_put(struct store *base_, const struct api_key_row *k)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "INSERT OR REPLACE INTO api_keys(id, name, hash, prefix, scopes, created_at,"
+                " revoked_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)", &s) < 0)
+        return -EIO;
+    bind_text(s, 1, k->id);
+    bind_text(s, 2, k->name);
+    bind_text(s, 3, k->hash);
+    bind_text(s, 4, k->prefix);
+    bind_text(s, 5, k->scopes);
+    sqlite3_bind_int64(s, 6, k->created_at);
+    sqlite3_bind_int64(s, 7, k->revoked_at);
+    return sq_run_once(s);
+}
+
+static int sq_api_keys_each(struct store *base_, store_api_key_fn fn, void *arg)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
+                " ORDER BY created_at, id", &s) < 0)
+        return -EIO;
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct api_key_row k = {.name = (const char *)sqlite3_column_text(s, 1),
+                                .hash = (const char *)sqlite3_column_text(s, 2),
+                                .prefix = (const char *)sqlite3_column_text(s, 3),
+                                .scopes = (const char *)sqlite3_column_text(s, 4),
+                                .created_at = sqlite3_column_int64(s, 5),
+                                .revoked_at = sqlite3_column_int64(s, 6)};
+        col_copy(s, 0, k.id, sizeof k.id);
+        r = fn(&k, arg);
+    }
+    sqlite3_finalize(s);
+    return r;
+}
+
 static const struct store_vt sqlite_vt = {
     .close = sq_close,
     .errmsg = sq_errmsg,
@@ -1455,6 +1545,11 @@ static const struct store_vt sqlite_vt = {
     .op_end = sq_op_end,
     .agent_upsert = sq_agent_upsert,
     .agents_each = sq_agents_each,
+    .agent_save = sq_agent_save,
+    .agent_settings_each = sq_agent_settings_each,
+    .agent_delete = sq_agent_delete,
+    .api_key_put = sq_api_key_put,
+    .api_keys_each = sq_api_keys_each,
     .exec_insert = sq_exec_insert,
     .exec_update = sq_exec_update,
     .exec_get = sq_exec_get,
