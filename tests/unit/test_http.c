@@ -1675,3 +1675,41 @@ Test(http, gzip_when_accepted)
     resp_free(&r);
     srv_stop();
 }
+
+Test(http, cors_for_the_named_origins_only)
+{
+    srv_start(NULL);
+    add_routes();
+    const char *origins[] = {"http://127.0.0.1:8080", "http://localhost:8080"};
+    http_set_cors_origins(g.http, origins, 2);
+    srv_run();
+    struct resp r;
+    char v[128];
+    /* a preflight of a named origin is answered before the filter (it carries no token) */
+    roundtrip("OPTIONS /private/x HTTP/1.1\r\nHost: t\r\nOrigin: http://localhost:8080\r\n"
+              "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: authorization\r\n\r\n", &r);
+    cr_assert_eq(r.status, 204, "%s", r.head);
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v));
+    cr_assert_str_eq(v, "http://localhost:8080");
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Headers", v, sizeof v));
+    cr_assert(strstr(v, "Authorization"));
+    resp_free(&r);
+    /* its real request: the filter still runs, the reply carries the header */
+    roundtrip("GET /private/x HTTP/1.1\r\nHost: t\r\nOrigin: http://127.0.0.1:8080\r\n\r\n", &r);
+    cr_assert_eq(r.status, 401);
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v));
+    cr_assert_str_eq(v, "http://127.0.0.1:8080");
+    resp_free(&r);
+    /* any other origin (or a near miss): no CORS at all */
+    const char *others[] = {"http://evil.example", "http://127.0.0.1:8081", "http://127.0.0.1:8080.evil", "null"};
+    for (int i = 0; i < 4; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "OPTIONS /private/x HTTP/1.1\r\nHost: t\r\nOrigin: %s\r\n"
+                                  "Access-Control-Request-Method: GET\r\n\r\n", others[i]);
+        roundtrip(req, &r);
+        cr_assert_neq(r.status, 204, "%s", others[i]);
+        cr_assert_not(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v), "%s", others[i]);
+        resp_free(&r);
+    }
+    srv_stop();
+}
