@@ -209,6 +209,10 @@ def test_dashboard_in_chromium(agents):
     assert result["policy_rules"] == ["allow-llm", "safe-shell", "ask-shell"]
     assert result["dry_run"]["decision"] == "require_approval"
     assert "ask-shell (position 3)" in result["dry_run"]["text"] and "a person must approve it" in result["dry_run"]["text"]
+    # replaying the shell run's steps (echo before, then touch - approved): decided as they were
+    assert result["replay"] == [["true", "tool_call shell", "allow (safe-shell)", "allow", "safe-shell", "yes"],
+                                ["true", "tool_call shell", "require_approval (ask-shell)", "require_approval",
+                                 "ask-shell", "yes"]], result["replay"]
 
     # every control on every view checked has a name a screen reader can announce
     assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork", "policy"}

@@ -1,7 +1,8 @@
 // policy.js - the policy view: every agent with whether it has a policy, one agent's policy
 // (its rules in evaluation order and the YAML as given, GET /v0/policies/{agent}), and a
 // dry-run box: paste a step, see the decision and the rule that made it (POST
-// /v0/policies/{agent}/test; nothing is stored), optionally against an edited policy.
+// /v0/policies/{agent}/test; nothing is stored), or replay an execution's recorded steps to
+// see which ones would be decided differently; either against an edited policy if asked.
 import { useEffect, useState } from "preact/hooks";
 import { get, post } from "./api.js";
 import { html } from "./util.js";
@@ -51,21 +52,36 @@ function DryRun({ agent, bundle }) {
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   useEffect(() => setEdited(bundle || ""), [bundle]);
-  async function run(e) {
-    e.preventDefault();
+  const [execId, setExecId] = useState("");
+  const [replay, setReplay] = useState(null);
+  async function test(body, done) {
     setBusy(true);
     setError(null);
     setResult(null);
+    setReplay(null);
     try {
-      const body = { cases: [parseStep(step)] };
       if (useEdited) body.bundle = edited;
-      const rep = await post(`/v0/policies/${encodeURIComponent(agent)}/test`, body);
-      setResult(rep.results[0]);
+      done(await post(`/v0/policies/${encodeURIComponent(agent)}/test`, body));
     } catch (err) {
       setError(err.field ? `${err.field}: ${err.message}` : err.message);
     } finally {
       setBusy(false);
     }
+  }
+  function run(e) {
+    e.preventDefault();
+    let c;
+    try {
+      c = parseStep(step);
+    } catch (err) {
+      setError(err.message);
+      return;
+    }
+    test({ cases: [c] }, (rep) => setResult(rep.results[0]));
+  }
+  function runReplay(e) {
+    e.preventDefault();
+    test({ execution_id: execId.trim() }, setReplay);
   }
   return html`<section class="panel" aria-labelledby="dry-h">
     <h2 id="dry-h">Dry run</h2>
@@ -77,7 +93,18 @@ function DryRun({ agent, bundle }) {
         <textarea id="dry-bundle" rows="10" spellcheck="false" value=${edited} onInput=${(e) => setEdited(e.target.value)}></textarea>`}
       <p><button type="submit" disabled=${busy}>Test the step</button></p>
     </form>
+    <form class="dryrun" onSubmit=${runReplay} aria-label="Replay an execution">
+      <label for="dry-exec">Or replay an execution's recorded steps (its id): each expects the decision it got</label>
+      <div class="row"><input id="dry-exec" class="mono grow" value=${execId} onInput=${(e) => setExecId(e.target.value)} required />
+        <button type="submit" disabled=${busy}>Replay</button></div>
+    </form>
     ${error && html`<p role="alert" class="error">The dry run failed: ${error}</p>`}
+    <div aria-live="polite">${replay && html`<p class="summary">${replay.results.length} steps, ${replay.failed} decided differently now${replay.unexercised_rules ? `; rules no step reached: ${replay.unexercised_rules.join(", ")}` : ""}</p>
+      <table class="list replay"><thead><tr><th scope="col">Step</th><th scope="col">Then</th><th scope="col">Now</th><th scope="col">Rule now</th><th scope="col">Same?</th></tr></thead>
+      <tbody>${replay.results.map((r) => html`<tr data-pass=${String(r.pass)}>
+        <td>${r.kind} <strong>${r.target}</strong></td><td>${r.expect || "-"}${r.was_rule ? ` (${r.was_rule})` : ""}</td>
+        <td>${r.decision}</td><td class="mono">${r.rule_id || "-"}</td>
+        <td>${r.pass ? "yes" : html`<strong class="cov bad">no${r.failure ? `: ${r.failure}` : ""}</strong>`}</td></tr>`)}</tbody></table>`}</div>
     <div aria-live="polite">${result && html`<dl class="fields verdict" data-decision=${result.decision}>
       <div class="field"><dt>Decision</dt><dd><strong class=${`status st-${result.decision === "allow" ? "allowed" : result.decision === "deny" ? "denied" : "awaiting_approval"}`}>${result.decision}</strong></dd></div>
       <div class="field"><dt>Rule</dt><dd class="mono">${result.rule_id || "-"}${result.rule ? ` (position ${result.rule.position}${result.rule.priority !== undefined ? `, priority ${result.rule.priority}` : ""})` : ""}</dd></div>

@@ -200,6 +200,12 @@ try {
     text: v.textContent.replace(/\s+/g, " ").trim() }));
   await shot("policy");
   await unlabelled("policy");
+  // replay the blocked shell run's recorded steps: each decided as it was
+  await page.type("#dry-exec", spec.blocked_id);
+  await page.click('form[aria-label="Replay an execution"] button[type=submit]');
+  await page.waitForSelector("table.replay tbody tr", { timeout: T });
+  out.replay = await page.$$eval("table.replay tbody tr", (rs) => rs.map((r) => [r.dataset.pass,
+    ...[...r.children].map((c) => c.textContent.trim())]));
   out.console_errors = consoleErrors;
 } catch (e) {
   out.error = String(e && e.stack || e);
