@@ -214,6 +214,14 @@ def test_dashboard_in_chromium(agents):
                                 ["true", "tool_call shell", "require_approval (ask-shell)", "require_approval",
                                  "ask-shell", "yes"]], result["replay"]
 
+    # the inbox took an approval asked while it was open, and denied it
+    il = result["inbox_live"]
+    assert il["decided"] == "denied by ui-tester"
+    [ap2] = k.ok("GET", f"/v0/approvals?execution_id={il['id']}")
+    assert ap2["status"] == "denied" and ap2["rationale"] == "not from the inbox"
+    wait_status(k, il["id"], {"completed", "failed"})
+    assert not os.path.exists(os.path.join(k.work, "made-by-denial"))
+
     # every control on every view checked has a name a screen reader can announce
     assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork", "policy"}
     assert all(v == [] for v in result["unlabelled"].values()), result["unlabelled"]

@@ -166,3 +166,48 @@ export function stream(path, { lastId, onEvent, onError, onEnd }) {
     ctl.abort();
   };
 }
+
+// One list stream (GET /v0/executions/stream, unfiltered) shared by every view that wants
+// to hear of changed executions: the list, the approvals inbox and the menu's count. A
+// browser holds at most six connections to the kernel; one stream for all leaves room.
+// subscribe(fn) -> unsubscribe; fn({type: "ready"|"resync"|"execution", row?}). A late
+// subscriber to a stream already open gets "ready" at once.
+const listSubs = new Set();
+let listStop = null;
+let listReady = false;
+export function watchExecutions(fn) {
+  listSubs.add(fn);
+  if (listReady) fn({ type: "ready" });
+  if (!listStop) {
+    listStop = stream("/v0/executions/stream", {
+      onEvent: (m) => {
+        if (m.event === "ready") listReady = true;
+        let row;
+        if (m.event === "execution") {
+          try {
+            row = JSON.parse(m.data);
+          } catch {
+            return;
+          }
+        }
+        for (const f of [...listSubs]) f({ type: m.event, row });
+      },
+      onError: () => {
+        listReady = false;
+        for (const f of [...listSubs]) f({ type: "down" });
+      },
+      onEnd: () => {
+        listReady = false;
+        for (const f of [...listSubs]) f({ type: "down" });
+      },
+    });
+  }
+  return () => {
+    listSubs.delete(fn);
+    if (!listSubs.size && listStop) {
+      listStop();
+      listStop = null;
+      listReady = false;
+    }
+  };
+}

@@ -2,9 +2,10 @@
 // before) kept in the URL, counts per status, cursor paging (the API's next_cursor; a stack
 // of cursors for "newer"), and a live list: the list stream (GET /v0/executions/stream)
 // tells of every execution created or changed; a row on screen is updated in place, and
-// the page is read again (at most once a second) when a new one belongs on it.
+// the page is read again (at most once a second) when a new one belongs on it. (The stream
+// is the app's one list stream, filtered here.)
 import { useEffect, useRef, useState } from "preact/hooks";
-import { get, qs, stream } from "./api.js";
+import { get, qs, watchExecutions } from "./api.js";
 import { html, STATUSES, Status, time } from "./util.js";
 
 const RELOAD_MS = 1000;
@@ -79,25 +80,16 @@ export function Executions({ query }) {
     const inRange = (x) => (!after || x.created_at >= after) && (!before || x.created_at < before);
     loadPage();
     loadCounts();
-    const stop = stream(`/v0/executions/stream${qs({ agent_id: agent, session })}`, {
-      onEvent: (m) => {
-        if (!alive) return;
-        if (m.event === "ready") {
-          setLive(true);
-          return;
-        }
-        if (m.event === "resync") {
-          soon("page", loadPage);
-          soon("counts", loadCounts);
-          return;
-        }
-        let x;
-        try {
-          x = JSON.parse(m.data);
-        } catch {
-          return;
-        }
-        if (!inRange(x)) return;
+    const stop = watchExecutions((m) => {
+      if (!alive) return;
+      if (m.type === "ready") setLive(true);
+      else if (m.type === "down") setLive(false);
+      else if (m.type === "resync") {
+        soon("page", loadPage);
+        soon("counts", loadCounts);
+      } else if (m.type === "execution") {
+        const x = m.row;
+        if ((agent && x.agent_id !== agent) || (session && x.session !== session) || !inRange(x)) return;
         soon("counts", loadCounts);
         const i = rows.findIndex((r) => r.id === x.id);
         if (i >= 0 && (!status || x.status === status)) {
@@ -108,9 +100,7 @@ export function Executions({ query }) {
         } else if (i >= 0 || (!cursor && (!status || x.status === status))) {
           soon("page", loadPage); // it left this filter, or it is new on the newest page
         }
-      },
-      onError: () => alive && setLive(false),
-      onEnd: () => alive && setLive(false),
+      }
     });
     return () => {
       alive = false;

@@ -206,6 +206,21 @@ try {
   await page.waitForSelector("table.replay tbody tr", { timeout: T });
   out.replay = await page.$$eval("table.replay tbody tr", (rs) => rs.map((r) => [r.dataset.pass,
     ...[...r.children].map((c) => c.textContent.trim())]));
+  // 8. the inbox is live: an approval asked while it is open appears; deny it there
+  await page.goto(`${spec.url}/ui/#/approvals`);
+  await page.waitForSelector(".summary", { timeout: T });
+  const askId = await page.evaluate(async (t) => {
+    const r = await fetch("/v0/executions", { method: "POST", headers: { Authorization: `Bearer ${t}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ agent_id: "shell", input: { commands: ["touch made-by-denial"] } }) });
+    return (await r.json()).id;
+  }, spec.token);
+  await page.waitForSelector(`article.approval[data-execution="${askId}"] input[name=decided_by]`, { timeout: T });
+  await page.$eval(`article.approval[data-execution="${askId}"] input[name=decided_by]`, (e) => (e.value = ""));
+  await page.type(`article.approval[data-execution="${askId}"] input[name=decided_by]`, "ui-tester");
+  await page.type(`article.approval[data-execution="${askId}"] input[name=rationale]`, "not from the inbox");
+  await page.click(`article.approval[data-execution="${askId}"] button.deny`);
+  await page.waitForSelector(`article.approval[data-execution="${askId}"] .decided`, { timeout: T });
+  out.inbox_live = { id: askId, decided: await page.$eval(`article.approval[data-execution="${askId}"] .decided`, (e) => e.textContent) };
   out.console_errors = consoleErrors;
 } catch (e) {
   out.error = String(e && e.stack || e);
