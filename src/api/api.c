@@ -23,6 +23,8 @@
 #include "base/log.h"
 #include "base/names.h"
 #include "base/xalloc.h"
+#include "api/api_keys.h"
+#include "api/judge.h"
 #include "api/signature.h"
 #include "api/webhook.h"
 #include "kernel/identity.h"
@@ -35,12 +37,6 @@
 #define SSE_PAGE 256
 
 enum perm { P_PUBLIC, P_READ, P_CLIENT, P_AGENT, P_APPROVE, P_ADMIN };
-
-struct key_entry {
-    char hash[STEP_ID_LEN];
-    enum api_role role;
-    char *agent;
-};
 
 struct held_reply {
     struct held_reply *next;
@@ -126,6 +122,9 @@ struct api {
     struct watcher *watchers;
     struct key_entry *keys;
     int n_keys;
+    struct api_keys *rkeys; /* made at run time (/v0/api-keys), scoped */
+    char *judge_url, *judge_model, *judge_auth; /* judge rules' model (judge_url NULL: none) */
+    long judge_timeout_ms;
     const struct local_auth *local; /* with no keys: the token every caller must send */
     struct route *routes;
     int n_routes;
@@ -368,6 +367,40 @@ static bool perm_ok(const struct key_entry *k, enum perm p)
     }
 }
 
+/* The scopes a run-time key needs for a route (upstream's table); ~0u: none may call it. */
+static unsigned route_scopes(const struct route *rt)
+{
+    const char *p = rt->pattern;
+    bool get = !strcmp(rt->method, "GET");
+    if (rt->perm == P_PUBLIC) return 0;
+    if (rt->perm == P_AGENT) return ~0u; /* agents sign with their secret */
+    if (!strncmp(p, "/v0/api-keys", 12)) return SCOPE_KEYS_MANAGE;
+    if (!strncmp(p, "/v0/approvals", 13)) return get ? SCOPE_APPR_READ : SCOPE_APPR_WRITE;
+    if (!strcmp(p, "/v0/policies/:agent/test")) return SCOPE_POLICIES_WRITE | SCOPE_EXEC_READ;
+    if (!strncmp(p, "/v0/policies", 12)) return get ? SCOPE_AGENTS_READ : SCOPE_POLICIES_WRITE;
+    if (!strncmp(p, "/v0/agents", 10)) return get ? SCOPE_AGENTS_READ : SCOPE_AGENTS_WRITE;
+    if (!strncmp(p, "/v0/executions", 14)) return get ? SCOPE_EXEC_READ : SCOPE_EXEC_WRITE;
+    return ~0u;
+}
+
+/* 0, or -1 with the 401/403 sent: may this run-time key call rt? */
+static int scoped_ok(const struct key_entry *k, const struct route *rt, struct http_req *r)
+{
+    if (k->revoked) {
+        http_reply_error(r, 401, "unauthorized", "Authorization", "this API key is revoked");
+        return -1;
+    }
+    unsigned need = route_scopes(rt);
+    if (need == ~0u || (k->scopes & need) != need) {
+        char want[160];
+        http_reply_error(r, 403, "forbidden", "", "this API key's scopes do not allow %s %s%s%s", rt->method,
+                         rt->pattern, need == ~0u ? "" : "; it needs ",
+                         need == ~0u ? "" : api_scope_names(need, want, sizeof want));
+        return -1;
+    }
+    return 0;
+}
+
 static int check_query(struct http_req *r, const char *const *allowed, struct err *err);
 
 #define SIG_MAX_SKEW_S 300
@@ -456,7 +489,13 @@ static void route_entry(struct http_req *r, void *arg)
                 return;
             }
             /* loopback is every local user: the local token tells the one who started it */
-            if (!a->local || !local_auth_check(a->local, http_req_header(r, "Authorization"))) {
+            const char *auth = http_req_header(r, "Authorization");
+            const struct key_entry *rk = auth && strncasecmp(auth, "Bearer ", 7) == 0
+                                             ? api_keys_lookup(a->rkeys, auth + 7) : NULL;
+            if (rk) {
+                if (scoped_ok(rk, rt, r) < 0) return;
+                http_req_set_data(r, (void *)rk);
+            } else if (!a->local || !local_auth_check(a->local, auth)) {
                 if (a->local) local_auth_refuse(a->local, r);
                 else http_reply_error(r, 401, "unauthorized", "Authorization", "this kernel has no local token yet");
                 return;
@@ -469,11 +508,14 @@ static void route_entry(struct http_req *r, void *arg)
                 return;
             }
             const struct key_entry *k = lookup_key(a, auth + 7);
+            if (!k) k = api_keys_lookup(a->rkeys, auth + 7);
             if (!k) {
                 http_reply_error(r, 401, "unauthorized", "Authorization", "unknown API key");
                 return;
             }
-            if (!perm_ok(k, rt->perm)) {
+            if (k->scopes) {
+                if (scoped_ok(k, rt, r) < 0) return;
+            } else if (!perm_ok(k, rt->perm)) {
                 http_reply_error(r, 403, "forbidden", "", "a key with role %s may not call %s %s",
                                  k->role == ROLE_AGENT ? "agent" : "client", rt->method, rt->pattern);
                 return;
@@ -1646,6 +1688,104 @@ static int op_submit(struct api *a, struct http_req *r, void *ctx, json_t **out,
                               c->request_id, out, err);
 }
 
+/* A submission waiting for the judge model's verdict (judge.h). */
+struct judge_call {
+    struct api *a;
+    struct http_req *r; /* NULL once the agent went away */
+    struct agent_ctx c; /* body held */
+    struct kernel_judge_request q;
+};
+
+static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c);
+
+static void judge_closed(struct http_req *r, void *arg)
+{
+    ((struct judge_call *)arg)->r = NULL;
+}
+
+static void judge_call_free(struct judge_call *j)
+{
+    json_decref(j->c.body);
+    kernel_judge_request_fini(&j->q);
+    free(j);
+}
+
+static void judge_answered(void *arg, long status, const char *why, const char *reply, size_t len)
+{
+    struct judge_call *j = arg;
+    if (j->r && status < 0) http_req_on_close(j->r, NULL, NULL);
+    if (status >= 0 && j->r) {
+        char reason[300];
+        enum policy_decision d = judge_verdict(&j->q, status, why, reply, reason, sizeof reason);
+        if (status != 200 || strncmp(reason, "judge unavailable", 17) == 0)
+            log_warn("the judge model gave no verdict; the rule's fallback applies", "step=%s reason=\"%s\"",
+                     j->q.step_id, reason);
+        http_req_on_close(j->r, NULL, NULL);
+        kernel_set_judge_verdict(j->a->k, j->q.step_id, d, reason);
+        submit_run(j->a, j->r, &j->c);
+    }
+    judge_call_free(j);
+}
+
+/* Ask the judge about the step the kernel just refused to decide alone; the submission
+ * runs again with the verdict when the model answers (or fails to within the timeout). */
+static void judge_ask(struct api *a, struct http_req *r, struct agent_ctx *c)
+{
+    struct judge_call *j = xcalloc(1, sizeof *j);
+    j->a = a;
+    j->r = r;
+    j->c = *c;
+    json_incref(j->c.body);
+    if (!kernel_take_judge_request(a->k, &j->q)) {
+        judge_call_free(j);
+        http_reply_error(r, 500, "internal_error", "", "the judge request went missing");
+        return;
+    }
+    size_t len;
+    char *body = judge_request_body(a->judge_model, &j->q, &len);
+    const char *hdrs[3] = {"Content-Type: application/json", a->judge_auth, NULL};
+    http_req_on_close(r, judge_closed, j);
+    if (!body || webhook_post_reply(a->hooks, a->judge_url, hdrs, body, len, a->judge_timeout_ms, judge_answered,
+                                    j) < 0) {
+        http_req_on_close(r, NULL, NULL);
+        kernel_set_judge_verdict(a->k, j->q.step_id, j->q.fallback, "judge unavailable: the request could not start");
+        submit_run(a, r, &j->c);
+        judge_call_free(j);
+    }
+    free(body);
+}
+
+/* op_submit in the batch, asking the judge first when the step's rule says so. */
+static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
+{
+    struct err err = ERR_INIT;
+    json_t *out = NULL;
+    if (op_begin(a, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    int rc = op_submit(a, r, c, &out, &err);
+    if (!op_end(a, rc == 0, &err)) {
+        json_decref(out);
+        out = NULL;
+        rc = -1;
+    }
+    if (rc < 0 && !strcmp(err.code, "judge_pending") && a->judge_url) judge_ask(a, r, c);
+    else if (rc < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+void api_set_judge(struct api *a, const char *url, const char *model, const char *key, long timeout_ms)
+{
+    free(a->judge_url);
+    free(a->judge_model);
+    free(a->judge_auth);
+    a->judge_url = url && *url ? xstrdup(url) : NULL;
+    a->judge_model = xstrdup(model ? model : "");
+    a->judge_auth = key && *key ? xasprintf("Authorization: Bearer %s", key) : NULL;
+    a->judge_timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+}
+
 static void h_submit(struct api *a, struct http_req *r)
 {
     static const char *const fields[] = {"kind", "target", "args", "idempotency", "resources", "request_id", NULL};
@@ -1673,7 +1813,7 @@ static void h_submit(struct api *a, struct http_req *r)
     int found = identity_find_member(body, len, "args", &c.args_text, &c.args_len, &err);
     if (found < 0) goto fail;
     if (!found) c.args_text = NULL;
-    run_op(a, r, 200, op_submit, &c);
+    submit_run(a, r, &c);
     json_decref(c.body);
     return;
 fail:
@@ -1976,6 +2116,13 @@ static void on_change(char kind, const char *name, void *arg)
     struct api *a = arg;
     if (kind == 'a') {
         wake_agent(a, name);
+    } else if (kind == 'k') { /* an API key changed on another replica */
+        api_keys_changed(a->rkeys);
+        api_keys_refresh(a->rkeys, false);
+    } else if (kind == 'c') { /* an agent or its policy changed on another replica */
+        kernel_agent_reload(a->k, name);
+        struct kernel_agent_info info;
+        if (kernel_agent_info(a->k, name, &info) && info.webhook_url) pusher_pump(ensure_pusher(a, name));
     } else if (kind == 'e') {
         pump_exec(a, name);
         list_notify(a, name);
@@ -2143,6 +2290,57 @@ static int op_delete_agent(struct api *a, struct http_req *r, void *ctx, json_t 
 static void h_delete_agent(struct api *a, struct http_req *r)
 {
     run_op(a, r, 204, op_delete_agent, (void *)http_req_param(r, "agent"));
+}
+
+/* --- upstream's run-time API keys (api_keys.c) --- */
+
+static int op_key_create(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    return api_keys_create(a->rkeys, ctx, out, err);
+}
+
+/* POST /v0/api-keys {name, scopes}: 201 {id, name, scopes, created_at, prefix, token}. */
+static void h_key_create(struct api *a, struct http_req *r)
+{
+    static const char *const fields[] = {"name", "scopes", NULL};
+    struct err err = ERR_INIT;
+    json_t *b = body_json(r, fields, &err);
+    if (!b) {
+        http_reply_err(r, &err);
+        return;
+    }
+    http_add_header(r, "Cache-Control", "no-store"); /* the token is in the reply */
+    run_op(a, r, 201, op_key_create, b);
+    json_decref(b);
+}
+
+static void h_key_list(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    json_t *out;
+    if (api_keys_list(a->rkeys, &out, &err) < 0) reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static int op_key_rotate(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    return api_keys_rotate(a->rkeys, http_req_param(r, "id"), out, err);
+}
+
+static void h_key_rotate(struct api *a, struct http_req *r)
+{
+    http_add_header(r, "Cache-Control", "no-store");
+    run_op(a, r, 200, op_key_rotate, NULL);
+}
+
+static int op_key_revoke(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
+{
+    return api_keys_revoke(a->rkeys, http_req_param(r, "id"), err);
+}
+
+static void h_key_revoke(struct api *a, struct http_req *r)
+{
+    run_op(a, r, 204, op_key_revoke, NULL);
 }
 
 /* GET /v0/policies/{agent}: the agent's policy as stored (upstream shows it only as the
@@ -2343,6 +2541,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct api *a = arg;
     watch_arm(a);
+    api_keys_refresh(a->rkeys, false); /* revocations made on other replicas */
     int64_t now = clock_now_ms();
     for (struct pusher *p = a->pushers; p; p = p->next)
         if (p->retry_at && p->retry_at <= now) {
@@ -2383,6 +2582,10 @@ static const struct route route_table[] = {
     {"POST", "/v0/agents", P_ADMIN, h_register_agent, NULL, NULL},
     {"POST", "/v0/policies/:agent", P_ADMIN, h_set_policy, NULL, NULL},
     {"GET", "/v0/policies/:agent", P_READ, h_get_policy, NULL, NULL},
+    {"POST", "/v0/api-keys", P_ADMIN, h_key_create, NULL, NULL},
+    {"GET", "/v0/api-keys", P_ADMIN, h_key_list, NULL, NULL},
+    {"POST", "/v0/api-keys/:id/rotate", P_ADMIN, h_key_rotate, NULL, NULL},
+    {"DELETE", "/v0/api-keys/:id", P_ADMIN, h_key_revoke, NULL, NULL},
     {"POST", "/v0/policies/:agent/test", P_ADMIN, h_test_policy, NULL, NULL},
     {"GET", "/v0/executions/:id/stream", P_READ, h_delta_stream, NULL, NULL},
     {"POST", "/v0/executions/:id/steps/:step/stream", P_AGENT, h_step_delta, NULL, NULL},
@@ -2441,6 +2644,7 @@ struct api *api_new(struct event_base *base, struct http_server *http, struct ke
     event_add(a->sweep_ev, &tv);
     a->watch_fd = -1;
     watch_arm(a);
+    a->rkeys = api_keys_new(a->st);
     a->keys = xcalloc((size_t)n_keys + 1, sizeof *a->keys);
     a->n_keys = n_keys;
     for (int i = 0; i < n_keys; i++) {
@@ -2560,6 +2764,10 @@ void api_free(struct api *a)
     if (a->watch_ev) event_free(a->watch_ev);
     for (int i = 0; i < a->n_keys; i++) free(a->keys[i].agent);
     free(a->keys);
+    api_keys_free(a->rkeys);
+    free(a->judge_url);
+    free(a->judge_model);
+    free(a->judge_auth);
     for (int i = 0; i < a->n_signers; i++) {
         free(a->signers[i]->agent);
         free(a->signers[i]);

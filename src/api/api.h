@@ -39,6 +39,9 @@ bool api_has_keys(const struct api *a);
  * this is called such routes answer 401. */
 void api_set_local_auth(struct api *a, const struct local_auth *la);
 int api_role_parse(const char *s, enum api_role *out);
+/* The model judge policy rules ask: an OpenAI-compatible chat completions URL ("" none),
+ * the model name, a bearer key ("" none) and the wait before the rule's fallback. */
+void api_set_judge(struct api *a, const char *url, const char *model, const char *key, long timeout_ms);
 /* Start delivering to the configured webhooks (queued work from before a restart too). */
 void api_start_dispatch(struct api *a);
 

@@ -19,7 +19,9 @@ struct post {
     char *body;
     size_t got;
     webhook_done_fn done;
+    webhook_reply_fn done_reply; /* instead of done: the reply body is kept in reply */
     void *arg;
+    char *reply;
     bool probe; /* connect only: success is status 200 */
     char errbuf[CURL_ERROR_SIZE];
 };
@@ -60,6 +62,7 @@ static void post_free(struct post *p)
     curl_easy_cleanup(p->easy);
     curl_slist_free_all(p->hdrs);
     free(p->body);
+    free(p->reply);
     free(p);
 }
 
@@ -135,9 +138,15 @@ static void check_done(struct webhook *w)
             snprintf(why, sizeof why, "%s", p->errbuf[0] ? p->errbuf : curl_easy_strerror(m->data.result));
         }
         webhook_done_fn done = p->done;
+        webhook_reply_fn done_reply = p->done_reply;
         void *arg = p->arg;
+        char *reply = p->reply;
+        size_t got = p->got;
+        p->reply = NULL;
         post_free(p);
-        done(arg, status, why);
+        if (done_reply) done_reply(arg, status, why, reply ? reply : "", reply ? got : 0);
+        else done(arg, status, why);
+        free(reply);
     }
 }
 
@@ -152,8 +161,15 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
 static size_t write_cb(char *data, size_t size, size_t n, void *arg)
 {
     struct post *p = arg;
-    p->got += size * n;
-    return p->got > REPLY_MAX ? 0 : size * n; /* a huge reply ends the transfer */
+    size_t add = size * n;
+    if (p->got + add > REPLY_MAX) return 0; /* a huge reply ends the transfer */
+    if (p->done_reply) {
+        p->reply = xrealloc(p->reply, p->got + add + 1);
+        memcpy(p->reply + p->got, data, add);
+        p->reply[p->got + add] = '\0';
+    }
+    p->got += add;
+    return add;
 }
 
 struct webhook *webhook_new(struct event_base *base)
@@ -177,9 +193,11 @@ void webhook_free(struct webhook *w)
     if (!w) return;
     while (w->posts) {
         webhook_done_fn done = w->posts->done;
+        webhook_reply_fn done_reply = w->posts->done_reply;
         void *arg = w->posts->arg;
         post_free(w->posts);
-        if (done) done(arg, -1, "the kernel is stopping"); /* status -1: only release arg */
+        if (done_reply) done_reply(arg, -1, "the kernel is stopping", "", 0);
+        else if (done) done(arg, -1, "the kernel is stopping"); /* status -1: only release arg */
     }
     curl_multi_cleanup(w->multi);
     while (w->socks) sock_free(w, w->socks);
@@ -231,6 +249,16 @@ int webhook_post(struct webhook *w, const char *url, const char *const *headers,
         return -1;
     }
     event_active(w->reap, 0, 0); /* start it from the loop, not from the caller's stack */
+    return 0;
+}
+
+int webhook_post_reply(struct webhook *w, const char *url, const char *const *headers, const char *body,
+                       size_t len, long timeout_ms, webhook_reply_fn done, void *arg)
+{
+    /* webhook_post with a placeholder done, swapped for the reply callback before any
+     * transfer starts (posts only start from the loop) */
+    if (webhook_post(w, url, headers, body, len, timeout_ms, NULL, arg) < 0) return -1;
+    w->posts->done_reply = done;
     return 0;
 }
 

@@ -2,7 +2,8 @@
  * webhook.h - asynchronous HTTP(S) POSTs on the kernel's event loop (libcurl multi), for
  * the webhook dispatcher: each post ends in one callback with the HTTP status (0 when none
  * arrived) and, on failure, a short reason. Redirects are not followed; only http and
- * https are spoken; a reply body is read and dropped (at most 64 KiB).
+ * https are spoken; a reply body is read and dropped (at most 64 KiB), or kept for
+ * webhook_post_reply.
  */
 #ifndef REBUNO_API_WEBHOOK_H
 #define REBUNO_API_WEBHOOK_H
@@ -26,6 +27,12 @@ int webhook_post(struct webhook *w, const char *url, const char *const *headers,
                  size_t len, long timeout_ms, webhook_done_fn done, void *arg);
 /* Only connect to url's host and port (TCP, and TLS for https) and report, like a post,
  * whether that worked (status 200) or why not (0). */
+/* The same POST, keeping the reply body (at most 64 KiB; longer is a failure): done_reply
+ * gets it (NUL-terminated; len 0 when none) with the status. For calls whose answer
+ * matters (the judge model). */
+typedef void (*webhook_reply_fn)(void *arg, long status, const char *why, const char *reply, size_t len);
+int webhook_post_reply(struct webhook *w, const char *url, const char *const *headers, const char *body,
+                       size_t len, long timeout_ms, webhook_reply_fn done, void *arg);
 int webhook_probe(struct webhook *w, const char *url, long timeout_ms, webhook_done_fn done, void *arg);
 int webhook_in_flight(const struct webhook *w);
 

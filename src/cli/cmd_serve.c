@@ -34,6 +34,7 @@
 #include "ui/ui.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/names.h"
 #include "base/xalloc.h"
 #include "cli/commands.h"
 #include "config/config.h"
@@ -390,8 +391,15 @@ int cmd_serve(int argc, char **argv)
         err_set(&err, 500, "store", "store", "%s", why);
         goto fail;
     }
+    if (c.judge_url[0]) {
+        char bad[160];
+        if (!name_http_url_valid(c.judge_url, bad, sizeof bad)) {
+            err_set(&err, 400, "config", "judge_url", "judge_url %s", bad);
+            goto fail;
+        }
+    }
     struct kernel_config kc = {c.lease_timeout_seconds * 1000, c.max_attempts,
-                               c.approval_timeout_seconds * 1000, dev};
+                               c.approval_timeout_seconds * 1000, dev, c.judge_url[0] != '\0'};
     k = kernel_new(st, &kc);
     if (configure_agents(k, &c, &err) < 0) goto fail;
 
@@ -418,6 +426,7 @@ int cmd_serve(int argc, char **argv)
     ui_mount(s.http, "kernel"); /* the dashboard, at /ui/ (docs/dashboard.md) */
     s.api = api_new(s.base, s.http, k, keys, c.n_keys);
     free(keys);
+    api_set_judge(s.api, c.judge_url, c.judge_model, c.judge_api_key, c.judge_timeout_seconds * 1000);
     if (http_server_listen(s.http, c.listen, &err) < 0) goto fail;
     if (c.n_keys == 0) {
         struct local_auth_opts lo = {c.state_dir, "kernel", "REBUNO_API_KEY or --api-key", c.listen,

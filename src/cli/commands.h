@@ -7,6 +7,7 @@ int cmd_policy(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_approval(int argc, char **argv);
 int cmd_agent(int argc, char **argv);    /* agent: cmd_agent.c */
+int cmd_key(int argc, char **argv);      /* key: cmd_key.c (scoped API keys) */
 int cmd_sandboxd(int argc, char **argv); /* sandboxd */
 int cmd_sandbox(int argc, char **argv);  /* sandbox */
 int cmd_sandbox_image_build(int argc, char **argv); /* sandbox image build: cmd_image_build.c */

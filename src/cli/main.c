@@ -24,7 +24,8 @@ static void usage(FILE *out)
             "clients (REBUNO_URL, default http://127.0.0.1:8080):\n"
             "  exec      create, list, watch, cancel, approve executions\n"
             "  approval  list and decide approvals\n"
-            "  agent     list the kernel's agents\n"
+            "  agent     list, add and remove the kernel's agents\n"
+            "  key       create, list, rotate, revoke scoped API keys\n"
             "  sandbox   create, list, exec in, copy to/from sandboxes (REBUNO_SANDBOX_URL)\n"
             "  drive     create, list, fork, delete drives for sandboxes\n"
             "tools:\n"
@@ -47,6 +48,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "exec")) return cmd_exec(argc - 1, argv + 1);
     if (!strcmp(cmd, "approval")) return cmd_approval(argc - 1, argv + 1);
     if (!strcmp(cmd, "agent")) return cmd_agent(argc - 1, argv + 1);
+    if (!strcmp(cmd, "key")) return cmd_key(argc - 1, argv + 1);
     if (!strcmp(cmd, "policy")) return cmd_policy(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandboxd")) return cmd_sandboxd(argc - 1, argv + 1);
     if (!strcmp(cmd, "sandbox")) return cmd_sandbox(argc - 1, argv + 1);

@@ -30,12 +30,13 @@ int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *er
     json_decref(s);
     int r = store_agent_save(k->st, a->name, text, clock_now_ms());
     free(text);
-    return r < 0 ? k_store_fail(err, r, "saving the agent") : 0;
+    if (r < 0) return k_store_fail(err, r, "saving the agent");
+    store_notify(k->st, 'c', a->name); /* other replicas read it again (kernel_agent_reload) */
+    return 0;
 }
 
-static int load_one(const char *name, const char *settings, void *arg)
+static void apply(struct kernel *k, const char *name, const char *settings)
 {
-    struct kernel *k = arg;
     json_t *s = k_json(settings);
     struct agent_conf *a = k_ensure_agent(k, name);
     k_set_str(&a->webhook_url, json_string_value(json_object_get(s, "webhook_url")));
@@ -57,12 +58,81 @@ static int load_one(const char *name, const char *settings, void *arg)
         a->policy_runtime = true;
     }
     json_decref(s);
+}
+
+static int load_one(const char *name, const char *settings, void *arg)
+{
+    apply(arg, name, settings);
     return 0;
 }
 
 int k_agents_load(struct kernel *k)
 {
     return store_agent_settings_each(k->st, load_one, k);
+}
+
+static void forget(struct kernel *k, struct agent_conf *a)
+{
+    char *name = a->name;
+    size_t idx = (size_t)(a - k->agents);
+    policy_free(a->policy);
+    free(a->webhook_url);
+    free(a->secret);
+    memmove(a, a + 1, (size_t)(k->n_agents - 1 - (int)idx) * sizeof *a);
+    k->n_agents--;
+    for (int i = 0; i < k->n_workers;) { /* its workers go with it */
+        if (strcmp(k->workers[i].agent, name) == 0) {
+            free(k->workers[i].agent);
+            free(k->workers[i].name);
+            k->workers[i] = k->workers[--k->n_workers];
+        } else {
+            i++;
+        }
+    }
+    free(name);
+}
+
+struct seen_ctx {
+    const char *name;
+    bool *seen;
+};
+
+static int seen_one(const char *name, void *arg)
+{
+    struct seen_ctx *c = arg;
+    if (strcmp(name, c->name) == 0) *c->seen = true;
+    return 0;
+}
+
+struct find_ctx {
+    const char *name;
+    char *settings;
+};
+
+static int find_one(const char *name, const char *settings, void *arg)
+{
+    struct find_ctx *f = arg;
+    if (strcmp(name, f->name) == 0) f->settings = xstrdup(settings);
+    return 0;
+}
+
+int kernel_agent_reload(struct kernel *k, const char *name)
+{
+    struct find_ctx f = {name, NULL};
+    bool seen = false;
+    int r = store_agent_settings_each(k->st, find_one, &f);
+    if (r < 0) return r;
+    if (f.settings) {
+        apply(k, name, f.settings);
+        free(f.settings);
+        return 0;
+    }
+    /* no settings: deleted on another replica, unless the row is still there (only seen) */
+    r = store_agents_each(k->st, seen_one, &(struct seen_ctx){name, &seen});
+    if (r < 0) return r;
+    struct agent_conf *a = k_find_agent(k, name);
+    if (!seen && a) forget(k, a);
+    return 0;
 }
 
 int kernel_agent_delete(struct kernel *k, const char *name, struct err *err)
@@ -84,21 +154,7 @@ int kernel_agent_delete(struct kernel *k, const char *name, struct err *err)
     }
     int r = store_agent_delete(k->st, name);
     if (r < 0) return k_store_fail(err, r, "deleting the agent");
-    size_t idx = (size_t)(a - k->agents);
-    free(a->name);
-    policy_free(a->policy);
-    free(a->webhook_url);
-    free(a->secret);
-    memmove(a, a + 1, (size_t)(k->n_agents - 1 - (int)idx) * sizeof *a);
-    k->n_agents--;
-    for (int i = 0; i < k->n_workers;) { /* its workers go with it */
-        if (strcmp(k->workers[i].agent, name) == 0) {
-            free(k->workers[i].agent);
-            free(k->workers[i].name);
-            k->workers[i] = k->workers[--k->n_workers];
-        } else {
-            i++;
-        }
-    }
+    store_notify(k->st, 'c', name);
+    forget(k, a);
     return 0;
 }

@@ -256,6 +256,7 @@ void kernel_free(struct kernel *k)
     }
     free(k->workers);
     kernel_notes_fini(&k->notes);
+    kernel_judge_request_fini(&k->judge_req);
     free(k);
 }
 
@@ -1102,6 +1103,7 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
 {
     struct agent_conf *a = k_find_agent(k, e->agent);
     struct policy_result pr;
+    struct k_gate gate;
     bool retry_refused = false;
     if (s->idem == IDEM_AT_MOST_ONCE) {
         int r = store_step_has_indeterminate(k->st, e->id, s->kind, s->target, s->args_hash, &retry_refused);
@@ -1115,6 +1117,8 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
     } else {
         struct policy_input in = {s->kind, s->target, e->agent, args, e->forked_from[0] != '\0'};
         policy_eval(a ? a->policy : NULL, &in, &pr);
+        int gr = k_policy_gates(k, e, s, args, &pr, &gate, now, out, err);
+        if (gr != 0) return gr; /* rate_limited (nothing recorded), or an error */
         if (e->forked_from[0] && s->idem == IDEM_AT_MOST_ONCE && pr.decision == POLICY_ALLOW && !pr.fork_rule) {
             /* A fork reruns history; an effect that must not repeat needs a person, unless
              * a rule written for forks (when: {forked: true}) allows it. */
@@ -1145,6 +1149,9 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         s->status = STEP_AWAITING_APPROVAL;
         uuid_v7(s->approval_id);
         break;
+    case POLICY_JUDGE: /* resolved by k_policy_gates */
+        free(proposed);
+        return err_internal(err, "a judge decision was not resolved");
     }
     int r = store_step_insert(k->st, s);
     if (r < 0) {
@@ -1211,6 +1218,8 @@ static int first_submit(struct kernel *k, struct execution *e, struct step *s, c
         approval_fini(&ap);
         return rc;
     }
+    case POLICY_JUDGE:
+        break;
     }
     return err_internal(err, "unhandled policy decision");
 }
@@ -1283,12 +1292,15 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
         s.idem = idem;
         s.args = buf_steal(&canon, NULL);
         if (resources && json_array_size(resources) > 0 && strcmp(kind, "llm_call") != 0) s.resources = k_text(resources);
-        if (first_submit(k, &e, &s, args, now, out, err) < 0) goto out;
+        int fr = first_submit(k, &e, &s, args, now, out, err);
+        if (fr < 0) goto out;
+        if (fr > 0) goto save; /* refused before anything was recorded: the occurrence stays free */
     }
     if ((r = store_counter_set(k->st, e.id, kind, target, args_hash, occurrence, request_id)) < 0) {
         k_store_fail(err, r, "advancing step counters");
         goto out;
     }
+save:
     if (k_save_exec_changed(k, &e, &mark, now, err) < 0) goto out;
     rc = 0;
 out:

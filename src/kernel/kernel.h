@@ -19,6 +19,7 @@
 
 #include "base/err.h"
 #include "kernel/model.h"
+#include "policy/policy.h"
 #include "store/store.h"
 
 struct policy;
@@ -28,6 +29,7 @@ struct kernel_config {
     int64_t max_attempts;        /* default dispatch attempts before dispatch_exhausted; 5 */
     int64_t approval_timeout_ms; /* default approval timeout; 900000 */
     bool open_agents;            /* accept agents that are not configured (dev mode) */
+    bool judge_configured;       /* a judge model is set up: judge rules ask it (else they deny) */
 };
 
 struct kernel;
@@ -73,6 +75,9 @@ int kernel_agent_register(struct kernel *k, const char *name, int64_t lease_ms, 
  * its finished executions stay readable). 404 unknown, 409 while it has pending, running
  * or blocked executions. */
 int kernel_agent_delete(struct kernel *k, const char *name, struct err *err);
+/* Another replica changed this agent (store_watch kind 'c'): read its settings again, or
+ * forget it when it was deleted there. */
+int kernel_agent_reload(struct kernel *k, const char *name);
 /* Replace an agent's policy at run time (takes ownership; NULL = allow all). -1 with a
  * 404 when the agent is unknown. Saved in the store (inside the caller's operation). */
 int kernel_agent_set_policy(struct kernel *k, const char *name, struct policy *policy, struct err *err);
@@ -83,6 +88,20 @@ struct kernel_agent_info {
     int64_t lease_ms, max_attempts;
 };
 bool kernel_agent_info(struct kernel *k, const char *name, struct kernel_agent_info *out);
+/* Upstream's judge rules (policy_gates.c). A submission whose rule says judge fails with
+ * a 202 "judge_pending" and nothing recorded; the caller takes the request, asks the
+ * model, sets the verdict and submits again, which then records the verdict's decision. */
+struct kernel_judge_request {
+    bool pending;
+    char exec_id[UUID_STR_LEN], step_id[STEP_ID_LEN];
+    char *agent, *kind, *target, *instructions;
+    json_t *args;
+    double threshold;
+    enum policy_decision fallback;
+};
+bool kernel_take_judge_request(struct kernel *k, struct kernel_judge_request *out);
+void kernel_judge_request_fini(struct kernel_judge_request *q);
+void kernel_set_judge_verdict(struct kernel *k, const char *step_id, enum policy_decision d, const char *reason);
 /* Upstream's policy replay (policy_replay.c): *cases = the recorded steps of exec_id (an
  * execution of agent) as policy test cases expecting their first decision. */
 int kernel_policy_replay_cases(struct kernel *k, const char *agent, const char *exec_id, json_t **cases,

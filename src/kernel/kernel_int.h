@@ -25,6 +25,13 @@ struct worker {
 struct kernel {
     struct store *st;
     struct kernel_config cfg;
+    struct kernel_judge_request judge_req; /* the last judge_pending's question */
+    struct {
+        bool set;
+        char step_id[STEP_ID_LEN];
+        enum policy_decision decision;
+        char reason[320];
+    } verdict; /* the answer, for the next submission of that step */
     struct agent_conf *agents;
     int n_agents;
     struct worker *workers;
@@ -64,6 +71,16 @@ int k_save_exec_changed(struct kernel *k, struct execution *e, const struct exec
                         struct err *err);
 struct agent_conf *k_find_agent(struct kernel *k, const char *name);
 struct agent_conf *k_ensure_agent(struct kernel *k, const char *name);
+/* policy_gates.c: rate_limit, judge and budget of a matched rule (see there). 0 go on
+ * (pr may now say something else, its reason in g), 1 *out is the reply and nothing is
+ * recorded (rate_limited), -1 err (judge_pending included). */
+struct k_gate {
+    char reason[320];
+};
+int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const json_t *args,
+                   struct policy_result *pr, struct k_gate *g, int64_t now, json_t **out, struct err *err);
+/* Tokens the execution's recorded llm_call results report. */
+int k_exec_tokens(struct kernel *k, const char *exec_id, int64_t *out);
 /* agents_admin.c: save an agent's run-time settings; load them all (at start). */
 int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *err);
 int k_agents_load(struct kernel *k);

@@ -24,9 +24,12 @@
  *           command: {regex: "^ls( |$)"}   # equals not_equals contains prefix
  *                                          # one_of regex glob (all must pass)
  *       then:
- *         decision: require_approval  # allow | deny | require_approval
+ *         decision: require_approval  # allow | deny | require_approval | judge
  *         reason: "..."
- *         approval: {timeout: 15m, approvers: [alice], message: "..."}
+ *         approval: {timeout: 15m, approvers: [alice], message: "..."}   # or approval_config
+ *         rate_limit: {max_calls: 5, window: 1m, per_what: execution, on_limiter_error: allow}
+ *         budget: {max_tokens: 200000, on_exceed: deny}     # allow rules only
+ *         judge: {instructions: "...", threshold: 0.6, fallback: require_approval}
  *
  * Built-in outcomes: no rule matched -> rule_id "default" (default_action); an
  * unmatched "local" step -> allow, rule_id "local"; NULL policy -> allow,
@@ -44,7 +47,29 @@
 
 struct policy;
 
-enum policy_decision { POLICY_ALLOW, POLICY_DENY, POLICY_REQUIRE_APPROVAL };
+/* POLICY_JUDGE: the rule hands the call to a model (its judge: settings), which picks one
+ * of the other three; the kernel asks it (policy_eval never does). */
+enum policy_decision { POLICY_ALLOW, POLICY_DENY, POLICY_REQUIRE_APPROVAL, POLICY_JUDGE };
+
+/* Upstream's rate_limit: at most max_calls steps decided by this rule per window, counted
+ * per execution, per agent or over everything. */
+enum policy_scope { POLICY_PER_EXECUTION, POLICY_PER_AGENT, POLICY_PER_GLOBAL };
+struct policy_rate_limit {
+    int64_t max_calls, window_ms;
+    enum policy_scope per;
+    bool deny_on_error; /* on_limiter_error: deny (default allow: fail open) */
+};
+/* Upstream's budget (allow rules only): the LLM tokens the execution may have spent. */
+struct policy_budget {
+    int64_t max_tokens;
+    bool require_approval; /* on_exceed: require_approval (default deny) */
+};
+/* Upstream's judge (decision: judge). */
+struct policy_judge {
+    const char *instructions; /* "" when none */
+    double threshold;         /* 0.6 */
+    enum policy_decision fallback; /* require_approval */
+};
 
 /* Hard limits on what a policy may be. */
 #define POLICY_MAX_BYTES (1024 * 1024)
@@ -75,6 +100,9 @@ struct policy_rule_info {
     enum policy_decision decision;
     bool has_priority; /* upstream's priority: was given */
     int64_t priority;
+    const struct policy_rate_limit *rate_limit; /* NULL when none */
+    const struct policy_budget *budget;
+    const struct policy_judge *judge; /* decision judge */
 };
 void policy_rule_info(const struct policy *p, size_t i, struct policy_rule_info *out);
 /* POLICY_ALLOW or POLICY_DENY: what happens when no rule matches. */
@@ -98,6 +126,9 @@ struct policy_result {
     bool fork_rule;               /* the matched rule names forks (when: {forked: true}) */
     size_t rule_pos;              /* 1-based place of the matched rule in evaluation order;
                                    * 0 = a built-in outcome (default, local, permissive) */
+    const struct policy_rate_limit *rate_limit; /* the matched rule's, or NULL */
+    const struct policy_budget *budget;         /* the same */
+    const struct policy_judge *judge;           /* set when decision is POLICY_JUDGE */
 };
 
 /* Decide one step. `p` may be NULL (no policy configured: allow everything). */
@@ -115,10 +146,14 @@ void policy_eval(const struct policy *p, const struct policy_input *in, struct p
 #define POLICY_MAX_CASES 10000
 json_t *policy_run_cases(const struct policy *p, const json_t *cases, const char *default_agent,
                          const char *prefix, struct err *err);
+/* A YAML file of plain data (a .policytest.yaml) as JSON: plain scalars typed as YAML
+ * 1.2's core schema (null, bool, int, float), quoted ones strings; anchors, aliases,
+ * tags and duplicate keys refused. NULL with "file:line:col: ..." in err. */
+json_t *policy_yaml_file_json(const char *path, struct err *err);
 /* [{id, position, decision, priority?}] of p's rules in evaluation order. */
 json_t *policy_rules_json(const struct policy *p);
 
-/* "allow" "deny" "require_approval" */
+/* "allow" "deny" "require_approval" "judge" */
 const char *policy_decision_name(enum policy_decision d);
 
 /*

@@ -44,7 +44,7 @@ static bool known_key(const char *k)
 
 static bool is_decision(const char *s)
 {
-    return !strcmp(s, "allow") || !strcmp(s, "deny") || !strcmp(s, "require_approval");
+    return !strcmp(s, "allow") || !strcmp(s, "deny") || !strcmp(s, "require_approval") || !strcmp(s, "judge");
 }
 
 static bool is_kind(const char *s)
@@ -90,7 +90,7 @@ static int check_case(const json_t *c, const char *default_agent, const char *pr
     if (kind && !is_kind(kind))
         return case_err(err, prefix, i, "kind", "\"%s\" is not a step kind; use tool_call, llm_call or local", kind);
     if (expect && *expect && !is_decision(expect))
-        return case_err(err, prefix, i, "expect", "\"%s\" is not a decision; use allow, deny or require_approval",
+        return case_err(err, prefix, i, "expect", "\"%s\" is not a decision; use allow, deny, require_approval or judge",
                         expect);
     const json_t *args = json_object_get(c, "args");
     if (args && !json_is_null(args) && !json_is_object(args))
@@ -110,6 +110,22 @@ json_t *policy_rules_json(const struct policy *p)
         json_t *r = json_pack("{s:s, s:I, s:s}", "id", ri.id, "position", (json_int_t)(i + 1), "decision",
                               policy_decision_name(ri.decision));
         if (ri.has_priority) json_object_set_new(r, "priority", json_integer(ri.priority));
+        if (ri.rate_limit) {
+            static const char *const per[] = {"execution", "agent", "global"};
+            json_object_set_new(r, "rate_limit",
+                                json_pack("{s:I, s:I, s:s, s:s}", "max_calls", (json_int_t)ri.rate_limit->max_calls,
+                                          "window_seconds", (json_int_t)(ri.rate_limit->window_ms / 1000),
+                                          "per_what", per[ri.rate_limit->per], "on_limiter_error",
+                                          ri.rate_limit->deny_on_error ? "deny" : "allow"));
+        }
+        if (ri.budget)
+            json_object_set_new(r, "budget", json_pack("{s:I, s:s}", "max_tokens", (json_int_t)ri.budget->max_tokens,
+                                                       "on_exceed", ri.budget->require_approval ? "require_approval"
+                                                                                                : "deny"));
+        if (ri.judge)
+            json_object_set_new(r, "judge", json_pack("{s:s, s:f, s:s}", "instructions", ri.judge->instructions,
+                                                      "threshold", ri.judge->threshold, "fallback",
+                                                      policy_decision_name(ri.judge->fallback)));
         json_array_append_new(arr, r);
     }
     return arr;

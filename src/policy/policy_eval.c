@@ -23,6 +23,8 @@ const char *policy_decision_name(enum policy_decision d)
         return "deny";
     case POLICY_REQUIRE_APPROVAL:
         return "require_approval";
+    case POLICY_JUDGE:
+        return "judge";
     }
     return "deny";
 }
@@ -49,6 +51,9 @@ void policy_rule_info(const struct policy *p, size_t i, struct policy_rule_info 
     out->decision = r->decision;
     out->has_priority = r->has_priority;
     out->priority = r->priority;
+    out->rate_limit = r->has_rate_limit ? &r->rate_limit : NULL;
+    out->budget = r->has_budget ? &r->budget : NULL;
+    out->judge = r->decision == POLICY_JUDGE ? &r->judge : NULL;
 }
 
 static unsigned kind_bit(const char *kind)
@@ -224,6 +229,9 @@ static void set_builtin(struct policy_result *out, enum policy_decision d, const
     out->approval_message = NULL;
     out->fork_rule = false;
     out->rule_pos = 0;
+    out->rate_limit = NULL;
+    out->budget = NULL;
+    out->judge = NULL;
 }
 
 void policy_eval(const struct policy *p, const struct policy_input *in, struct policy_result *out)
@@ -245,6 +253,9 @@ void policy_eval(const struct policy *p, const struct policy_input *in, struct p
         out->approval_message = r->approval_message;
         out->fork_rule = r->has_forked && r->forked;
         out->rule_pos = i + 1;
+        out->rate_limit = r->has_rate_limit ? &r->rate_limit : NULL;
+        out->budget = r->has_budget ? &r->budget : NULL;
+        out->judge = r->decision == POLICY_JUDGE ? &r->judge : NULL;
         return;
     }
     /* Local steps (find_sandbox, load_conversation, ...) are the agent's own

@@ -83,6 +83,11 @@ struct policy_rule {
     char *approval_message;
     bool has_priority; /* upstream's priority: (order of evaluation, lowest first) */
     int64_t priority;
+    bool has_rate_limit, has_budget;
+    struct policy_rate_limit rate_limit;
+    struct policy_budget budget;
+    struct policy_judge judge; /* decision == POLICY_JUDGE */
+    char *judge_instructions;
 };
 
 struct policy {

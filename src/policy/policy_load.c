@@ -939,13 +939,166 @@ static int compile_approval(struct loader *L, const struct ynode *key, const str
     return 0;
 }
 
+/* A whole number in [min, max] (a plain scalar). */
+static int want_int(struct loader *L, const struct ynode *key, const struct ynode *val, const char *path,
+                    const char *example, int64_t min, int64_t max, int64_t *out)
+{
+    const char *s;
+    char b[80];
+    if (want_str(L, key, val, path, example, &s)) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return lerr(L, val, path, "%s %s is not a whole number from %lld to %lld; write it like %s", key->text,
+                    q(b, sizeof b, s), (long long)min, (long long)max, example);
+    *out = v;
+    return 0;
+}
+
+/* One of names; *out its index. */
+static int want_enum(struct loader *L, const struct ynode *key, const struct ynode *val, const char *path,
+                     const char *const *names, size_t n, size_t *out)
+{
+    const char *s;
+    char b[80], list[128] = "";
+    if (want_str(L, key, val, path, names[0], &s)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+        size_t off = strlen(list);
+        snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", names[i]);
+    }
+    return lerr(L, val, path, "%s %s is not valid; use one of: %s", key->text, q(b, sizeof b, s), list);
+}
+
+static int want_duration(struct loader *L, const struct ynode *key, const struct ynode *val, const char *path,
+                         int64_t *ms)
+{
+    const char *s;
+    char b[80];
+    if (want_str(L, key, val, path, "1m", &s)) return -1;
+    if (policy_parse_duration(s, ms) || *ms < 1000 || *ms > 366LL * 86400 * 1000)
+        return lerr(L, val, path, "%s %s is not a duration from 1s to 366d; write it like 30s, 1m, 1h30m",
+                    key->text, q(b, sizeof b, s));
+    return 0;
+}
+
+static int compile_rate_limit(struct loader *L, const struct ynode *key, const struct ynode *val,
+                              const char *rpath, struct policy_rule *r)
+{
+    static const char *const names[] = {"max_calls", "window", "per_what", "on_limiter_error", "max_wait"};
+    static const struct keytab tab = {"rate_limit", names, ARRAY_LEN(names), NULL, 0};
+    static const char *const scopes[] = {"execution", "agent", "global"};
+    static const char *const on_err[] = {"allow", "deny"};
+    char path[POLICY_PATH_MAX];
+    struct keyvals kv;
+    size_t e;
+    path_fmt(path, sizeof path, "%s.then.rate_limit", rpath);
+    if (want_map(L, key, val, path, "rate_limit: {max_calls: 5, window: 1m}", false)) return -1;
+    if (split_keys(L, val, path, &tab, &kv)) return -1;
+    struct policy_rate_limit *rl = &r->rate_limit;
+    if (!kv.key[0] || !kv.key[1])
+        return lerr(L, val, path, "rate_limit needs max_calls and window; write it like "
+                                  "rate_limit: {max_calls: 5, window: 1m}");
+    path_fmt(path, sizeof path, "%s.then.rate_limit.max_calls", rpath);
+    if (want_int(L, kv.key[0], kv.val[0], path, "max_calls: 5", 1, 1000000000, &rl->max_calls)) return -1;
+    path_fmt(path, sizeof path, "%s.then.rate_limit.window", rpath);
+    if (want_duration(L, kv.key[1], kv.val[1], path, &rl->window_ms)) return -1;
+    if (kv.key[2]) {
+        path_fmt(path, sizeof path, "%s.then.rate_limit.per_what", rpath);
+        if (want_enum(L, kv.key[2], kv.val[2], path, scopes, ARRAY_LEN(scopes), &e)) return -1;
+        rl->per = (enum policy_scope)e;
+    }
+    if (kv.key[3]) {
+        path_fmt(path, sizeof path, "%s.then.rate_limit.on_limiter_error", rpath);
+        if (want_enum(L, kv.key[3], kv.val[3], path, on_err, ARRAY_LEN(on_err), &e)) return -1;
+        rl->deny_on_error = e == 1;
+    }
+    if (kv.key[4]) {
+        path_fmt(path, sizeof path, "%s.then.rate_limit.max_wait", rpath);
+        return lerr(L, kv.key[4], path, "max_wait (parking a limited step until the window allows it) is not "
+                                        "supported by this kernel; remove it: a step over the limit is then "
+                                        "refused as rate_limited");
+    }
+    r->has_rate_limit = true;
+    return 0;
+}
+
+static int compile_budget(struct loader *L, const struct ynode *key, const struct ynode *val,
+                          const char *rpath, struct policy_rule *r)
+{
+    static const char *const names[] = {"max_tokens", "on_exceed"};
+    static const struct keytab tab = {"budget", names, ARRAY_LEN(names), NULL, 0};
+    static const char *const on_exceed[] = {"deny", "require_approval"};
+    char path[POLICY_PATH_MAX];
+    struct keyvals kv;
+    size_t e;
+    path_fmt(path, sizeof path, "%s.then.budget", rpath);
+    if (want_map(L, key, val, path, "budget: {max_tokens: 200000}", false)) return -1;
+    if (split_keys(L, val, path, &tab, &kv)) return -1;
+    if (!kv.key[0]) return lerr(L, val, path, "budget needs max_tokens; write it like budget: {max_tokens: 200000}");
+    path_fmt(path, sizeof path, "%s.then.budget.max_tokens", rpath);
+    if (want_int(L, kv.key[0], kv.val[0], path, "max_tokens: 200000", 1, INT64_MAX / 4, &r->budget.max_tokens))
+        return -1;
+    if (kv.key[1]) {
+        path_fmt(path, sizeof path, "%s.then.budget.on_exceed", rpath);
+        if (want_enum(L, kv.key[1], kv.val[1], path, on_exceed, ARRAY_LEN(on_exceed), &e)) return -1;
+        r->budget.require_approval = e == 1;
+    }
+    r->has_budget = true;
+    return 0;
+}
+
+static int compile_judge(struct loader *L, const struct ynode *key, const struct ynode *val,
+                         const char *rpath, struct policy_rule *r)
+{
+    static const char *const names[] = {"instructions", "threshold", "fallback"};
+    static const struct keytab tab = {"judge", names, ARRAY_LEN(names), NULL, 0};
+    static const char *const fallbacks[] = {"allow", "deny", "require_approval"};
+    char path[POLICY_PATH_MAX], b[80];
+    struct keyvals kv;
+    size_t e;
+    path_fmt(path, sizeof path, "%s.then.judge", rpath);
+    if (want_map(L, key, val, path, "judge: {instructions: \"...\", threshold: 0.6}", true)) return -1;
+    if (val->type != YN_MAP) return 0;
+    if (split_keys(L, val, path, &tab, &kv)) return -1;
+    const char *s;
+    if (kv.key[0]) {
+        path_fmt(path, sizeof path, "%s.then.judge.instructions", rpath);
+        if (want_str(L, kv.key[0], kv.val[0], path, "instructions: \"where the call runs\"", &s)) return -1;
+        free(r->judge_instructions);
+        r->judge_instructions = xstrdup(s);
+        r->judge.instructions = r->judge_instructions;
+    }
+    if (kv.key[1]) {
+        path_fmt(path, sizeof path, "%s.then.judge.threshold", rpath);
+        if (want_str(L, kv.key[1], kv.val[1], path, "threshold: 0.6", &s)) return -1;
+        char *end;
+        errno = 0;
+        double t = strtod(s, &end);
+        if (errno || end == s || *end || !(t > 0 && t <= 1))
+            return lerr(L, kv.val[1], path, "threshold %s is not a probability above 0 and at most 1; write it "
+                                            "like threshold: 0.6", q(b, sizeof b, s));
+        r->judge.threshold = t;
+    }
+    if (kv.key[2]) {
+        path_fmt(path, sizeof path, "%s.then.judge.fallback", rpath);
+        if (want_enum(L, kv.key[2], kv.val[2], path, fallbacks, ARRAY_LEN(fallbacks), &e)) return -1;
+        r->judge.fallback = (enum policy_decision)e;
+    }
+    return 0;
+}
+
 static int compile_then(struct loader *L, const struct ynode *key, const struct ynode *val,
                         const char *rpath, struct policy_rule *r)
 {
-    static const char *const names[] = {"decision", "reason", "approval"};
+    static const char *const names[] = {"decision", "reason", "approval", "rate_limit", "budget", "judge"};
     static const struct key_alias aliases[] = {{"approval_config", 2}};
     static const struct keytab tab = {"then", names, ARRAY_LEN(names), aliases, ARRAY_LEN(aliases)};
-    static const char *const decisions[] = {"allow", "deny", "require_approval"};
+    static const char *const decisions[] = {"allow", "deny", "require_approval", "judge"};
     char path[POLICY_PATH_MAX], b[80];
     struct keyvals kv;
     const char *s;
@@ -967,9 +1120,12 @@ static int compile_then(struct loader *L, const struct ynode *key, const struct 
         if (!strcmp(s, decisions[d])) break;
     if (d == ARRAY_LEN(decisions))
         return lerr(L, kv.val[0], path,
-                    "decision %s is not valid; use one of: allow, deny, require_approval",
+                    "decision %s is not valid; use one of: allow, deny, require_approval, judge",
                     q(b, sizeof b, s));
     r->decision = (enum policy_decision)d;
+    r->judge.threshold = 0.6;
+    r->judge.fallback = POLICY_REQUIRE_APPROVAL;
+    r->judge.instructions = "";
 
     if (kv.key[1]) {
         path_fmt(path, sizeof path, "%s.then.reason", rpath);
@@ -977,15 +1133,37 @@ static int compile_then(struct loader *L, const struct ynode *key, const struct 
         free(r->reason);
         r->reason = xstrdup(s);
     }
+    if (kv.key[4]) {
+        if (r->decision != POLICY_ALLOW) {
+            path_fmt(path, sizeof path, "%s.then.budget", rpath);
+            return lerr(L, kv.key[4], path, "budget is only valid with decision: allow (this rule's decision is "
+                                            "%s); remove budget or change the decision", decisions[d]);
+        }
+        if (compile_budget(L, kv.key[4], kv.val[4], rpath, r)) return -1;
+    }
     if (kv.key[2]) {
-        if (r->decision != POLICY_REQUIRE_APPROVAL) {
+        /* who approves: a require_approval rule, a judge that may pick it, or a budget that
+         * asks for approval when it is spent */
+        bool may_ask = r->decision == POLICY_REQUIRE_APPROVAL || r->decision == POLICY_JUDGE ||
+                       (r->has_budget && r->budget.require_approval);
+        if (!may_ask) {
             path_fmt(path, sizeof path, "%s.then.%s", rpath, kv.key[2]->text);
             return lerr(L, kv.key[2], path,
-                        "%s is only valid with decision: require_approval (this rule's "
-                        "decision is %s); remove %s or change the decision",
+                        "%s is only valid with decision: require_approval or judge, or a budget with "
+                        "on_exceed: require_approval (this rule's decision is %s); remove %s or change the "
+                        "decision",
                         kv.key[2]->text, decisions[d], kv.key[2]->text);
         }
         if (compile_approval(L, kv.key[2], kv.val[2], rpath, r)) return -1;
+    }
+    if (kv.key[3] && compile_rate_limit(L, kv.key[3], kv.val[3], rpath, r)) return -1;
+    if (kv.key[5]) {
+        if (r->decision != POLICY_JUDGE) {
+            path_fmt(path, sizeof path, "%s.then.judge", rpath);
+            return lerr(L, kv.key[5], path, "judge is only valid with decision: judge (this rule's decision is "
+                                            "%s); remove judge or change the decision", decisions[d]);
+        }
+        if (compile_judge(L, kv.key[5], kv.val[5], rpath, r)) return -1;
     }
     return 0;
 }
@@ -1282,6 +1460,93 @@ struct policy *policy_load_file(const char *path, struct err *err)
     return p;
 }
 
+/* ------------------------------------------------------------------------- */
+/* Plain data (policy test case files)                                       */
+/* ------------------------------------------------------------------------- */
+
+/* A plain scalar read as YAML 1.2's core schema would: null, bool, int, float, else text. */
+static json_t *scalar_json(const struct ynode *n)
+{
+    if (!n->plain) return json_stringn(n->text, n->len);
+    if (ynode_is_null(n)) return json_null();
+    const char *t = n->text;
+    if (!strcmp(t, "true") || !strcmp(t, "True") || !strcmp(t, "TRUE")) return json_true();
+    if (!strcmp(t, "false") || !strcmp(t, "False") || !strcmp(t, "FALSE")) return json_false();
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10);
+    if (*t && *end == '\0' && errno == 0 && (isdigit((unsigned char)t[0]) || t[0] == '-' || t[0] == '+'))
+        return json_integer(v);
+    errno = 0;
+    double d = strtod(t, &end);
+    if (*t && *end == '\0' && errno == 0 && (isdigit((unsigned char)t[0]) || t[0] == '-' || t[0] == '.'))
+        return json_real(d);
+    return json_stringn(n->text, n->len);
+}
+
+static json_t *node_json(struct loader *L, const struct ynode *n)
+{
+    if (n->type == YN_SCALAR) {
+        json_t *v = scalar_json(n);
+        if (!v) lerr(L, n, "", "text that is not UTF-8; save the file as UTF-8");
+        return v;
+    }
+    json_t *out = n->type == YN_SEQ ? json_array() : json_object();
+    size_t step = n->type == YN_SEQ ? 1 : 2;
+    for (size_t i = 0; i + step - 1 < n->n; i += step) {
+        const struct ynode *key = n->kids[i], *val = n->kids[i + step - 1];
+        if (n->type == YN_MAP && key->type != YN_SCALAR) {
+            lerr(L, key, "", "a key that is %s; keys must be plain names", ynode_kind(key));
+            json_decref(out);
+            return NULL;
+        }
+        if (n->type == YN_MAP && json_object_get(out, key->text)) {
+            char b[80];
+            lerr(L, key, "", "key %s appears twice; keep one", q(b, sizeof b, key->text));
+            json_decref(out);
+            return NULL;
+        }
+        json_t *v = node_json(L, val);
+        if (!v) {
+            json_decref(out);
+            return NULL;
+        }
+        if (n->type == YN_SEQ) json_array_append_new(out, v);
+        else json_object_set_new(out, key->text, v);
+    }
+    return out;
+}
+
+json_t *policy_yaml_file_json(const char *path, struct err *err)
+{
+    struct err scratch = ERR_INIT;
+    struct loader L = {.file = path, .err = err ? err : &scratch};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        char what[256];
+        snprintf(what, sizeof what, "cannot open: %s; check the path", strerror(errno));
+        lerr_file(&L, what);
+        return NULL;
+    }
+    char *data = xmalloc(POLICY_MAX_BYTES + 1);
+    size_t len = fread(data, 1, POLICY_MAX_BYTES + 1, f);
+    fclose(f);
+    if (len > POLICY_MAX_BYTES) {
+        free(data);
+        lerr_file(&L, "larger than 1 MiB; split it");
+        return NULL;
+    }
+    data[len] = '\0';
+    L.src = data;
+    L.src_len = len;
+    struct ynode *root = NULL;
+    json_t *out = NULL;
+    if (!build_tree(&L, &root)) out = root ? node_json(&L, root) : json_null();
+    ynode_free(root);
+    free(data);
+    return out;
+}
+
 void policy_free(struct policy *p)
 {
     if (!p) return;
@@ -1311,6 +1576,7 @@ void policy_free(struct policy *p)
         free(r->reason);
         json_decref(r->approvers);
         free(r->approval_message);
+        free(r->judge_instructions);
     }
     free(p->rules);
     free(p->source);

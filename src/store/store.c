@@ -120,6 +120,12 @@ int store_agent_delete(struct store *st, const char *name)
     return st->vt->agent_delete(st, name);
 }
 
+int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
+                           int64_t since_ms, int64_t cap, int64_t *n)
+{
+    return st->vt->rule_steps_since(st, rule_id, exec_id, agent, since_ms, cap, n);
+}
+
 int store_api_key_put(struct store *st, const struct api_key_row *k)
 {
     return st->vt->api_key_put(st, k);

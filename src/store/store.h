@@ -71,6 +71,12 @@ typedef int (*store_agent_fn)(const char *name, const char *settings, void *arg)
 int store_agent_settings_each(struct store *st, store_agent_fn fn, void *arg);
 int store_agent_delete(struct store *st, const char *name);
 
+/* Upstream's rate_limit: how many steps rule_id decided since since_ms (created_at), of
+ * one execution (exec_id), of one agent's executions (agent), or of all (both NULL);
+ * counting stops at cap. */
+int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
+                           int64_t since_ms, int64_t cap, int64_t *n);
+
 /* API keys made at run time (POST /v0/api-keys): only the token's hash is kept. */
 struct api_key_row {
     char id[UUID_STR_LEN];

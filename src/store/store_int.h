@@ -26,6 +26,8 @@ struct store_vt {
     int (*agent_save)(struct store *st, const char *name, const char *settings, int64_t now);
     int (*agent_settings_each)(struct store *st, store_agent_fn fn, void *arg);
     int (*agent_delete)(struct store *st, const char *name);
+    int (*rule_steps_since)(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
+                            int64_t since_ms, int64_t cap, int64_t *n);
     int (*api_key_put)(struct store *st, const struct api_key_row *k);
     int (*api_keys_each)(struct store *st, store_api_key_fn fn, void *arg);
     int (*exec_insert)(struct store *st, const struct execution *e);

@@ -95,7 +95,8 @@ static const char *migrations[] = {
     "ALTER TABLE agents ADD COLUMN settings TEXT;"
     "CREATE TABLE api_keys(id TEXT COLLATE \"C\" PRIMARY KEY, name TEXT NOT NULL,"
     " hash TEXT COLLATE \"C\" NOT NULL UNIQUE, prefix TEXT NOT NULL, scopes TEXT NOT NULL,"
-    " created_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL);",
+    " created_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL);"
+    "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
     /* 3: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
 };
@@ -136,6 +137,7 @@ enum stmt_id {
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
     S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL,
     S_COUNT
 };
 
@@ -234,6 +236,12 @@ static const char *stmt_sql[S_COUNT] = {
                       " revoked_at = excluded.revoked_at",
     [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
                    " ORDER BY created_at, id",
+    [S_RULE_STEPS_EXEC] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
+                          " AND execution_id = $3 LIMIT $4) x",
+    [S_RULE_STEPS_AGENT] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
+                           " AND execution_id IN (SELECT id FROM executions WHERE agent = $3) LIMIT $4) x",
+    [S_RULE_STEPS_ALL] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
+                         " LIMIT $3) x",
 };
 
 struct pg {
@@ -1811,6 +1819,23 @@ static int pg_agent_delete(struct store *st, const char *name)
     return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
 }
 
+static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
+                               int64_t since_ms, int64_t cap, int64_t *n)
+{
+    struct params ps = {0};
+    p_str(&ps, rule_id);
+    p_int(&ps, since_ms);
+    if (exec_id || agent) p_str(&ps, exec_id ? exec_id : agent);
+    p_int(&ps, cap);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), exec_id ? S_RULE_STEPS_EXEC : agent ? S_RULE_STEPS_AGENT : S_RULE_STEPS_ALL,
+                            &ps, &rc);
+    if (!r) return rc;
+    *n = PQntuples(r) == 1 ? g_int(r, 0, 0) : 0;
+    PQclear(r);
+    return 0;
+}
+
 static int pg_api_key_put(struct store *st, const struct api_key_row *k)
 {
     struct params ps = {0};
@@ -1858,6 +1883,7 @@ static const struct store_vt pg_vt = {
     .agent_save = pg_agent_save,
     .agent_settings_each = pg_agent_settings_each,
     .agent_delete = pg_agent_delete,
+    .rule_steps_since = pg_rule_steps_since,
     .api_key_put = pg_api_key_put,
     .api_keys_each = pg_api_keys_each,
     .exec_insert = pg_exec_insert,

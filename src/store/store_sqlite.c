@@ -127,7 +127,8 @@ static const char *migrations[] = {
     "ALTER TABLE agents ADD COLUMN settings TEXT;"
     "CREATE TABLE api_keys(id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
     " prefix TEXT NOT NULL, scopes TEXT NOT NULL, created_at INTEGER NOT NULL,"
-    " revoked_at INTEGER NOT NULL) STRICT;",
+    " revoked_at INTEGER NOT NULL) STRICT;"
+    "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
     /* 7: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from != '';",
 };
@@ -1497,6 +1498,27 @@ static int sq_agent_delete(struct store *base_, const char *name)
     return sq_run_once(s);
 }
 
+static int sq_rule_steps_since(struct store *base_, const char *rule_id, const char *exec_id, const char *agent,
+                               int64_t since_ms, int64_t cap, int64_t *n)
+{
+    sqlite3_stmt *s;
+    const char *sql = exec_id ? "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
+                                " AND execution_id = ?3 LIMIT ?4)"
+                      : agent ? "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
+                                " AND execution_id IN (SELECT id FROM executions WHERE agent = ?3) LIMIT ?4)"
+                              : "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
+                                " AND ?3 IS NULL LIMIT ?4)";
+    if (sq_once((struct sq *)base_, sql, &s) < 0) return -EIO;
+    bind_text(s, 1, rule_id);
+    sqlite3_bind_int64(s, 2, since_ms);
+    bind_text(s, 3, exec_id ? exec_id : agent);
+    sqlite3_bind_int64(s, 4, cap);
+    int rc = sqlite3_step(s);
+    *n = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW ? 0 : rc_errno(rc) ? rc_errno(rc) : -EIO;
+}
+
 static int sq_api_key_put(struct store *base_, const struct api_key_row *k)
 {
     sqlite3_stmt *s;
@@ -1548,6 +1570,7 @@ static const struct store_vt sqlite_vt = {
     .agent_save = sq_agent_save,
     .agent_settings_each = sq_agent_settings_each,
     .agent_delete = sq_agent_delete,
+    .rule_steps_since = sq_rule_steps_since,
     .api_key_put = sq_api_key_put,
     .api_keys_each = sq_api_keys_each,
     .exec_insert = sq_exec_insert,

@@ -1,9 +1,14 @@
 """Upstream Rebuno's admin surface against the real kernel (issue 18): policy dry runs
 (POST /v0/policies/{agent}/test, cases and execution replay) and reading an agent's
 policy back."""
+import glob
+import json
+import os
+import sqlite3
+
 import pytest
 
-from test_upstream_wire import ADMIN, CLIENT, SECRET, Signed, config, create
+from test_upstream_wire import ADMIN, CLIENT, SECRET, Signed, cli, config, create
 
 
 @pytest.fixture
@@ -143,3 +148,202 @@ def test_runtime_agents_and_policies_survive_a_restart(kernel):
     ex = k.ok("POST", "/v0/executions", {"agent_id": "late"}, key=CLIENT)
     st, got = Signed(k.port, "late", "s3").request("GET", f"/v0/executions/{ex['id']}")
     assert st == 200 and got["id"] == ex["id"]
+
+
+def test_cli_agent_add_and_rm(kernel, tmp_path):
+    """rebuno agent add FILE (upstream's manifest) and rebuno agent rm ID."""
+    k = kernel
+    (tmp_path / "shell.yaml").write_text("default_action: deny\nrules:\n  - id: ok-ls\n    priority: 1\n"
+                                         "    when: {target: ls}\n    then: {decision: allow}\n")
+    man = tmp_path / "agents.yaml"
+    man.write_text("agents:\n  - id: hooked\n    webhook_url: http://127.0.0.1:1/hook\n    secret: s\n"
+                   "    policy_file: shell.yaml\n  - id: plain\n")
+    out = cli(k, "agent", "add", str(man)).stdout
+    assert "agent hooked registered (webhook, policy set)" in out and "agent plain registered (pull)" in out
+    got = k.ok("GET", "/v0/agents/hooked", key=CLIENT)
+    assert got["webhook_url"] == "http://127.0.0.1:1/hook" and "ok-ls" in got["policy_bundle"]
+    # a policy that does not load stops the whole file before anything is sent
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents:\n  - id: never\n    policy: |\n      default_action: maybe\n")
+    p = cli(k, "agent", "add", str(bad), check=False)
+    assert p.returncode == 1 and "agent never" in p.stderr and "bad.yaml:4:" in p.stderr, p.stderr
+    assert k.request("GET", "/v0/agents/never", key=CLIENT)[0] == 404
+    assert cli(k, "agent", "rm", "plain").stdout == "agent plain deleted\n"
+    p = cli(k, "agent", "rm", "plain", check=False)
+    assert p.returncode == 1 and "no agent" in p.stderr, p.stderr
+
+
+def test_api_keys(kernel):
+    """/v0/api-keys as upstream: the token is shown once, only its hash is kept, scopes
+    decide what a key may call (write does not include read), rotate and revoke."""
+    k = kernel
+    st, out = k.request("POST", "/v0/api-keys", {"name": "r", "scopes": ["executions:read"]}, key=CLIENT)
+    assert st == 403
+    for body, field in [({"scopes": ["executions:read"]}, "name"), ({"name": "x"}, "scopes"),
+                        ({"name": "x", "scopes": []}, "scopes"), ({"name": "x", "scopes": ["root"]}, "scopes"),
+                        ({"name": "x", "scopes": ["executions:read"], "ttl": 1}, "ttl")]:
+        st, out = k.request("POST", "/v0/api-keys", body, key=ADMIN)
+        assert st == 400 and out["details"]["field"] == field, (body, out)
+    reader = k.ok("POST", "/v0/api-keys", {"name": "reader", "scopes": ["executions:read"]}, key=ADMIN, status=201)
+    tok = reader["token"]
+    assert tok.startswith("rbk_") and reader["prefix"] == tok[:12] and reader["scopes"] == ["executions:read"]
+    writer = k.ok("POST", "/v0/api-keys", {"name": "writer", "scopes": ["executions:write"]}, key=ADMIN,
+                  status=201)
+    ex = k.ok("POST", "/v0/executions", {"agent_id": "up"}, key=writer["token"], status=201)
+    assert k.request("GET", f"/v0/executions/{ex['id']}", key=writer["token"])[0] == 403  # write is not read
+    assert k.ok("GET", f"/v0/executions/{ex['id']}", key=tok)["id"] == ex["id"]
+    st, out = k.request("POST", "/v0/executions", {"agent_id": "up"}, key=tok)
+    assert st == 403 and "executions:write" in out["message"], out
+    assert k.request("GET", "/v0/agents", key=tok)[0] == 403
+    assert k.request("GET", "/v0/approvals", key=tok)[0] == 403
+    # a manager key manages keys, and is no admin for the rest
+    mgr = k.ok("POST", "/v0/api-keys", {"name": "m", "scopes": ["api_keys:manage"]}, key=ADMIN, status=201)
+    listed = k.ok("GET", "/v0/api-keys", key=mgr["token"])
+    assert [x["name"] for x in listed] == ["reader", "writer", "m"]
+    assert all("token" not in x and "hash" not in x for x in listed)
+    assert k.request("POST", "/v0/agents", {"id": "x"}, key=mgr["token"])[0] == 403
+    # rotate: the old token stops, the new one works with the same id and scopes
+    rot = k.ok("POST", f"/v0/api-keys/{reader['id']}/rotate", key=mgr["token"])
+    assert rot["id"] == reader["id"] and rot["token"] != tok and rot["scopes"] == ["executions:read"]
+    st, out = k.request("GET", f"/v0/executions/{ex['id']}", key=tok)
+    assert st == 401 and out["code"] == "unauthorized"
+    assert k.request("GET", f"/v0/executions/{ex['id']}", key=rot["token"])[0] == 200
+    # revoke: repeatable, 401 after, listed with revoked_at, no rotation
+    assert k.request("DELETE", f"/v0/api-keys/{reader['id']}", key=ADMIN)[0] == 204
+    assert k.request("DELETE", f"/v0/api-keys/{reader['id']}", key=ADMIN)[0] == 204
+    st, out = k.request("GET", f"/v0/executions/{ex['id']}", key=rot["token"])
+    assert st == 401 and "revoked" in out["message"], out
+    st, out = k.request("POST", f"/v0/api-keys/{reader['id']}/rotate", key=ADMIN)
+    assert st == 409 and out["code"] == "conflict"
+    assert k.request("DELETE", "/v0/api-keys/01a00000-0000-7000-8000-000000000000", key=ADMIN)[0] == 404
+    assert "revoked_at" in [x for x in k.ok("GET", "/v0/api-keys", key=ADMIN) if x["id"] == reader["id"]][0]
+    # kept across a restart, hashed
+    k.stop()
+    k.start()
+    assert k.request("POST", "/v0/executions", {"agent_id": "up"}, key=writer["token"])[0] == 201
+    assert k.request("GET", "/v0/executions", key=rot["token"])[0] == 401
+    if os.environ.get("REBUNO_TEST_STORE") != "postgres":
+        db = glob.glob(os.path.join(k.state_dir, "state", "*.db"))[0]
+        rows = sqlite3.connect(db).execute("SELECT hash, prefix FROM api_keys").fetchall()
+        assert all(len(h) == 64 and writer["token"] != h for h, _ in rows) and len(rows) == 3
+
+
+def test_cli_key_commands(kernel):
+    k = kernel
+    made = json.loads(cli(k, "key", "create", "ci", "--scope", "executions:read,agents:read",
+                          "--scope", "approvals:read").stdout)
+    assert made["scopes"] == ["executions:read", "approvals:read", "agents:read"] and made["token"]
+    assert k.request("GET", "/v0/agents", key=made["token"])[0] == 200
+    lines = [json.loads(x) for x in cli(k, "key", "ls").stdout.splitlines()]
+    assert [x["id"] for x in lines] == [made["id"]]
+    rot = json.loads(cli(k, "key", "rotate", made["id"]).stdout)
+    assert rot["token"] != made["token"]
+    assert cli(k, "key", "revoke", made["id"]).stdout == f"revoked {made['id']}\n"
+    p = cli(k, "key", "create", "x", check=False)
+    assert p.returncode == 2 and "--scope" in p.stderr
+    p = cli(k, "key", "create", "x", "--scope", "root", check=False)
+    assert p.returncode == 1 and "not a scope" in p.stderr
+
+
+def test_scoped_key_without_configured_keys(make_kernel):
+    """With no api_keys in the config (the local token), a key made at run time works too,
+    judged by its scopes."""
+    k = make_kernel(config("up", keys=False)).start()
+    made = k.ok("POST", "/v0/api-keys", {"name": "r", "scopes": ["agents:read"]}, status=201)
+    assert k.request("GET", "/v0/agents", key=made["token"])[0] == 200
+    assert k.request("GET", "/v0/executions", key=made["token"])[0] == 403
+    assert k.request("GET", "/v0/agents", key="rbk_" + "0" * 48)[0] == 401
+
+
+SHELL_POLICY = r"""default_action: deny
+rules:
+  - id: allow-llm
+    priority: 5
+    when: {step_kind: llm_call}
+    then: {decision: allow}
+  - id: allow-safe-shell
+    priority: 10
+    when:
+      target: shell_exec
+      arguments:
+        command:
+          regex: '^\s*(ls|cat|pwd|echo)(\s+[^;&|<>$`()\\]*)?\s*$'
+    then: {decision: allow, reason: safe read-only command}
+  - id: approve-other-shell
+    priority: 20
+    when: {target: shell_exec}
+    then: {decision: require_approval, reason: non-safe shell command needs approval}
+"""
+
+
+def test_cli_policy_test_runs_the_policytest_file(tmp_path):
+    """rebuno policy test FILE: upstream's .policytest.yaml beside the bundle; exit 1 with a
+    readable diff on a mismatch, 0 when every case holds."""
+    from conftest import BIN
+    import subprocess
+    (tmp_path / "shell.yaml").write_text(SHELL_POLICY)
+    cases = tmp_path / "shell.policytest.yaml"
+    cases.write_text("""agent_id: shell
+cases:
+  - name: read-only command
+    target: shell_exec
+    args: { command: "ls -la /tmp" }
+    expect: allow
+    expect_rule: allow-safe-shell
+  - name: chained command
+    target: shell_exec
+    args: { command: "ls /tmp; rm -rf /" }
+    expect: require_approval
+""")
+    run = lambda *a: subprocess.run([BIN, "policy", "test", *a], capture_output=True, text=True, timeout=30)
+    p = run(str(tmp_path / "shell.yaml"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines() == [
+        "PASS read-only command: allow (rule allow-safe-shell)",
+        "PASS chained command: require_approval (rule approve-other-shell)",
+        "2 cases: 2 passed, 0 failed",
+        "rules no case reached: allow-llm",
+    ]
+    other = tmp_path / "other.yaml"
+    other.write_text("cases:\n  - name: chained\n    target: shell_exec\n    args: {command: 'ls; rm -rf /'}\n"
+                     "    expect: allow\n  - target: gpt\n    kind: llm_call\n    expect_rule: approve-other-shell\n")
+    p = run(str(tmp_path / "shell.yaml"), "--cases", str(other))
+    assert p.returncode == 1
+    assert p.stdout.splitlines()[:6] == [
+        "FAIL chained",
+        "  - want: allow",
+        "  + got:  require_approval (rule approve-other-shell: non-safe shell command needs approval)",
+        "FAIL gpt",
+        "  - want rule: approve-other-shell",
+        "  + got rule:  allow-llm (allow)",
+    ]
+    assert "2 cases: 0 passed, 2 failed" in p.stdout
+    # bad case files: named, with where
+    for text, want in [("cases:\n  - {kind: tool_call}\n", "cases[0].target"),
+                       ("cases:\n  - {target: x, expect: maybe}\n", "cases[0].expect"),
+                       ("cases:\n  - {target: x, exepct: allow}\n", "cases[0].exepct"),
+                       ("agent: x\ncases: []\n", 'unknown key "agent"'),
+                       ("cases: [\n", "other.yaml:")]:
+        other.write_text(text)
+        p = run(str(tmp_path / "shell.yaml"), "--cases", str(other))
+        assert p.returncode == 1 and want in p.stderr, (text, p.stderr)
+    p = run(str(tmp_path / "missing.yaml"))
+    assert p.returncode == 1
+    p = run(str(tmp_path / "shell.yaml"), "--execution", "x")
+    assert p.returncode == 2 and "--agent-id" in p.stderr
+
+
+def test_cli_policy_test_replays_an_execution(kernel, tmp_path):
+    k = kernel
+    ex = create(k)
+    api, dref = claim(k)
+    path = f"/v0/executions/{ex['id']}/steps"
+    api.ok("POST", path, {"kind": "tool_call", "target": "ls", "args": {}}, dispatch=dref)
+    api.ok("POST", path, {"kind": "tool_call", "target": "rm", "args": {}}, dispatch=dref)
+    pol = tmp_path / "strict.yaml"
+    pol.write_text("default_action: deny\n")
+    p = cli(k, "policy", "test", str(pol), "--execution", ex["id"], "--agent-id", "up", check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAIL ls (step " in p.stdout and "  - want: allow\n  + got:  deny (rule default" in p.stdout
+    assert "(recorded by rule default)" not in p.stdout and "PASS rm (step" in p.stdout
+    assert "2 cases: 1 passed, 1 failed" in p.stdout

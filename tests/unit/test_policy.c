@@ -552,7 +552,7 @@ Test(policy_load_errors, bad_decision)
 {
     file_fails(DATA "bad_decision.yaml",
                DATA "bad_decision.yaml:4:17: decision \"maybe\" is not valid; use one of: "
-                    "allow, deny, require_approval");
+                    "allow, deny, require_approval, judge");
 }
 
 Test(policy_load_errors, duplicate_id)
@@ -590,8 +590,8 @@ Test(policy_load_errors, approval_on_allow_rule)
 {
     file_fails(DATA "bad_approval_on_allow.yaml",
                DATA "bad_approval_on_allow.yaml:7:7: approval is only valid with decision: "
-                    "require_approval (this rule's decision is allow); remove approval or "
-                    "change the decision");
+                    "require_approval or judge, or a budget with on_exceed: require_approval (this "
+                    "rule's decision is allow); remove approval or change the decision");
 }
 
 Test(policy_load_errors, empty_file)
@@ -670,11 +670,13 @@ Test(policy_load_errors, rule_structure)
     load_fails("rules:\n  - id: a\n    id: b\n    then: {decision: allow}\n",
                "t.yaml:3:5: duplicate key \"id\" in rule (first at line 2);", NULL);
     load_fails("rules:\n  - id: a\n    then: {decision: allow, rate_limit: {max_calls: 1}}\n",
-               "t.yaml:3:29: unknown key \"rate_limit\" in then; expected one of: decision, "
-               "reason, approval",
+               "t.yaml:3:41: rate_limit needs max_calls and window;", NULL);
+    load_fails("rules:\n  - id: a\n    then: {decision: allow, tokens: 1}\n",
+               "t.yaml:3:29: unknown key \"tokens\" in then; expected one of: decision, "
+               "reason, approval, rate_limit, budget, judge",
                NULL);
-    load_fails("rules:\n  - id: a\n    then: {decision: judge}\n",
-               "t.yaml:3:22: decision \"judge\" is not valid;", NULL);
+    load_fails("rules:\n  - id: a\n    then: {decision: judge, judge: {threshold: 7}}\n",
+               "t.yaml:3:48: threshold \"7\" is not a probability", NULL);
     load_fails("rules:\n  - id: a\n    then: {decision: [allow]}\n",
                "t.yaml:3:22: decision must be a string, not a list;", NULL);
     load_fails("rules:\n  - id: a\n    then: {decision: allow, reason: [x]}\n",

@@ -283,7 +283,7 @@ Test(store, schema4_steps_move_to_one_index_and_keep_their_order, .init = make_d
     free(v);
     v = query_text("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master"
                    " WHERE type='index' AND tbl_name='steps' ORDER BY name)");
-    cr_assert_str_eq(v, "steps_execution,steps_indeterminate");
+    cr_assert_str_eq(v, "steps_execution,steps_indeterminate,steps_rule");
     free(v);
     v = query_text("SELECT sql FROM sqlite_master WHERE name='steps_execution'");
     cr_assert_str_eq(v, "CREATE UNIQUE INDEX steps_execution ON steps(execution_id, step_id)");
@@ -295,7 +295,7 @@ Test(store, schema4_steps_move_to_one_index_and_keep_their_order, .init = make_d
     store_close(st);
     v = query_text("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master"
                    " WHERE type='index' AND tbl_name='steps' ORDER BY name)");
-    cr_assert_str_eq(v, "steps_execution,steps_indeterminate");
+    cr_assert_str_eq(v, "steps_execution,steps_indeterminate,steps_rule");
     free(v);
 }
 

@@ -293,6 +293,77 @@ class Client:
         agents: builtins.list[dict[str, Any]] = await self._get("/v0/agents") or []
         return agents
 
+    # --- admin: agents, policies, API keys (upstream's admin routes) ----------------
+    async def _delete(self, path: str) -> Any:
+        return (await self._t.request("DELETE", path, retry_for=self.retry_for)).json()
+
+    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+        """One agent (``policy_bundle`` when it has a policy; never its secret)."""
+        agent: dict[str, Any] = await self._get(f"/v0/agents/{_q(agent_id)}")
+        return agent
+
+    async def register_agent(self, agent_id: str, *, webhook_url: str | None = None, secret: str | None = None,
+                             lease_timeout_seconds: int | None = None) -> dict[str, Any]:
+        """Register (or update) an agent at run time; kept by the kernel across restarts."""
+        body: dict[str, Any] = {"id": agent_id}
+        if webhook_url is not None:
+            body["webhook_url"] = webhook_url
+        if secret is not None:
+            body["secret"] = secret
+        if lease_timeout_seconds is not None:
+            body["lease_timeout_seconds"] = lease_timeout_seconds
+        agent: dict[str, Any] = await self._post("/v0/agents", body, idempotent=True)
+        return agent
+
+    async def delete_agent(self, agent_id: str) -> None:
+        """Delete an agent (``ConflictError`` while it has pending, running or blocked executions)."""
+        await self._delete(f"/v0/agents/{_q(agent_id)}")
+
+    async def set_policy(self, agent_id: str, bundle: str) -> None:
+        """Make ``bundle`` (policy YAML) the agent's policy."""
+        await self._post(f"/v0/policies/{_q(agent_id)}", {"bundle": bundle}, idempotent=True)
+
+    async def get_policy(self, agent_id: str) -> dict[str, Any]:
+        """The agent's policy: ``bundle``, ``default_action`` and ``rules`` in evaluation order."""
+        pol: dict[str, Any] = await self._get(f"/v0/policies/{_q(agent_id)}")
+        return pol
+
+    async def test_policy(self, agent_id: str, cases: builtins.list[dict[str, Any]] | None = None, *,
+                          bundle: str | None = None, execution_id: str | None = None) -> dict[str, Any]:
+        """Dry-run steps against the agent's policy (or ``bundle``): upstream's report
+        ``{results: [{..., decision, rule_id, reason, rule, pass, failure?}], failed,
+        unexercised_rules?}``. Give ``cases`` (``{target, kind?, args?, expect?,
+        expect_rule?}``) or ``execution_id`` (replay its recorded steps)."""
+        body: dict[str, Any] = {}
+        if cases is not None:
+            body["cases"] = cases
+        if bundle is not None:
+            body["bundle"] = bundle
+        if execution_id is not None:
+            body["execution_id"] = execution_id
+        report: dict[str, Any] = await self._post(f"/v0/policies/{_q(agent_id)}/test", body, idempotent=True)
+        return report
+
+    async def create_api_key(self, name: str, scopes: builtins.list[str]) -> dict[str, Any]:
+        """A scoped key; the reply's ``token`` is shown only this once."""
+        key: dict[str, Any] = await self._post("/v0/api-keys", {"name": name, "scopes": scopes})
+        return key
+
+    async def api_keys(self) -> builtins.list[dict[str, Any]]:
+        """Every key made at run time (no tokens), revoked ones included."""
+        keys: builtins.list[dict[str, Any]] = await self._get("/v0/api-keys") or []
+        return keys
+
+    async def rotate_api_key(self, key_id: str) -> dict[str, Any]:
+        """A new token for the key (same id and scopes); the old one stops working."""
+        key: dict[str, Any] = (await self._t.request("POST", f"/v0/api-keys/{_q(key_id)}/rotate",
+                                                     retry_for=self.retry_for)).json()
+        return key
+
+    async def revoke_api_key(self, key_id: str) -> None:
+        """Stop the key working (repeatable)."""
+        await self._delete(f"/v0/api-keys/{_q(key_id)}")
+
     async def health(self) -> bool:
         """Whether the kernel answers ``GET /v0/health``."""
         try:
@@ -445,6 +516,47 @@ class SyncClient:
     def agents(self) -> builtins.list[dict[str, Any]]:
         """See :meth:`Client.agents`."""
         return self._run(self._client.agents())
+
+    def get_agent(self, agent_id: str) -> dict[str, Any]:
+        """See :meth:`Client.get_agent`."""
+        return self._run(self._client.get_agent(agent_id))
+
+    def register_agent(self, agent_id: str, **kw: Any) -> dict[str, Any]:
+        """See :meth:`Client.register_agent`."""
+        return self._run(self._client.register_agent(agent_id, **kw))
+
+    def delete_agent(self, agent_id: str) -> None:
+        """See :meth:`Client.delete_agent`."""
+        self._run(self._client.delete_agent(agent_id))
+
+    def set_policy(self, agent_id: str, bundle: str) -> None:
+        """See :meth:`Client.set_policy`."""
+        self._run(self._client.set_policy(agent_id, bundle))
+
+    def get_policy(self, agent_id: str) -> dict[str, Any]:
+        """See :meth:`Client.get_policy`."""
+        return self._run(self._client.get_policy(agent_id))
+
+    def test_policy(self, agent_id: str, cases: builtins.list[dict[str, Any]] | None = None,
+                    **kw: Any) -> dict[str, Any]:
+        """See :meth:`Client.test_policy`."""
+        return self._run(self._client.test_policy(agent_id, cases, **kw))
+
+    def create_api_key(self, name: str, scopes: builtins.list[str]) -> dict[str, Any]:
+        """See :meth:`Client.create_api_key`."""
+        return self._run(self._client.create_api_key(name, scopes))
+
+    def api_keys(self) -> builtins.list[dict[str, Any]]:
+        """See :meth:`Client.api_keys`."""
+        return self._run(self._client.api_keys())
+
+    def rotate_api_key(self, key_id: str) -> dict[str, Any]:
+        """See :meth:`Client.rotate_api_key`."""
+        return self._run(self._client.rotate_api_key(key_id))
+
+    def revoke_api_key(self, key_id: str) -> None:
+        """See :meth:`Client.revoke_api_key`."""
+        self._run(self._client.revoke_api_key(key_id))
 
     def health(self) -> bool:
         """See :meth:`Client.health`."""

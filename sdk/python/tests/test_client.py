@@ -131,3 +131,44 @@ api_keys:
         anonymous.get(ex.id)
     with SyncClient(k.url, api_key=agent_key) as as_agent, pytest.raises(ForbiddenError):
         as_agent.approvals()
+
+
+def test_admin_agents_policies_and_api_keys(make_kernel):
+    """Upstream's admin routes through the SDK: register, policy set/get/dry run, API keys
+    (a scoped key's token works, then stops when revoked), delete."""
+    from rebuno import ConflictError, ForbiddenError, NotFoundError, SyncClient, UnauthorizedError
+
+    admin = "admin-key-0123456789abcdef"
+    k = make_kernel(f"""
+agents:
+  - name: basic
+api_keys:
+  - key: {admin}
+    role: admin
+""")
+    with SyncClient(k.url, api_key=admin) as c:
+        c.register_agent("late", lease_timeout_seconds=30)
+        c.set_policy("late", "default_action: deny\nrules:\n  - id: ok-ls\n    when: {target: ls}\n"
+                             "    then: {decision: allow}\n")
+        assert c.get_policy("late")["rules"][0]["id"] == "ok-ls"
+        assert "ok-ls" in c.get_agent("late")["policy_bundle"]
+        rep = c.test_policy("late", [{"target": "ls", "expect": "allow"}, {"target": "rm", "expect": "allow"}])
+        assert rep["failed"] == 1 and rep["results"][1]["failure"] == "deny, want allow"
+        key = c.create_api_key("reader", ["agents:read"])
+        with SyncClient(k.url, api_key=key["token"]) as reader:
+            assert any(a["id"] == "late" for a in reader.agents())
+            with pytest.raises(ForbiddenError):
+                reader.list()
+            c.revoke_api_key(key["id"])
+            with pytest.raises(UnauthorizedError):
+                reader.agents()
+        assert [x["name"] for x in c.api_keys()] == ["reader"] and "revoked_at" in c.api_keys()[0]
+        with pytest.raises(ConflictError):
+            c.rotate_api_key(key["id"])
+        ex = c.create("late", {})
+        with pytest.raises(ConflictError):
+            c.delete_agent("late")
+        c.cancel(ex.id)
+        c.delete_agent("late")
+        with pytest.raises(NotFoundError):
+            c.get_agent("late")
