@@ -438,7 +438,17 @@ int cmd_serve(int argc, char **argv)
     if (want < 0) goto fail;
     s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
-    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard links to sandboxd's */
+    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard shows sandboxd's sandboxes */
+    else if (c.dashboard_sandboxes[0]) {           /* a sandboxd someone else runs */
+        const char *d = c.dashboard_sandboxes;
+        if (strlen(d) > 200 || !strchr(d, ':') ||
+            strspn(d, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") != strlen(d)) {
+            err_invalid(&err, "dashboard_sandboxes", "dashboard_sandboxes: HOST:PORT of a sandbox service "
+                                                     "(127.0.0.1:8090), got \"%.64s\"", d);
+            goto fail;
+        }
+        ui_set_sandboxes(d);
+    }
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     char *shown = store_spec_redacted(db); /* never a password in logs */

@@ -241,8 +241,8 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     import re
     k = make_kernel().start()
 
-    def get(path, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=10)
+    def get(path, headers=None, port=None):
+        c = http.client.HTTPConnection("127.0.0.1", port or k.port, timeout=10)
         c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         body = r.read()
@@ -277,6 +277,18 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     # the files are public, the data is not: the API still wants the token
     st, _, body = get("/v0/executions")
     assert st == 401
+
+    # a server told of a sandbox service shows its sandboxes: service.json says where, and
+    # the page may connect there (and nowhere else)
+    s = make_kernel(mode="server", env={"REBUNO_DASHBOARD_SANDBOXES": "127.0.0.1:8099"}).start()
+    st, h, body = get("/ui/", port=s.port)
+    assert h["content-security-policy"].endswith("; connect-src 'self' http://127.0.0.1:8099 ws://127.0.0.1:8099"), h
+    st, _, body = get("/ui/service.json", port=s.port)
+    assert json.loads(body) == {"service": "kernel", "sandboxes_api": "http://127.0.0.1:8099",
+                                "sandboxes_url": "http://127.0.0.1:8099/ui/"}
+    bad = make_kernel(mode="server", env={"REBUNO_DASHBOARD_SANDBOXES": "x/y; script-src *"})
+    with pytest.raises(RuntimeError, match="dashboard_sandboxes"):
+        bad.start()
 
 
 def test_sandbox_dashboard_terminal_in_chromium(sandboxd, tmpdir_path):
