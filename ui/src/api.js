@@ -175,38 +175,43 @@ export function stream(path, { lastId, onEvent, onError, onEnd }) {
 const listSubs = new Set();
 let listStop = null;
 let listReady = false;
+let listRetry = null;
+function listEach(m) {
+  for (const f of [...listSubs]) f(m);
+}
+function listOpen() {
+  listStop = stream("/v0/executions/stream", {
+    onEvent: (m) => {
+      if (m.event === "ready") listReady = true;
+      let row;
+      if (m.event === "execution") {
+        try {
+          row = JSON.parse(m.data);
+        } catch {
+          return;
+        }
+      }
+      listEach({ type: m.event, row });
+    },
+    onError: () => ((listReady = false), listEach({ type: "down" })), // the helper retries
+    onEnd: () => {
+      // the kernel ended it (it is stopping): open a new one while anyone listens
+      listReady = false;
+      listEach({ type: "down" });
+      listRetry = setTimeout(() => ((listRetry = null), listSubs.size && listOpen()), 2000);
+    },
+  });
+}
 export function watchExecutions(fn) {
   listSubs.add(fn);
   if (listReady) fn({ type: "ready" });
-  if (!listStop) {
-    listStop = stream("/v0/executions/stream", {
-      onEvent: (m) => {
-        if (m.event === "ready") listReady = true;
-        let row;
-        if (m.event === "execution") {
-          try {
-            row = JSON.parse(m.data);
-          } catch {
-            return;
-          }
-        }
-        for (const f of [...listSubs]) f({ type: m.event, row });
-      },
-      onError: () => {
-        listReady = false;
-        for (const f of [...listSubs]) f({ type: "down" });
-      },
-      onEnd: () => {
-        listReady = false;
-        for (const f of [...listSubs]) f({ type: "down" });
-      },
-    });
-  }
+  if (!listStop) listOpen();
   return () => {
     listSubs.delete(fn);
     if (!listSubs.size && listStop) {
       listStop();
-      listStop = null;
+      clearTimeout(listRetry);
+      listStop = listRetry = null;
       listReady = false;
     }
   };

@@ -36,7 +36,7 @@ export function usePending(executionId) {
       timer = setTimeout(load, SOON_MS);
     };
     const stop = watchExecutions((m) => {
-      if (m.type === "ready") live = true;
+      if (m.type === "ready") (live = true), soon(); // after a gap, too: read what it missed
       else if (m.type === "down") (live = false), soon();
       else if (m.type === "resync") soon();
       else if (m.type === "execution" && (!executionId || m.row.id === executionId) &&

@@ -80,11 +80,13 @@ export function Executions({ query }) {
     const inRange = (x) => (!after || x.created_at >= after) && (!before || x.created_at < before);
     loadPage();
     loadCounts();
+    let gap = false; // the stream was down: what changed meanwhile was not told
     const stop = watchExecutions((m) => {
       if (!alive) return;
-      if (m.type === "ready") setLive(true);
-      else if (m.type === "down") setLive(false);
-      else if (m.type === "resync") {
+      if (m.type === "down") (gap = true), setLive(false);
+      else if (m.type === "ready") setLive(true);
+      if (m.type === "resync" || (m.type === "ready" && gap)) {
+        gap = false;
         soon("page", loadPage);
         soon("counts", loadCounts);
       } else if (m.type === "execution") {
