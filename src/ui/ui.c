@@ -56,7 +56,10 @@ void ui_set_sandboxes(const char *listen)
 {
     sandboxes_api[0] = '\0';
     snprintf(csp, sizeof csp, "%s", CSP);
-    if (!listen || strlen(listen) > 200) return;
+    /* it goes into a header: host:port characters only, never a ';' of another directive */
+    if (!listen || strlen(listen) > 200 ||
+        strspn(listen, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") != strlen(listen))
+        return;
     snprintf(sandboxes_api, sizeof sandboxes_api, "http://%s", listen);
     snprintf(csp, sizeof csp, "%s; connect-src 'self' http://%s ws://%s", CSP, listen, listen);
 }
