@@ -214,6 +214,10 @@ def test_dashboard_in_chromium(agents):
                                 ["true", "tool_call shell", "require_approval (ask-shell)", "require_approval",
                                  "ask-shell", "yes"]], result["replay"]
 
+    # a stale stored key: back to the sign-in, with the kernel's reason, the key dropped
+    assert result["stale_key_error"].startswith("The kernel refused the stored key"), result["stale_key_error"]
+    assert result["stale_key_cleared"]
+
     # the inbox took an approval asked while it was open, and denied it
     il = result["inbox_live"]
     assert il["decided"] == "denied by ui-tester"

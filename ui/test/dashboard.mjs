@@ -221,7 +221,15 @@ try {
   await page.click(`article.approval[data-execution="${askId}"] button.deny`);
   await page.waitForSelector(`article.approval[data-execution="${askId}"] .decided`, { timeout: T });
   out.inbox_live = { id: askId, decided: await page.$eval(`article.approval[data-execution="${askId}"] .decided`, (e) => e.textContent) };
-  out.console_errors = consoleErrors;
+  out.console_errors = [...consoleErrors];
+
+  // 9. a stored key that stops working (a restarted dev kernel has a new token) brings the
+  // sign-in back with the kernel's reason
+  await page.evaluate(() => sessionStorage.setItem("rebuno.key", "stale-token"));
+  await page.reload();
+  await page.waitForSelector("#signin-error", { timeout: T });
+  out.stale_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
+  out.stale_key_cleared = await page.evaluate(() => sessionStorage.getItem("rebuno.key") === null);
 } catch (e) {
   out.error = String(e && e.stack || e);
   out.page = await browser.pages().then((ps) => ps[ps.length - 1].evaluate(() => `${location.hash}\n${document.body.innerText}`.slice(0, 1500))).catch(() => "");
