@@ -383,6 +383,15 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     # the refused wrong token is the only failed request
     assert result["errors"] == ["Failed to load resource: the server responded with a status of 401 (Unauthorized)"], \
         result["errors"]
+    # the actions: a snapshot of kui-1, a sandbox made from it, a fork of that one
+    from test_dev_sandboxes import get
+    st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
+    assert st == 200 and snap["sandbox_name"] == "kui-1", snap
+    st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
+    assert st == 200 and restored["source"]["type"] == "snapshot", restored
+    assert restored["source"]["snapshot_id"] == result["snapshot"], restored
+    st, forked = get(port, f"/v1/sandboxes/{result['forked']}")
+    assert st == 200 and result["forked"] not in ("kui-1", result["restored"]), forked
     post(port, "/v1/sandboxes/kui-1/stop", {})
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         for p in result["shots"]:

@@ -1,8 +1,8 @@
 // sandboxes.js - the Sandboxes views, in the dashboard `rebuno sandboxd` serves (same origin
 // as its /v1) and in the kernel's under `rebuno dev` (sandboxd's /v1 from the browser, its
 // origin let in by sandboxd's CORS, its token asked once: SandboxGate): the list with state,
-// image, metadata and resources; one
-// sandbox with its snapshots, commands and their output; and a terminal (xterm.js) over the
+// image, metadata and resources; one sandbox with its snapshots, commands and their output,
+// actions (fork it, take a snapshot, a new sandbox from a snapshot); and a terminal (xterm.js) over the
 // PTY WebSocket, authenticated with the "rebuno.bearer.<token>" subprotocol because a
 // browser's WebSocket cannot send an Authorization header.
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -15,6 +15,7 @@ const REFRESH_MS = 3000;
 function usePoll(path, ms = REFRESH_MS) {
   const [data, setData] = useState(null);
   const [error, setError] = useState(null);
+  const [tick, setTick] = useState(0);
   useEffect(() => {
     let alive = true;
     let timer;
@@ -32,9 +33,30 @@ function usePoll(path, ms = REFRESH_MS) {
       alive = false;
       clearTimeout(timer);
     };
-  }, [path]);
-  return { data, error };
+  }, [path, tick]);
+  return { data, error, reload: () => setTick((t) => t + 1) };
 }
+
+// A button that runs one sandbox action (busy while it runs; its error shown beside it).
+function Action({ label, run, name }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  async function go() {
+    setBusy(true);
+    setError(null);
+    try {
+      await run();
+    } catch (e) {
+      setError(e.message);
+    } finally {
+      setBusy(false);
+    }
+  }
+  return html`<span class="action"><button name=${name} disabled=${busy} onClick=${go}>${busy ? `${label}…` : label}</button>
+    ${error && html` <span role="alert" class="error inline">${error}</span>`}</span>`;
+}
+
+const openSandbox = (name) => (location.hash = `#/sandboxes/${encodeURIComponent(name)}`);
 
 const res = (r) => (r ? `${r.vcpus} vCPU · ${r.memory} MiB · ${r.disk_mb} MiB disk · ${r.pids} pids` : "");
 const meta = (m) => Object.entries(m || {}).map(([k, v]) => html`<span class="tag">${k}=${v}</span>`);
@@ -101,12 +123,17 @@ function Commands({ name }) {
 }
 
 function Snapshots({ name }) {
-  const { data, error } = usePoll(`/v1/snapshots${qs({ sandbox: name, limit: 100 })}`, 0);
+  const { data, error, reload } = usePoll(`/v1/snapshots${qs({ sandbox: name, limit: 100 })}`, 0);
   const list = data ? data.snapshots || [] : [];
+  const take = async () => (await sbx.post(`/v1/sandboxes/${encodeURIComponent(name)}/snapshots`, {}), reload());
+  const restore = async (id) => openSandbox((await sbx.post("/v1/sandboxes", { source: { type: "snapshot", snapshot_id: id } })).name);
   return html`<section class="panel" aria-labelledby="snap-h"><h2 id="snap-h">Snapshots</h2>
+    <p><${Action} label="Take a snapshot" name="snapshot" run=${take} /></p>
     ${error && html`<p role="alert" class="error">${error.message}</p>`}
     ${data && !list.length && html`<p class="empty">No snapshots.</p>`}
-    <ul>${list.map((s) => html`<li><span class="mono">${s.id}</span> ${s.name || ""} ${time(s.created_at)}</li>`)}</ul>
+    <ul class="snaps">${list.map((s) => html`<li data-snapshot=${s.id}><span class="mono">${s.id}</span> ${s.name || ""} ${time(s.created_at)}
+      ${s.expires_at ? html` <span class="help">expires ${time(s.expires_at)}</span>` : ""}
+      ${" "}<${Action} label="New sandbox from it" name="restore" run=${() => restore(s.id)} /></li>`)}</ul>
   </section>`;
 }
 
@@ -183,6 +210,8 @@ export function Sandbox({ name }) {
         <div class="field"><dt>Expires</dt><dd>${time(sb.expires_at)}</dd></div>
       </dl>
     </header>
+    <p><${Action} label="Fork this sandbox" name="fork" run=${async () => openSandbox((await sbx.post(`/v1/sandboxes/${encodeURIComponent(sb.name)}/fork`, {})).name)} />
+      <span class="help">a new sandbox from its files as they are now</span></p>
     <${Term} name=${sb.name} />
     <${Commands} name=${sb.name} />
     <${Snapshots} name=${sb.name} />

@@ -68,6 +68,22 @@ try {
   await page.waitForFunction(() => document.querySelector(".xterm-rows").textContent.includes("typed-42"), { timeout: T });
   out.terminal = await page.$eval(".xterm-rows", (e) => [...e.children].map((r) => r.textContent).join("\n"));
   await shot(spec.kernel ? "kernel-sandbox-terminal" : "sandbox-terminal");
+  if (spec.kernel) {
+    // actions: a snapshot, a new sandbox from it (the page opens it), a fork of that one
+    await page.click("button[name=snapshot]");
+    await page.waitForSelector("li[data-snapshot] button[name=restore]", { timeout: T });
+    out.snapshot = await page.$eval("li[data-snapshot]", (e) => e.dataset.snapshot);
+    await page.click("li[data-snapshot] button[name=restore]");
+    await page.waitForFunction((n) => location.hash.startsWith("#/sandboxes/") && !location.hash.endsWith(`/${n}`) &&
+      document.querySelector(".exhead h1"), { timeout: T }, spec.name);
+    out.restored = decodeURIComponent(await page.evaluate(() => location.hash.split("/")[2]));
+    await page.waitForSelector("button[name=fork]", { timeout: T });
+    await page.click("button[name=fork]");
+    await page.waitForFunction((n) => location.hash.startsWith("#/sandboxes/") && !location.hash.endsWith(`/${n}`) &&
+      document.querySelector(".exhead h1")?.textContent.includes(decodeURIComponent(location.hash.split("/")[2])),
+      { timeout: T }, out.restored);
+    out.forked = decodeURIComponent(await page.evaluate(() => location.hash.split("/")[2]));
+  }
   out.errors = errors;
 } catch (e) {
   out.error = String((e && e.stack) || e);
