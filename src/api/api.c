@@ -2361,7 +2361,7 @@ static void h_get_policy(struct api *a, struct http_req *r)
     http_reply_json(r, 200, out);
 }
 
-/* POST /v0/policies/{agent}/test {bundle?, cases?, execution_id?}: upstream's dry run.
+/* POST /v0/policies/{agent}/test {bundle?, cases? | execution_id? | executions?}: upstream's dry run.
  * Evaluates cases (or an execution's recorded steps) against bundle, or the agent's
  * stored policy when bundle is absent; stores nothing. */
 static void h_test_policy(struct api *a, struct http_req *r)
@@ -2380,20 +2380,34 @@ static void h_test_policy(struct api *a, struct http_req *r)
         err_set(&err, 404, "not_found", "agent_id", "no agent named \"%s\"; list them with GET /v0/agents", agent);
         goto fail;
     }
-    if (json_object_get(b, "executions")) {
-        err_invalid(&err, "executions", "executions: replaying a range of executions is not served here; "
-                                        "replay one with execution_id");
-        goto fail;
-    }
-    json_t *given = json_object_get(b, "cases");
-    if ((!given || json_is_null(given)) && !exec_id) {
+    json_t *given = json_object_get(b, "cases"), *range = json_object_get(b, "executions");
+    bool has_cases = given && !json_is_null(given), has_range = range && !json_is_null(range);
+    if (!has_cases && !exec_id && !has_range) {
         err_invalid(&err, "cases", "cases: required (a list of {kind, target, args, expect?}), or give execution_id "
-                                   "to replay an execution's steps");
+                                   "or executions to replay recorded steps");
         goto fail;
     }
-    if (given && !json_is_null(given) && exec_id) {
-        err_invalid(&err, "execution_id", "execution_id: give either cases or execution_id, not both");
+    if (has_cases + (exec_id != NULL) + has_range > 1) {
+        err_invalid(&err, has_range ? "executions" : "execution_id",
+                    "%s: give one of cases, execution_id and executions", has_range ? "executions" : "execution_id");
         goto fail;
+    }
+    const char *session = NULL, *since = NULL;
+    int64_t since_ms = 0, limit = 50;
+    if (has_range) {
+        static const char *const rfields[] = {"session", "since", "limit", NULL};
+        if (!json_is_object(range)) {
+            err_invalid(&err, "executions", "executions: must be an object {session?, since?, limit?}");
+            goto fail;
+        }
+        if (check_fields(range, rfields, &err) < 0 || get_str(range, "session", false, 128, &session, &err) < 0 ||
+            get_str(range, "since", false, 64, &since, &err) < 0 || get_int(range, "limit", 1, 200, &limit, &err) < 0 ||
+            check_session(session, &err) < 0)
+            goto fail;
+        if (since && clock_parse_iso(since, &since_ms) < 0) {
+            err_invalid(&err, "since", "since: an RFC 3339 time, e.g. 2026-12-01T00:00:00Z");
+            goto fail;
+        }
     }
     if (bundle) {
         own = policy_load_string(bundle, strlen(bundle), "bundle", 0, &err);
@@ -2404,6 +2418,8 @@ static void h_test_policy(struct api *a, struct http_req *r)
     }
     if (exec_id) {
         if (kernel_policy_replay_cases(a->k, agent, exec_id, &cases, &err) < 0) goto fail;
+    } else if (has_range) {
+        if (kernel_policy_replay_range(a->k, agent, session, since_ms, (int)limit, &cases, &err) < 0) goto fail;
     } else {
         cases = json_incref(given);
     }

@@ -25,7 +25,9 @@ int k_agent_persist(struct kernel *k, const struct agent_conf *a, struct err *er
     if (a->webhook_url) json_object_set_new(s, "webhook_url", json_string(a->webhook_url));
     if (a->secret) json_object_set_new(s, "secret", json_string(a->secret));
     if (a->lease_ms > 0) json_object_set_new(s, "lease_ms", json_integer(a->lease_ms));
-    if (a->policy) json_object_set_new(s, "policy", json_string(policy_source(a->policy)));
+    json_object_set_new(s, "registered_at", json_integer(a->registered_at));
+    /* only a policy set at run time: one from the config file is the file's to change */
+    if (a->policy && a->policy_runtime) json_object_set_new(s, "policy", json_string(policy_source(a->policy)));
     char *text = k_text(s);
     json_decref(s);
     int r = store_agent_save(k->st, a->name, text, clock_now_ms());
@@ -41,7 +43,8 @@ static void apply(struct kernel *k, const char *name, const char *settings)
     struct agent_conf *a = k_ensure_agent(k, name);
     k_set_str(&a->webhook_url, json_string_value(json_object_get(s, "webhook_url")));
     k_set_str(&a->secret, json_string_value(json_object_get(s, "secret")));
-    json_t *lease = json_object_get(s, "lease_ms");
+    json_t *lease = json_object_get(s, "lease_ms"), *reg = json_object_get(s, "registered_at");
+    if (json_is_integer(reg) && json_integer_value(reg) > 0) a->registered_at = json_integer_value(reg);
     if (json_is_integer(lease) && json_integer_value(lease) > 0) a->lease_ms = json_integer_value(lease);
     const char *text = json_string_value(json_object_get(s, "policy"));
     if (text) {

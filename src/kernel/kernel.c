@@ -208,6 +208,7 @@ struct agent_conf *k_ensure_agent(struct kernel *k, const char *name)
     a = &k->agents[k->n_agents++];
     memset(a, 0, sizeof *a);
     a->name = xstrdup(name);
+    a->registered_at = clock_now_ms();
     return a;
 }
 
@@ -1001,6 +1002,7 @@ int kernel_agents(struct kernel *k, json_t **out, struct err *err)
                               "dispatch", a->webhook_url ? "webhook" : "pull");
         if (a->webhook_url) json_object_set_new(v, "webhook_url", json_string(a->webhook_url));
         if (a->policy) json_object_set_new(v, "policy_bundle", json_string(policy_source(a->policy)));
+        json_object_set_new(v, "registered_at", k_time(a->registered_at));
         json_array_append_new(arr, v); /* the secret is never shown */
     }
     *out = json_pack("{s:o}", "agents", arr);
@@ -1648,10 +1650,16 @@ int kernel_sweep(struct kernel *k, int64_t now, struct err *err)
     if ((r = store_approvals_expired(k->st, now, ids, SWEEP_BATCH, &n)) < 0) return k_store_fail(err, r, "finding expired approvals");
     for (int i = 0; i < n; i++, handled++)
         if (expire_approval(k, ids[i], now, err) < 0) return -1;
+    int64_t parked = k_parked_next(k);
+    if (parked && parked <= now) {
+        if ((r = k_unpark_due(k, now, err)) < 0) return -1;
+        handled += r;
+    }
     return handled;
 }
 
 int64_t kernel_next_due(struct kernel *k)
 {
-    return store_next_timer(k->st);
+    int64_t due = store_next_timer(k->st), parked = k_parked_next(k);
+    return parked && (!due || parked < due) ? parked : due;
 }

@@ -106,6 +106,10 @@ void kernel_set_judge_verdict(struct kernel *k, const char *step_id, enum policy
  * execution of agent) as policy test cases expecting their first decision. */
 int kernel_policy_replay_cases(struct kernel *k, const char *agent, const char *exec_id, json_t **cases,
                                struct err *err);
+/* The same over the agent's latest `limit` executions (of session, if given) created at or
+ * after since_ms, oldest first. */
+int kernel_policy_replay_range(struct kernel *k, const char *agent, const char *session, int64_t since_ms,
+                               int limit, json_t **cases, struct err *err);
 /* Names of the agents with a webhook, one per call (i from 0; NULL past the end). */
 const char *kernel_webhook_agent(struct kernel *k, int i);
 /* Move the notes accumulated since the last call into *out (which it initialises). */

@@ -14,6 +14,7 @@ struct agent_conf {
     char *webhook_url; /* NULL: the agent pulls (claims or the dispatch stream) */
     char *secret;      /* NULL: no signed calls */
     bool policy_runtime; /* the policy was set at run time (kept when the config gives none) */
+    int64_t registered_at; /* ms: first registered at run time, else when this kernel first knew it */
 };
 
 struct worker {
@@ -32,6 +33,8 @@ struct kernel {
         enum policy_decision decision;
         char reason[320];
     } verdict; /* the answer, for the next submission of that step */
+    int64_t parked_next;    /* earliest wake time of a parked execution (0: none known) */
+    int64_t parked_checked; /* monotonic ms when parked_next was last read from the store */
     struct agent_conf *agents;
     int n_agents;
     struct worker *workers;
@@ -79,6 +82,13 @@ struct k_gate {
 };
 int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const json_t *args,
                    struct policy_result *pr, struct k_gate *g, int64_t now, json_t **out, struct err *err);
+/* Rate-limit parking (policy_gates.c): the execution parked before; park it; queue the
+ * parked ones that are due (returns how many); the earliest wake time. */
+int k_exec_parked_before(struct kernel *k, const char *exec_id);
+int k_park(struct kernel *k, struct execution *e, struct step *s, const char *rule_id, int64_t wait, int64_t now,
+           json_t **out, struct err *err);
+int k_unpark_due(struct kernel *k, int64_t now, struct err *err);
+int64_t k_parked_next(struct kernel *k);
 /* Tokens the execution's recorded llm_call results report. */
 int k_exec_tokens(struct kernel *k, const char *exec_id, int64_t *out);
 /* agents_admin.c: save an agent's run-time settings; load them all (at start). */

@@ -7,7 +7,8 @@
  * - rate_limit counts the steps this rule decided in the last window, from the store
  *   (per execution, per agent or over all), so replicas and restarts agree. Over the
  *   limit the step is refused as rate_limited: a step.rate_limited event, no step row,
- *   the occurrence not used.
+ *   the occurrence not used. With max_wait, the first time in an execution, it parks
+ *   instead (k_park): blocked, and a fresh dispatch once the window allows the call.
  * - budget sums the tokens the execution's recorded llm_call results report (usage
  *   input/output or prompt/completion tokens); at or over max_tokens an allow becomes a
  *   deny (or require_approval) with reason execution_token_budget_exceeded. The step that
@@ -19,10 +20,12 @@
  */
 #include "kernel/kernel_int.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "policy/policy.h"
 
@@ -48,12 +51,52 @@ static int64_t usage_tokens(const json_t *result)
     return n;
 }
 
+/* The tokens of settled steps, by step id: a recorded result never changes, so each is
+ * parsed once per process however often a budget rule looks (open addressing; emptied
+ * when three quarters full). */
+#define USAGE_SLOTS 8192
+struct usage_slot {
+    char step_id[STEP_ID_LEN];
+    int64_t tokens;
+};
+static struct usage_slot *usage_cache;
+static int usage_used;
+
+static struct usage_slot *usage_slot(const char *step_id)
+{
+    if (!usage_cache) usage_cache = xcalloc(USAGE_SLOTS, sizeof *usage_cache);
+    unsigned long h = 0; /* step ids are SHA-256 hex: any 8 of their characters spread well */
+    for (int i = 0; i < 8 && step_id[i]; i++) h = h * 31 + (unsigned char)step_id[i];
+    for (unsigned i = 0; i < USAGE_SLOTS; i++) {
+        struct usage_slot *u = &usage_cache[(h + i) % USAGE_SLOTS];
+        if (!u->step_id[0] || !strcmp(u->step_id, step_id)) return u;
+    }
+    return NULL;
+}
+
 static int sum_usage(struct step *s, void *arg)
 {
     if (strcmp(s->kind, "llm_call") != 0 || !s->result) return 0;
+    bool settled = s->status == STEP_SUCCEEDED || s->status == STEP_FAILED;
+    struct usage_slot *u = settled ? usage_slot(s->step_id) : NULL;
+    if (u && u->step_id[0]) {
+        *(int64_t *)arg += u->tokens;
+        return 0;
+    }
     json_t *r = k_json(s->result);
-    *(int64_t *)arg += usage_tokens(r);
+    int64_t n = usage_tokens(r);
     json_decref(r);
+    *(int64_t *)arg += n;
+    if (u) {
+        if (usage_used >= USAGE_SLOTS * 3 / 4) { /* full: start over */
+            memset(usage_cache, 0, USAGE_SLOTS * sizeof *usage_cache);
+            usage_used = 0;
+            u = usage_slot(s->step_id);
+        }
+        snprintf(u->step_id, sizeof u->step_id, "%s", s->step_id);
+        u->tokens = n;
+        usage_used++;
+    }
     return 0;
 }
 
@@ -68,13 +111,20 @@ int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const 
 {
     if (pr->rate_limit) {
         const struct policy_rate_limit *rl = pr->rate_limit;
-        int64_t n = 0;
+        int64_t n = 0, oldest = 0;
         int r = store_rule_steps_since(k->st, pr->rule_id, rl->per == POLICY_PER_EXECUTION ? e->id : NULL,
                                        rl->per == POLICY_PER_AGENT ? e->agent : NULL, now - rl->window_ms,
-                                       rl->max_calls, &n);
+                                       rl->max_calls, &n, &oldest);
         const char *why = NULL;
         if (r < 0) why = rl->deny_on_error ? "rate_limiter_unavailable" : NULL;
         else if (n >= rl->max_calls) why = "rate_limit_exceeded";
+        int64_t wait = oldest + rl->window_ms - now; /* until the oldest counted step leaves the window */
+        if (wait < 1) wait = 1;
+        if (why && r == 0 && rl->max_wait_ms && wait <= rl->max_wait_ms) {
+            int parked = k_exec_parked_before(k, e->id);
+            if (parked < 0) return k_store_fail(err, parked, "reading the execution's events");
+            if (!parked) return k_park(k, e, s, pr->rule_id, wait, now, out, err);
+        }
         if (why) {
             if (k_emit(k, e, "step.rate_limited",
                        json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s}}", "step_id", s->step_id, "kind", s->kind,
@@ -121,6 +171,74 @@ int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const 
         }
     }
     return 0;
+}
+
+/* Did a rate limit park this execution before? (It parks once; then it is refused.) */
+static int parked_one(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
+{
+    if (!strcmp(type, "step.rate_limited") && strstr(payload, "\"parked\":true")) *(bool *)arg = true;
+    return 0;
+}
+
+int k_exec_parked_before(struct kernel *k, const char *exec_id)
+{
+    bool seen = false;
+    int r = store_events_each(k->st, exec_id, 0, INT32_MAX, parked_one, &seen);
+    return r < 0 ? r : seen;
+}
+
+/* Upstream's max_wait: the step parks. The agent is told blocked (reason rate_limited)
+ * and ends its dispatch; the execution stays running with no dispatch until wait has
+ * passed, when the sweep queues a fresh one (kernel_unpark). Nothing else is recorded. */
+int k_park(struct kernel *k, struct execution *e, struct step *s, const char *rule_id, int64_t wait, int64_t now,
+           json_t **out, struct err *err)
+{
+    int64_t until = now + wait;
+    if (k_emit(k, e, "step.rate_limited",
+               json_pack("{s:s, s:s, s:s, s:s, s:b, s:o, s:{s:s, s:s}}", "step_id", s->step_id, "kind", s->kind,
+                         "target", s->target, "rule_id", rule_id, "parked", 1, "until", k_time(until), "error",
+                         "reason", "rate_limit_exceeded", "rule_id", rule_id), now, err) < 0)
+        return -1;
+    e->dstate = DISPATCH_RELEASED;
+    e->lease_deadline = until; /* the wake time while parked */
+    if (!k->parked_next || until < k->parked_next) k->parked_next = until;
+    *out = json_pack("{s:s, s:s, s:s}", "decision", "blocked", "reason", "rate_limited", "rule_id", rule_id);
+    return 1;
+}
+
+int k_unpark_due(struct kernel *k, int64_t now, struct err *err)
+{
+    char ids[64][UUID_STR_LEN];
+    int n = 0, r = store_exec_parked_due(k->st, now, ids, 64, &n);
+    if (r < 0) return k_store_fail(err, r, "finding parked executions");
+    for (int i = 0; i < n; i++) {
+        struct execution e;
+        if ((r = store_exec_get(k->st, ids[i], &e)) < 0) return k_store_fail(err, r, "reading the execution");
+        int rc = 0;
+        if (e.status == EXEC_RUNNING && e.dstate == DISPATCH_RELEASED && e.lease_deadline > 0 &&
+            e.lease_deadline <= now) { /* still parked under the row lock (another replica may have woken it) */
+            e.lease_deadline = 0;
+            rc = k_queue_dispatch(k, &e, now, err) < 0 || k_save_exec(k, &e, now, err) < 0 ? -1 : 0;
+        }
+        execution_fini(&e);
+        if (rc < 0) return -1;
+    }
+    k->parked_next = 0;
+    k->parked_checked = 0; /* read the next wake time again */
+    return n;
+}
+
+int64_t k_parked_next(struct kernel *k)
+{
+    int64_t mono = clock_mono_ms();
+    if (!k->parked_checked || mono - k->parked_checked > 5000) { /* other replicas park too */
+        int64_t at = 0;
+        if (store_exec_parked_next(k->st, &at) == 0) {
+            k->parked_next = at;
+            k->parked_checked = mono;
+        }
+    }
+    return k->parked_next;
 }
 
 void kernel_judge_request_fini(struct kernel_judge_request *q)

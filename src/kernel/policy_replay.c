@@ -1,8 +1,9 @@
 /*
  * policy_replay.c - the cases of upstream's policy replay: an execution's recorded
  * steps, each expecting the decision the policy made when it was first submitted, so
- * POST /v0/policies/{agent}/test {execution_id} shows which steps a changed bundle
- * would now decide differently.
+ * POST /v0/policies/{agent}/test {execution_id} (or {executions: {session?, since?,
+ * limit?}}, the agent's latest executions) shows which steps a changed bundle would now
+ * decide differently.
  *
  * The first decision is read off the step row: a step that went to approval (it has
  * an approval, whatever the person then decided) was require_approval; a denied step
@@ -13,7 +14,10 @@
 #include "kernel/kernel_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/xalloc.h"
 
 struct replay_ctx {
     const char *agent;
@@ -35,6 +39,40 @@ static int replay_one(struct step *s, void *arg)
         if (*rule) json_object_set_new(c, "was_rule", json_string(rule));
     }
     json_array_append_new(x->cases, c);
+    return 0;
+}
+
+struct range_ctx {
+    int64_t since;
+    char (*ids)[UUID_STR_LEN];
+    int n, max;
+};
+
+static int range_one(struct execution *e, void *arg)
+{
+    struct range_ctx *x = arg;
+    if (e->created_at >= x->since && x->n < x->max) memcpy(x->ids[x->n++], e->id, UUID_STR_LEN);
+    return 0;
+}
+
+int kernel_policy_replay_range(struct kernel *k, const char *agent, const char *session, int64_t since_ms,
+                               int limit, json_t **cases, struct err *err)
+{
+    struct range_ctx x = {since_ms, xcalloc((size_t)limit, UUID_STR_LEN), 0, limit};
+    int r = store_exec_list(k->st, agent, NULL, session, NULL, limit, range_one, &x);
+    if (r < 0) {
+        free(x.ids);
+        return k_store_fail(err, r, "listing the agent's executions");
+    }
+    struct replay_ctx c = {agent, json_array()};
+    for (int i = x.n; i-- > 0 && r >= 0;) /* oldest first */
+        r = store_steps_each(k->st, x.ids[i], replay_one, &c);
+    free(x.ids);
+    if (r < 0) {
+        json_decref(c.cases);
+        return k_store_fail(err, r, "reading the executions' steps");
+    }
+    *cases = c.cases;
     return 0;
 }
 

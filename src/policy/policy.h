@@ -27,7 +27,8 @@
  *         decision: require_approval  # allow | deny | require_approval | judge
  *         reason: "..."
  *         approval: {timeout: 15m, approvers: [alice], message: "..."}   # or approval_config
- *         rate_limit: {max_calls: 5, window: 1m, per_what: execution, on_limiter_error: allow}
+ *         rate_limit: {max_calls: 5, window: 1m, per_what: execution, max_wait: 5m,
+ *                      on_limiter_error: allow}
  *         budget: {max_tokens: 200000, on_exceed: deny}     # allow rules only
  *         judge: {instructions: "...", threshold: 0.6, fallback: require_approval}
  *
@@ -56,6 +57,7 @@ enum policy_decision { POLICY_ALLOW, POLICY_DENY, POLICY_REQUIRE_APPROVAL, POLIC
 enum policy_scope { POLICY_PER_EXECUTION, POLICY_PER_AGENT, POLICY_PER_GLOBAL };
 struct policy_rate_limit {
     int64_t max_calls, window_ms;
+    int64_t max_wait_ms; /* park the step (once per execution) for up to this long; 0: refuse */
     enum policy_scope per;
     bool deny_on_error; /* on_limiter_error: deny (default allow: fail open) */
 };

@@ -117,6 +117,9 @@ json_t *policy_rules_json(const struct policy *p)
                                           "window_seconds", (json_int_t)(ri.rate_limit->window_ms / 1000),
                                           "per_what", per[ri.rate_limit->per], "on_limiter_error",
                                           ri.rate_limit->deny_on_error ? "deny" : "allow"));
+            if (ri.rate_limit->max_wait_ms)
+                json_object_set_new(json_object_get(r, "rate_limit"), "max_wait_seconds",
+                                    json_integer(ri.rate_limit->max_wait_ms / 1000));
         }
         if (ri.budget)
             json_object_set_new(r, "budget", json_pack("{s:I, s:s}", "max_tokens", (json_int_t)ri.budget->max_tokens,

@@ -1019,9 +1019,7 @@ static int compile_rate_limit(struct loader *L, const struct ynode *key, const s
     }
     if (kv.key[4]) {
         path_fmt(path, sizeof path, "%s.then.rate_limit.max_wait", rpath);
-        return lerr(L, kv.key[4], path, "max_wait (parking a limited step until the window allows it) is not "
-                                        "supported by this kernel; remove it: a step over the limit is then "
-                                        "refused as rate_limited");
+        if (want_duration(L, kv.key[4], kv.val[4], path, &rl->max_wait_ms)) return -1;
     }
     r->has_rate_limit = true;
     return 0;

@@ -121,9 +121,19 @@ int store_agent_delete(struct store *st, const char *name)
 }
 
 int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
-                           int64_t since_ms, int64_t cap, int64_t *n)
+                           int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
-    return st->vt->rule_steps_since(st, rule_id, exec_id, agent, since_ms, cap, n);
+    return st->vt->rule_steps_since(st, rule_id, exec_id, agent, since_ms, cap, n, oldest);
+}
+
+int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    return st->vt->exec_parked_due(st, now, ids, max, n);
+}
+
+int store_exec_parked_next(struct store *st, int64_t *at)
+{
+    return st->vt->exec_parked_next(st, at);
 }
 
 int store_api_key_put(struct store *st, const struct api_key_row *k)

@@ -73,9 +73,14 @@ int store_agent_delete(struct store *st, const char *name);
 
 /* Upstream's rate_limit: how many steps rule_id decided since since_ms (created_at), of
  * one execution (exec_id), of one agent's executions (agent), or of all (both NULL);
- * counting stops at cap. */
+ * counting stops at cap (the oldest cap of them); *oldest = the earliest created_at counted
+ * (0 when none). */
 int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
-                           int64_t since_ms, int64_t cap, int64_t *n);
+                           int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest);
+/* Executions a rate limit parked (running, dispatch released with a wake time in
+ * lease_deadline): those due by now (at most max ids), and the earliest wake time (0: none). */
+int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);
+int store_exec_parked_next(struct store *st, int64_t *at);
 
 /* API keys made at run time (POST /v0/api-keys): only the token's hash is kept. */
 struct api_key_row {

@@ -137,7 +137,7 @@ enum stmt_id {
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
     S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
-    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
     S_COUNT
 };
 
@@ -236,12 +236,19 @@ static const char *stmt_sql[S_COUNT] = {
                       " revoked_at = excluded.revoked_at",
     [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
                    " ORDER BY created_at, id",
-    [S_RULE_STEPS_EXEC] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
-                          " AND execution_id = $3 LIMIT $4) x",
-    [S_RULE_STEPS_AGENT] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
-                           " AND execution_id IN (SELECT id FROM executions WHERE agent = $3) LIMIT $4) x",
-    [S_RULE_STEPS_ALL] = "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = $1 AND created_at >= $2"
-                         " LIMIT $3) x",
+    [S_RULE_STEPS_EXEC] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                          " WHERE rule_id = $1 AND created_at >= $2 AND execution_id = $3"
+                          " ORDER BY created_at LIMIT $4) x",
+    [S_RULE_STEPS_AGENT] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                           " WHERE rule_id = $1 AND created_at >= $2"
+                           " AND execution_id IN (SELECT id FROM executions WHERE agent = $3)"
+                           " ORDER BY created_at LIMIT $4) x",
+    [S_RULE_STEPS_ALL] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                         " WHERE rule_id = $1 AND created_at >= $2 ORDER BY created_at LIMIT $3) x",
+    [S_PARKED_DUE] = "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
+                     " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
+    [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
+                      " AND status = 'running' AND lease_deadline > 0",
 };
 
 struct pg {
@@ -1820,7 +1827,7 @@ static int pg_agent_delete(struct store *st, const char *name)
 }
 
 static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
-                               int64_t since_ms, int64_t cap, int64_t *n)
+                               int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
     struct params ps = {0};
     p_str(&ps, rule_id);
@@ -1832,6 +1839,32 @@ static int pg_rule_steps_since(struct store *st, const char *rule_id, const char
                             &ps, &rc);
     if (!r) return rc;
     *n = PQntuples(r) == 1 ? g_int(r, 0, 0) : 0;
+    *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
+    PQclear(r);
+    return 0;
+}
+
+static int pg_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    struct params ps = {0};
+    p_int(&ps, now);
+    p_int(&ps, max);
+    int rc;
+    *n = 0;
+    PGresult *r = exec_stmt(PG(st), S_PARKED_DUE, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) g_copy(r, i, 0, ids[(*n)++], UUID_STR_LEN);
+    PQclear(r);
+    return 0;
+}
+
+static int pg_exec_parked_next(struct store *st, int64_t *at)
+{
+    int rc;
+    *at = 0;
+    PGresult *r = exec_stmt(PG(st), S_PARKED_NEXT, NULL, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 1) *at = g_int(r, 0, 0);
     PQclear(r);
     return 0;
 }
@@ -1884,6 +1917,8 @@ static const struct store_vt pg_vt = {
     .agent_settings_each = pg_agent_settings_each,
     .agent_delete = pg_agent_delete,
     .rule_steps_since = pg_rule_steps_since,
+    .exec_parked_due = pg_exec_parked_due,
+    .exec_parked_next = pg_exec_parked_next,
     .api_key_put = pg_api_key_put,
     .api_keys_each = pg_api_keys_each,
     .exec_insert = pg_exec_insert,

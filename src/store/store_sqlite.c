@@ -1499,15 +1499,19 @@ static int sq_agent_delete(struct store *base_, const char *name)
 }
 
 static int sq_rule_steps_since(struct store *base_, const char *rule_id, const char *exec_id, const char *agent,
-                               int64_t since_ms, int64_t cap, int64_t *n)
+                               int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
     sqlite3_stmt *s;
-    const char *sql = exec_id ? "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
-                                " AND execution_id = ?3 LIMIT ?4)"
-                      : agent ? "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
-                                " AND execution_id IN (SELECT id FROM executions WHERE agent = ?3) LIMIT ?4)"
-                              : "SELECT count(*) FROM (SELECT 1 FROM steps WHERE rule_id = ?1 AND created_at >= ?2"
-                                " AND ?3 IS NULL LIMIT ?4)";
+    const char *sql = exec_id ? "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                                " WHERE rule_id = ?1 AND created_at >= ?2 AND execution_id = ?3"
+                                " ORDER BY created_at LIMIT ?4)"
+                      : agent ? "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                                " WHERE rule_id = ?1 AND created_at >= ?2"
+                                " AND execution_id IN (SELECT id FROM executions WHERE agent = ?3)"
+                                " ORDER BY created_at LIMIT ?4)"
+                              : "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
+                                " WHERE rule_id = ?1 AND created_at >= ?2 AND ?3 IS NULL"
+                                " ORDER BY created_at LIMIT ?4)";
     if (sq_once((struct sq *)base_, sql, &s) < 0) return -EIO;
     bind_text(s, 1, rule_id);
     sqlite3_bind_int64(s, 2, since_ms);
@@ -1515,8 +1519,36 @@ static int sq_rule_steps_since(struct store *base_, const char *rule_id, const c
     sqlite3_bind_int64(s, 4, cap);
     int rc = sqlite3_step(s);
     *n = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    *oldest = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
     sqlite3_finalize(s);
     return rc == SQLITE_ROW ? 0 : rc_errno(rc) ? rc_errno(rc) : -EIO;
+}
+
+static int sq_exec_parked_due(struct store *base_, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
+{
+    sqlite3_stmt *s;
+    *n = 0;
+    if (sq_once((struct sq *)base_, "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
+                " AND lease_deadline > 0 AND lease_deadline <= ?1 ORDER BY lease_deadline LIMIT ?2", &s) < 0)
+        return -EIO;
+    sqlite3_bind_int64(s, 1, now);
+    sqlite3_bind_int(s, 2, max);
+    int rc;
+    while (*n < max && (rc = sqlite3_step(s)) == SQLITE_ROW) col_copy(s, 0, ids[(*n)++], UUID_STR_LEN);
+    sqlite3_finalize(s);
+    return 0;
+}
+
+static int sq_exec_parked_next(struct store *base_, int64_t *at)
+{
+    sqlite3_stmt *s;
+    *at = 0;
+    if (sq_once((struct sq *)base_, "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
+                " AND status = 'running' AND lease_deadline > 0", &s) < 0)
+        return -EIO;
+    if (sqlite3_step(s) == SQLITE_ROW) *at = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return 0;
 }
 
 static int sq_api_key_put(struct store *base_, const struct api_key_row *k)
@@ -1571,6 +1603,8 @@ static const struct store_vt sqlite_vt = {
     .agent_settings_each = sq_agent_settings_each,
     .agent_delete = sq_agent_delete,
     .rule_steps_since = sq_rule_steps_since,
+    .exec_parked_due = sq_exec_parked_due,
+    .exec_parked_next = sq_exec_parked_next,
     .api_key_put = sq_api_key_put,
     .api_keys_each = sq_api_keys_each,
     .exec_insert = sq_exec_insert,

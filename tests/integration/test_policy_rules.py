@@ -251,7 +251,7 @@ def test_unreachable_judge_falls_back(make_kernel):
 
 
 @pytest.mark.parametrize("then,where", [
-    ("{decision: allow, rate_limit: {max_calls: 2, window: 1m, max_wait: 5m}}", "max_wait"),
+    ("{decision: allow, rate_limit: {max_calls: 2, window: 1m, max_wait: soon}}", "max_wait"),
     ("{decision: allow, rate_limit: {max_calls: 0, window: 1m}}", "max_calls"),
     ("{decision: allow, rate_limit: {max_calls: 2}}", "needs max_calls and window"),
     ("{decision: allow, rate_limit: {max_calls: 2, window: 1m, per_what: session}}", "per_what"),
@@ -274,3 +274,58 @@ def test_upstream_rule_options_load(tmp_path):
     f.write_text(JUDGE + RATE.split("rules:\n")[1] + BUDGET.split("rules:\n")[1])
     p = subprocess.run([BIN, "policy", "check", str(f)], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "5 rules" in p.stdout, p.stdout + p.stderr
+
+
+def test_bad_judge_url_is_a_config_error(tmp_path):
+    cfg = tmp_path / "rebuno.yaml"
+    cfg.write_text(config(JUDGE, "judge_url: ftp://x/y\n"))
+    p = subprocess.run([BIN, "server", "--config", str(cfg), "--state-dir", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "judge_url" in p.stderr, p.stderr
+
+
+PARK = """
+default_action: allow
+rules:
+  - id: slow-search
+    when: {target: web_search}
+    then:
+      decision: allow
+      rate_limit: {max_calls: 1, window: 2s, max_wait: 10s}
+  - id: no-wait
+    when: {target: fetch}
+    then:
+      decision: allow
+      rate_limit: {max_calls: 1, window: 1h, max_wait: 1s}
+"""
+
+
+def test_rate_limit_max_wait_parks_once(make_kernel):
+    """max_wait: over the limit the step parks (blocked, reason rate_limited; the execution
+    stays running) and a fresh dispatch comes once the window allows it; an execution parks
+    once, and a wait longer than max_wait is refused."""
+    k = make_kernel(config(PARK), mode="server").start()
+    api = Signed(k.port, "up", SECRET)
+    eid, dref = start(api, k)
+    assert submit(api, eid, dref, "fetch")["decision"] == "proceed"
+    assert submit(api, eid, dref, "fetch", {"n": 2})["decision"] == "rate_limited"  # 1h > max_wait 1s
+    assert submit(api, eid, dref, "web_search", {"q": 1})["decision"] == "proceed"
+    dec = submit(api, eid, dref, "web_search", {"q": 2})
+    assert dec == {"decision": "blocked", "reason": "rate_limited", "rule_id": "slow-search"}, dec
+    ex = k.ok("GET", f"/v0/executions/{eid}", key=ADMIN)
+    assert ex["status"] == "running"
+    ev = k.ok("GET", f"/v0/executions/{eid}/events", key=ADMIN)
+    park = [e for e in ev if e["type"] == "step.rate_limited" and e["payload"].get("parked")]
+    assert len(park) == 1 and park[0]["payload"]["until"], park
+    # nothing to claim until the window allows the call, then a fresh dispatch
+    w = api.ok("POST", "/v0/agents/up/workers", {})["worker_id"]
+    c = api.ok("POST", "/v0/agents/up/claim", {"worker_id": w, "wait_seconds": 15})
+    assert c["execution"]["id"] == eid and c["dispatch"]["id"] != dref[0], c
+    d2 = (c["dispatch"]["id"], c["dispatch"]["attempt"])
+    assert submit(api, eid, d2, "web_search", {"q": 1})["decision"] == "proceed"  # replayed occurrence
+    assert submit(api, eid, d2, "web_search", {"q": 2})["decision"] == "proceed"
+    # parked once already: now refused
+    assert submit(api, eid, d2, "web_search", {"q": 3})["decision"] == "rate_limited"
+    # the old dispatch is no longer current
+    st, out = api.request("POST", f"/v0/executions/{eid}/heartbeat", dispatch=dref)
+    assert st == 409, out

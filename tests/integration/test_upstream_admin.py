@@ -101,6 +101,17 @@ def test_policy_replay_of_an_execution(kernel):
     assert rep["failed"] == 2 and bad == [("ls", "deny, want allow"), ("open_pr", "deny, want require_approval")]
     st, out = k.request("POST", "/v0/policies/up/test", {"execution_id": "nope"}, key=ADMIN)
     assert st == 404 and out["details"]["field"] == "execution_id", out
+    # upstream's range form: the agent's latest executions, oldest first
+    ex2 = create(k)
+    rep = k.ok("POST", "/v0/policies/up/test", {"executions": {"limit": 10}, "bundle": strict}, key=ADMIN)
+    assert len(rep["results"]) == 3 and rep["failed"] == 2  # ex2 has no steps yet
+    rep = k.ok("POST", "/v0/policies/up/test", {"executions": {"since": "2999-01-01T00:00:00Z"}}, key=ADMIN)
+    assert rep["results"] == []
+    for body, field in [({"executions": {"limit": 0}}, "limit"), ({"executions": {"since": "soon"}}, "since"),
+                        ({"executions": {"x": 1}}, "x"), ({"executions": [], "cases": []}, "executions")]:
+        st, out = k.request("POST", "/v0/policies/up/test", body, key=ADMIN)
+        assert st == 400 and out["details"]["field"] == field, (body, out)
+    assert ex2["id"]
 
 
 def test_delete_agent(kernel):
@@ -126,8 +137,8 @@ def test_delete_agent(kernel):
 
 def test_runtime_agents_and_policies_survive_a_restart(kernel):
     k = kernel
-    k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/hook", "secret": "s3",
-                                "lease_timeout_seconds": 45}, key=ADMIN, status=201)
+    registered = k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/hook", "secret": "s3",
+                                             "lease_timeout_seconds": 45}, key=ADMIN, status=201)["registered_at"]
     k.ok("POST", "/v0/agents", {"id": "gone"}, key=ADMIN, status=201)
     bundle = "default_action: deny\nrules:\n  - id: ok-ls\n    when: {target: ls}\n    then: {decision: allow}\n"
     assert k.request("POST", "/v0/policies/late", {"bundle": bundle}, key=ADMIN)[0] == 204
@@ -138,6 +149,7 @@ def test_runtime_agents_and_policies_survive_a_restart(kernel):
     k.start()
     late = k.ok("GET", "/v0/agents/late", key=CLIENT)
     assert late["webhook_url"] == "http://127.0.0.1:1/hook" and late["lease_timeout_seconds"] == 45
+    assert late["registered_at"] == registered, (late, registered)
     assert late["policy_bundle"] == bundle and late["dispatch"] == "webhook"
     assert k.request("GET", "/v0/agents/gone", key=CLIENT)[0] == 404
     rep = k.ok("POST", "/v0/policies/late/test", {"cases": [{"target": "ls"}, {"target": "rm"}]}, key=ADMIN)
@@ -347,3 +359,23 @@ def test_cli_policy_test_replays_an_execution(kernel, tmp_path):
     assert "FAIL ls (step " in p.stdout and "  - want: allow\n  + got:  deny (rule default" in p.stdout
     assert "(recorded by rule default)" not in p.stdout and "PASS rm (step" in p.stdout
     assert "2 cases: 1 passed, 1 failed" in p.stdout
+
+
+def test_store_copy_carries_runtime_agents_and_keys(make_kernel, tmp_path):
+    """rebuno store copy takes the agents, policies and API keys made at run time along."""
+    import subprocess
+    from conftest import BIN
+    src, dst = tmp_path / "src.db", tmp_path / "dst.db"
+    k = make_kernel(config("up", lease=30), mode="server", args=["--store", f"sqlite:{src}"]).start()
+    k.ok("POST", "/v0/agents", {"id": "late", "webhook_url": "http://127.0.0.1:1/h", "secret": "s"}, key=ADMIN,
+         status=201)
+    bundle = "default_action: deny\n"
+    assert k.request("POST", "/v0/policies/late", {"bundle": bundle}, key=ADMIN)[0] == 204
+    key = k.ok("POST", "/v0/api-keys", {"name": "r", "scopes": ["agents:read"]}, key=ADMIN, status=201)
+    k.stop()
+    p = subprocess.run([BIN, "store", "copy", "--from", f"sqlite:{src}", "--to", f"sqlite:{dst}"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    k2 = make_kernel(config("up", lease=30), mode="server", args=["--store", f"sqlite:{dst}"]).start()
+    got = k2.ok("GET", "/v0/agents/late", key=key["token"])
+    assert got["webhook_url"] == "http://127.0.0.1:1/h" and got["policy_bundle"] == bundle
