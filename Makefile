@@ -6,7 +6,7 @@
 #   make bench      benchmarks (bench/)
 #   make lint       cppcheck over src/
 #   make fmt        clang-format in place
-PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 libpq openssl libcurl libseccomp libcap libarchive
+PKGS     := libevent libevent_pthreads jansson yaml-0.1 sqlite3 libpq openssl libcurl libseccomp libcap libarchive zlib
 CC       ?= cc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS)) -lhttp_parser -lwslay -lm -lpthread

@@ -1,7 +1,7 @@
 // measure.mjs - time to first render and bytes transferred of dashboard pages in headless
 // Chromium (cold cache each time). Usage: node measure.mjs <spec.json>; spec: {url, token,
-// pages: [{name, hash, ready}]} where ready is a JS expression true once the page shows its
-// data. Prints one JSON line per page: {name, ms, bytes, requests, dom_nodes}, bytes and
+// pages: [{name, hash, ready, identity?}]} where ready is a JS expression true once the page
+// shows its data; identity: ask for uncompressed replies (Accept-Encoding: identity), to compare. Prints one JSON line per page: {name, ms, bytes, requests, dom_nodes}, bytes and
 // requests being those finished when the data was on screen.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -23,6 +23,7 @@ try {
       const cdp = await page.createCDPSession();
       await cdp.send("Network.enable");
       await cdp.send("Network.setCacheDisabled", { cacheDisabled: true });
+      if (p.identity) await cdp.send("Network.setExtraHTTPHeaders", { headers: { "Accept-Encoding": "identity" } });
       let bytes = 0;
       let requests = 0;
       cdp.on("Network.loadingFinished", (e) => ((bytes += e.encodedDataLength), requests++));

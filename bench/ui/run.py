@@ -3,7 +3,10 @@
 executions list with 100,000 executions and of an execution with 10,000 events, and the
 bytes transferred for each (headless Chromium, cold cache, 3 runs each; bench/ui/measure.mjs).
 
-    python3 bench/ui/run.py [--bin build/rebuno] [--executions 100000] [--events 10000]
+    python3 bench/ui/run.py [--bin build/rebuno] [--executions 100000] [--events 10000] [--identity]
+
+--identity also loads each page without compression (Accept-Encoding: identity), to show
+what gzip saves.
 
 Fills a fresh `rebuno dev` (temp state folder) through the public API: the executions with
 8 concurrent clients, the long one by claiming it and running steps until it has the
@@ -85,6 +88,7 @@ def main():
     ap.add_argument("--executions", type=int, default=100000)
     ap.add_argument("--events", type=int, default=10000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--identity", action="store_true", help="also load each page uncompressed")
     a = ap.parse_args()
     import conftest
     conftest.BIN = a.bin
@@ -112,6 +116,8 @@ def main():
                  "ready": f"document.querySelectorAll('.timeline > li').length > 0 && "
                           f"document.querySelector('#tl-h').textContent.includes('({last_seq} events')"},
             ]}
+            if a.identity:
+                spec["pages"] += [dict(p, name=p["name"] + " [identity]", identity=True) for p in spec["pages"]]
             sp = os.path.join(d, "spec.json")
             with open(sp, "w") as f:
                 json.dump(spec, f)

@@ -29,6 +29,7 @@
 #include "api/webhook.h"
 #include "kernel/identity.h"
 #include "policy/policy.h"
+#include "store/store.h"
 
 #define MAX_BATCH 256
 #define SWEEP_INTERVAL_MS 200
@@ -134,6 +135,7 @@ struct api {
     struct pusher *pushers;
     struct push *pushes, **pushes_tail; /* claimed in the open batch, sent after its commit */
     struct delta_sub *delta_subs;       /* GET /v0/executions/{id}/stream */
+    struct list_sub *list_subs;         /* GET /v0/executions/stream */
     long long deliveries_ok, deliveries_failed, deltas;
 };
 
@@ -146,8 +148,21 @@ struct delta_sub {
     struct event *keepalive;
 };
 
+/* A watcher of the executions list (GET /v0/executions/stream): told each execution that
+ * matches its filter and changed, after the change committed. */
+struct list_sub {
+    struct list_sub *next, *prev;
+    struct api *api;
+    struct http_req *req;
+    char *agent, *status, *session; /* the filter (NULL: any) */
+    bool blocked, lost;             /* back-pressure: changes were dropped, send "resync" */
+    struct event *keepalive;
+};
+
 static void flush(struct api *a);
 static void pump(struct watcher *w);
+static void list_notify(struct api *a, const char *exec_id);
+static void list_resync_all(struct api *a);
 static void pushes_send(struct api *a, bool committed);
 static void pusher_pump(struct pusher *p);
 static struct pusher *find_pusher(struct api *a, const char *agent);
@@ -273,6 +288,7 @@ static void flush(struct api *a)
             w->pump_after_commit = false;
             if (hit) pump(w);
         }
+        for (int i = 0; a->list_subs && i < notes.n_execs; i++) list_notify(a, notes.execs[i]);
     }
     kernel_notes_fini(&notes);
 }
@@ -763,29 +779,192 @@ static void h_get(struct api *a, struct http_req *r)
     else reply(a, r, 200, out);
 }
 
+/* The filter of a list, a count or a list stream from the query: agent_id, status
+ * (when with_status), session, created_after, created_before (RFC 3339). */
+static int list_filter(struct http_req *r, bool with_status, struct exec_filter *f, struct err *err)
+{
+    memset(f, 0, sizeof *f);
+    f->agent = http_req_query(r, "agent_id");
+    f->session = http_req_query(r, "session");
+    f->status = with_status ? http_req_query(r, "status") : NULL;
+    if (f->status && !status_valid(f->status))
+        return err_invalid(err, "status", "status: one of pending, running, blocked, completed, failed, cancelled");
+    static const char *const times[] = {"created_after", "created_before"};
+    for (int i = 0; i < 2; i++) {
+        const char *t = http_req_query(r, times[i]);
+        int64_t ms = 0;
+        if (t && (clock_parse_iso(t, &ms) < 0 || ms <= 0))
+            return err_invalid(err, times[i], "%s: an RFC 3339 time in UTC such as 2026-12-02T10:00:00Z", times[i]);
+        if (i == 0) f->created_after = ms;
+        else f->created_before = ms;
+    }
+    return 0;
+}
+
 static void h_list(struct api *a, struct http_req *r)
 {
     struct err err = ERR_INIT;
     int64_t limit = 50;
-    const char *status = http_req_query(r, "status"), *cursor = http_req_query(r, "cursor");
-    if (query_int(r, "limit", 1, 200, &limit, &err) < 0) goto fail;
-    if (status && !status_valid(status)) {
-        err_invalid(&err, "status", "status: one of pending, running, blocked, completed, failed, cancelled");
-        goto fail;
-    }
+    const char *cursor = http_req_query(r, "cursor");
+    struct exec_filter f;
+    if (query_int(r, "limit", 1, 200, &limit, &err) < 0 || list_filter(r, true, &f, &err) < 0) goto fail;
     if (cursor && !uuid_valid(cursor)) {
         err_invalid(&err, "cursor", "cursor: pass the next_cursor of a previous page");
         goto fail;
     }
     json_t *out;
     struct caller who = caller_of(r);
-    if (kernel_list(a->k, &who, http_req_query(r, "agent_id"), status, http_req_query(r, "session"), cursor, (int)limit,
-                    &out, &err) < 0)
-        goto fail;
+    if (kernel_list(a->k, &who, &f, cursor, (int)limit, &out, &err) < 0) goto fail;
     reply(a, r, 200, out);
     return;
 fail:
     reply_err(a, r, &err);
+}
+
+static void h_counts(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    struct exec_filter f;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (list_filter(r, false, &f, &err) < 0 || kernel_exec_counts(a->k, &who, &f, &out, &err) < 0)
+        reply_err(a, r, &err);
+    else reply(a, r, 200, out);
+}
+
+static void h_forks(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    int64_t limit = 100;
+    json_t *out;
+    struct caller who = caller_of(r);
+    if (query_int(r, "limit", 1, 1000, &limit, &err) < 0 ||
+        kernel_forks(a->k, &who, http_req_param(r, "id"), (int)limit, &out, &err) < 0)
+        reply_err(a, r, &err);
+    else reply(a, r, 200, unwrap(out, "forks"));
+}
+
+/* --- SSE of the executions list --- */
+
+static void list_sub_free(struct list_sub *l)
+{
+    struct api *a = l->api;
+    if (l->prev) l->prev->next = l->next;
+    else a->list_subs = l->next;
+    if (l->next) l->next->prev = l->prev;
+    event_free(l->keepalive);
+    free(l->agent);
+    free(l->status);
+    free(l->session);
+    free(l);
+}
+
+static void list_sub_closed(struct http_req *r, void *arg)
+{
+    list_sub_free(arg);
+}
+
+static void list_send(struct list_sub *l, const char *event, const char *data)
+{
+    if (l->blocked) {
+        l->lost = true;
+        return;
+    }
+    if (http_sse_send(l->req, NULL, event, data) == -EAGAIN) l->blocked = l->lost = true;
+}
+
+static void list_drained(struct http_req *r, void *arg)
+{
+    struct list_sub *l = arg;
+    l->blocked = false;
+    if (l->lost) { /* changes were dropped: the client reads the list again */
+        l->lost = false;
+        list_send(l, "resync", "{}");
+    }
+}
+
+static bool field_is(const json_t *o, const char *key, const char *want)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return !want || (v && strcmp(v, want) == 0);
+}
+
+/* exec_id changed (committed here, or by another replica): tell the watchers it matches. */
+static void list_notify(struct api *a, const char *exec_id)
+{
+    if (!a->list_subs) return;
+    struct err err = ERR_INIT;
+    json_t *e;
+    if (kernel_get(a->k, NULL, exec_id, &e, &err) < 0) return;
+    /* the row of a list, not the execution's data */
+    json_object_del(e, "input");
+    json_object_del(e, "output");
+    json_object_del(e, "state");
+    json_object_del(e, "restoration");
+    char *data = NULL;
+    for (struct list_sub *l = a->list_subs; l; l = l->next) {
+        if (!field_is(e, "agent_id", l->agent) || !field_is(e, "status", l->status) ||
+            !field_is(e, "session", l->session))
+            continue;
+        if (!data) data = jtext_dump(e, NULL);
+        if (data) list_send(l, "execution", data);
+    }
+    free(data);
+    json_decref(e);
+}
+
+/* Anything may have changed (the PostgreSQL listener reconnected): every list reads again. */
+static void list_resync_all(struct api *a)
+{
+    for (struct list_sub *l = a->list_subs; l; l = l->next) list_send(l, "resync", "{}");
+}
+
+static void list_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    struct list_sub *l = arg;
+    http_sse_comment(l->req, "keep-alive");
+}
+
+static void h_list_stream(struct api *a, struct http_req *r)
+{
+    struct err err = ERR_INIT;
+    struct exec_filter f;
+    if (list_filter(r, true, &f, &err) < 0) {
+        reply_err(a, r, &err);
+        return;
+    }
+    struct caller who = caller_of(r);
+    if (f.agent && !name_agent_valid(f.agent)) {
+        err_invalid(&err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
+        reply_err(a, r, &err);
+        return;
+    }
+    if (who.agent && f.agent && strcmp(f.agent, who.agent) != 0) {
+        http_reply_error(r, 403, "forbidden", "agent_id", "an agent's key sees only its own agent's executions");
+        return;
+    }
+    if (f.created_after || f.created_before) {
+        err_invalid(&err, f.created_after ? "created_after" : "created_before",
+                    "the list stream takes no time filter (it tells of changes as they happen)");
+        reply_err(a, r, &err);
+        return;
+    }
+    struct list_sub *l = xcalloc(1, sizeof *l);
+    l->api = a;
+    l->req = r;
+    l->agent = who.agent ? xstrdup(who.agent) : f.agent ? xstrdup(f.agent) : NULL;
+    l->status = f.status ? xstrdup(f.status) : NULL;
+    l->session = f.session ? xstrdup(f.session) : NULL;
+    l->next = a->list_subs;
+    if (a->list_subs) a->list_subs->prev = l;
+    a->list_subs = l;
+    l->keepalive = event_new(a->base, -1, EV_PERSIST, list_keepalive, l);
+    struct timeval tv = {KEEPALIVE_MS / 1000, 0};
+    event_add(l->keepalive, &tv);
+    http_req_on_close(r, list_sub_closed, l);
+    http_sse_on_drain(r, list_drained, l);
+    http_sse_start(r);
+    list_send(l, "ready", "{}"); /* from here on every change is told */
 }
 
 static int op_cancel(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err)
@@ -1946,6 +2125,7 @@ static void on_change(char kind, const char *name, void *arg)
         if (kernel_agent_info(a->k, name, &info) && info.webhook_url) pusher_pump(ensure_pusher(a, name));
     } else if (kind == 'e') {
         pump_exec(a, name);
+        list_notify(a, name);
     } else { /* anything may have changed: every agent someone waits for, every watcher */
         int n = 0;
         for (struct waiter *w = a->waiters; w; w = w->next) n++;
@@ -1963,6 +2143,7 @@ static void on_change(char kind, const char *name, void *arg)
         free(agents);
         for (struct pusher *p = a->pushers; p; p = p->next) pusher_pump(p); /* webhook/stream agents */
         pump_exec(a, NULL);
+        list_resync_all(a);
     }
 }
 
@@ -2398,7 +2579,11 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 /* --- setup --- */
 
 /* Query parameters of the routes that take any. */
-static const char *const q_list[] = {"agent_id", "status", "session", "cursor", "limit", NULL};
+static const char *const q_list[] = {"agent_id", "status", "session", "created_after", "created_before",
+                                     "cursor", "limit", NULL};
+static const char *const q_counts[] = {"agent_id", "session", "created_after", "created_before", NULL};
+static const char *const q_list_stream[] = {"agent_id", "status", "session", NULL};
+static const char *const q_limit[] = {"limit", NULL};
 static const char *const q_events[] = {"after_seq", "limit", NULL};
 static const char *const q_page[] = {"after", "limit", NULL};
 static const char *const q_stream[] = {"after_seq", NULL};
@@ -2422,6 +2607,9 @@ static const struct route route_table[] = {
     {"POST", "/v0/executions/:id/steps/:step/stream", P_AGENT, h_step_delta, NULL, NULL},
     {"POST", "/v0/executions", P_CLIENT, h_create, NULL, NULL},
     {"GET", "/v0/executions", P_READ, h_list, NULL, q_list},
+    {"GET", "/v0/executions/counts", P_READ, h_counts, NULL, q_counts},
+    {"GET", "/v0/executions/stream", P_READ, h_list_stream, NULL, q_list_stream},
+    {"GET", "/v0/executions/:id/forks", P_READ, h_forks, NULL, q_limit},
     {"GET", "/v0/executions/:id", P_READ, h_get, NULL, NULL},
     {"POST", "/v0/executions/:id/cancel", P_CLIENT, h_cancel, NULL, NULL},
     {"GET", "/v0/executions/:id/events", P_READ, h_events, NULL, q_events},
@@ -2554,6 +2742,12 @@ void api_shutdown(struct api *a)
         delta_sub_free(a->delta_subs);
         http_sse_end(r);
     }
+    while (a->list_subs) {
+        struct http_req *r = a->list_subs->req;
+        http_req_on_close(r, NULL, NULL);
+        list_sub_free(a->list_subs);
+        http_sse_end(r);
+    }
     for (struct pusher *p = a->pushers; p; p = p->next)
         while (p->consumers) {
             struct http_req *r = p->consumers->req;
@@ -2572,6 +2766,7 @@ void api_free(struct api *a)
     while (a->waiters) waiter_free(a->waiters);
     while (a->watchers) watcher_free(a->watchers);
     while (a->delta_subs) delta_sub_free(a->delta_subs);
+    while (a->list_subs) list_sub_free(a->list_subs);
     webhook_free(a->hooks);
     while (a->pushers) {
         struct pusher *p = a->pushers;

@@ -103,6 +103,14 @@ static void extra_start(struct extra_endpoint *x, struct sbxd *d, struct event_b
     }
 }
 
+/* An origin as browsers send it: http(s)://host[:port], no path, no user, nothing odd. */
+static bool origin_valid(const char *v)
+{
+    const char *h = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
+    if (!h || !*h || strlen(v) > 255) return false;
+    return strspn(h, "abcdefghijklmnopqrstuvwxyz0123456789.-:[]") == strlen(h);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -118,6 +126,8 @@ static void usage(FILE *out)
             "  --e2b-listen ADDR    also serve the E2B-compatible API there, for the official\n"
             "                       e2b SDK (docs/e2b.md; off by default)\n"
             "  --state-dir DIR      sandboxes, images and metadata (default .rebuno/sandboxes)\n"
+            "  --ui-origin ORIGIN   a page origin (http://127.0.0.1:8080) whose dashboard may call\n"
+            "                       /v1 from the browser (CORS); repeatable; rebuno dev passes its own\n"
             "  --uid-base N         first host uid of the sandboxes' uid ranges (default 100000)\n"
             "  --max-sandboxes N    most sandboxes this daemon holds (default 1000)\n"
             "  --output-limit BYTES bytes kept per command stream (default 1048576)\n"
@@ -188,7 +198,8 @@ int cmd_sandboxd(int argc, char **argv)
     long long notify_fd = -1;
     const char *overrides[64];
     int noverrides = 0;
-    const char *reg_auth = NULL, *reg_ca = NULL, *reg_http[64];
+    const char *reg_auth = NULL, *reg_ca = NULL, *reg_http[64], *ui_origins[8];
+    size_t n_ui_origins = 0;
     int nreg_http = 0;
     long long reg_stall = 30;
     for (int i = 1; i < argc; i++) {
@@ -235,6 +246,10 @@ int cmd_sandboxd(int argc, char **argv)
         else if (!strcmp(name, "--registry-http")) {
             if (nreg_http == 64) bad = 1;
             else reg_http[nreg_http++] = v;
+        }
+        else if (!strcmp(name, "--ui-origin")) {
+            if (n_ui_origins == 8 || !origin_valid(v)) bad = 1;
+            else ui_origins[n_ui_origins++] = v;
         }
         else if (!strcmp(name, "--upstream-override")) {
             if (noverrides == 64) bad = 1;
@@ -297,6 +312,7 @@ int cmd_sandboxd(int argc, char **argv)
                              .body_min_rate = (int)body_rate,
                              .idle_timeout_sec = (int)idle_s};
     s.http = http_server_new(s.base, &hc);
+    http_set_cors_origins(s.http, ui_origins, n_ui_origins); /* only /v1 of --listen */
     struct sbxd_config cfg = {.state_dir = state, .cgroup_mode = cg,
                               .uid_first = (uint32_t)uid_base, .max_sandboxes = (int)max_sbx,
                               .output_limit = (size_t)out_limit, .start_timeout_ms = 10000,

@@ -95,7 +95,7 @@ static int start_sandboxd(struct serve *s, struct err *err)
     char *state = xasprintf("%s/sandboxes", c->state_dir);
     char *list = xstrdup(c->sandbox_upstream_overrides);
     char *rlist = xstrdup(c->sandbox_registry_http);
-    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 18 };
+    enum { MAX_OVERRIDES = 64, MAX_REGISTRIES = 16, FIXED = 24 };
     char *argv[FIXED + 2 * MAX_OVERRIDES + 2 * MAX_REGISTRIES + 1];
     int pfd[2] = {-1, -1};
     if (pipe2(pfd, O_CLOEXEC) < 0) {
@@ -107,6 +107,14 @@ static int start_sandboxd(struct serve *s, struct err *err)
     int n = 0;
     argv[n++] = "rebuno", argv[n++] = "sandboxd", argv[n++] = "--listen", argv[n++] = c->sandbox_listen;
     argv[n++] = "--state-dir", argv[n++] = state, argv[n++] = "--notify-fd", argv[n++] = fdstr;
+    /* the kernel's dashboard shows the sandbox views by calling sandboxd's /v1 from the
+     * browser: sandboxd lets exactly the kernel's own origins do so (CORS) */
+    char origins[3][64];
+    int port = http_server_port(s->http);
+    snprintf(origins[0], sizeof origins[0], "http://127.0.0.1:%d", port);
+    snprintf(origins[1], sizeof origins[1], "http://localhost:%d", port);
+    snprintf(origins[2], sizeof origins[2], "http://[::1]:%d", port);
+    for (int i = 0; i < 3; i++) argv[n++] = "--ui-origin", argv[n++] = origins[i];
     if (c->sandbox_upstream_ca[0]) argv[n++] = "--upstream-ca", argv[n++] = c->sandbox_upstream_ca;
     if (c->sandbox_e2b_listen[0] && strcmp(c->sandbox_e2b_listen, "off") != 0)
         argv[n++] = "--e2b-listen", argv[n++] = c->sandbox_e2b_listen;
@@ -430,7 +438,17 @@ int cmd_serve(int argc, char **argv)
     if (want < 0) goto fail;
     s.sbx_restart = evtimer_new(s.base, on_sandboxd_restart, &s);
     if (want && start_sandboxd(&s, &err) < 0) goto fail;
-    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard links to sandboxd's */
+    if (want) ui_set_sandboxes(c.sandbox_listen); /* the dashboard shows sandboxd's sandboxes */
+    else if (c.dashboard_sandboxes[0]) {           /* a sandboxd someone else runs */
+        const char *d = c.dashboard_sandboxes;
+        if (strlen(d) > 200 || !strchr(d, ':') ||
+            strspn(d, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") != strlen(d)) {
+            err_invalid(&err, "dashboard_sandboxes", "dashboard_sandboxes: HOST:PORT of a sandbox service "
+                                                     "(127.0.0.1:8090), got \"%.64s\"", d);
+            goto fail;
+        }
+        ui_set_sandboxes(d);
+    }
     signal(SIGPIPE, SIG_IGN);
     cli_stop_signals_add(&s.stop, s.base, on_signal, &s);
     char *shown = store_spec_redacted(db); /* never a password in logs */

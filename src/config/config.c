@@ -46,6 +46,7 @@ static const struct setting settings[] = {
     {"sandbox_registry_auth", "REBUNO_SANDBOX_REGISTRY_AUTH", "dev: docker-style auth.json with credentials sandboxd uses to pull images", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_auth)},
     {"sandbox_registry_ca", "REBUNO_SANDBOX_REGISTRY_CA", "dev: extra PEM CA sandboxd trusts for image registries", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_ca)},
     {"sandbox_registry_http", "REBUNO_SANDBOX_REGISTRY_HTTP", "dev: HOST[:PORT][,...] registries sandboxd reaches over plain http", C_STR, "", 0, 0, 0, offsetof(struct config, sandbox_registry_http)},
+    {"dashboard_sandboxes", "REBUNO_DASHBOARD_SANDBOXES", "server: HOST:PORT of a sandbox service (started with --ui-origin of this kernel) whose sandboxes the dashboard shows", C_STR, "", 0, 0, 0, offsetof(struct config, dashboard_sandboxes)},
     {"judge_url", "REBUNO_JUDGE_URL", "OpenAI-compatible chat completions URL that judge policy rules ask (empty: judge rules deny)", C_STR, "", 0, 0, 0, offsetof(struct config, judge_url)},
     {"judge_model", "REBUNO_JUDGE_MODEL", "model name sent to judge_url", C_STR, "", 0, 0, 0, offsetof(struct config, judge_model)},
     {"judge_api_key", "REBUNO_JUDGE_API_KEY", "bearer key for judge_url (prefer the env var)", C_STR, "", 0, 0, 0, offsetof(struct config, judge_api_key)},

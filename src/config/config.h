@@ -36,6 +36,7 @@ struct config {
     char *sandbox_e2b_listen; /* dev: sandboxd's E2B-compatible endpoint, or "off" */
     char *sandbox_upstream_ca, *sandbox_upstream_overrides; /* dev: passed to sandboxd */
     char *sandbox_registry_auth, *sandbox_registry_ca, *sandbox_registry_http; /* dev: too */
+    char *dashboard_sandboxes; /* server: HOST:PORT of a sandboxd whose /v1 the dashboard calls */
     char *judge_url, *judge_model, *judge_api_key; /* the model judge rules ask (OpenAI-compatible) */
     int64_t judge_timeout_seconds;
     int64_t lease_timeout_seconds, max_attempts, approval_timeout_seconds;

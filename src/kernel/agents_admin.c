@@ -146,7 +146,8 @@ int kernel_agent_delete(struct kernel *k, const char *name, struct err *err)
     static const char *const active[] = {"pending", "running", "blocked"};
     for (size_t i = 0; i < sizeof active / sizeof *active; i++) {
         json_t *out = NULL;
-        if (kernel_list(k, NULL, name, active[i], NULL, NULL, 1, &out, err) < 0) return -1;
+        struct exec_filter f = {.agent = name, .status = active[i]};
+        if (kernel_list(k, NULL, &f, NULL, 1, &out, err) < 0) return -1;
         size_t n = json_array_size(json_object_get(out, "executions"));
         json_decref(out);
         if (n)

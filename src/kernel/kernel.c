@@ -584,17 +584,27 @@ static int list_one(struct execution *e, void *arg)
     return 0;
 }
 
-int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
-                const char *session, const char *cursor, int limit, json_t **out, struct err *err)
+/* f with the caller's restriction: an agent's key sees its own agent's executions only. */
+static int scoped_filter(const struct caller *c, const struct exec_filter *f, struct exec_filter *out,
+                         struct err *err)
 {
-    if (agent && !name_agent_valid(agent))
+    *out = *f;
+    if (out->agent && !name_agent_valid(out->agent))
         return err_invalid(err, "agent_id", "agent_id: use 1..%d letters, digits and _ . : -", NAME_AGENT_MAX);
     if (c && c->agent) {
-        if (agent && strcmp(agent, c->agent) != 0) return check_caller_agent(c, agent, err);
-        agent = c->agent;
+        if (out->agent && strcmp(out->agent, c->agent) != 0) return check_caller_agent(c, out->agent, err);
+        out->agent = c->agent;
     }
+    return 0;
+}
+
+int kernel_list(struct kernel *k, const struct caller *c, const struct exec_filter *f, const char *cursor,
+                int limit, json_t **out, struct err *err)
+{
+    struct exec_filter sf;
+    if (scoped_filter(c, f, &sf, err) < 0) return -1;
     json_t *arr = json_array();
-    int r = store_exec_list(k->st, agent, status, session, cursor, limit + 1, list_one, arr);
+    int r = store_exec_query(k->st, &sf, cursor, limit + 1, list_one, arr);
     if (r < 0) {
         json_decref(arr);
         return k_store_fail(err, r, "listing executions");
@@ -608,6 +618,40 @@ int kernel_list(struct kernel *k, const struct caller *c, const char *agent, con
     return 0;
 }
 
+int kernel_exec_counts(struct kernel *k, const struct caller *c, const struct exec_filter *f, json_t **out,
+                       struct err *err)
+{
+    struct exec_filter sf;
+    if (scoped_filter(c, f, &sf, err) < 0) return -1;
+    int64_t n[EXEC_STATUS_COUNT];
+    int r = store_exec_counts(k->st, &sf, n);
+    if (r < 0) return k_store_fail(err, r, "counting executions");
+    json_t *counts = json_object();
+    int64_t total = 0;
+    for (int i = 0; i < EXEC_STATUS_COUNT; i++) {
+        json_object_set_new(counts, exec_status_name((enum exec_status)i), json_integer(n[i]));
+        total += n[i];
+    }
+    *out = json_pack("{s:o, s:I}", "counts", counts, "total", (json_int_t)total);
+    return 0;
+}
+
+int kernel_forks(struct kernel *k, const struct caller *c, const char *id, int limit, json_t **out,
+                 struct err *err)
+{
+    struct execution e;
+    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
+    struct exec_filter f = {.forked_from = e.id};
+    json_t *arr = json_array();
+    int r = store_exec_query(k->st, &f, NULL, limit, list_one, arr);
+    execution_fini(&e);
+    if (r < 0) {
+        json_decref(arr);
+        return k_store_fail(err, r, "listing forks");
+    }
+    *out = json_pack("{s:o}", "forks", arr);
+    return 0;
+}
 
 int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
                   json_t **out, struct err *err)

@@ -124,8 +124,17 @@ int kernel_create(struct kernel *k, const struct caller *c, const char *agent, c
                   struct err *err);
 int kernel_get(struct kernel *k, const struct caller *c, const char *id, json_t **out,
                struct err *err);
-int kernel_list(struct kernel *k, const struct caller *c, const char *agent, const char *status,
-                const char *session, const char *cursor, int limit, json_t **out, struct err *err);
+struct exec_filter;
+/* Newest first, a page of limit after cursor (NULL: the newest); f as store_exec_query's. */
+int kernel_list(struct kernel *k, const struct caller *c, const struct exec_filter *f, const char *cursor,
+                int limit, json_t **out, struct err *err);
+/* {"counts": {status: n, ...every status}, "total": n} of the executions f matches
+ * (f->status ignored). */
+int kernel_exec_counts(struct kernel *k, const struct caller *c, const struct exec_filter *f, json_t **out,
+                       struct err *err);
+/* {"forks": [...]}: the executions forked from id, newest first, at most limit. */
+int kernel_forks(struct kernel *k, const struct caller *c, const char *id, int limit, json_t **out,
+                 struct err *err);
 int kernel_cancel(struct kernel *k, const struct caller *c, const char *id, const char *reason,
                   json_t **out, struct err *err);
 /* Events with seq > after, at most limit. Sets *terminal when the execution is over. */

@@ -47,6 +47,7 @@
  * have not read (the loop is behind, the client is not) is passed over. Running out of descriptors (EMFILE) sheds the same way.
  */
 #include "net/http.h"
+#include "net/gzip.h"
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -211,6 +212,8 @@ struct http_server {
     struct http_route *routes, **routes_tail;
     http_filter_fn filter;
     void *filter_arg;
+    char **cors;  /* origins whose pages may call this server (http_set_cors_origins) */
+    size_t ncors;
     struct http_conn *conns;
     int nconns;
     struct conn_list wait[WAIT_N];
@@ -1040,6 +1043,28 @@ static void route_request(struct http_req *r)
     buf_fini(&allow);
 }
 
+/* CORS for the origins of http_set_cors_origins: their pages' requests get
+ * Access-Control-Allow-Origin, and their preflights (OPTIONS with
+ * Access-Control-Request-Method, which carry no credentials) are answered here, before the
+ * filter would refuse them. True when the request was answered. */
+static bool cors(struct http_req *r)
+{
+    struct http_server *s = r->server;
+    const char *origin = kvs_get(&r->hdrs, "Origin", true);
+    bool known = false;
+    for (size_t i = 0; origin && i < s->ncors && !known; i++) known = strcmp(origin, s->cors[i]) == 0;
+    if (!known) return false; /* no CORS headers: the browser keeps the reply from the page */
+    http_add_header(r, "Access-Control-Allow-Origin", origin);
+    http_add_header(r, "Vary", "Origin");
+    if (strcmp(r->method, "OPTIONS") != 0 || !kvs_get(&r->hdrs, "Access-Control-Request-Method", true))
+        return false;
+    http_add_header(r, "Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE");
+    http_add_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Last-Event-ID");
+    http_add_header(r, "Access-Control-Max-Age", "600");
+    http_reply_raw(r, 204, NULL, NULL, 0);
+    return true;
+}
+
 static void req_run(struct http_req *r)
 {
     struct err e = ERR_INIT;
@@ -1048,6 +1073,7 @@ static void req_run(struct http_req *r)
         return;
     }
     struct http_server *s = r->server;
+    if (cors(r)) return;
     if (s->filter && !s->filter(r, s->filter_arg)) {
         /* A filter that stops a request must answer it, or the client would hang. */
         if (!r->done && !r->sse)
@@ -1417,6 +1443,7 @@ static void server_destroy(struct http_server *s)
     if (s->done_ev) event_free(s->done_ev);
     event_free(s->sweep_ev);
     free(s->peers);
+    strv_free(s->cors, s->ncors);
     free(s);
 }
 
@@ -1540,6 +1567,14 @@ void http_route(struct http_server *s, const char *method, const char *pattern, 
     rt->arg = arg;
     *s->routes_tail = rt;
     s->routes_tail = &rt->next;
+}
+
+void http_set_cors_origins(struct http_server *s, const char *const *origins, size_t n)
+{
+    strv_free(s->cors, s->ncors);
+    s->cors = n ? xcalloc(n, sizeof *s->cors) : NULL;
+    s->ncors = n;
+    for (size_t i = 0; i < n; i++) s->cors[i] = xstrdup(origins[i]);
 }
 
 void http_set_filter(struct http_server *s, http_filter_fn fn, void *arg)
@@ -1695,7 +1730,21 @@ void http_reply_raw(struct http_req *r, int status, const char *content_type, co
     ASSERT(!r->done && !r->sse);
     ASSERT(body || len == 0);
     r->done = true;
-    if (r->conn) write_response(r->conn, r, status, content_type, body, len);
+    if (r->conn) {
+        /* gzip when the client takes it and it pays: JSON and text of a KiB or more */
+        struct buf z = {0};
+        bool coded = len >= GZIP_MIN_BYTES && status != 204 && status != 304 &&
+                     gzip_type_ok(kvs_get(&r->out_hdrs, "Content-Type", true) ?: content_type) &&
+                     !kvs_get(&r->out_hdrs, "Content-Encoding", true);
+        if (coded) {
+            kvs_add(&r->out_hdrs, xstrdup("Vary"), xstrdup("Accept-Encoding"));
+            buf_init(&z, 0);
+            coded = gzip_accepted(http_req_header(r, "Accept-Encoding")) && gzip_compress(body, len, &z) == 0;
+        }
+        if (coded) kvs_add(&r->out_hdrs, xstrdup("Content-Encoding"), xstrdup("gzip"));
+        write_response(r->conn, r, status, content_type, coded ? z.data : body, coded ? z.len : len);
+        buf_fini(&z);
+    }
     req_finished(r);
 }
 

@@ -85,6 +85,11 @@ void http_route(struct http_server *s, const char *method, const char *pattern,
 typedef bool (*http_filter_fn)(struct http_req *req, void *arg);
 void http_set_filter(struct http_server *s, http_filter_fn fn, void *arg);
 
+/* Let pages of these origins ("http://127.0.0.1:8080", exact match) call this server from
+ * a browser (CORS): their requests get Access-Control-Allow-Origin, and their preflights
+ * are answered 204 before the filter runs. Other origins get no CORS headers. Copies. */
+void http_set_cors_origins(struct http_server *s, const char *const *origins, size_t n);
+
 /* --- request accessors (valid while the request is) --- */
 const char *http_req_method(const struct http_req *r);
 const char *http_req_path(const struct http_req *r);      /* decoded path without query */

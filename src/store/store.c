@@ -4,6 +4,8 @@
  */
 #include "store/store_int.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 #include "base/xalloc.h"
@@ -161,7 +163,27 @@ int store_exec_update(struct store *st, const struct execution *e)
 
 int store_exec_list(struct store *st, const char *agent, const char *status, const char *session, const char *cursor, int limit, store_exec_fn fn, void *arg)
 {
-    return st->vt->exec_list(st, agent, status, session, cursor, limit, fn, arg);
+    struct exec_filter f = {.agent = agent, .status = status, .session = session};
+    return st->vt->exec_list(st, &f, cursor, limit, fn, arg);
+}
+
+int store_exec_query(struct store *st, const struct exec_filter *f, const char *cursor, int limit,
+                     store_exec_fn fn, void *arg)
+{
+    return st->vt->exec_list(st, f, cursor, limit, fn, arg);
+}
+
+int store_exec_counts(struct store *st, const struct exec_filter *f, int64_t counts[EXEC_STATUS_COUNT])
+{
+    for (int i = 0; i < EXEC_STATUS_COUNT; i++) counts[i] = 0;
+    return st->vt->exec_counts(st, f, counts);
+}
+
+void store_uuid_floor(int64_t ms, char out[UUID_STR_LEN])
+{
+    uint64_t t = ms < 0 ? 0 : ms > 0xffffffffffffLL ? 0xffffffffffffULL : (uint64_t)ms;
+    snprintf(out, UUID_STR_LEN, "%08llx-%04llx-0000-0000-000000000000", (unsigned long long)(t >> 16),
+             (unsigned long long)(t & 0xffff));
 }
 
 int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN])
@@ -333,3 +355,5 @@ int store_checkpoint_find(struct store *st, const char *exec_id, const char *key
 {
     return st->vt->checkpoint_find(st, exec_id, key, generation, ref, covered_seq);
 }
+
+_Static_assert(EXEC_CANCELLED + 1 == EXEC_STATUS_COUNT, "EXEC_STATUS_COUNT counts every enum exec_status");

@@ -105,6 +105,27 @@ typedef int (*store_exec_fn)(struct execution *e, void *arg); /* e is freed afte
 /* Newest first; cursor = id to continue after (exclusive), NULL for the start. */
 int store_exec_list(struct store *st, const char *agent, const char *status, const char *session,
                     const char *cursor, int limit, store_exec_fn fn, void *arg);
+/* Which executions a query or a count takes; NULL or 0 fields take any. The creation
+ * times are ms (after: at or after; before: strictly before). Every filter is an index
+ * range: agent, status, session and forked_from lead an index whose next column is id,
+ * and ids are UUIDv7, so a time range is also a range of ids (created_at then checks
+ * it exactly). */
+struct exec_filter {
+    const char *agent, *status, *session;
+    int64_t created_after, created_before;
+    const char *forked_from; /* the forks of this execution */
+};
+/* store_exec_list with every filter. */
+int store_exec_query(struct store *st, const struct exec_filter *f, const char *cursor, int limit,
+                     store_exec_fn fn, void *arg);
+/* The number of executions in each status (indexed by enum exec_status) that match f
+ * (f->status is ignored). */
+#define EXEC_STATUS_COUNT 6
+int store_exec_counts(struct store *st, const struct exec_filter *f, int64_t counts[EXEC_STATUS_COUNT]);
+/* The lowest UUIDv7 text of a millisecond (for id ranges of a time range). */
+void store_uuid_floor(int64_t ms, char out[UUID_STR_LEN]);
+/* How far a UUIDv7's time may be from its execution's created_at (the clock is read twice). */
+#define STORE_ID_CLOCK_SLACK_MS 60000
 /* Oldest queued execution of agent; -ENOENT if none. */
 int store_exec_next_queued(struct store *st, const char *agent, char id_out[UUID_STR_LEN]);
 /* Ids (at most `max`) of leased executions whose lease ended at or before now. */

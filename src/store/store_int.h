@@ -35,7 +35,8 @@ struct store_vt {
     int (*exec_insert)(struct store *st, const struct execution *e);
     int (*exec_get)(struct store *st, const char *id, struct execution *out);
     int (*exec_update)(struct store *st, const struct execution *e);
-    int (*exec_list)(struct store *st, const char *agent, const char *status, const char *session, const char *cursor, int limit, store_exec_fn fn, void *arg);
+    int (*exec_list)(struct store *st, const struct exec_filter *f, const char *cursor, int limit, store_exec_fn fn, void *arg);
+    int (*exec_counts)(struct store *st, const struct exec_filter *f, int64_t counts[EXEC_STATUS_COUNT]);
     int (*exec_next_queued)(struct store *st, const char *agent, char id_out[UUID_STR_LEN]);
     int (*exec_expired_leases)(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);
     int (*exec_past_deadline)(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);

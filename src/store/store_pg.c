@@ -97,6 +97,8 @@ static const char *migrations[] = {
     " hash TEXT COLLATE \"C\" NOT NULL UNIQUE, prefix TEXT NOT NULL, scopes TEXT NOT NULL,"
     " created_at BIGINT NOT NULL, revoked_at BIGINT NOT NULL);"
     "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
+    /* 3: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
+    "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -1113,28 +1115,58 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     return rc;
 }
 
-static int pg_exec_list(struct store *st, const char *agent, const char *status, const char *session,
-                        const char *cursor, int limit, store_exec_fn fn, void *arg)
+/* Append the WHERE terms of a filter to sql (after "WHERE true") with their parameters;
+ * lo/hi hold the id range of the times and must outlive the query. */
+static int pg_filter_where(const struct exec_filter *f, bool status, const char *cursor, struct params *ps,
+                           char *sql, size_t size, int len, char lo[UUID_STR_LEN], char hi[UUID_STR_LEN])
+{
+#define ADD(...) (len += snprintf(sql + len, size - (size_t)len, __VA_ARGS__))
+    if (f->agent) p_str(ps, f->agent), ADD(" AND agent = $%d", ps->n);
+    if (status && f->status) p_str(ps, f->status), ADD(" AND status = $%d", ps->n);
+    if (cursor) p_str(ps, cursor), ADD(" AND id < $%d", ps->n);
+    if (f->session) p_str(ps, f->session), ADD(" AND session = $%d", ps->n);
+    if (f->created_after) {
+        store_uuid_floor(f->created_after - STORE_ID_CLOCK_SLACK_MS, lo);
+        p_str(ps, lo), ADD(" AND id >= $%d", ps->n);
+        p_int(ps, f->created_after), ADD(" AND created_at >= $%d", ps->n);
+    }
+    if (f->created_before) {
+        store_uuid_floor(f->created_before + STORE_ID_CLOCK_SLACK_MS, hi);
+        p_str(ps, hi), ADD(" AND id < $%d", ps->n);
+        p_int(ps, f->created_before), ADD(" AND created_at < $%d", ps->n);
+    }
+    if (f->forked_from) p_str(ps, f->forked_from), ADD(" AND forked_from = $%d AND forked_from <> ''", ps->n);
+#undef ADD
+    return len;
+}
+
+static PGresult *pg_query(struct pg *p, const char *sql, const struct params *ps, int *rc)
+{
+    *rc = ensure(p);
+    if (*rc == 0) *rc = q_send(p, NULL); /* what is queued runs first */
+    if (*rc < 0) return NULL;
+    PGresult *r = PQexecParams(p->c, sql, ps->n, NULL, ps->v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        *rc = result_errno(p, r);
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int pg_exec_list(struct store *st, const struct exec_filter *f, const char *cursor, int limit,
+                        store_exec_fn fn, void *arg)
 {
     struct pg *p = PG(st);
-    char sql[700];
+    char sql[1000], lo[UUID_STR_LEN], hi[UUID_STR_LEN];
     struct params ps = {0};
     int len = snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE true");
-    if (agent) p_str(&ps, agent), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND agent = $%d", ps.n);
-    if (status) p_str(&ps, status), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status = $%d", ps.n);
-    if (cursor) p_str(&ps, cursor), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND id < $%d", ps.n);
-    if (session) p_str(&ps, session), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND session = $%d", ps.n);
+    len = pg_filter_where(f, true, cursor, &ps, sql, sizeof sql, len, lo, hi);
     p_int(&ps, limit);
     snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY id DESC LIMIT $%d", ps.n);
-    int rc = ensure(p);
-    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
-    if (rc < 0) return rc;
-    PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = result_errno(p, r);
-        PQclear(r);
-        return rc;
-    }
+    int rc;
+    PGresult *r = pg_query(p, sql, &ps, &rc);
+    if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct execution e;
         read_exec(r, i, &e);
@@ -1143,6 +1175,25 @@ static int pg_exec_list(struct store *st, const char *agent, const char *status,
     }
     PQclear(r);
     return rc;
+}
+
+static int pg_exec_counts(struct store *st, const struct exec_filter *f, int64_t counts[EXEC_STATUS_COUNT])
+{
+    struct pg *p = PG(st);
+    char sql[700], lo[UUID_STR_LEN], hi[UUID_STR_LEN];
+    struct params ps = {0};
+    int len = snprintf(sql, sizeof sql, "SELECT status, count(*) FROM executions WHERE true");
+    len = pg_filter_where(f, false, NULL, &ps, sql, sizeof sql, len, lo, hi);
+    snprintf(sql + len, sizeof sql - (size_t)len, " GROUP BY status");
+    int rc;
+    PGresult *r = pg_query(p, sql, &ps, &rc);
+    if (!r) return rc;
+    for (int i = 0; i < PQntuples(r); i++) {
+        enum exec_status es;
+        if (exec_status_parse(PQgetvalue(r, i, 0), &es) == 0) counts[es] = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+    }
+    PQclear(r);
+    return 0;
 }
 
 static int one_id(struct pg *p, enum stmt_id id, const struct params *ps, char out[UUID_STR_LEN])
@@ -1874,6 +1925,7 @@ static const struct store_vt pg_vt = {
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,
     .exec_list = pg_exec_list,
+    .exec_counts = pg_exec_counts,
     .exec_next_queued = pg_exec_next_queued,
     .exec_expired_leases = pg_exec_expired_leases,
     .exec_past_deadline = pg_exec_past_deadline,

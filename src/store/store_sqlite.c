@@ -129,6 +129,8 @@ static const char *migrations[] = {
     " prefix TEXT NOT NULL, scopes TEXT NOT NULL, created_at INTEGER NOT NULL,"
     " revoked_at INTEGER NOT NULL) STRICT;"
     "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
+    /* 7: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
+    "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from != '';",
 };
 
 #define EXEC_COLS                                                                          \
@@ -754,22 +756,49 @@ static int sq_exec_get(struct store *base_, const char *id, struct execution *ou
     return r;
 }
 
-static int sq_exec_list(struct store *base_, const char *agent, const char *status, const char *session,
-                    const char *cursor, int limit, store_exec_fn fn, void *arg)
+/* The WHERE terms of a filter; parameters ?1 agent, ?2 status, ?3 cursor, ?5 session,
+ * ?6/?7 created after/before, ?8 forked_from, ?9/?10 the id range of the times (?4: the
+ * limit). Built per call: the combinations are few and listing is not a hot path. */
+static void sq_filter_where(const struct exec_filter *f, bool status, const char *cursor, char *out, size_t n)
+{
+    snprintf(out, n, "1=1%s%s%s%s%s%s%s", f->agent ? " AND agent = ?1" : "",
+             status && f->status ? " AND status = ?2" : "", cursor ? " AND id < ?3" : "",
+             f->session ? " AND session = ?5" : "", f->created_after ? " AND id >= ?9 AND created_at >= ?6" : "",
+             f->created_before ? " AND id < ?10 AND created_at < ?7" : "",
+             f->forked_from ? " AND forked_from = ?8 AND forked_from != ''" : "");
+}
+
+static void sq_filter_bind(sqlite3_stmt *s, const struct exec_filter *f, bool status, const char *cursor,
+                           char lo[UUID_STR_LEN], char hi[UUID_STR_LEN])
+{
+    if (f->agent) bind_text(s, 1, f->agent);
+    if (status && f->status) bind_text(s, 2, f->status);
+    if (cursor) bind_text(s, 3, cursor);
+    if (f->session) bind_text(s, 5, f->session);
+    if (f->created_after) {
+        sqlite3_bind_int64(s, 6, f->created_after);
+        store_uuid_floor(f->created_after - STORE_ID_CLOCK_SLACK_MS, lo);
+        bind_text(s, 9, lo);
+    }
+    if (f->created_before) {
+        sqlite3_bind_int64(s, 7, f->created_before);
+        store_uuid_floor(f->created_before + STORE_ID_CLOCK_SLACK_MS, hi);
+        bind_text(s, 10, hi);
+    }
+    if (f->forked_from) bind_text(s, 8, f->forked_from);
+}
+
+static int sq_exec_list(struct store *base_, const struct exec_filter *f, const char *cursor, int limit,
+                        store_exec_fn fn, void *arg)
 {
     struct sq *st = (struct sq *)base_;
-    /* Built per call: the filter combinations are few and listing is not a hot path. */
-    char sql[640];
-    snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE 1=1%s%s%s%s ORDER BY id DESC LIMIT ?4",
-             agent ? " AND agent = ?1" : "", status ? " AND status = ?2" : "",
-             cursor ? " AND id < ?3" : "", session ? " AND session = ?5" : "");
+    char where[400], sql[900], lo[UUID_STR_LEN], hi[UUID_STR_LEN];
+    sq_filter_where(f, true, cursor, where, sizeof where);
+    snprintf(sql, sizeof sql, "SELECT " EXEC_SELECT " FROM executions WHERE %s ORDER BY id DESC LIMIT ?4", where);
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) return -EIO;
-    if (agent) bind_text(s, 1, agent);
-    if (status) bind_text(s, 2, status);
-    if (cursor) bind_text(s, 3, cursor);
+    sq_filter_bind(s, f, true, cursor, lo, hi);
     sqlite3_bind_int(s, 4, limit);
-    if (session) bind_text(s, 5, session);
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         struct execution e;
@@ -779,6 +808,25 @@ static int sq_exec_list(struct store *base_, const char *agent, const char *stat
     }
     sqlite3_finalize(s);
     return r;
+}
+
+static int sq_exec_counts(struct store *base_, const struct exec_filter *f, int64_t counts[EXEC_STATUS_COUNT])
+{
+    struct sq *st = (struct sq *)base_;
+    char where[400], sql[600], lo[UUID_STR_LEN], hi[UUID_STR_LEN];
+    sq_filter_where(f, false, NULL, where, sizeof where);
+    snprintf(sql, sizeof sql, "SELECT status, count(*) FROM executions WHERE %s GROUP BY status", where);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK) return -EIO;
+    sq_filter_bind(s, f, false, NULL, lo, hi);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        enum exec_status es;
+        if (exec_status_parse((const char *)sqlite3_column_text(s, 0), &es) == 0)
+            counts[es] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : rc_errno(rc);
 }
 
 static int sq_exec_next_queued(struct store *base_, const char *agent, char id_out[UUID_STR_LEN])
@@ -1563,6 +1611,7 @@ static const struct store_vt sqlite_vt = {
     .exec_update = sq_exec_update,
     .exec_get = sq_exec_get,
     .exec_list = sq_exec_list,
+    .exec_counts = sq_exec_counts,
     .exec_next_queued = sq_exec_next_queued,
     .exec_expired_leases = sq_exec_expired_leases,
     .exec_past_deadline = sq_exec_past_deadline,

@@ -13,7 +13,9 @@
 /* service ("kernel" or "sandboxd", a static string) tells the app which views to show. */
 void ui_mount(struct http_server *http, const char *service);
 /* The kernel under `rebuno dev` with sandboxes: the sandbox service's address
- * ("127.0.0.1:8090"), so the kernel's dashboard links to that one's (NULL: none). */
+ * ("127.0.0.1:8090"), so the kernel's dashboard shows the sandbox views by calling its /v1
+ * from the browser (service.json says where; the CSP lets the page connect there and
+ * sandboxd's CORS lets the kernel's origin in). NULL: none. */
 void ui_set_sandboxes(const char *listen);
 
 #endif

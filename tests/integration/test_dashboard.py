@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import local_auth
+from conftest import free_port, local_auth
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 UI = os.path.join(ROOT, "ui")
@@ -112,7 +112,8 @@ def test_dashboard_in_chromium(agents):
     with open(spec_path, "w") as f:
         json.dump({"url": k.url, "token": token, "shots": shots, "hello_id": hello["id"],
                    "blocked_id": blocked["id"], "session": "ui-session-1",
-                   "workspace_id": ws["id"], "fork_seqs": [uncovered, covered], "fork_session": "ui-fork-1"}, f)
+                   "workspace_id": ws["id"], "fork_seqs": [uncovered, covered], "fork_session": "ui-fork-1",
+                   "created_after": ok["created_at"], "after_count": 4}, f)
     proc = subprocess.Popen(["node", os.path.join(UI, "test", "dashboard.mjs"), spec_path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CHROMIUM=CHROMIUM))
@@ -124,7 +125,9 @@ def test_dashboard_in_chromium(agents):
             proc.wait()
     result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     assert result is not None, err
-    assert "error" not in result, result["error"]
+    if "error" in result:
+        print(result.get("page"))
+    assert "error" not in result, (result["error"], result.get("page"))
 
     # assets: CSP everywhere, index.html never cached
     h = result["index_headers"]
@@ -135,7 +138,19 @@ def test_dashboard_in_chromium(agents):
     assert "Authorization" in result["wrong_key_error"] or "token" in result["wrong_key_error"]
 
     assert set(result["list_ids"]) == {hello["id"], ok["id"], ws["id"], blocked["id"]}
-    assert result["filter_status"] == ["completed", "completed", "completed"]
+    # counts per status (the API's), next to the status filters
+    assert result["counts"] == {"all": "4", "pending": "0", "running": "0", "blocked": "1", "completed": "3",
+                                "failed": "0", "cancelled": "0"}, result["counts"]
+    # the live list: a new execution appeared on top and turned completed, no reload
+    live = result["live"]
+    assert live["first_row"] == live["id"] and live["no_reload"]
+    assert live["counts"]["all"] == "5" and live["counts"]["completed"] == "4"
+    assert wait_status(k, live["id"], {"completed"})["agent_id"] == "hello"
+    # created at or after the shell run: it, the workspace run, the blocked one, the live one
+    ft = result["filter_time"]
+    assert set(ft["ids"]) == {ok["id"], ws["id"], blocked["id"], live["id"]}, ft
+    assert ft["counts"]["all"] == "4" and ft["counts"]["blocked"] == "1" and ft["input"], ft
+    assert result["filter_status"] == ["completed"] * 4  # with the live one
     assert result["filter_agent"] == ["shell", "shell"]
     assert result["filter_session"] == [[hello["id"], "ui-session-1"]]
 
@@ -180,6 +195,8 @@ def test_dashboard_in_chromium(agents):
     assert {r["key"]: (r["ref"], r["covered"] == "yes") for r in cov["rows"]} == {
         key: (v["checkpoint_ref"], v["covered"]) for key, v in fork["restoration"].items()}
     assert "Forked from" in result["fork_header"]
+    assert result["fork_tree"]["root"] == f"#/executions/{ws['id']}"
+    assert result["fork_tree"]["kids"] == [f"…{result['fork_id'][-12:]} (this one)"]
     # what the page showed at the uncovered point is the kernel's choice there too
     fork2 = k.ok("POST", f"/v0/executions/{ws['id']}/fork", {"at_seq": uncovered}, status=201)
     assert {r["key"]: (r["ref"] if r["ref"] != "nothing: starts fresh" else None, r["covered"] == "yes")
@@ -188,11 +205,32 @@ def test_dashboard_in_chromium(agents):
     for f_id in (result["fork_id"], fork2["id"]):
         wait_status(k, f_id, {"completed", "failed"})
 
+    # the policy view: the rules in order, and the dry run's decision and rule
+    assert result["policy_rules"] == ["allow-llm", "safe-shell", "ask-shell"]
+    assert result["dry_run"]["decision"] == "require_approval"
+    assert "ask-shell (position 3)" in result["dry_run"]["text"] and "a person must approve it" in result["dry_run"]["text"]
+    # replaying the shell run's steps (echo before, then touch - approved): decided as they were
+    assert result["replay"] == [["true", "tool_call shell", "allow (safe-shell)", "allow", "safe-shell", "yes"],
+                                ["true", "tool_call shell", "require_approval (ask-shell)", "require_approval",
+                                 "ask-shell", "yes"]], result["replay"]
+
+    # a stale stored key: back to the sign-in, with the kernel's reason, the key dropped
+    assert result["stale_key_error"].startswith("The kernel refused the stored key"), result["stale_key_error"]
+    assert result["stale_key_cleared"]
+
+    # the inbox took an approval asked while it was open, and denied it
+    il = result["inbox_live"]
+    assert il["decided"] == "denied by ui-tester"
+    [ap2] = k.ok("GET", f"/v0/approvals?execution_id={il['id']}")
+    assert ap2["status"] == "denied" and ap2["rationale"] == "not from the inbox"
+    wait_status(k, il["id"], {"completed", "failed"})
+    assert not os.path.exists(os.path.join(k.work, "made-by-denial"))
+
     # every control on every view checked has a name a screen reader can announce
-    assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork"}
+    assert set(result["unlabelled"]) == {"signin", "executions", "execution-blocked", "fork", "policy"}
     assert all(v == [] for v in result["unlabelled"].values()), result["unlabelled"]
 
-    assert len(result["shots"]) == 7
+    assert len(result["shots"]) == 9
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         dest = os.path.join(ROOT, "docs", "img")
         os.makedirs(dest, exist_ok=True)
@@ -202,13 +240,14 @@ def test_dashboard_in_chromium(agents):
 
 def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     """No browser: the embedded files, their headers, and what is not there."""
+    import gzip
     import http.client
     import re
     k = make_kernel().start()
 
-    def get(path):
-        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=10)
-        c.request("GET", path)
+    def get(path, headers=None, port=None):
+        c = http.client.HTTPConnection("127.0.0.1", port or k.port, timeout=10)
+        c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         body = r.read()
         c.close()
@@ -226,6 +265,11 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
         assert st == 200 and len(data) > 0
         assert h["cache-control"] == "public, max-age=31536000, immutable"
         assert h["content-security-policy"].startswith("default-src 'self'")
+        assert "content-encoding" not in h and h["vary"] == "Accept-Encoding"
+        # gzip for a client that takes it: the same bytes, smaller
+        st, h, gz = get("/ui/" + a.decode(), {"Accept-Encoding": "br, gzip"})
+        assert st == 200 and h["content-encoding"] == "gzip", h
+        assert gzip.decompress(gz) == data and len(gz) < len(data) / 2
     st, _, body = get("/ui/service.json")  # no sandboxes here (REBUNO_SANDBOXES=off): no link
     assert st == 200 and json.loads(body) == {"service": "kernel"}
     st, h, _ = get("/ui")
@@ -237,6 +281,18 @@ def test_dashboard_assets_served_with_cache_and_csp(make_kernel):
     # the files are public, the data is not: the API still wants the token
     st, _, body = get("/v0/executions")
     assert st == 401
+
+    # a server told of a sandbox service shows its sandboxes: service.json says where, and
+    # the page may connect there (and nowhere else)
+    s = make_kernel(mode="server", env={"REBUNO_DASHBOARD_SANDBOXES": "127.0.0.1:8099"}).start()
+    st, h, body = get("/ui/", port=s.port)
+    assert h["content-security-policy"].endswith("; connect-src 'self' http://127.0.0.1:8099 ws://127.0.0.1:8099"), h
+    st, _, body = get("/ui/service.json", port=s.port)
+    assert json.loads(body) == {"service": "kernel", "sandboxes_api": "http://127.0.0.1:8099",
+                                "sandboxes_url": "http://127.0.0.1:8099/ui/"}
+    bad = make_kernel(mode="server", env={"REBUNO_DASHBOARD_SANDBOXES": "x/y; script-src *"})
+    with pytest.raises(RuntimeError, match="dashboard_sandboxes"):
+        bad.start()
 
 
 def test_sandbox_dashboard_terminal_in_chromium(sandboxd, tmpdir_path):
@@ -266,6 +322,77 @@ def test_sandbox_dashboard_terminal_in_chromium(sandboxd, tmpdir_path):
     # the typed command really ran in the sandbox
     assert sandboxd.run("ui-1", "cat", ["/tmp/from-ui"])["stdout"] == "typed-42\n"
     assert result["errors"] == [], result["errors"]
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        for p in result["shots"]:
+            shutil.copy(p, os.path.join(ROOT, "docs", "img", "dashboard-" + os.path.basename(p)))
+
+
+def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path):
+    """The kernel's own dashboard under `rebuno dev` shows the sandbox views: service.json
+    names sandboxd's /v1, the page calls it from the browser (sandboxd's CORS lets exactly
+    the kernel's origins in, the kernel's CSP lets the page connect there), asking once for
+    the sandbox service's token; a terminal typed into runs in the sandbox."""
+    import http.client
+    from test_dev_sandboxes import post, wait_for_sandboxd
+    need_browser()
+    port = free_port()
+    k = make_kernel(args=["--sandboxes", "on", "--sandbox-listen", f"127.0.0.1:{port}"]).start()
+    wait_for_sandboxd(port, k)
+    st, _ = post(port, "/v1/sandboxes", {"name": "kui-1", "metadata": {"team": "dash"}})
+    assert st == 201
+    st, out = post(port, "/v1/sandboxes/kui-1/commands", {"cmd": "echo", "args": ["hello-from-cmd"], "wait": True})
+    assert st == 200, out
+    st, svc = k.request("GET", "/ui/service.json", auth=False)
+    assert svc == {"service": "kernel", "sandboxes_api": f"http://127.0.0.1:{port}",
+                   "sandboxes_url": f"http://127.0.0.1:{port}/ui/"}, svc
+
+    def preflight(origin):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("OPTIONS", "/v1/sandboxes", headers={"Origin": origin, "Access-Control-Request-Method": "GET",
+                                                       "Access-Control-Request-Headers": "authorization"})
+        r = c.getresponse()
+        r.read()
+        return r.status, {n.lower(): v for n, v in r.getheaders()}
+    st, h = preflight(f"http://127.0.0.1:{k.port}")
+    assert st == 204 and h["access-control-allow-origin"] == f"http://127.0.0.1:{k.port}", (st, h)
+    assert "Authorization" in h["access-control-allow-headers"]
+    st, h = preflight("http://evil.example")  # any other page: no CORS, and no way past the token
+    assert "access-control-allow-origin" not in h and st == 401, (st, h)
+
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    spec_path = os.path.join(tmpdir_path, "ksbx-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": f"http://127.0.0.1:{port}", "token": local_auth(port, "sandboxd")["Authorization"][7:],
+                   "kernel": {"url": k.url, "token": local_auth(k.port)["Authorization"][7:]},
+                   "shots": shots, "name": "kui-1",
+                   "command_text": "echo typed-$((6*7)) > /tmp/from-ui; cat /tmp/from-ui"}, f)
+    proc = subprocess.run(["node", os.path.join(UI, "test", "sandboxes.mjs"), spec_path],
+                          capture_output=True, text=True, timeout=180, env=dict(os.environ, CHROMIUM=CHROMIUM))
+    assert proc.stdout.strip(), proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in result, (result["error"], result.get("errors"), result.get("page_alerts"))
+    assert result["page_origin"] == k.url  # the kernel's page, not sandboxd's
+    assert "refused this token" in result["wrong_token_error"], result["wrong_token_error"]
+    row = result["row"]
+    assert row[0] == "kui-1" and row[1] == "running" and "team=dash" in row[3] and "vCPU" in row[4]
+    assert result["commands"] == ["echo hello-from-cmd"] and result["stdout"] == "hello-from-cmd\n"
+    assert "typed-42" in result["terminal"]
+    st, out = post(port, "/v1/sandboxes/kui-1/commands", {"cmd": "cat", "args": ["/tmp/from-ui"], "wait": True})
+    assert out["stdout"] == "typed-42\n"
+    # the refused wrong token is the only failed request
+    assert result["errors"] == ["Failed to load resource: the server responded with a status of 401 (Unauthorized)"], \
+        result["errors"]
+    # the actions: a snapshot of kui-1, a sandbox made from it, a fork of that one
+    from test_dev_sandboxes import get
+    st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
+    assert st == 200 and snap["sandbox_name"] == "kui-1", snap
+    st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
+    assert st == 200 and restored["source"]["type"] == "snapshot", restored
+    assert restored["source"]["snapshot_id"] == result["snapshot"], restored
+    st, forked = get(port, f"/v1/sandboxes/{result['forked']}")
+    assert st == 200 and result["forked"] not in ("kui-1", result["restored"]), forked
+    post(port, "/v1/sandboxes/kui-1/stop", {})
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         for p in result["shots"]:
             shutil.copy(p, os.path.join(ROOT, "docs", "img", "dashboard-" + os.path.basename(p)))

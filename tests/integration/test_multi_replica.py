@@ -148,6 +148,27 @@ def test_sse_on_one_replica_streams_what_another_appends(make_kernel, pg):
     assert frames["all"][-1]["event"] == "execution.completed"
 
 
+def test_list_stream_on_one_replica_tells_what_another_changes(make_kernel, pg):
+    """The dashboard's live list (GET /v0/executions/stream) hears other replicas' commits
+    through the NOTIFY path; counts and the time filter read the shared table."""
+    from test_exec_list import Sse
+    a, b = replicas(make_kernel, pg, 2)
+    s = Sse(a.port, "/v0/executions/stream?agent_id=coder")
+    try:
+        assert s.next() == ("ready", {})
+        ex = b.create("coder", {})
+        ev, row = s.next(timeout=20)
+        assert ev == "execution" and row["id"] == ex["id"] and row["status"] == "pending"
+        b.ok("POST", f"/v0/executions/{ex['id']}/cancel", {})
+        while s.next(timeout=20)[1]["status"] != "cancelled":
+            pass
+    finally:
+        s.close()
+    c = a.ok("GET", f"/v0/executions/counts?agent_id=coder&created_after={ex['created_at']}")
+    assert c["total"] == 1 and c["counts"]["cancelled"] == 1, c
+    assert [x["id"] for x in a.ok("GET", f"/v0/executions?created_before={ex['created_at']}")["executions"]] == []
+
+
 def test_one_claim_wins_across_replicas(make_kernel, pg):
     ks = replicas(make_kernel, pg, 3, config=None, mode="dev")
     ids = {ks[0].create("racer", {"i": i})["id"] for i in range(30)}

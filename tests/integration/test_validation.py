@@ -83,7 +83,7 @@ def test_bad_queries(kernel):
     # and what the route takes; so is a repeated one (every parameter is single-valued).
     e = f"/v0/executions/{ex['id']}"
     cases = [
-        ("GET", "/v0/executions?bogus=1", None, "bogus", "agent_id, status, session, cursor, limit"),
+        ("GET", "/v0/executions?bogus=1", None, "bogus", "agent_id, status, session, created_after, created_before, cursor, limit"),
         ("GET", "/v0/executions?agent_id=hello&stauts=failed", None, "stauts", "status"),
         ("GET", "/v0/executions?status=running&status=failed", None, "status", "more than once"),
         ("GET", "/v0/executions?limit=1&limit=2", None, "limit", "more than once"),

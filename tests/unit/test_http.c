@@ -8,6 +8,7 @@
  * what they saw in their replies or in atomic counters.
  */
 #include "net/http.h"
+#include "net/gzip.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -28,6 +29,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* ------------------------------------------------------------------ server side */
 
@@ -601,6 +603,15 @@ static bool hdr_get(const char *head, const char *name, char *out, size_t n)
     return false;
 }
 
+/* n bytes of p, NUL-terminated (bodies may hold NULs: gzip) */
+static char *memdup0(const char *p, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (n) memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
+}
+
 /* Read one response; bodies without Content-Length run to EOF. */
 static bool cl_resp(struct cl *c, struct resp *r, bool head_req)
 {
@@ -622,14 +633,14 @@ static bool cl_resp(struct cl *c, struct resp *r, bool head_req)
         size_t want = strtoul(cl, NULL, 10);
         while (c->len < want)
             if (cl_fill(c) <= 0) return false;
-        r->body = strndup(c->buf, want);
+        r->body = memdup0(c->buf, want);
         r->body_len = want;
         cl_consume(c, want);
         return true;
     }
     while (cl_fill(c) > 0) {
     }
-    r->body = strndup(c->buf ? c->buf : "", c->len);
+    r->body = memdup0(c->buf ? c->buf : "", c->len);
     r->body_len = c->len;
     cl_consume(c, c->len);
     return true;
@@ -1571,5 +1582,134 @@ Test(http, served_requests_outlive_the_deadlines)
     cl_close(sse);
     cl_close(up);
     cr_assert(wait_for(&g.closes, 2));
+    srv_stop();
+}
+
+/* gunzip a whole reply body (the test side of Content-Encoding: gzip) */
+static char *gunzip(const char *data, size_t len, size_t *out_len)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    cr_assert_eq(inflateInit2(&z, 31), Z_OK);
+    size_t cap = 1u << 20;
+    char *out = malloc(cap);
+    z.next_in = (Bytef *)data;
+    z.avail_in = (uInt)len;
+    z.next_out = (Bytef *)out;
+    z.avail_out = (uInt)cap;
+    cr_assert_eq(inflate(&z, Z_FINISH), Z_STREAM_END);
+    *out_len = z.total_out;
+    inflateEnd(&z);
+    return out;
+}
+
+Test(http, gzip_when_accepted)
+{
+    cr_assert(gzip_accepted("gzip"));
+    cr_assert(gzip_accepted("deflate, gzip;q=0.8, br"));
+    cr_assert(gzip_accepted("GZIP"));
+    cr_assert(gzip_accepted("*"));
+    cr_assert(gzip_accepted("x-gzip"));
+    cr_assert_not(gzip_accepted(NULL));
+    cr_assert_not(gzip_accepted(""));
+    cr_assert_not(gzip_accepted("identity"));
+    cr_assert_not(gzip_accepted("gzip;q=0"));
+    cr_assert_not(gzip_accepted("gzip ; q=0.0, deflate"));
+    cr_assert_not(gzip_accepted("*, gzip;q=0"));
+    cr_assert_not(gzip_accepted("gzipx, xgzip"));
+    cr_assert(gzip_type_ok("application/json"));
+    cr_assert(gzip_type_ok("text/html; charset=utf-8"));
+    cr_assert_not(gzip_type_ok("application/octet-stream"));
+    cr_assert_not(gzip_type_ok("image/png"));
+
+    start(NULL);
+    /* a JSON body well past GZIP_MIN_BYTES, echoed back */
+    size_t n = 20000;
+    char *json = malloc(n + 5);
+    memcpy(json, "[\"", 2);
+    for (size_t i = 2; i < n + 2; i++) json[i] = (char)('a' + i % 7);
+    memcpy(json + n + 2, "\"]", 3);
+    char req[32768];
+    const char *encodings[] = {"gzip, deflate", NULL, "gzip;q=0"};
+    for (int k = 0; k < 3; k++) {
+        char ae[64] = "";
+        if (encodings[k]) snprintf(ae, sizeof ae, "Accept-Encoding: %s\r\n", encodings[k]);
+        snprintf(req, sizeof req,
+                 "POST /echo HTTP/1.1\r\nHost: t\r\n%sContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\n\r\n%s",
+                 ae, n + 4, json);
+        struct resp r;
+        roundtrip(req, &r);
+        cr_assert_eq(r.status, 200, "%d %s", r.status, r.body);
+        char v[64];
+        cr_assert(hdr_get(r.head, "Vary", v, sizeof v), "%s", r.head);
+        cr_assert_str_eq(v, "Accept-Encoding");
+        if (k == 0) {
+            cr_assert(hdr_get(r.head, "Content-Encoding", v, sizeof v), "%s", r.head);
+            cr_assert_str_eq(v, "gzip");
+            cr_assert_lt(r.body_len, n / 10, "20 KB of 7 letters repeating should shrink: %zu", r.body_len);
+            size_t plain_len;
+            char *plain = gunzip(r.body, r.body_len, &plain_len);
+            cr_assert_eq(plain_len, n + 4);
+            cr_assert(memcmp(plain, json, n + 4) == 0);
+            free(plain);
+        } else {
+            cr_assert_not(hdr_get(r.head, "Content-Encoding", v, sizeof v), "%s", r.head);
+            cr_assert_eq(r.body_len, n + 4);
+        }
+        resp_free(&r);
+    }
+    free(json);
+
+    /* small replies and binary ones go out as they are */
+    struct resp r;
+    char v[64];
+    roundtrip("GET /v0/items/a/steps/1 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not(hdr_get(r.head, "Content-Encoding", v, sizeof v), "%s", r.head);
+    resp_free(&r);
+    roundtrip("GET /big HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not(hdr_get(r.head, "Content-Encoding", v, sizeof v), "%s", r.head);
+    cr_assert_eq(r.body_len, 2u << 20);
+    resp_free(&r);
+    srv_stop();
+}
+
+Test(http, cors_for_the_named_origins_only)
+{
+    srv_start(NULL);
+    add_routes();
+    const char *origins[] = {"http://127.0.0.1:8080", "http://localhost:8080"};
+    http_set_cors_origins(g.http, origins, 2);
+    srv_run();
+    struct resp r;
+    char v[128];
+    /* a preflight of a named origin is answered before the filter (it carries no token) */
+    roundtrip("OPTIONS /private/x HTTP/1.1\r\nHost: t\r\nOrigin: http://localhost:8080\r\n"
+              "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: authorization\r\n\r\n", &r);
+    cr_assert_eq(r.status, 204, "%s", r.head);
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v));
+    cr_assert_str_eq(v, "http://localhost:8080");
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Headers", v, sizeof v));
+    cr_assert(strstr(v, "Authorization"));
+    resp_free(&r);
+    /* its real request: the filter still runs, the reply carries the header */
+    roundtrip("GET /private/x HTTP/1.1\r\nHost: t\r\nOrigin: http://127.0.0.1:8080\r\n\r\n", &r);
+    cr_assert_eq(r.status, 401);
+    cr_assert(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v));
+    cr_assert_str_eq(v, "http://127.0.0.1:8080");
+    resp_free(&r);
+    /* any other origin (or a near miss): no CORS at all */
+    const char *others[] = {"http://evil.example", "http://127.0.0.1:8081", "http://127.0.0.1:8080.evil", "null"};
+    for (int i = 0; i < 4; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "OPTIONS /private/x HTTP/1.1\r\nHost: t\r\nOrigin: %s\r\n"
+                                  "Access-Control-Request-Method: GET\r\n\r\n", others[i]);
+        roundtrip(req, &r);
+        cr_assert_neq(r.status, 204, "%s", others[i]);
+        cr_assert_not(hdr_get(r.head, "Access-Control-Allow-Origin", v, sizeof v), "%s", others[i]);
+        resp_free(&r);
+    }
     srv_stop();
 }

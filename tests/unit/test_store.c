@@ -166,7 +166,7 @@ Test(store, schema3_database_upgrades_in_place_and_keeps_its_data, .init = make_
     store_close(st);
 
     char *v = query_text("SELECT value FROM meta WHERE key='schema_version'");
-    cr_assert_str_eq(v, "6");
+    cr_assert_str_eq(v, "7");
     free(v);
     v = query_text("SELECT group_concat(seq || ':' || type, ',') FROM (SELECT seq, type FROM events ORDER BY rowid)");
     cr_assert_str_eq(v, "1:execution.created,2:dispatch.queued,3:dispatch.claimed,4:step.proposed");
@@ -279,7 +279,7 @@ Test(store, schema4_steps_move_to_one_index_and_keep_their_order, .init = make_d
     free(before);
 
     char *v = query_text("SELECT value FROM meta WHERE key='schema_version'");
-    cr_assert_str_eq(v, "6");
+    cr_assert_str_eq(v, "7");
     free(v);
     v = query_text("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master"
                    " WHERE type='index' AND tbl_name='steps' ORDER BY name)");

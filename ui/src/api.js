@@ -1,7 +1,11 @@
 // api.js - the dashboard's only way to the kernel: fetch on /v0 with the key kept in
 // sessionStorage as a Bearer token, upstream's error envelope turned into ApiError, and a
 // Server-Sent Events reader over fetch (EventSource cannot send an Authorization header).
+// The sandbox views call /v1 of the sandbox service through `sbx`: the page's own origin
+// when sandboxd serves it, or, in the kernel's dashboard under `rebuno dev`, sandboxd's
+// origin (service.json) with the sandbox service's own token, kept beside the kernel's.
 const KEY = "rebuno.key";
+const SBX_KEY = "rebuno.sandbox_key";
 
 export class ApiError extends Error {
   constructor(status, code, message, field) {
@@ -22,9 +26,9 @@ export const auth = {
 const onUnauthorized = new Set();
 export const watchUnauthorized = (fn) => (onUnauthorized.add(fn), () => onUnauthorized.delete(fn));
 
-function headers(extra) {
+function headers(extra, key) {
   const h = { Accept: "application/json", ...extra };
-  const k = auth.get();
+  const k = key !== undefined ? key : auth.get();
   if (k) h.Authorization = `Bearer ${k}`;
   return h;
 }
@@ -46,17 +50,18 @@ export async function api(method, path, body, opts = {}) {
   try {
     res = await fetch(path, {
       method,
-      headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      headers: headers(body !== undefined ? { "Content-Type": "application/json" } : {}, opts.key),
       body: body !== undefined ? JSON.stringify(body) : undefined,
       signal: opts.signal,
     });
   } catch (e) {
     if (e.name === "AbortError") throw e;
-    throw new ApiError(0, "network", `cannot reach the kernel: ${e.message}`);
+    throw new ApiError(0, "network", `cannot reach ${opts.who || "the kernel"}: ${e.message}`);
   }
   if (!res.ok) {
     const err = await toError(res);
-    if (res.status === 401 && !opts.noAuthEvent) onUnauthorized.forEach((fn) => fn(err));
+    if (res.status === 401 && opts.onUnauthorized) opts.onUnauthorized(err);
+    else if (res.status === 401 && !opts.noAuthEvent) onUnauthorized.forEach((fn) => fn(err));
     throw err;
   }
   if (res.status === 204) return null;
@@ -65,6 +70,34 @@ export async function api(method, path, body, opts = {}) {
 }
 
 export const get = (path, opts) => api("GET", path, undefined, opts);
+
+// The sandbox service's /v1 (see the top of the file).
+const onSbxUnauthorized = new Set();
+export const sbx = {
+  base: "", // "" = this page's origin
+  get cross() {
+    return sbx.base !== "";
+  },
+  key: () => (sbx.cross ? sessionStorage.getItem(SBX_KEY) : auth.get()),
+  setKey: (k) => sessionStorage.setItem(SBX_KEY, k),
+  clearKey: () => sessionStorage.removeItem(SBX_KEY),
+  watchUnauthorized: (fn) => (onSbxUnauthorized.add(fn), () => onSbxUnauthorized.delete(fn)),
+  call(method, path, body, opts = {}) {
+    if (!sbx.cross) return api(method, path, body, opts);
+    return api(method, sbx.base + path, body, {
+      ...opts, key: sbx.key(), who: "the sandbox service",
+      onUnauthorized: opts.noAuthEvent ? () => {} : (err) => onSbxUnauthorized.forEach((fn) => fn(err)),
+    });
+  },
+  get: (path, opts) => sbx.call("GET", path, undefined, opts),
+  post: (path, body, opts) => sbx.call("POST", path, body ?? {}, opts),
+  // a URL of the service (for fetch of raw output) and its WebSocket origin
+  url: (path) => sbx.base + path,
+  wsBase() {
+    const u = new URL(sbx.base || location.href);
+    return `${u.protocol === "https:" ? "wss:" : "ws:"}//${u.host}`;
+  },
+};
 export const post = (path, body, opts) => api("POST", path, body ?? {}, opts);
 
 export function qs(params) {
@@ -131,5 +164,55 @@ export function stream(path, { lastId, onEvent, onError, onEnd }) {
   return () => {
     stopped = true;
     ctl.abort();
+  };
+}
+
+// One list stream (GET /v0/executions/stream, unfiltered) shared by every view that wants
+// to hear of changed executions: the list, the approvals inbox and the menu's count. A
+// browser holds at most six connections to the kernel; one stream for all leaves room.
+// subscribe(fn) -> unsubscribe; fn({type: "ready"|"resync"|"execution", row?}). A late
+// subscriber to a stream already open gets "ready" at once.
+const listSubs = new Set();
+let listStop = null;
+let listReady = false;
+let listRetry = null;
+function listEach(m) {
+  for (const f of [...listSubs]) f(m);
+}
+function listOpen() {
+  listStop = stream("/v0/executions/stream", {
+    onEvent: (m) => {
+      if (m.event === "ready") listReady = true;
+      let row;
+      if (m.event === "execution") {
+        try {
+          row = JSON.parse(m.data);
+        } catch {
+          return;
+        }
+      }
+      listEach({ type: m.event, row });
+    },
+    onError: () => ((listReady = false), listEach({ type: "down" })), // the helper retries
+    onEnd: () => {
+      // the kernel ended it (it is stopping): open a new one while anyone listens
+      listReady = false;
+      listEach({ type: "down" });
+      listRetry = setTimeout(() => ((listRetry = null), listSubs.size && listOpen()), 2000);
+    },
+  });
+}
+export function watchExecutions(fn) {
+  listSubs.add(fn);
+  if (listReady) fn({ type: "ready" });
+  if (!listStop) listOpen();
+  return () => {
+    listSubs.delete(fn);
+    if (!listSubs.size && listStop) {
+      listStop();
+      clearTimeout(listRetry);
+      listStop = listRetry = null;
+      listReady = false;
+    }
   };
 }

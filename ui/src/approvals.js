@@ -1,11 +1,15 @@
-// approvals.js - the approvals inbox (every pending approval, refreshed every 2 s: the API
-// has no approvals stream) and the card that grants or denies one with a reason, also shown
-// on a blocked execution's page.
+// approvals.js - the approvals inbox (every pending approval) and the card that grants or
+// denies one with a reason, also shown on a blocked execution's page. Live: an approval is
+// asked or settled as its execution turns blocked or leaves it, so the list stream's changes
+// of such executions read the pending approvals again; a slow poll catches anything else
+// (and stands in while the stream is down).
 import { useEffect, useState } from "preact/hooks";
-import { get, post, qs } from "./api.js";
+import { get, post, qs, watchExecutions } from "./api.js";
 import { html, Json, short, time } from "./util.js";
 
-const REFRESH_MS = 2000;
+const REFRESH_MS = 2000; // while the list stream is down
+const SLOW_MS = 15000; // while it is up
+const SOON_MS = 200;
 const WHO = "rebuno.decided_by";
 
 export function usePending(executionId) {
@@ -15,19 +19,34 @@ export function usePending(executionId) {
   useEffect(() => {
     let alive = true;
     let timer;
+    let live = false;
+    let ids = new Set(); // executions with a pending approval shown
     async function load() {
+      clearTimeout(timer);
       try {
         const l = await get(`/v0/approvals${qs({ status: "pending", execution_id: executionId })}`);
-        if (alive) (setList(l), setError(null));
+        if (alive) (setList(l), setError(null), (ids = new Set(l.map((a) => a.execution_id))));
       } catch (e) {
         if (alive) setError(e);
       }
-      if (alive) timer = setTimeout(load, document.hidden ? 4 * REFRESH_MS : REFRESH_MS);
+      if (alive) timer = setTimeout(load, live ? SLOW_MS : document.hidden ? 4 * REFRESH_MS : REFRESH_MS);
     }
+    const soon = () => {
+      clearTimeout(timer);
+      timer = setTimeout(load, SOON_MS);
+    };
+    const stop = watchExecutions((m) => {
+      if (m.type === "ready") (live = true), soon(); // after a gap, too: read what it missed
+      else if (m.type === "down") (live = false), soon();
+      else if (m.type === "resync") soon();
+      else if (m.type === "execution" && (!executionId || m.row.id === executionId) &&
+        (m.row.status === "blocked" || ids.has(m.row.id))) soon();
+    });
     load();
     return () => {
       alive = false;
       clearTimeout(timer);
+      stop();
     };
   }, [executionId, tick]);
   return { list, error, reload: () => setTick((t) => t + 1) };

@@ -6,7 +6,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
 import { ApprovalCard, usePending } from "./approvals.js";
-import { ForkPanel } from "./forks.js";
+import { ForkPanel, ForkTree } from "./forks.js";
 
 const PAGE = 1000;
 const WINDOW = 300; // timeline items rendered at first; more on request
@@ -291,6 +291,7 @@ export function Execution({ id }) {
     ${ex.status === "failed" && html`<section class="panel outcome bad" aria-labelledby="out-h"><h2 id="out-h">Failure</h2><pre>${pretty(ex.failure_reason)}</pre></section>`}
     <section class="panel" aria-labelledby="input-h"><h2 id="input-h">Input</h2><${Json} value=${ex.input} label="input" /></section>
     <${Turns} ex=${ex} />
+    <${ForkTree} ex=${ex} />
     ${forkAt !== null
       ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
       : html`<p><button class="forkopen" onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}

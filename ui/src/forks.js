@@ -1,10 +1,10 @@
-// forks.js - the fork form of an execution: before forking at an event it shows, per
+// forks.js - the fork form of an execution (before forking at an event it shows, per
 // resource, which checkpoint the fork would restore from and whether that checkpoint covers
-// the point (the kernel's rule, as `rebuno exec fork-points` reports it), then creates the
-// fork and opens it.
+// the point, as `rebuno exec fork-points` reports it; then it forks and opens the fork) and
+// the fork tree around an execution (forked from, forks of, recursively).
 import { useEffect, useState } from "preact/hooks";
 import { get, post, qs } from "./api.js";
-import { html } from "./util.js";
+import { html, short, Status, time } from "./util.js";
 
 const PAGE = 10000;
 
@@ -105,5 +105,70 @@ export function ForkPanel({ ex, at, setAt, onClose }) {
           <td>${r.checkpoint_seq ? `#${r.checkpoint_seq}` : "-"}</td><td class="covered">${r.covered ? "yes" : "no"}</td></tr>`)}</tbody>
       </table>`}
     </div>`}
+  </section>`;
+}
+
+const TREE_MAX = 200; // executions shown in a fork tree at most
+const TREE_DEPTH = 20;
+
+// The fork tree around an execution: up its forked_from chain to the original, then every
+// fork of each (GET …/forks), breadth first, at most TREE_MAX nodes.
+async function forkTree(ex) {
+  const chain = [ex];
+  while (chain[0].forked_from && chain.length < TREE_DEPTH)
+    chain.unshift(await get(`/v0/executions/${encodeURIComponent(chain[0].forked_from)}`));
+  const root = { ex: chain[0], kids: [] };
+  let level = [root];
+  let n = 1;
+  let cut = false;
+  for (let depth = 0; level.length && depth < TREE_DEPTH; depth++) {
+    const next = [];
+    const lists = await Promise.all(level.map((node) => get(`/v0/executions/${encodeURIComponent(node.ex.id)}/forks${qs({ limit: 100 })}`)));
+    level.forEach((node, i) => {
+      for (const f of lists[i].slice().reverse()) { // oldest first, as they were made
+        if (n >= TREE_MAX) {
+          cut = true;
+          break;
+        }
+        const kid = { ex: f, kids: [] };
+        node.kids.push(kid);
+        next.push(kid);
+        n++;
+      }
+    });
+    level = next;
+  }
+  return { root, n, cut };
+}
+
+function TreeNode({ node, current }) {
+  const x = node.ex;
+  const here = x.id === current;
+  return html`<li>
+    ${here ? html`<strong class="mono" aria-current="page">${short(x.id)} (this one)</strong>`
+      : html`<a href=${`#/executions/${x.id}`} class="mono">${short(x.id)}</a>`}
+    ${" "}<${Status} s=${x.status} />
+    ${x.forked_from ? html` <span class="help">forked at #${x.fork_seq}</span>` : html` <span class="help">the original</span>`}
+    ${" "}${time(x.created_at)}
+    ${node.kids.length > 0 && html`<ul>${node.kids.map((k) => html`<${TreeNode} node=${k} current=${current} key=${k.ex.id} />`)}</ul>`}
+  </li>`;
+}
+
+// Shown when the execution was forked from another or has forks of its own.
+export function ForkTree({ ex }) {
+  const [tree, setTree] = useState(null);
+  const [error, setError] = useState(null);
+  useEffect(() => {
+    let alive = true;
+    forkTree(ex).then((t) => alive && setTree(t), (e) => alive && setError(e));
+    return () => {
+      alive = false;
+    };
+  }, [ex.id, ex.forked_from]);
+  if (error) return html`<p role="alert" class="error">Cannot read the fork tree: ${error.message}</p>`;
+  if (!tree || tree.n < 2) return null;
+  return html`<section class="panel forktree" aria-labelledby="ftree-h">
+    <h2 id="ftree-h">Fork tree <span class="help">(${tree.n} executions${tree.cut ? `, the first ${TREE_MAX} shown` : ""})</span></h2>
+    <ul class="tree"><${TreeNode} node=${tree.root} current=${ex.id} /></ul>
   </section>`;
 }

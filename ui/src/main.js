@@ -1,14 +1,16 @@
 // main.js - the dashboard's shell: sign-in (API key or local token, kept in sessionStorage),
-// navigation, and a hash router (#/executions, #/executions/<id>) so the kernel serves one page.
+// navigation, and a hash router (#/executions, #/executions/<id>, #/approvals, #/policies,
+// #/sandboxes) so the kernel serves one page.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import "./style.css";
-import { ApiError, auth, get, watchUnauthorized } from "./api.js";
+import { ApiError, auth, get, sbx, watchUnauthorized } from "./api.js";
 import { html } from "./util.js";
 import { Executions } from "./executions.js";
 import { Execution } from "./execution.js";
 import { Approvals, usePending } from "./approvals.js";
-import { Sandbox, Sandboxes } from "./sandboxes.js";
+import { Sandbox, SandboxGate, Sandboxes } from "./sandboxes.js";
+import { Policies, Policy } from "./policy.js";
 
 // Which daemon serves this page: the kernel (/v0) or the sandbox service (/v1).
 const service = fetch("service.json").then((r) => r.json()).then((j) => j, () => ({ service: "kernel" }));
@@ -74,7 +76,7 @@ function SandboxNav({ parts }) {
   </header>`;
 }
 
-function Nav({ parts, sandboxesUrl }) {
+function Nav({ parts, sandboxes }) {
   const cur = parts[0] || "executions";
   const { list } = usePending(undefined);
   const link = (to, label) =>
@@ -83,12 +85,13 @@ function Nav({ parts, sandboxesUrl }) {
     <a class="brand" href="#/executions">rebuno</a>
     <nav aria-label="Main">${link("executions", "Executions")}
       <a href="#/approvals" aria-current=${cur === "approvals" ? "page" : undefined}>Approvals${list && list.length ? html` <span class="badge" aria-label=${`${list.length} pending`}>${list.length}</span>` : ""}</a>
-      ${sandboxesUrl && html`<a href=${sandboxesUrl} target="_blank" rel="noopener" title="the sandbox service's dashboard (its own token)">Sandboxes ↗</a>`}</nav>
+      ${link("policies", "Policies")}
+      ${sandboxes && link("sandboxes", "Sandboxes")}</nav>
     <button class="link" onClick=${() => (auth.clear(), location.reload())}>Sign out</button>
   </header>`;
 }
 
-function App({ svc, sandboxesUrl }) {
+function App({ svc, sandboxes }) {
   const [signedIn, setSignedIn] = useState(!!auth.get());
   const [reason, setReason] = useState("");
   const route = useRoute(svc === "kernel" ? "#/executions" : "#/sandboxes");
@@ -108,9 +111,14 @@ function App({ svc, sandboxesUrl }) {
   let body;
   if ((view === "executions" || !view) && id) body = html`<${Execution} id=${id} key=${id} />`;
   else if (view === "approvals") body = html`<${Approvals} />`;
+  else if (view === "sandboxes" && sandboxes)
+    body = html`<${SandboxGate}>${id ? html`<${Sandbox} name=${id} key=${id} />` : html`<${Sandboxes} />`}<//>`;
+  else if (view === "policies") body = id ? html`<${Policy} agent=${id} key=${id} />` : html`<${Policies} />`;
   else body = html`<${Executions} query=${route.query} />`;
-  return html`<${Nav} parts=${route.parts} sandboxesUrl=${sandboxesUrl} /><main id="main">${body}</main>`;
+  return html`<${Nav} parts=${route.parts} sandboxes=${sandboxes} /><main id="main">${body}</main>`;
 }
 
-service.then((s) =>
-  render(html`<${App} svc=${s.service} sandboxesUrl=${s.sandboxes_url} />`, document.getElementById("app")));
+service.then((s) => {
+  if (s.service === "kernel" && s.sandboxes_api) sbx.base = s.sandboxes_api; // sandboxd's /v1, from the browser
+  render(html`<${App} svc=${s.service} sandboxes=${!!s.sandboxes_api} />`, document.getElementById("app"));
+});

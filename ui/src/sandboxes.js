@@ -1,11 +1,13 @@
-// sandboxes.js - the Sandboxes views, shown when the dashboard is served by `rebuno sandboxd`
-// (same origin as its /v1 API): the list with state, image, metadata and resources; one
-// sandbox with its snapshots, commands and their output; and a terminal (xterm.js) over the
+// sandboxes.js - the Sandboxes views, in the dashboard `rebuno sandboxd` serves (same origin
+// as its /v1) and in the kernel's under `rebuno dev` (sandboxd's /v1 from the browser, its
+// origin let in by sandboxd's CORS, its token asked once: SandboxGate): the list with state,
+// image, metadata and resources; one sandbox with its snapshots, commands and their output,
+// actions (fork it, take a snapshot, a new sandbox from a snapshot); and a terminal (xterm.js) over the
 // PTY WebSocket, authenticated with the "rebuno.bearer.<token>" subprotocol because a
 // browser's WebSocket cannot send an Authorization header.
 import { useEffect, useRef, useState } from "preact/hooks";
 import "@xterm/xterm/css/xterm.css";
-import { auth, get, post, qs } from "./api.js";
+import { ApiError, qs, sbx } from "./api.js";
 import { html, Json, short, time } from "./util.js";
 
 const REFRESH_MS = 3000;
@@ -13,12 +15,13 @@ const REFRESH_MS = 3000;
 function usePoll(path, ms = REFRESH_MS) {
   const [data, setData] = useState(null);
   const [error, setError] = useState(null);
+  const [tick, setTick] = useState(0);
   useEffect(() => {
     let alive = true;
     let timer;
     async function load() {
       try {
-        const d = await get(path);
+        const d = await sbx.get(path);
         if (alive) (setData(d), setError(null));
       } catch (e) {
         if (alive) setError(e);
@@ -30,9 +33,30 @@ function usePoll(path, ms = REFRESH_MS) {
       alive = false;
       clearTimeout(timer);
     };
-  }, [path]);
-  return { data, error };
+  }, [path, tick]);
+  return { data, error, reload: () => setTick((t) => t + 1) };
 }
+
+// A button that runs one sandbox action (busy while it runs; its error shown beside it).
+function Action({ label, run, name }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  async function go() {
+    setBusy(true);
+    setError(null);
+    try {
+      await run();
+    } catch (e) {
+      setError(e.message);
+    } finally {
+      setBusy(false);
+    }
+  }
+  return html`<span class="action"><button name=${name} disabled=${busy} onClick=${go}>${busy ? `${label}…` : label}</button>
+    ${error && html` <span role="alert" class="error inline">${error}</span>`}</span>`;
+}
+
+const openSandbox = (name) => (location.hash = `#/sandboxes/${encodeURIComponent(name)}`);
 
 const res = (r) => (r ? `${r.vcpus} vCPU · ${r.memory} MiB · ${r.disk_mb} MiB disk · ${r.pids} pids` : "");
 const meta = (m) => Object.entries(m || {}).map(([k, v]) => html`<span class="tag">${k}=${v}</span>`);
@@ -65,7 +89,7 @@ function Output({ sb, cmd }) {
     (async () => {
       const base = `/v1/sandboxes/${encodeURIComponent(sb)}/commands/${encodeURIComponent(cmd.id)}/output`;
       const read = async (stream) => {
-        const r = await fetch(`${base}${qs({ stream, limit: 65536 })}`, { headers: { Authorization: `Bearer ${auth.get()}` } });
+        const r = await fetch(sbx.url(`${base}${qs({ stream, limit: 65536 })}`), { headers: { Authorization: `Bearer ${sbx.key()}` } });
         return r.ok ? r.text() : `(${r.status})`;
       };
       const [o, e] = await Promise.all([read("stdout"), read("stderr")]);
@@ -99,12 +123,17 @@ function Commands({ name }) {
 }
 
 function Snapshots({ name }) {
-  const { data, error } = usePoll(`/v1/snapshots${qs({ sandbox: name, limit: 100 })}`, 0);
+  const { data, error, reload } = usePoll(`/v1/snapshots${qs({ sandbox: name, limit: 100 })}`, 0);
   const list = data ? data.snapshots || [] : [];
+  const take = async () => (await sbx.post(`/v1/sandboxes/${encodeURIComponent(name)}/snapshots`, {}), reload());
+  const restore = async (id) => openSandbox((await sbx.post("/v1/sandboxes", { source: { type: "snapshot", snapshot_id: id } })).name);
   return html`<section class="panel" aria-labelledby="snap-h"><h2 id="snap-h">Snapshots</h2>
+    <p><${Action} label="Take a snapshot" name="snapshot" run=${take} /></p>
     ${error && html`<p role="alert" class="error">${error.message}</p>`}
     ${data && !list.length && html`<p class="empty">No snapshots.</p>`}
-    <ul>${list.map((s) => html`<li><span class="mono">${s.id}</span> ${s.name || ""} ${time(s.created_at)}</li>`)}</ul>
+    <ul class="snaps">${list.map((s) => html`<li data-snapshot=${s.id}><span class="mono">${s.id}</span> ${s.name || ""} ${time(s.created_at)}
+      ${s.expires_at ? html` <span class="help">expires ${time(s.expires_at)}</span>` : ""}
+      ${" "}<${Action} label="New sandbox from it" name="restore" run=${() => restore(s.id)} /></li>`)}</ul>
   </section>`;
 }
 
@@ -120,10 +149,9 @@ function Term({ name }) {
     const Terminal = xterm.Terminal || xterm.default.Terminal;
     const term = new Terminal({ cols: 100, rows: 28, fontSize: 13, convertEol: false, cursorBlink: true });
     try {
-      const pty = await post(`/v1/sandboxes/${encodeURIComponent(name)}/ptys`, { cols: 100, rows: 28 });
-      const proto = location.protocol === "https:" ? "wss:" : "ws:";
-      const ws = new WebSocket(`${proto}//${location.host}/v1/sandboxes/${encodeURIComponent(name)}/ptys/${pty.id}/ws`,
-        ["rebuno", `rebuno.bearer.${auth.get()}`]);
+      const pty = await sbx.post(`/v1/sandboxes/${encodeURIComponent(name)}/ptys`, { cols: 100, rows: 28 });
+      const ws = new WebSocket(`${sbx.wsBase()}/v1/sandboxes/${encodeURIComponent(name)}/ptys/${pty.id}/ws`,
+        ["rebuno", `rebuno.bearer.${sbx.key()}`]);
       ws.binaryType = "arraybuffer";
       term.open(box.current);
       ref.current = { term, ws };
@@ -182,6 +210,8 @@ export function Sandbox({ name }) {
         <div class="field"><dt>Expires</dt><dd>${time(sb.expires_at)}</dd></div>
       </dl>
     </header>
+    <p><${Action} label="Fork this sandbox" name="fork" run=${async () => openSandbox((await sbx.post(`/v1/sandboxes/${encodeURIComponent(sb.name)}/fork`, {})).name)} />
+      <span class="help">a new sandbox from its files as they are now</span></p>
     <${Term} name=${sb.name} />
     <${Commands} name=${sb.name} />
     <${Snapshots} name=${sb.name} />
@@ -189,3 +219,50 @@ export function Sandbox({ name }) {
 }
 
 export { Json };
+
+// In the kernel's dashboard: the sandbox service has its own token; ask for it once (kept
+// in this tab's session storage beside the kernel's key) and again when it is refused.
+export function SandboxGate({ children }) {
+  const [ok, setOk] = useState(!sbx.cross || !!sbx.key());
+  const [error, setError] = useState("");
+  const [token, setToken] = useState("");
+  const [busy, setBusy] = useState(false);
+  useEffect(
+    () =>
+      sbx.watchUnauthorized((err) => {
+        sbx.clearKey();
+        setError(`The sandbox service refused the stored token: ${err.message}`);
+        setOk(false);
+      }),
+    [],
+  );
+  if (ok) return children;
+  async function submit(e) {
+    e.preventDefault();
+    setBusy(true);
+    setError("");
+    sbx.setKey(token.trim());
+    try {
+      await sbx.get("/v1/sandboxes?limit=1", { noAuthEvent: true });
+      setOk(true);
+    } catch (err) {
+      sbx.clearKey();
+      setError(err instanceof ApiError && err.status === 401 ? `The sandbox service refused this token: ${err.message}`
+        : `Cannot reach the sandbox service: ${err.message}`);
+    } finally {
+      setBusy(false);
+    }
+  }
+  return html`<section aria-labelledby="sbkey-h" class="signin">
+    <h1 id="sbkey-h">Sandboxes</h1>
+    <form onSubmit=${submit}>
+      <label for="sbkey">Sandbox service token</label>
+      <input id="sbkey" type="password" autocomplete="off" required value=${token}
+        onInput=${(e) => setToken(e.target.value)} aria-describedby="sbkey-help" />
+      <p id="sbkey-help" class="help">The sandbox service (${sbx.base}) has a token of its own: the <code>token</code> field of
+        <code>.rebuno/sandboxes/local-token</code> under <code>rebuno dev</code>. It is kept in this tab only (session storage).</p>
+      ${error && html`<p role="alert" class="error" id="sbkey-error">${error}</p>`}
+      <button type="submit" disabled=${busy}>Open the sandboxes</button>
+    </form>
+  </section>`;
+}

@@ -57,8 +57,35 @@ try {
   await page.keyboard.press("Enter");
   await page.waitForSelector("table.list tbody tr[data-id]", { timeout: T });
   out.list_ids = await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => x.dataset.id));
+  await page.waitForSelector(".count[data-status=all]", { timeout: T });
+  await page.waitForSelector(".summary .live", { timeout: T }); // the list stream is open
+  const counts = () => page.$$eval(".count[data-status]", (els) => Object.fromEntries(els.map((e) => [e.dataset.status, e.textContent])));
+  out.counts = await counts();
   await shot("executions");
   await unlabelled("executions");
+
+  // 2b. live: an execution created now appears, and turns completed, without a reload
+  await page.evaluate(() => (window.__noReload = true));
+  const liveId = await page.evaluate(async (t) => {
+    const r = await fetch("/v0/executions", { method: "POST", headers: { Authorization: `Bearer ${t}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ agent_id: "hello", input: { name: "live" } }) });
+    return (await r.json()).id;
+  }, spec.token);
+  await page.waitForSelector(`tbody tr[data-id="${liveId}"]`, { timeout: T });
+  await page.waitForSelector(`tbody tr[data-id="${liveId}"] .st-completed`, { timeout: T });
+  await page.waitForFunction((n) => document.querySelector(".count[data-status=completed]").textContent === String(n),
+    { timeout: T }, Number(out.counts.completed) + 1);
+  out.live = { id: liveId, first_row: await page.$eval("tbody tr[data-id]", (r) => r.dataset.id),
+    no_reload: await page.evaluate(() => window.__noReload === true), counts: await counts() };
+
+  // 2c. the time filter (in the address, as the inputs set it): created at or after a time
+  await page.goto(`${spec.url}/ui/#/executions?created_after=${encodeURIComponent(spec.created_after)}`);
+  await page.waitForFunction((n) => document.querySelector(".count[data-status=all]")?.textContent === String(n) &&
+    document.querySelectorAll("tbody tr[data-id]").length === n, { timeout: T }, spec.after_count);
+  out.filter_time = { ids: await page.$$eval("tbody tr[data-id]", (r) => r.map((x) => x.dataset.id)),
+    input: await page.$eval('input[name="created_after"]', (e) => e.value), counts: await counts() };
+  await page.goto(`${spec.url}/ui/#/executions`);
+  await page.waitForSelector("table.list tbody tr[data-id]", { timeout: T });
 
   // 3. filters: status, agent, session (each one alone)
   await page.click('input[name="status"][value="completed"]');
@@ -151,9 +178,61 @@ try {
   out.fork_id = await page.evaluate(() => location.hash.split("/")[2]);
   await page.waitForSelector(".exhead a[href*='" + spec.workspace_id + "']", { timeout: T });
   out.fork_header = await page.$eval(".exhead .fields", (e) => e.textContent);
-  out.console_errors = consoleErrors;
+  // the fork tree: the original with its fork under it, this one marked
+  await page.waitForSelector(".forktree .tree li li", { timeout: T });
+  out.fork_tree = await page.$eval(".forktree .tree", (t) => ({
+    root: t.querySelector(":scope > li > a, :scope > li > strong").getAttribute("href"),
+    kids: [...t.querySelectorAll(":scope > li > ul > li > strong[aria-current]")].map((e) => e.textContent) }));
+  await page.$eval(".forktree", (e) => e.scrollIntoView({ block: "center" }));
+  await shot("fork-tree");
+
+  // 7. the policy of the shell agent, and a dry run of a pasted step
+  await page.goto(`${spec.url}/ui/#/policies`);
+  await page.waitForSelector('tr[data-agent="shell"] a', { timeout: T });
+  await page.click('tr[data-agent="shell"] a');
+  await page.waitForSelector("table.rules tr[data-rule]", { timeout: T });
+  out.policy_rules = await page.$$eval("table.rules tr[data-rule]", (r) => r.map((x) => x.dataset.rule));
+  await page.$eval("#dry-step", (e) => (e.value = ""));
+  await page.type("#dry-step", JSON.stringify({ kind: "tool_call", target: "shell", args: { command: "touch x" } }));
+  await page.click(".dryrun button[type=submit]");
+  await page.waitForSelector(".verdict", { timeout: T });
+  out.dry_run = await page.$eval(".verdict", (v) => ({ decision: v.dataset.decision,
+    text: v.textContent.replace(/\s+/g, " ").trim() }));
+  await shot("policy");
+  await unlabelled("policy");
+  // replay the blocked shell run's recorded steps: each decided as it was
+  await page.type("#dry-exec", spec.blocked_id);
+  await page.click('form[aria-label="Replay an execution"] button[type=submit]');
+  await page.waitForSelector("table.replay tbody tr", { timeout: T });
+  out.replay = await page.$$eval("table.replay tbody tr", (rs) => rs.map((r) => [r.dataset.pass,
+    ...[...r.children].map((c) => c.textContent.trim())]));
+  // 8. the inbox is live: an approval asked while it is open appears; deny it there
+  await page.goto(`${spec.url}/ui/#/approvals`);
+  await page.waitForSelector(".summary", { timeout: T });
+  const askId = await page.evaluate(async (t) => {
+    const r = await fetch("/v0/executions", { method: "POST", headers: { Authorization: `Bearer ${t}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ agent_id: "shell", input: { commands: ["touch made-by-denial"] } }) });
+    return (await r.json()).id;
+  }, spec.token);
+  await page.waitForSelector(`article.approval[data-execution="${askId}"] input[name=decided_by]`, { timeout: T });
+  await page.$eval(`article.approval[data-execution="${askId}"] input[name=decided_by]`, (e) => (e.value = ""));
+  await page.type(`article.approval[data-execution="${askId}"] input[name=decided_by]`, "ui-tester");
+  await page.type(`article.approval[data-execution="${askId}"] input[name=rationale]`, "not from the inbox");
+  await page.click(`article.approval[data-execution="${askId}"] button.deny`);
+  await page.waitForSelector(`article.approval[data-execution="${askId}"] .decided`, { timeout: T });
+  out.inbox_live = { id: askId, decided: await page.$eval(`article.approval[data-execution="${askId}"] .decided`, (e) => e.textContent) };
+  out.console_errors = [...consoleErrors];
+
+  // 9. a stored key that stops working (a restarted dev kernel has a new token) brings the
+  // sign-in back with the kernel's reason
+  await page.evaluate(() => sessionStorage.setItem("rebuno.key", "stale-token"));
+  await page.reload();
+  await page.waitForSelector("#signin-error", { timeout: T });
+  out.stale_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
+  out.stale_key_cleared = await page.evaluate(() => sessionStorage.getItem("rebuno.key") === null);
 } catch (e) {
   out.error = String(e && e.stack || e);
+  out.page = await browser.pages().then((ps) => ps[ps.length - 1].evaluate(() => `${location.hash}\n${document.body.innerText}`.slice(0, 1500))).catch(() => "");
 } finally {
   await browser.close();
 }

@@ -1,7 +1,10 @@
-// sandboxes.mjs - drive the dashboard served by `rebuno sandboxd` in headless Chromium:
-// sign in with the daemon's token, see the sandbox in the list, read a command's output,
-// open a terminal (xterm.js over the PTY WebSocket) and type a command into it.
-// Usage: node sandboxes.mjs <spec.json>; spec: {url, token, shots, name, command_text}.
+// sandboxes.mjs - drive the sandbox views in headless Chromium: sign in, see the sandbox in
+// the list, read a command's output, open a terminal (xterm.js over the PTY WebSocket) and
+// type a command into it. Either in the dashboard `rebuno sandboxd` serves (spec.url, signed
+// in with its token), or, with spec.kernel = {url, token}, in the kernel's dashboard under
+// `rebuno dev`: signed in with the kernel's token, then the sandbox service's token asked
+// by the Sandboxes view (a wrong one first), the page calling sandboxd's /v1 cross-origin.
+// Usage: node sandboxes.mjs <spec.json>; spec: {url, token, shots, name, command_text, kernel?}.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import puppeteer from "puppeteer-core";
@@ -26,13 +29,31 @@ try {
     await page.screenshot({ path: p });
     out.shots.push(p);
   };
-  await page.goto(`${spec.url}/ui/`);
-  await page.waitForSelector("#key", { timeout: T });
-  await page.type("#key", spec.token);
-  await page.keyboard.press("Enter");
+  if (spec.kernel) {
+    await page.goto(`${spec.kernel.url}/ui/`);
+    await page.waitForSelector("#key", { timeout: T });
+    await page.type("#key", spec.kernel.token);
+    await page.keyboard.press("Enter");
+    await page.waitForSelector('.top a[href="#/sandboxes"]', { timeout: T });
+    await page.click('.top a[href="#/sandboxes"]');
+    await page.waitForSelector("#sbkey", { timeout: T });
+    await page.type("#sbkey", "wrong-token");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#sbkey-error", { timeout: T });
+    out.wrong_token_error = await page.$eval("#sbkey-error", (e) => e.textContent.trim());
+    await page.$eval("#sbkey", (e) => (e.value = ""));
+    await page.type("#sbkey", spec.token);
+    await page.keyboard.press("Enter");
+    out.page_origin = await page.evaluate(() => location.origin);
+  } else {
+    await page.goto(`${spec.url}/ui/`);
+    await page.waitForSelector("#key", { timeout: T });
+    await page.type("#key", spec.token);
+    await page.keyboard.press("Enter");
+  }
   await page.waitForSelector(`tr[data-name="${spec.name}"]`, { timeout: T });
   out.row = await page.$eval(`tr[data-name="${spec.name}"]`, (r) => [...r.children].map((c) => c.textContent.trim()));
-  await shot("sandboxes");
+  await shot(spec.kernel ? "kernel-sandboxes" : "sandboxes");
   await page.click(`tr[data-name="${spec.name}"] a`);
   await page.waitForSelector("li[data-cmd] button", { timeout: T });
   out.commands = await page.$$eval("li[data-cmd] code", (els) => els.map((e) => e.textContent));
@@ -46,7 +67,23 @@ try {
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => document.querySelector(".xterm-rows").textContent.includes("typed-42"), { timeout: T });
   out.terminal = await page.$eval(".xterm-rows", (e) => [...e.children].map((r) => r.textContent).join("\n"));
-  await shot("sandbox-terminal");
+  await shot(spec.kernel ? "kernel-sandbox-terminal" : "sandbox-terminal");
+  if (spec.kernel) {
+    // actions: a snapshot, a new sandbox from it (the page opens it), a fork of that one
+    await page.click("button[name=snapshot]");
+    await page.waitForSelector("li[data-snapshot] button[name=restore]", { timeout: T });
+    out.snapshot = await page.$eval("li[data-snapshot]", (e) => e.dataset.snapshot);
+    await page.click("li[data-snapshot] button[name=restore]");
+    await page.waitForFunction((n) => location.hash.startsWith("#/sandboxes/") && !location.hash.endsWith(`/${n}`) &&
+      document.querySelector(".exhead h1"), { timeout: T }, spec.name);
+    out.restored = decodeURIComponent(await page.evaluate(() => location.hash.split("/")[2]));
+    await page.waitForSelector("button[name=fork]", { timeout: T });
+    await page.click("button[name=fork]");
+    await page.waitForFunction((n) => location.hash.startsWith("#/sandboxes/") && !location.hash.endsWith(`/${n}`) &&
+      document.querySelector(".exhead h1")?.textContent.includes(decodeURIComponent(location.hash.split("/")[2])),
+      { timeout: T }, out.restored);
+    out.forked = decodeURIComponent(await page.evaluate(() => location.hash.split("/")[2]));
+  }
   out.errors = errors;
 } catch (e) {
   out.error = String((e && e.stack) || e);
