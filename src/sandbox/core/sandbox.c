@@ -470,6 +470,7 @@ static int session_start(struct sbx *s, struct err *err)
         return -1;
     }
     ss->started_at = clock_now_ms();
+    ss->cpu_seen_mono = clock_mono_ms();
     uuid_v7(ss->id);
     ss->ctl_ev = event_new(d->base, ss->proc.ctl, EV_READ | EV_PERSIST, on_ctl, s);
     ss->pid_ev = event_new(d->base, ss->proc.pidfd, EV_READ, on_init_exit, s);
@@ -921,8 +922,8 @@ static int check_files_budget(const struct sbx *s, const json_t *res, struct err
 static int set_nofile_live(struct sbx *s, int64_t n, struct err *err)
 {
     struct sbx_cgroup *cg = s->sess->cg;
-    char procs[4][512];
-    if (sbx_cg_procs_files(cg, procs, 4) < 1) return err_internal(err, "no cgroup.procs");
+    char procs[SBX_CG_PROCS_MAX][512];
+    if (sbx_cg_procs_files(cg, procs, SBX_CG_PROCS_MAX) < 1) return err_internal(err, "no cgroup.procs");
     bool thaw = !sbx_cg_frozen(cg);
     int e = thaw ? sbx_cg_freeze(cg, SBX_FREEZE_TIMEOUT_MS) : 0;
     FILE *f = e == 0 ? fopen(procs[0], "re") : NULL;
@@ -1233,6 +1234,7 @@ json_t *sbx_json(struct sbx *s, bool full)
         json_object_set_new(u, "memory_peak_bytes", json_integer(st.memory_peak));
         json_object_set_new(u, "pids", json_integer(st.pids));
         json_object_set_new(u, "oom_kills", json_integer(st.oom_kills));
+        if (st.cpu_usage_us >= 0) json_object_set_new(u, "cpu_usage_us", json_integer(st.cpu_usage_us));
         json_object_set_new(u, "cgroup", json_string(sbx_cg_path(s->sess->cg)));
         json_object_set_new(o, "usage", u);
     }

@@ -95,6 +95,9 @@ struct sbx_session {
     struct sbx_netsess *net; /* net.c: its veth and proxy context, or NULL (loopback only) */
     const char *stopping;    /* the stop's reason once init got SIGKILL, else NULL */
     struct event *kill_ev;   /* bounds the wait for init's exit after that */
+    /* the last cpu sample a cpu % was measured from (e2b metrics): the cgroup's usage
+     * and clock_mono_ms() then; {0, session start} before the first */
+    int64_t cpu_seen_us, cpu_seen_mono;
 };
 
 struct sbx {

@@ -466,6 +466,22 @@ static void h_network(struct http_req *r, void *arg)
         http_reply_raw(r, 204, NULL, NULL, 0);
 }
 
+/* The cpu in use since the last sample (the session's start before the first), as a
+ * share of the sandbox's vCPUs in percent (0..100, two decimals), as envd reports it. */
+static double cpu_used_pct(struct sbx *s, const struct sbx_cg_stats *st)
+{
+    struct sbx_session *ss = s->sess;
+    int64_t now = clock_mono_ms(), dt_ms = now - ss->cpu_seen_mono;
+    if (st->cpu_usage_us < 0 || dt_ms <= 0 || s->vcpus <= 0) return 0;
+    double used = (double)(st->cpu_usage_us - ss->cpu_seen_us);
+    double pct = used / ((double)dt_ms * 1000.0 * (double)s->vcpus) * 100.0;
+    ss->cpu_seen_us = st->cpu_usage_us;
+    ss->cpu_seen_mono = now;
+    if (pct < 0) pct = 0;
+    if (pct > 100) pct = 100;
+    return (double)(int64_t)(pct * 100.0 + 0.5) / 100.0;
+}
+
 static void h_metrics(struct http_req *r, void *arg)
 {
     struct sbx *s = find(arg, r, h_metrics);
@@ -483,7 +499,7 @@ static void h_metrics(struct http_req *r, void *arg)
         json_object_set_new(m, "timestamp", iso(now));
         json_object_set_new(m, "timestampUnix", json_integer(now / 1000));
         json_object_set_new(m, "cpuCount", json_integer(s->vcpus));
-        json_object_set_new(m, "cpuUsedPct", json_real(0));
+        json_object_set_new(m, "cpuUsedPct", json_real(cpu_used_pct(s, &st)));
         json_object_set_new(m, "memUsed", json_integer(st.memory_bytes));
         json_object_set_new(m, "memTotal", json_integer(s->memory_mb * 1024 * 1024));
         json_object_set_new(m, "diskUsed", json_integer(0));

@@ -142,7 +142,7 @@ struct zreq {
     uint32_t uid_base, ncg, nofile;
     uint64_t tmp_bytes;
     char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
-    char cg[4][512]; /* cgroup.procs files the child joins */
+    char cg[SBX_CG_PROCS_MAX][512]; /* cgroup.procs files the child joins */
     char fs_dir[1024]; /* the upper tree ("" : sandbox_dir/fs) */
     uint32_t data_base, mount_base, nmounts;
     struct {
@@ -502,13 +502,19 @@ static bool layers_ok(const struct zreq *q)
     return true;
 }
 
+static bool cgs_ok(const struct zreq *q)
+{
+    for (size_t i = 0; i < SBX_CG_PROCS_MAX; i++)
+        if (!memchr(q->cg[i], 0, sizeof q->cg[i])) return false;
+    return true;
+}
+
 static bool zreq_ok(const struct zreq *q)
 {
     return memchr(q->sandbox_dir, 0, sizeof q->sandbox_dir) &&
            memchr(q->image_dir, 0, sizeof q->image_dir) &&
            memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
-           q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
-           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) && q->nofile > 0 &&
+           q->ncg <= SBX_CG_PROCS_MAX && cgs_ok(q) && q->nofile > 0 &&
            memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
            mounts_ok(q) && q->nlayers <= SBX_PLAN_LAYERS_MAX &&
            memchr(q->layers_dir, 0, sizeof q->layers_dir) && layers_ok(q);
@@ -718,7 +724,7 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
         free(q);
         return err_internal(err, "sandbox paths are too long");
     }
-    q->ncg = (uint32_t)sbx_cg_procs_files(p->cg, q->cg, 4);
+    q->ncg = (uint32_t)sbx_cg_procs_files(p->cg, q->cg, SBX_CG_PROCS_MAX);
     int rc = zygote_fd >= 0 ? via_zygote(q, p->timeout_ms, out, err) : -2;
     if (rc == -2) { /* no zygote: clone from here */
         char msg[400];

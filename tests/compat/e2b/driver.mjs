@@ -287,6 +287,21 @@ const cases = {
     }
   },
 
+  async metrics() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.commands.run('true')
+      const idle = (await sbx.getMetrics()).at(-1)
+      // one vCPU busy for a second: a share of the sandbox's cpus, measured since the last sample
+      await sbx.commands.run('timeout 1 bash -c "while :; do :; done" || true')
+      const busy = (await sbx.getMetrics()).at(-1)
+      const past = await sbx.getMetrics({ start: new Date(Date.now() - 7200_000), end: new Date(Date.now() - 3600_000) })
+      return { idle, busy, past: past.length }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async badargs() {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
     const badCwd = await catching(() => sbx.commands.run('pwd', { cwd: '/no/such/dir' }))
