@@ -357,6 +357,15 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
     assert c.getresponse().status == 204
 
 
+def test_default_user_has_passwordless_sudo(ed):
+    """The SDK's default user runs `sudo ...` (docs/e2b.md): E2B-made sandboxes allow
+    privilege escalation, and the user made on first use gets a sudoers entry. The root
+    it reaches is the sandbox's own (test_sandbox_escalation.py)."""
+    r = run_case(ed, "sudo")
+    assert r["out"] == "user\nroot\nnopasswd\nroot\napt ", r
+    assert r["again"] == "0\n"
+
+
 def test_metrics_cpu_and_memory_from_the_cgroup(ed):
     r = run_case(ed, "metrics")
     idle, busy = r["idle"], r["busy"]

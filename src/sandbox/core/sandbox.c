@@ -436,6 +436,7 @@ static int session_start(struct sbx *s, struct err *err)
         .cg = cg,
         .timeout_ms = d->cfg.start_timeout_ms,
         .nofile = (uint32_t)s->nofile,
+        .setuid = s->allow_privilege_escalation,
     };
     p.plan.fs_dir = s->fs_dir;
     p.plan.data_base = s->data_base;
@@ -982,7 +983,8 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "image", "start", "source", "mounts",
                                         "snapshot_expiration_ms", "network_policy",
-                                        "network_id", "ports", "region", NULL};
+                                        "network_id", "ports", "region",
+                                        "allow_privilege_escalation", NULL};
     if (!json_is_object(body)) {
         err_invalid(err, "body", "the body must be a JSON object");
         return NULL;
@@ -1041,6 +1043,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     if (check_files_budget(s, res, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
         parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
+        sbx_json_bool(body, "allow_privilege_escalation", &s->allow_privilege_escalation, err) < 0 ||
         parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
         sbx_ext_parse(s, body, err) < 0 || sbx_net_parse(s, body, fork_from, err) < 0)
         goto fail;
@@ -1207,6 +1210,8 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(o, "disk_enforced", json_boolean(s->disk_enforced));
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
+    json_object_set_new(o, "allow_privilege_escalation",
+                        json_boolean(s->allow_privilege_escalation));
     char iname[900];
     sbx_image_name(s->d, s->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));

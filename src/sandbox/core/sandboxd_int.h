@@ -116,6 +116,8 @@ struct sbx {
     int64_t disk_mb; /* quota of its tree (fs_dir) */
     bool disk_enforced; /* the store enforces disk_mb on this tree (btrfs simple quotas) */
     bool on_timeout_pause;
+    /* no no_new_privs in its sessions: setuid programs (sudo) work inside (spawn.h) */
+    bool allow_privilege_escalation;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
     char stop_reason[64];
     char *dir;

@@ -177,6 +177,8 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     if ((v = json_object_get(in, "envVars")) && !json_is_null(v)) json_object_set(b, "env", v);
     json_object_set_new(b, "timeout_ms", json_integer(t * 1000));
     json_object_set_new(b, "on_timeout", json_string(auto_pause ? "pause" : "stop"));
+    /* E2B's default user has passwordless sudo (e2b_user gives it the sudoers entry) */
+    json_object_set_new(b, "allow_privilege_escalation", json_true());
     json_t *policy;
     if (e2b_network_policy(json_object_get(in, "network"), internet, &policy, err) < 0) {
         json_decref(b);

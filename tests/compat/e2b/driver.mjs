@@ -287,6 +287,19 @@ const cases = {
     }
   },
 
+  async sudo() {
+    // E2B's default user has passwordless sudo: `sudo apt-get ...` and the like
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const r = await sbx.commands.run('whoami; sudo whoami; sudo -n true && echo nopasswd; ' +
+        'sudo mkdir /opt/by-sudo && stat -c %U /opt/by-sudo; sudo apt-get --version | head -c 4')
+      const again = await sbx.commands.run('sudo id -u')
+      return { id: sbx.sandboxId, out: r.stdout, err: r.stderr, again: again.stdout }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async metrics() {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
     try {
