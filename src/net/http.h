@@ -142,8 +142,10 @@ void http_sse_on_drain(struct http_req *r, http_close_fn fn, void *arg);
 void http_sse_end(struct http_req *r);
 
 /* --- raw streams (NDJSON): like SSE, but the caller frames the bytes --- */
-/* Send 200 with this Content-Type (exactly), no length; the body ends when the connection
- * does. Then http_stream_write, http_sse_on_drain and http_sse_end as for SSE. */
+/* Send 200 with this Content-Type (exactly), no length: chunked to a keep-alive HTTP/1.1
+ * client (the connection then serves its next request after http_sse_end), else the body
+ * ends when the connection does. Then http_stream_write, http_sse_on_drain and
+ * http_sse_end as for SSE. */
 void http_stream_start(struct http_req *r, const char *content_type);
 /* Queue bytes: 0, or -EAGAIN past the back-pressure limit (nothing queued; wait for the
  * drain callback), -EPIPE when the client is gone. */
