@@ -28,6 +28,45 @@
 #include "sandbox/core/text.h"
 #include "sandbox/runtime/users.h"
 
+struct sbx *e2b_api_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn)
+{
+    const char *id = http_req_param(r, "id");
+    struct sbx *s = sbx_find(e->d, id);
+    if (!s) {
+        e2b_api_error(r, 404, "sandbox \"%.80s\" not found", id ? id : "");
+        return NULL;
+    }
+    return sbx_api_park(s, r, fn, e) ? NULL : s;
+}
+
+bool e2b_api_body(struct http_req *r, json_t **out)
+{
+    struct err err = ERR_INIT;
+    *out = http_req_json(r, true, &err);
+    if (!*out) {
+        e2b_api_err(r, &err);
+        return false;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        e2b_api_error(r, 400, "the body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+int e2b_timeout_s(const json_t *body, int64_t *out, struct err *err)
+{
+    json_t *v = json_object_get(body, "timeout");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > SBX_TIMEOUT_MAX_MS / 1000)
+        return err_invalid(err, "timeout", "timeout must be whole seconds from 1 to %lld",
+                           (long long)(SBX_TIMEOUT_MAX_MS / 1000));
+    *out = json_integer_value(v);
+    return 0;
+}
+
 void e2b_access_token(const struct e2b *e, const char *id, char out[E2B_TOKEN_HEX + 1])
 {
     unsigned char mac[32];

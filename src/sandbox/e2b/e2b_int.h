@@ -39,6 +39,14 @@ void e2b_access_token(const struct e2b *e, const char *id, char out[E2B_TOKEN_HE
 void e2b_api_error(struct http_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void e2b_api_err(struct http_req *r, const struct err *e);
+/* The control plane's sandbox of :id (E2B ids are ours), unless it is stopping: then r
+ * waits (fn runs again) and NULL is returned, as for an unknown one after a 404. */
+struct sbx *e2b_api_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn);
+/* The body as a JSON object (empty: {}); false after answering 400. */
+bool e2b_api_body(struct http_req *r, json_t **out);
+/* body's "timeout" (whole seconds, 1 .. SBX_TIMEOUT_MAX_MS / 1000) into *out when
+ * present. 0 or -1 with err (400 field timeout). */
+int e2b_timeout_s(const json_t *body, int64_t *out, struct err *err);
 /* The sandbox an envd request addresses (E2b-Sandbox-Id), running (resumed lazily).
  * NULL after answering (502 for an unknown one, as E2B's edge does) or after parking
  * r while the sandbox stops (fn runs again then). */
