@@ -332,6 +332,21 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
                     f"X-Access-Token: {x.token}\r\nContent-Type: application/octet-stream\r\n"
                     f"Content-Length: {17 << 20}\r\n\r\n").encode())
         assert sk.recv(64).startswith(b"HTTP/1.1 413")
+    # gzip bodies: what is no gzip is refused, a bomb stops at the cap, other codings 415
+    import gzip
+    octet = {"Content-Type": "application/octet-stream"}
+    st, _, body = x.envd("POST", "/files?path=/tmp/notgz", b"plain",
+                         {**octet, "Content-Encoding": "gzip"})
+    assert st == 400, body
+    st, _, body = x.envd("POST", "/files?path=/tmp/bomb", gzip.compress(bytes(17 << 20)),
+                         {**octet, "Content-Encoding": "gzip"})
+    assert st == 413, body
+    st, _, body = x.envd("POST", "/files?path=/tmp/br", b"x", {**octet, "Content-Encoding": "br"})
+    assert st == 415, body
+    st, _, body = x.envd("POST", "/files?path=/tmp/empty", gzip.compress(b""),
+                         {**octet, "Content-Encoding": "gzip"})
+    assert st == 200, body
+    assert b'"exitCode":0' in x.run("test -f /tmp/empty && ! test -s /tmp/empty && ! test -e /tmp/bomb")
     # reads: kernel file systems refused; a link the user made is not followed for it
     for p in ("/proc/self/environ", "/proc/1/environ"):
         st, _, body = x.envd("GET", f"/files?path={p}&username=root")
@@ -355,6 +370,16 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
     assert r.status == 400 and json.loads(r.read())["field"] == "egressProxy"
     c.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
     assert c.getresponse().status == 204
+
+
+def test_octet_stream_uploads_gzip_and_streamed(ed):
+    """envd 0.5.7: the SDK sends gzip (Content-Encoding) and streamed (chunked) bodies as
+    one octet-stream upload each; both land as the user's files."""
+    r = run_case(ed, "uploads")
+    assert r["gz"] == {"name": "gz.txt", "type": "file", "path": "/home/user/gz.txt"}, r
+    assert r["gzOk"] is True and r["gzReadOk"] is True
+    assert r["st"]["path"] == "/tmp/streamed.txt" and r["stBack"] == "part1 part2"
+    assert r["owner"] == "user\n"
 
 
 def test_default_user_has_passwordless_sudo(ed):

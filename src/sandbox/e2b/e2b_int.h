@@ -16,9 +16,9 @@
 #include "net/http.h"
 #include "sandbox/core/sandboxd_int.h"
 
-/* The envd version we advertise: default user (>= 0.4.0) and CloseStdin (>= 0.5.2),
- * multipart uploads only (< 0.5.7), no xattr metadata (< 0.6.2). */
-#define E2B_ENVD_VERSION "0.5.6"
+/* The envd version we advertise: default user (>= 0.4.0), CloseStdin (>= 0.5.2),
+ * octet-stream uploads, streamed or gzip (>= 0.5.7); no xattr metadata (< 0.6.2). */
+#define E2B_ENVD_VERSION "0.5.7"
 #define E2B_DEFAULT_USER "user"
 #define E2B_TOKEN_HEX 64
 

@@ -2,8 +2,9 @@
  * files.c - envd's plain-HTTP file routes: GET /files?path= (the whole file: one reply
  * up to 16 MiB, a stream of 16 MiB reads beyond) and POST /files (multipart/form-data,
  * one part per file, its filename the destination; or one octet-stream body for
- * ?path=). Parents are made, files truncated, everything owned by the acting user
- * (?username=, else "user"). The body is bounded by the server (16 MiB in all).
+ * ?path=, plain or Content-Encoding: gzip, inflated here to at most SBX_FS_IO_MAX).
+ * Parents are made, files truncated, everything owned by the acting user (?username=,
+ * else "user"). The body is bounded by the server (16 MiB in all).
  */
 #include "sandbox/e2b/e2b_int.h"
 
@@ -13,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <time.h>
@@ -206,6 +209,37 @@ static int write_one(struct sbx *s, const struct sbx_user *u, const char *dest, 
     return 0;
 }
 
+/* A gzip body (Content-Encoding: gzip) inflated into out, at most SBX_FS_IO_MAX bytes
+ * (a bomb stops there): 0, or -1 with err (400 for what is no gzip stream, 413 past the
+ * cap). libarchive's raw format behind its gzip filter; anything but gzip is refused. */
+static int gunzip(const char *in, size_t n, struct buf *out, struct err *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a) return err_internal(err, "out of memory");
+    archive_read_support_filter_gzip(a);
+    archive_read_support_format_raw(a);
+    archive_read_support_format_empty(a);
+    struct archive_entry *ent;
+    int rc = archive_read_open_memory(a, in, n);
+    if (rc == ARCHIVE_OK) rc = archive_read_next_header(a, &ent);
+    if ((rc != ARCHIVE_OK && rc != ARCHIVE_EOF) || archive_filter_count(a) < 2 ||
+        archive_filter_code(a, 0) != ARCHIVE_FILTER_GZIP) {
+        archive_read_free(a);
+        return err_invalid(err, "body", "Content-Encoding: gzip, but the body is no gzip stream");
+    }
+    char chunk[65536];
+    la_ssize_t k = 0;
+    while (rc == ARCHIVE_OK && (k = archive_read_data(a, chunk, sizeof chunk)) > 0)
+        if (out->len + (size_t)k > SBX_FS_IO_MAX || buf_append(out, chunk, (size_t)k) < 0) {
+            archive_read_free(a);
+            return err_set(err, 413, "payload_too_large", "body",
+                           "the inflated upload is larger than %u bytes", SBX_FS_IO_MAX);
+        }
+    archive_read_free(a);
+    if (k < 0) return err_invalid(err, "body", "a damaged gzip stream");
+    return 0;
+}
+
 /* The boundary of a multipart/form-data Content-Type, or -1. */
 static int boundary_of(const char *ct, char *out, size_t outsz)
 {
@@ -305,16 +339,25 @@ static void h_upload(struct http_req *r, void *arg)
     size_t len;
     const char *body = http_req_body(r, &len);
     json_t *result = json_array();
-    int rc;
-    if (enc && strcasecmp(enc, "identity") != 0)
+    struct buf plain;
+    buf_init(&plain, 0);
+    int rc = 0;
+    if (enc && !strcasecmp(enc, "gzip")) {
+        if ((rc = gunzip(body ? body : "", len, &plain, &err)) == 0) {
+            body = plain.data;
+            len = plain.len;
+        }
+    } else if (enc && strcasecmp(enc, "identity") != 0) {
         rc = err_set(&err, 415, "unsupported_encoding", "Content-Encoding",
-                     "compressed uploads are not supported here; send them plain");
-    else if (ct && !strncasecmp(ct, "multipart/form-data", 19))
+                     "Content-Encoding %.40s is not supported here: send gzip or plain", enc);
+    }
+    if (rc == 0 && ct && !strncasecmp(ct, "multipart/form-data", 19))
         rc = upload_multipart(s, &u, ct, body ? body : "", len, qpath, result, &err);
-    else if (qpath && *qpath)
+    else if (rc == 0 && qpath && *qpath)
         rc = write_one(s, &u, qpath, body ? body : "", len, result, &err);
-    else
+    else if (rc == 0)
         rc = err_invalid(&err, "path", "an octet-stream upload needs ?path=");
+    buf_fini(&plain);
     if (rc < 0) {
         json_decref(result);
         e2b_api_err(r, &err);

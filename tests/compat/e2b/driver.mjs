@@ -287,6 +287,25 @@ const cases = {
     }
   },
 
+  async uploads() {
+    // envd 0.5.7: gzip and streamed bodies go as octet-stream uploads
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const text = 'zipped '.repeat(2000)
+      const gz = await sbx.files.write('gz.txt', text, { gzip: true })
+      const gzBack = await sbx.files.read('gz.txt')
+      const enc = new TextEncoder()
+      const stream = new ReadableStream({ start(c) { c.enqueue(enc.encode('part1 ')); c.enqueue(enc.encode('part2')); c.close() } })
+      const st = await sbx.files.write('/tmp/streamed.txt', stream)
+      const stBack = await sbx.files.read('/tmp/streamed.txt')
+      const owner = await sbx.commands.run('stat -c %U gz.txt')
+      const gzRead = await sbx.files.read('gz.txt', { gzip: true })
+      return { gz, gzOk: gzBack === text, st, stBack, owner: owner.stdout, gzReadOk: gzRead === text }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async sudo() {
     // E2B's default user has passwordless sudo: `sudo apt-get ...` and the like
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
