@@ -1589,6 +1589,15 @@ const char *http_req_header(const struct http_req *r, const char *name)
     return kvs_get(&r->hdrs, name, true);
 }
 
+bool http_req_header_at(const struct http_req *r, size_t i, const char **name,
+                        const char **value)
+{
+    if (i >= r->hdrs.n) return false;
+    *name = r->hdrs.v[i].key;
+    *value = r->hdrs.v[i].val;
+    return true;
+}
+
 const char *http_req_body(const struct http_req *r, size_t *len)
 {
     if (len) *len = r->body.len;

@@ -97,6 +97,9 @@ const char *http_req_query(const struct http_req *r, const char *name);
 bool http_req_query_at(const struct http_req *r, size_t i, const char **key, const char **value);
 /* Case-insensitive header lookup, NULL if absent. */
 const char *http_req_header(const struct http_req *r, const char *name);
+/* The i-th request header (from 0) as received, for headers named by a prefix. */
+bool http_req_header_at(const struct http_req *r, size_t i, const char **name,
+                        const char **value);
 const char *http_req_body(const struct http_req *r, size_t *len);
 /* Peer address as text ("127.0.0.1"), and whether it is a loopback address. */
 const char *http_req_peer(const struct http_req *r);

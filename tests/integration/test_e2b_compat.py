@@ -347,6 +347,17 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
                          {**octet, "Content-Encoding": "gzip"})
     assert st == 200, body
     assert b'"exitCode":0' in x.run("test -f /tmp/empty && ! test -s /tmp/empty && ! test -e /tmp/bomb")
+    # metadata headers: bounded and checked; on a symlink's place nothing is followed
+    st, _, body = x.envd("POST", "/files?path=/tmp/m", b"x", {**octet, "X-Metadata-k": "v" * 5000})
+    assert st == 400, body
+    many = {f"X-Metadata-k{i}": "v" for i in range(65)}
+    st, _, body = x.envd("POST", "/files?path=/tmp/m", b"x", {**octet, **many})
+    assert st == 400, body
+    x.run("ln -sf /etc/passwd ~/plink", user="user")
+    st, _, body = x.envd("POST", "/files?path=/home/user/plink&username=user", b"x",
+                         {**octet, "X-Metadata-k": "v"})
+    assert st == 403, body
+    assert b"cm9vdDp4OjA6MDpyb290" in x.run("cat /etc/passwd")  # base64 of "root:x:0:0:root"
     # reads: kernel file systems refused; a link the user made is not followed for it
     for p in ("/proc/self/environ", "/proc/1/environ"):
         st, _, body = x.envd("GET", f"/files?path={p}&username=root")
@@ -372,14 +383,21 @@ def test_hostile_input_is_refused_and_stays_inside(ed):
     assert c.getresponse().status == 204
 
 
-def test_octet_stream_uploads_gzip_and_streamed(ed):
+def test_octet_stream_uploads_gzip_streamed_and_metadata(ed):
     """envd 0.5.7: the SDK sends gzip (Content-Encoding) and streamed (chunked) bodies as
-    one octet-stream upload each; both land as the user's files."""
+    one octet-stream upload each; both land as the user's files. 0.6.2: metadata."""
     r = run_case(ed, "uploads")
     assert r["gz"] == {"name": "gz.txt", "type": "file", "path": "/home/user/gz.txt"}, r
     assert r["gzOk"] is True and r["gzReadOk"] is True
     assert r["st"]["path"] == "/tmp/streamed.txt" and r["stBack"] == "part1 part2"
     assert r["owner"] == "user\n"
+    # envd 0.6.2 file metadata: kept with the file (user xattrs), in its entries
+    meta = {"owner": "agent", "run-id": "7"}
+    assert r["m"]["metadata"] == meta and r["infoMeta"] == meta and r["plainMeta"] is None
+    assert [f["metadata"] for f in r["many"]] == [{"batch": "yes"}] * 2
+    assert r["listed"] == [["m.txt", meta], ["m1.txt", {"batch": "yes"}], ["m2.txt", {"batch": "yes"}]]
+    assert r["gzMeta"]["metadata"] == {"z": "1"}
+    assert r["badMeta"]["error"] == "InvalidArgumentError"
 
 
 def test_default_user_has_passwordless_sudo(ed):

@@ -17,9 +17,12 @@
 #include "sandbox/core/sandboxd_int.h"
 
 /* The envd version we advertise: default user (>= 0.4.0), CloseStdin (>= 0.5.2),
- * octet-stream uploads, streamed or gzip (>= 0.5.7); no xattr metadata (< 0.6.2). */
-#define E2B_ENVD_VERSION "0.5.7"
+ * octet-stream uploads, streamed or gzip (>= 0.5.7), file metadata (>= 0.6.2); no
+ * entry info in watch events (< 0.6.3). */
+#define E2B_ENVD_VERSION "0.6.2"
 #define E2B_DEFAULT_USER "user"
+/* File metadata (X-Metadata-KEY: value) is kept as the user xattr "user.e2b.KEY". */
+#define E2B_XATTR_PREFIX "e2b."
 #define E2B_TOKEN_HEX 64
 
 struct e2b_stream;
@@ -57,6 +60,10 @@ struct sbx *e2b_envd_running(struct e2b *e, struct http_req *r, http_handler_fn 
  * use when it is the default one. 0 or -1 with err. */
 int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_user *u,
              struct err *err);
+/* EntryInfo of path (Stat's answer): type, permissions, owner, times, metadata. NULL
+ * with err. */
+json_t *e2b_stat_entry(const struct sbx *s, const struct sbx_fs *fs, const char *path,
+                       struct err *err);
 /* The session's files as u sees them (files.h no_user_links). */
 struct sbx_fs e2b_fs(const struct sbx *s, const struct sbx_user *u);
 /* Normalize path for u (relative: from u's home). 0 or -1 with err (400 field). */

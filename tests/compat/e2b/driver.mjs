@@ -300,7 +300,17 @@ const cases = {
       const stBack = await sbx.files.read('/tmp/streamed.txt')
       const owner = await sbx.commands.run('stat -c %U gz.txt')
       const gzRead = await sbx.files.read('gz.txt', { gzip: true })
-      return { gz, gzOk: gzBack === text, st, stBack, owner: owner.stdout, gzReadOk: gzRead === text }
+      // envd 0.6.2: metadata on writes, kept with the file, shown in its entries
+      const meta = { owner: 'agent', 'run-id': '7' }
+      const m = await sbx.files.write('m.txt', 'with metadata', { metadata: meta })
+      const many = await sbx.files.write([{ path: 'm1.txt', data: 'a' }, { path: 'm2.txt', data: 'b' }], { metadata: { batch: 'yes' } })
+      const info = await sbx.files.getInfo('m.txt')
+      const plain = await sbx.files.getInfo('gz.txt')
+      const listed = (await sbx.files.list('.')).filter((e) => e.name.startsWith('m')).map((e) => [e.name, e.metadata ?? null])
+      const gzMeta = await sbx.files.write('mgz.txt', 'z', { gzip: true, metadata: { z: '1' } })
+      const badMeta = await catching(() => sbx.files.write('bad.txt', 'x', { metadata: { 'bad key': 'v' } }))
+      return { gz, gzOk: gzBack === text, st, stBack, owner: owner.stdout, gzReadOk: gzRead === text,
+        m, many, infoMeta: info.metadata ?? null, plainMeta: plain.metadata ?? null, listed, gzMeta, badMeta }
     } finally {
       await sbx.kill()
     }
