@@ -147,6 +147,11 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
                  ("remove", "top.txt")]:
         assert want in ev, ev
     assert ev.index(("create", "top.txt")) < ev.index(("remove", "top.txt"))
+    # includeEntry (envd 0.6.3): the entry as it is when the event comes; none once gone
+    we = [e for e in r["withEntry"] if e[1] == "e.txt"]
+    assert any(e[0] in ("create", "write") and e[2] and e[2][:2] == ["file", "/home/user/proj/e.txt"]
+               and e[2][3] == "user" for e in we), we
+    assert [e[2] for e in we if e[0] == "remove"] == [None], we
 
 
 def test_pause_connect_resumes_with_files_and_processes_and_on_timeout_pause(ed):

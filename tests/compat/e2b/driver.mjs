@@ -162,7 +162,16 @@ const cases = {
       await sbx.commands.run('echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
       for (let i = 0; i < 50 && !events.some((e) => e[1] === 'top.txt' && e[0] === 'remove'); i++) await sleep(100)
       await wh.stop()
+      // envd 0.6.3: includeEntry gives each event the entry as it is then
+      const withEntry = []
+      const we = await sbx.files.watchDir('proj', (ev) => withEntry.push([ev.type, ev.name, ev.entry ? [ev.entry.type, ev.entry.path, ev.entry.size, ev.entry.owner] : null]), { includeEntry: true })
+      await sbx.commands.run('printf 12345 > ~/proj/e.txt')
+      for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'write'); i++) await sleep(100)
+      await sbx.commands.run('rm ~/proj/e.txt')
+      for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'remove'); i++) await sleep(100)
+      await we.stop()
       return {
+        withEntry,
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,
           modified: String(info.modifiedTime) },
