@@ -7,7 +7,7 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
       libcriterion-dev python3 python3-pytest python3-pip python3-venv python3-httpx
       sqlite3 git openssl ca-certificates bubblewrap nftables iproute2
       btrfs-progs tmux curl cppcheck umoci skopeo busybox-static zstd docker-registry
-      libpq-dev postgresql-15 mmdebstrap chromium zlib1g-dev)
+      libpq-dev postgresql-15 mmdebstrap chromium zlib1g-dev sudo)
 # libarchive-dev: unpacking image layers (tar, gzip, zstd). umoci, skopeo, busybox-static, zstd:
 # self-contained test images (a static shell, zstd layers, docker archives).
 # docker-registry: the real OCI registry the pull tests and bench/image_pull.py start on
@@ -19,6 +19,8 @@ PKGS=(build-essential pkg-config libevent-dev libhttp-parser-dev libwslay-dev li
 # libpq-dev: the PostgreSQL store (store: postgres://...); postgresql-15: the real server its tests
 # start (initdb + pg_ctl in a temp folder), never a system service.
 # zlib1g-dev: gzip of the HTTP replies (JSON, the dashboard's files) for clients that accept it.
+# sudo: the built-in sandbox image's /usr is the host's, and the E2B endpoint's default user
+# has passwordless sudo there (docs/e2b.md; the SDK runs `sudo ...` as that user).
 # python3-httpx: the SDK's optional rebuno.http_client() and its tests (the SDK itself is stdlib only).
 # nodejs/npm: the @vercel/sandbox conformance tests (tests/compat/vercel, npm ci from the
 # registry). Only when there is no node at all: a newer one (the SDK wants >= 20.18.1,

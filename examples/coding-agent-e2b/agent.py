@@ -4,7 +4,8 @@
 
 The model loop runs in this rebuno agent; ``shell``, ``read_file`` and ``write_file`` run in
 a sandbox that holds a checkout of the repository; ``open_pr`` calls the forge's API from
-here. The document's shape, kept step by step:
+here (the tools are ../coding-agent/sandbox_tools.py, the demo's). The document's shape,
+kept step by step:
 
 - the session's sandbox is found by metadata (or created) inside ``step("find_sandbox")``,
   so a re-dispatch replays the recorded id;
@@ -49,31 +50,24 @@ Input: ``{"task": "...", "session": "..."?}``; output ``{"answer", "session", "s
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextvars
 import json
 import os
-import ssl
-import urllib.error
-import urllib.request
+import sys
 from pathlib import Path
 
-from rebuno import Agent, Blocked, ChatClient, ToolSet, execution, step, tool
-from rebuno.sandbox import (
-    NetworkPolicy,
-    NetworkPolicyRule,
-    NetworkPolicyTransform,
-    SandboxClient,
-    SandboxPathNotFoundError,
-)
+from rebuno import Agent, Blocked, ChatClient, execution, step
+from rebuno.sandbox import SandboxClient
 
-REPO = os.environ.get("REPO", "acme/calc")
+# the tools and the forge's network rule are the coding-agent demo's (one copy of them)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "coding-agent"))
+import sandbox_tools  # noqa: E402
+from sandbox_tools import TOOLS, WORKDIR, Forge  # noqa: E402
+
 FORGE_HOST = os.environ.get("FORGE_HOST", "github.com")
-FORGE_API_URL = os.environ.get("FORGE_API_URL", f"https://api.{FORGE_HOST}")
-FORGE_CA = os.environ.get("FORGE_CA") or None
+FORGE = Forge(repo=os.environ.get("REPO", "acme/calc"), host=FORGE_HOST,
+              api_url=os.environ.get("FORGE_API_URL", f"https://api.{FORGE_HOST}"),
+              ca=os.environ.get("FORGE_CA") or None)
 SESSIONS = Path(os.environ.get("SESSIONS_DIR") or Path(__file__).resolve().parent / "sessions")
-WORKDIR = "/root/repo"
 TIMEOUT = 600  # seconds, as 001's create and connect
 
 _client: SandboxClient | None = None
@@ -86,29 +80,6 @@ def sandboxes() -> SandboxClient:
     if _client is None:
         _client = SandboxClient()
     return _client
-_sandbox: contextvars.ContextVar = contextvars.ContextVar("sandbox")
-_branch: contextvars.ContextVar = contextvars.ContextVar("branch")
-
-
-def forge_token() -> str:
-    """The token this worker holds now (a token file is read again each time)."""
-    path = os.environ.get("FORGE_TOKEN_FILE")
-    if path:
-        return Path(path).read_text(encoding="utf-8").strip()
-    token = os.environ.get("FORGE_TOKEN") or os.environ.get("GITHUB_TOKEN")
-    if not token:
-        raise RuntimeError("set FORGE_TOKEN (or GITHUB_TOKEN, or FORGE_TOKEN_FILE)")
-    return token
-
-
-def network_policy() -> NetworkPolicy:
-    """001's update_network rule: the forge's git host, its Authorization header set by the
-    egress proxy, outside the sandbox."""
-    credentials = base64.b64encode(f"x-access-token:{forge_token()}".encode()).decode()
-    return NetworkPolicy.custom({
-        FORGE_HOST: [NetworkPolicyRule(transform=[
-            NetworkPolicyTransform(headers={"Authorization": f"Basic {credentials}"})])],
-    })
 
 
 # ---------------------------------------------------------------- find the sandbox
@@ -120,20 +91,22 @@ async def find_sandbox(session: str) -> str:
         return found[0].id
     sandbox = await sandboxes().create_sandbox(timeout=TIMEOUT, metadata={"session": session},
                                           on_timeout="pause", destroy=False,
-                                          network_policy=network_policy())
+                                          network_policy=FORGE.network_policy())
     return sandbox.id
 
 
 async def connect(sandbox_id: str, branch: str):
-    """001's ``AsyncSandbox.connect(sandbox_id, timeout=600)`` and ``update_network``: resume
-    it, give it the token held now, and make sure it holds the checkout on the branch."""
+    """001's ``AsyncSandbox.connect(sandbox_id, timeout=600)`` and ``update_network`` (the
+    forge's git host, its Authorization header set by the egress proxy, outside the
+    sandbox): resume it, give it the token held now, and make sure it holds the checkout
+    on the branch."""
     sandbox = await sandboxes().get_sandbox(id=sandbox_id)
     await sandbox.resume()
-    await sandbox.update(timeout=TIMEOUT, network_policy=network_policy())
+    await sandbox.update(timeout=TIMEOUT, network_policy=FORGE.network_policy())
     if not await sandbox.fs.exists(f"{WORKDIR}/.git"):
         # a new sandbox (or one whose first clone did not finish): clone, then the branch
         await sandbox.run_command("rm", ["-rf", WORKDIR])
-        r = await sandbox.run_command("git", ["clone", "-q", f"https://{FORGE_HOST}/{REPO}.git", WORKDIR],
+        r = await sandbox.run_command("git", ["clone", "-q", f"https://{FORGE_HOST}/{FORGE.repo}.git", WORKDIR],
                                       capture_output=True, kill_after=120)
         if r.returncode != 0:
             raise RuntimeError(f"git clone failed: {r.stderr}")
@@ -160,76 +133,8 @@ def save_conversation(session: str, messages: list) -> str:
     return "saved"
 
 
-# ---------------------------------------------------------------- the tools
-
-@tool("shell")
-async def shell(command: str) -> str:
-    """Run a shell command in the repository and return its exit code and output.
-
-    Args:
-        command: A bash command line, run in the repository's root.
-    """
-    r = await _sandbox.get().run_command("bash", ["-c", command], cwd=WORKDIR, kill_after=120,
-                                         capture_output=True)
-    return f"exit code {r.returncode}\n{r.stdout}{r.stderr}"[-10000:]
-
-
-@tool("read_file")
-async def read_file(path: str) -> str:
-    """Return a file's contents. The path is relative to the repository root.
-
-    Args:
-        path: The file, relative to the repository root.
-    """
-    try:
-        return await _sandbox.get().fs.read_text(f"{WORKDIR}/{path}")
-    except SandboxPathNotFoundError:
-        return f"{path} does not exist"
-
-
-@tool("write_file")
-async def write_file(path: str, content: str) -> str:
-    """Replace a file's contents, creating it if needed. The path is relative to the repository root.
-
-    Args:
-        path: The file, relative to the repository root.
-        content: The whole new contents.
-    """
-    await _sandbox.get().fs.write_text(f"{WORKDIR}/{path}", content)
-    return f"wrote {path}"
-
-
-@tool("open_pr", idempotency="at_most_once")
-async def open_pr(title: str, body: str) -> str:
-    """Open a pull request from the pushed branch.
-
-    Args:
-        title: The pull request's title.
-        body: Its description.
-    """
-    req = urllib.request.Request(
-        f"{FORGE_API_URL}/api/repos/{REPO}/pulls", method="POST",
-        data=json.dumps({"title": title, "body": body, "head": _branch.get(), "base": "main"}).encode(),
-        headers={"Authorization": f"Bearer {forge_token()}", "Content-Type": "application/json"})
-    ctx = ssl.create_default_context(cafile=FORGE_CA)
-
-    def send() -> tuple[int, dict]:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-
-    try:
-        status, pr = await asyncio.to_thread(send)
-    except urllib.error.HTTPError as e:
-        return f"error: the forge answered {e.code}: {e.read().decode(errors='replace')[:300]}"
-    verb = "opened" if status == 201 else "updated"
-    return f"pull request #{pr['number']} {verb}: {pr['url']}"
-
-
-TOOLS = ToolSet([shell, read_file, write_file, open_pr])
-
-
 def system_prompt(branch: str) -> str:
-    return (f"You are a coding agent working in a git checkout of {REPO}. Use the shell, read_file and "
+    return (f"You are a coding agent working in a git checkout of {FORGE.repo}. Use the shell, read_file and "
             "write_file tools; paths are relative to the repository root. Commit your changes on the "
             "branch below and push it, then open a pull request with open_pr.\n"
             f"branch: {branch}")
@@ -242,8 +147,7 @@ async def process(task: str, session: str | None = None) -> dict:
     branch = f"rebuno/{session}"
     sandbox_id = await step("find_sandbox", find_sandbox, {"session": session})
     sandbox = await connect(sandbox_id, branch)
-    _sandbox.set(sandbox)
-    _branch.set(branch)
+    sandbox_tools.use(sandbox, branch, FORGE)
     history = await step("load_conversation", load_conversation, {"session": session})
     history = history or [{"role": "system", "content": system_prompt(branch)}]
     result = None

@@ -123,6 +123,7 @@ struct http_req {
     bool sse;        /* SSE stream started */
     bool closing;    /* close callback running: replies become no-ops */
     bool want_drain; /* an SSE send returned -EAGAIN */
+    bool chunked;    /* a raw stream sent with Transfer-Encoding: chunked (keep-alive) */
     bool head, http10, keep_alive, is_connect, want_close;
     bool in_value; /* last header callback was a value */
     const char *method;
@@ -1623,6 +1624,15 @@ const char *http_req_header(const struct http_req *r, const char *name)
     return kvs_get(&r->hdrs, name, true);
 }
 
+bool http_req_header_at(const struct http_req *r, size_t i, const char **name,
+                        const char **value)
+{
+    if (i >= r->hdrs.n) return false;
+    *name = r->hdrs.v[i].key;
+    *value = r->hdrs.v[i].val;
+    return true;
+}
+
 const char *http_req_body(const struct http_req *r, size_t *len)
 {
     if (len) *len = r->body.len;
@@ -1811,22 +1821,27 @@ void http_sse_start(struct http_req *r)
     bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_SSE_LIMIT, 0);
 }
 
-/* A raw stream (NDJSON and the like): the SSE machinery with another content type. */
+/* A raw stream (NDJSON and the like): the SSE machinery with another content type.
+ * To a keep-alive HTTP/1.1 client the body goes chunked and the connection stays for
+ * the next request: clients that send a stream request per call (the E2B SDK's every
+ * command, file stream and watch) then pay no connect, accept and close per call. */
 void http_stream_start(struct http_req *r, const char *content_type)
 {
     ASSERT(!r->done && !r->sse && header_ok("Content-Type", content_type));
     r->sse = true;
     struct http_conn *c = r->conn;
     if (!c) return;
+    r->chunked = !r->http10 && r->keep_alive && !r->want_close && !c->s->shutting_down;
     struct evbuffer *out = bufferevent_get_output(c->bev);
     evbuffer_add_printf(out, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
-                             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-                             "Connection: close\r\n", content_type);
+                             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
+                        content_type,
+                        r->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
     for (size_t i = 0; i < r->out_hdrs.n; i++)
         if (strcasecmp(r->out_hdrs.v[i].key, "Content-Type") != 0)
             evbuffer_add_printf(out, "%s: %s\r\n", r->out_hdrs.v[i].key, r->out_hdrs.v[i].val);
     evbuffer_add(out, "\r\n", 2);
-    c->close_after = true; /* no length: the body ends with the connection */
+    if (!r->chunked) c->close_after = true; /* no length: the body ends with the connection */
     bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_SSE_LIMIT, 0);
 }
 
@@ -1840,7 +1855,10 @@ int http_stream_write(struct http_req *r, const void *data, size_t len)
         r->want_drain = true;
         return -EAGAIN;
     }
+    if (len == 0) return 0; /* an empty chunk would end the body */
+    if (r->chunked) evbuffer_add_printf(out, "%zx\r\n", len);
     evbuffer_add(out, data, len);
+    if (r->chunked) evbuffer_add(out, "\r\n", 2);
     return 0;
 }
 
@@ -1901,7 +1919,13 @@ void http_sse_end(struct http_req *r)
 {
     ASSERT(r->sse && !r->done);
     r->done = true;
-    req_finished(r); /* the connection closes once the output is flushed */
+    struct http_conn *c = r->conn;
+    if (c && r->chunked) {
+        /* the last chunk; the connection serves the next request once it is out */
+        evbuffer_add(bufferevent_get_output(c->bev), "0\r\n\r\n", 5);
+        bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    }
+    req_finished(r); /* else the connection closes once the output is flushed */
 }
 
 /* ------------------------------------------------------------------ upgrade */

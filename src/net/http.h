@@ -102,6 +102,9 @@ const char *http_req_query(const struct http_req *r, const char *name);
 bool http_req_query_at(const struct http_req *r, size_t i, const char **key, const char **value);
 /* Case-insensitive header lookup, NULL if absent. */
 const char *http_req_header(const struct http_req *r, const char *name);
+/* The i-th request header (from 0) as received, for headers named by a prefix. */
+bool http_req_header_at(const struct http_req *r, size_t i, const char **name,
+                        const char **value);
 const char *http_req_body(const struct http_req *r, size_t *len);
 /* Peer address as text ("127.0.0.1"), and whether it is a loopback address. */
 const char *http_req_peer(const struct http_req *r);
@@ -147,8 +150,10 @@ void http_sse_on_drain(struct http_req *r, http_close_fn fn, void *arg);
 void http_sse_end(struct http_req *r);
 
 /* --- raw streams (NDJSON): like SSE, but the caller frames the bytes --- */
-/* Send 200 with this Content-Type (exactly), no length; the body ends when the connection
- * does. Then http_stream_write, http_sse_on_drain and http_sse_end as for SSE. */
+/* Send 200 with this Content-Type (exactly), no length: chunked to a keep-alive HTTP/1.1
+ * client (the connection then serves its next request after http_sse_end), else the body
+ * ends when the connection does. Then http_stream_write, http_sse_on_drain and
+ * http_sse_end as for SSE. */
 void http_stream_start(struct http_req *r, const char *content_type);
 /* Queue bytes: 0, or -EAGAIN past the back-pressure limit (nothing queued; wait for the
  * drain callback), -EPIPE when the client is gone. */

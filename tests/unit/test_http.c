@@ -283,6 +283,15 @@ static void h_sse(struct http_req *r, void *arg)
     http_sse_end(r);
 }
 
+static void h_ndjson(struct http_req *r, void *arg)
+{
+    http_stream_start(r, "application/x-ndjson");
+    CHECK(http_stream_write(r, "a\n", 2) == 0);
+    CHECK(http_stream_write(r, "", 0) == 0); /* nothing: not the last chunk */
+    CHECK(http_stream_write(r, "bc\n", 3) == 0);
+    http_sse_end(r);
+}
+
 static void h_sse_keep(struct http_req *r, void *arg)
 {
     g.kept[1] = r;
@@ -434,6 +443,7 @@ static void add_routes(void)
     http_route(g.http, "GET", "/poll", h_poll, NULL);
     http_route(g.http, "GET", "/hang", h_hang, NULL);
     http_route(g.http, "GET", "/sse", h_sse, NULL);
+    http_route(g.http, "GET", "/ndjson", h_ndjson, NULL);
     http_route(g.http, "GET", "/sse-keep", h_sse_keep, NULL);
     http_route(g.http, "GET", "/sse-flood", h_sse_flood, NULL);
     http_route(g.http, "GET", "/orphan", h_orphan, NULL);
@@ -1084,6 +1094,50 @@ Test(http, sse_framing)
                              "data: line1\ndata: line2\ndata: line3\n\n"
                              ": ping\n\n"
                              "id: 2\ndata: \n\n");
+    resp_free(&r);
+    cl_close(c);
+    srv_stop();
+}
+
+/* Raw streams go chunked to keep-alive HTTP/1.1 clients, and the connection serves the
+ * next request; to HTTP/1.0 (or Connection: close) the body ends with the connection. */
+Test(http, raw_stream_chunked_and_kept_alive)
+{
+    start(NULL);
+    struct cl *c = cl_open();
+    cl_send(c, GET("/ndjson"));
+    static const char framed[] = "2\r\na\n\r\n3\r\nbc\n\r\n0\r\n\r\n";
+    char *end;
+    while (!c->buf || !(end = strstr(c->buf, "\r\n\r\n")) ||
+           c->len < (size_t)(end - c->buf) + 4 + sizeof framed - 1)
+        cr_assert_gt(cl_fill(c), 0, "%s", c->buf ? c->buf : "");
+    char *head = strndup(c->buf, (size_t)(end - c->buf) + 4);
+    char v[64];
+    cr_assert(hdr_get(head, "Transfer-Encoding", v, sizeof v), "%s", head);
+    cr_assert_str_eq(v, "chunked");
+    cr_assert_not(hdr_get(head, "Connection", v, sizeof v), "%s", head);
+    cr_assert_not(hdr_get(head, "Content-Length", v, sizeof v), "%s", head);
+    cl_consume(c, strlen(head));
+    free(head);
+    cr_assert_eq(c->len, sizeof framed - 1);
+    cr_assert(memcmp(c->buf, framed, c->len) == 0, "%s", c->buf);
+    cl_consume(c, c->len);
+    /* the same connection serves the next request */
+    cl_send(c, GET("/fast"));
+    struct resp r;
+    cr_assert(cl_resp(c, &r, false));
+    cr_assert_str_eq(r.body, "fast");
+    resp_free(&r);
+    cr_assert_eq(srv_conns(), 1);
+    cl_close(c);
+    /* HTTP/1.0: no chunks, the close ends the body */
+    c = cl_open();
+    cl_send(c, "GET /ndjson HTTP/1.0\r\n\r\n");
+    cr_assert(cl_resp(c, &r, false));
+    cr_assert(hdr_get(r.head, "Connection", v, sizeof v));
+    cr_assert_str_eq(v, "close");
+    cr_assert_not(hdr_get(r.head, "Transfer-Encoding", v, sizeof v));
+    cr_assert_str_eq(r.body, "a\nbc\n");
     resp_free(&r);
     cl_close(c);
     srv_stop();

@@ -208,6 +208,7 @@ Test(sandbox_plan, builds_the_documented_layout)
     const struct sbx_op *usr = find_op(&p, SBX_OP_OVERLAY, "/mnt/root/usr");
     cr_assert_not_null(usr);
     cr_assert(strstr(usr->data, "upperdir=/s/sandboxes/x/fs/upper/usr"));
+    cr_assert(root->flags & MS_NOSUID && usr->flags & MS_NOSUID);
     /* lowers are idmapped, read-only, nosuid; the root overlay comes before /usr's */
     size_t i_root = (size_t)(root - p.ops), i_usr = (size_t)(usr - p.ops);
     cr_assert_lt(i_root, i_usr);
@@ -240,6 +241,26 @@ Test(sandbox_plan, builds_the_documented_layout)
         if (p.ops[i].source && p.ops[i].kind == SBX_OP_BIND_RO)
             cr_assert(strncmp(p.ops[i].source, "/s/sandboxes/x/mnt/root/", 24) == 0,
                       "%s", p.ops[i].source);
+    sbx_plan_fini(&p);
+}
+
+/* allow_privilege_escalation: the sandbox's own trees honour setuid bits, nothing else */
+Test(sandbox_plan, setuid_lifts_nosuid_on_the_sandbox_trees_only)
+{
+    struct sbx_plan p;
+    struct err e = ERR_INIT;
+    struct sbx_plan_input in = {.sandbox_dir = "/s/sandboxes/x",
+                                .image_dir = "/s/images/default-v1", .usr_dir = "/usr",
+                                .uid_base = 165536, .tmp_bytes = 64 << 20, .setuid = 1};
+    cr_assert_eq(sbx_plan_build(&in, &p, &e), 0, "%s", e.msg);
+    const struct sbx_op *root = find_op(&p, SBX_OP_OVERLAY, "/mnt/root");
+    const struct sbx_op *usr = find_op(&p, SBX_OP_OVERLAY, "/mnt/root/usr");
+    cr_assert(root && usr && !(root->flags & MS_NOSUID) && !(usr->flags & MS_NOSUID));
+    cr_assert(root->flags & MS_NODEV && usr->flags & MS_NODEV);
+    for (size_t i = 0; i < p.n; i++)
+        if (p.ops[i].kind == SBX_OP_TMPFS || p.ops[i].kind == SBX_OP_IDMAP_BIND ||
+            p.ops[i].kind == SBX_OP_PROC || p.ops[i].kind == SBX_OP_DEVPTS)
+            cr_assert(p.ops[i].flags & MS_NOSUID, "%s", p.ops[i].target);
     sbx_plan_fini(&p);
 }
 

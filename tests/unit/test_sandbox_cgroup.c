@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox/runtime/cgroup.h"
@@ -62,6 +63,27 @@ static void exercise(const char *mode, const struct sbx_cg_limits *l)
         cr_assert_eq(sbx_cg_attach(cg, kids[i]), 0);
     }
     cr_assert_eq(sbx_cg_count(cg), 3);
+    /* cpu usage counts what the group's processes burn: one spins 30 ms of cpu time */
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t spin = fork();
+    if (spin == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 0) _exit(1); /* until attached */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+        do clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 30000000L);
+        _exit(0);
+    }
+    close(go[0]);
+    cr_assert_eq(sbx_cg_attach(cg, spin), 0);
+    close(go[1]);
+    cr_assert_eq(waitpid(spin, NULL, 0), spin);
+    struct sbx_cg_stats cs;
+    sbx_cg_stats(cg, &cs);
+    cr_assert_geq(cs.cpu_usage_us, 25000, "cpu usage %lld us", (long long)cs.cpu_usage_us);
     cr_assert_eq(sbx_cg_freeze(cg, 2000), 0);
     cr_assert(sbx_cg_frozen(cg));
     cr_assert_eq(sbx_cg_thaw(cg, 2000), 0);

@@ -18,49 +18,27 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import EXAMPLE
 
 import demo  # noqa: E402  (examples/coding-agent/demo.py, on the path by conftest)
 import model as scripted  # noqa: E402
-from rebuno import _localauth  # noqa: E402
+from stack_calls import run_in, running, sbx  # noqa: E402  (examples/coding-agent/tests)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root")
 
 
 @pytest.fixture
 def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[demo.Stack]:
-    lease = getattr(request, "param", None)
-    s = demo.Stack(tmp_path / "demo", lease_seconds=lease, agent_script=EXAMPLE / "agent.py",
-                   config_file=EXAMPLE / "rebuno.yaml")
     os.environ["SESSIONS_DIR"] = str(tmp_path / "sessions")  # the agent inherits it
     try:
-        s.start()
-        yield s
-    except BaseException:
-        for p in s.procs.values():
-            print(f"--- {p.name}\n{p.tail(60)}")
-        raise
+        with running(demo.Stack(tmp_path / "demo", lease_seconds=getattr(request, "param", None),
+                                agent_script=EXAMPLE / "agent.py",
+                                config_file=EXAMPLE / "rebuno.yaml")) as s:
+            yield s
     finally:
-        s.stop()
         os.environ.pop("SESSIONS_DIR", None)
-
-
-def sbx(stack: demo.Stack, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"} if data else {}
-    token = _localauth.find(stack.sandbox_url, _localauth.SANDBOXD_STATE_FILE)[0]
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(stack.sandbox_url + "/v1" + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return r.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 def by_session(stack: demo.Stack, session: str) -> list[dict]:
@@ -68,13 +46,6 @@ def by_session(stack: demo.Stack, session: str) -> list[dict]:
     st, out = sbx(stack, "GET", f"/sandboxes?metadata={q}")
     assert st == 200, out
     return out["sandboxes"]
-
-
-def run_in(stack: demo.Stack, sandbox: str, script: str) -> str:
-    st, out = sbx(stack, "POST", f"/sandboxes/{sandbox}/commands",
-                  {"cmd": "bash", "args": ["-c", script], "cwd": "/root/repo", "wait": True})
-    assert st == 200, out
-    return out["stdout"] + out["stderr"]
 
 
 def create(stack: demo.Stack, task: str, session: str | None = None) -> str:

@@ -12,7 +12,6 @@ agent killed mid-run is re-dispatched after its lease expires, replays what it r
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -29,48 +28,15 @@ from conftest import EXAMPLE
 
 sys.path.insert(0, str(EXAMPLE))
 import demo  # noqa: E402
-from rebuno import _localauth  # noqa: E402  (the SDK of this checkout, on the path by conftest)
+from stack_calls import run_in, running, sbx  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root")
 
 
 @pytest.fixture
 def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[demo.Stack]:
-    lease = getattr(request, "param", None)
-    s = demo.Stack(tmp_path / "demo", lease_seconds=lease)
-    try:
-        s.start()
+    with running(demo.Stack(tmp_path / "demo", lease_seconds=getattr(request, "param", None))) as s:
         yield s
-    except BaseException:
-        for p in s.procs.values():
-            print(f"--- {p.name}\n{p.tail(60)}")
-        raise
-    finally:
-        s.stop()
-
-
-def sbx(stack: demo.Stack, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One request to the demo's sandboxd, with its local token found as its user's clients
-    find it."""
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"} if data else {}
-    token = _localauth.find(stack.sandbox_url, _localauth.SANDBOXD_STATE_FILE)[0]
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(stack.sandbox_url + "/v1" + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return r.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
-
-
-def run_in(stack: demo.Stack, sandbox: str, script: str) -> str:
-    st, out = sbx(stack, "POST", f"/sandboxes/{sandbox}/commands",
-                  {"cmd": "bash", "args": ["-c", script], "cwd": "/root/repo", "wait": True})
-    assert st == 200, out
-    return out["stdout"] + out["stderr"]
 
 
 def state_of(stack: demo.Stack, sandbox: str) -> str:

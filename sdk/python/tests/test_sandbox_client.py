@@ -569,6 +569,19 @@ def test_users_create_as_user_sudo_and_permissions(sbx_url: str) -> None:
             assert r.stdout == "alice\n/home/alice\n/home/alice\n" and r.user == "alice"
             r = await alice.run_command("bash", ["-c", "id -u; echo $HOME; pwd"], sudo=True, capture_output=True)
             assert r.stdout == "0\n/root\n/home/alice\n"
+            # no_new_privs holds unless the sandbox allows escalation: setuid sudo cannot work
+            assert box.info.allow_privilege_escalation is False
+            r = await alice.run_command("grep", ["NoNewPrivs", "/proc/self/status"], capture_output=True)
+            assert r.stdout.split() == ["NoNewPrivs:", "1"]
+        async with sandbox.create_sandbox(allow_privilege_escalation=True) as esc:
+            assert esc.info.allow_privilege_escalation is True
+            r = await esc.run_command("grep", ["NoNewPrivs", "/proc/self/status"], capture_output=True)
+            assert r.stdout.split() == ["NoNewPrivs:", "0"]
+            await esc.run_command("bash", ["-c", "timeout 0.3 bash -c 'while :; do :; done' || true"])
+            usage = (await esc.refresh()).info.usage
+            assert usage is not None and usage.cpu_usage_us is not None and usage.cpu_usage_us > 0, usage
+        async with sandbox.create_sandbox() as box:
+            alice = await box.create_user("alice")
 
             with pytest.raises(SandboxUserAlreadyExistsError) as e:
                 await box.create_user("alice")

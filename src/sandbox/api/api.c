@@ -595,17 +595,6 @@ static void h_create(struct http_req *r, void *arg)
     http_reply_json(r, 201, sbx_json(s, true));
 }
 
-static bool meta_match(const json_t *meta, const json_t *want)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)want, k, v) {
-        json_t *have = json_object_get(meta, k);
-        if (!have || !json_equal(have, v)) return false;
-    }
-    return true;
-}
-
 static void h_list(struct http_req *r, void *arg)
 {
     struct sbxd *d = arg;
@@ -656,7 +645,7 @@ static void h_list(struct http_req *r, void *arg)
             past = !strcmp(s->id, cursor);
             continue;
         }
-        if (s->deleting || !want[s->state] || (meta && !meta_match(s->metadata, meta))) continue;
+        if (s->deleting || !want[s->state] || (meta && !sbx_metadata_match(s->metadata, meta))) continue;
         if (json_array_size(arr) == limit) {
             next = s->prev ? s->prev->id : NULL;
             break;

@@ -436,6 +436,7 @@ static int session_start(struct sbx *s, struct err *err)
         .cg = cg,
         .timeout_ms = d->cfg.start_timeout_ms,
         .nofile = (uint32_t)s->nofile,
+        .setuid = s->allow_privilege_escalation,
     };
     p.plan.fs_dir = s->fs_dir;
     p.plan.data_base = s->data_base;
@@ -470,6 +471,7 @@ static int session_start(struct sbx *s, struct err *err)
         return -1;
     }
     ss->started_at = clock_now_ms();
+    ss->cpu_seen_mono = clock_mono_ms();
     uuid_v7(ss->id);
     ss->ctl_ev = event_new(d->base, ss->proc.ctl, EV_READ | EV_PERSIST, on_ctl, s);
     ss->pid_ev = event_new(d->base, ss->proc.pidfd, EV_READ, on_init_exit, s);
@@ -921,8 +923,8 @@ static int check_files_budget(const struct sbx *s, const json_t *res, struct err
 static int set_nofile_live(struct sbx *s, int64_t n, struct err *err)
 {
     struct sbx_cgroup *cg = s->sess->cg;
-    char procs[4][512];
-    if (sbx_cg_procs_files(cg, procs, 4) < 1) return err_internal(err, "no cgroup.procs");
+    char procs[SBX_CG_PROCS_MAX][512];
+    if (sbx_cg_procs_files(cg, procs, SBX_CG_PROCS_MAX) < 1) return err_internal(err, "no cgroup.procs");
     bool thaw = !sbx_cg_frozen(cg);
     int e = thaw ? sbx_cg_freeze(cg, SBX_FREEZE_TIMEOUT_MS) : 0;
     FILE *f = e == 0 ? fopen(procs[0], "re") : NULL;
@@ -981,7 +983,8 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "image", "start", "source", "mounts",
                                         "snapshot_expiration_ms", "network_policy",
-                                        "network_id", "ports", "region", NULL};
+                                        "network_id", "ports", "region",
+                                        "allow_privilege_escalation", NULL};
     if (!json_is_object(body)) {
         err_invalid(err, "body", "the body must be a JSON object");
         return NULL;
@@ -1040,6 +1043,7 @@ struct sbx *sbx_create_ex(struct sbxd *d, json_t *body, struct sbx *fork_from, s
     if (check_files_budget(s, res, err) < 0 ||
         sbx_json_int(body, "timeout_ms", 0, SBX_TIMEOUT_MAX_MS, &s->timeout_ms, err) < 0 ||
         parse_on_timeout(body, &s->on_timeout_pause, err) < 0 ||
+        sbx_json_bool(body, "allow_privilege_escalation", &s->allow_privilege_escalation, err) < 0 ||
         parse_region(body, fork_from, s->region, sizeof s->region, err) < 0 ||
         sbx_ext_parse(s, body, err) < 0 || sbx_net_parse(s, body, fork_from, err) < 0)
         goto fail;
@@ -1206,6 +1210,8 @@ json_t *sbx_json(struct sbx *s, bool full)
     json_object_set_new(o, "disk_enforced", json_boolean(s->disk_enforced));
     json_object_set_new(o, "timeout_ms", json_integer(s->timeout_ms));
     json_object_set_new(o, "on_timeout", json_string(s->on_timeout_pause ? "pause" : "stop"));
+    json_object_set_new(o, "allow_privilege_escalation",
+                        json_boolean(s->allow_privilege_escalation));
     char iname[900];
     sbx_image_name(s->d, s->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
@@ -1233,6 +1239,7 @@ json_t *sbx_json(struct sbx *s, bool full)
         json_object_set_new(u, "memory_peak_bytes", json_integer(st.memory_peak));
         json_object_set_new(u, "pids", json_integer(st.pids));
         json_object_set_new(u, "oom_kills", json_integer(st.oom_kills));
+        if (st.cpu_usage_us >= 0) json_object_set_new(u, "cpu_usage_us", json_integer(st.cpu_usage_us));
         json_object_set_new(u, "cgroup", json_string(sbx_cg_path(s->sess->cg)));
         json_object_set_new(o, "usage", u);
     }

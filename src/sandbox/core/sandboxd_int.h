@@ -95,6 +95,9 @@ struct sbx_session {
     struct sbx_netsess *net; /* net.c: its veth and proxy context, or NULL (loopback only) */
     const char *stopping;    /* the stop's reason once init got SIGKILL, else NULL */
     struct event *kill_ev;   /* bounds the wait for init's exit after that */
+    /* the last cpu sample a cpu % was measured from (e2b metrics): the cgroup's usage
+     * and clock_mono_ms() then; {0, session start} before the first */
+    int64_t cpu_seen_us, cpu_seen_mono;
 };
 
 struct sbx {
@@ -113,6 +116,8 @@ struct sbx {
     int64_t disk_mb; /* quota of its tree (fs_dir) */
     bool disk_enforced; /* the store enforces disk_mb on this tree (btrfs simple quotas) */
     bool on_timeout_pause;
+    /* no no_new_privs in its sessions: setuid programs (sudo) work inside (spawn.h) */
+    bool allow_privilege_escalation;
     int64_t created_at, updated_at, started_at, stopped_at, expires_at, session_seq;
     char stop_reason[64];
     char *dir;

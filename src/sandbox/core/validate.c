@@ -216,3 +216,14 @@ const char *sbx_signal_name(int sig)
         if (signals[i].sig == sig) return signals[i].name;
     return NULL;
 }
+
+bool sbx_metadata_match(const json_t *meta, const json_t *want)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)want, k, v) {
+        json_t *have = json_object_get(meta, k);
+        if (!have || !json_equal(have, v)) return false;
+    }
+    return true;
+}

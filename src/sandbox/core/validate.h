@@ -45,6 +45,8 @@ bool sbx_user_name_valid(const char *s);
 
 /* metadata: an object of at most SBX_META_MAX_KEYS string values; keys [A-Za-z0-9_.:-]. */
 int sbx_validate_metadata(const json_t *v, const char *field, struct err *err);
+/* Whether metadata holds every key of want with an equal value (list filters). */
+bool sbx_metadata_match(const json_t *meta, const json_t *want);
 /* env: an object of NAME -> string (NAME [A-Za-z_][A-Za-z0-9_]*); values without NUL.
  * The names and values together are at most SBX_ENV_TOTAL_MAX bytes. */
 int sbx_validate_env(const json_t *v, const char *field, struct err *err);

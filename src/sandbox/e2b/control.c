@@ -90,46 +90,6 @@ static json_t *detail_json(struct e2b *e, const struct sbx *s, bool detail)
     return o;
 }
 
-static bool body_object(struct http_req *r, json_t **out)
-{
-    struct err err = ERR_INIT;
-    *out = http_req_json(r, true, &err);
-    if (!*out) {
-        e2b_api_err(r, &err);
-        return false;
-    }
-    if (!json_is_object(*out)) {
-        json_decref(*out);
-        e2b_api_error(r, 400, "the body must be a JSON object");
-        return false;
-    }
-    return true;
-}
-
-/* The sandbox of :id (E2B ids are ours), unless it is stopping: then r waits (fn
- * runs again) and NULL is returned, as for an unknown one after a 404. */
-static struct sbx *find(struct e2b *e, struct http_req *r, http_handler_fn fn)
-{
-    const char *id = http_req_param(r, "id");
-    struct sbx *s = sbx_find(e->d, id);
-    if (!s) {
-        e2b_api_error(r, 404, "sandbox \"%.80s\" not found", id ? id : "");
-        return NULL;
-    }
-    return sbx_api_park(s, r, fn, e) ? NULL : s;
-}
-
-static int timeout_s(const json_t *body, int64_t *out, struct err *err)
-{
-    json_t *v = json_object_get(body, "timeout");
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-        json_integer_value(v) > SBX_TIMEOUT_MAX_MS / 1000)
-        return err_invalid(err, "timeout", "timeout must be whole seconds from 1 to %lld",
-                           (long long)(SBX_TIMEOUT_MAX_MS / 1000));
-    *out = json_integer_value(v);
-    return 0;
-}
 
 /* ------------------------------------------------------------------ create */
 
@@ -146,7 +106,7 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     if (sbx_json_str(in, "templateID", 500, &tmpl, err) < 0 ||
         sbx_json_bool(in, "autoPause", &auto_pause, err) < 0 ||
         sbx_json_bool(in, "allow_internet_access", &internet, err) < 0 ||
-        timeout_s(in, &t, err) < 0)
+        e2b_timeout_s(in, &t, err) < 0)
         return NULL;
     json_t *vm = json_object_get(in, "volumeMounts");
     if (vm && !json_is_null(vm) && json_array_size(vm) > 0) {
@@ -177,6 +137,8 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     if ((v = json_object_get(in, "envVars")) && !json_is_null(v)) json_object_set(b, "env", v);
     json_object_set_new(b, "timeout_ms", json_integer(t * 1000));
     json_object_set_new(b, "on_timeout", json_string(auto_pause ? "pause" : "stop"));
+    /* E2B's default user has passwordless sudo (e2b_user gives it the sudoers entry) */
+    json_object_set_new(b, "allow_privilege_escalation", json_true());
     json_t *policy;
     if (e2b_network_policy(json_object_get(in, "network"), internet, &policy, err) < 0) {
         json_decref(b);
@@ -190,7 +152,7 @@ static void h_create(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
     json_t *in;
-    if (!body_object(r, &in)) return;
+    if (!e2b_api_body(r, &in)) return;
     struct err err = ERR_INIT;
     json_t *b = create_body(e, in, &err);
     json_decref(in);
@@ -271,17 +233,6 @@ static json_t *parse_metadata_query(const char *q, struct err *err)
     return m;
 }
 
-static bool meta_match(const json_t *meta, const json_t *want)
-{
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)want, k, v) {
-        json_t *have = json_object_get(meta, k);
-        if (!have || !json_equal(have, v)) return false;
-    }
-    return true;
-}
-
 static void h_list(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
@@ -351,7 +302,7 @@ static void h_list(struct http_req *r, void *arg)
         bool running = s->state == SBX_RUNNING;
         int64_t started = s->sess ? s->sess->started_at : s->created_at;
         if (s->deleting || (running ? !want_running : !want_paused) ||
-            (meta && !meta_match(s->metadata, meta)) || (after && started < after))
+            (meta && !sbx_metadata_match(s->metadata, meta)) || (after && started < after))
             continue;
         if (tmpl) {
             json_t *t = template_id(s);
@@ -373,7 +324,7 @@ static void h_list(struct http_req *r, void *arg)
 
 static void h_kill(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_kill);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_kill);
     if (!s) return;
     struct err err = ERR_INIT;
     if (sbx_delete(s, &err) < 0)
@@ -392,12 +343,12 @@ static int set_timeout(struct sbx *s, int64_t secs, struct err *err)
 
 static void h_timeout(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_timeout);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_timeout);
     json_t *body;
-    if (!s || !body_object(r, &body)) return;
+    if (!s || !e2b_api_body(r, &body)) return;
     struct err err = ERR_INIT;
     int64_t t = 0;
-    if (timeout_s(body, &t, &err) == 0 && t == 0)
+    if (e2b_timeout_s(body, &t, &err) == 0 && t == 0)
         err_invalid(&err, "timeout", "timeout (seconds) is required");
     json_decref(body);
     if (err.status || set_timeout(s, t, &err) < 0) {
@@ -409,7 +360,7 @@ static void h_timeout(struct http_req *r, void *arg)
 
 static void h_pause(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_pause);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_pause);
     if (!s) return;
     if (s->state != SBX_RUNNING) {
         e2b_api_error(r, 409, "sandbox %s is already paused", s->id);
@@ -425,12 +376,12 @@ static void h_pause(struct http_req *r, void *arg)
 static void h_connect(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
-    struct sbx *s = find(e, r, h_connect);
+    struct sbx *s = e2b_api_sandbox(e, r, h_connect);
     json_t *body;
-    if (!s || !body_object(r, &body)) return;
+    if (!s || !e2b_api_body(r, &body)) return;
     struct err err = ERR_INIT;
     int64_t t = 0;
-    int rc = timeout_s(body, &t, &err);
+    int rc = e2b_timeout_s(body, &t, &err);
     json_decref(body);
     bool was_running = s->state == SBX_RUNNING;
     int64_t end_before = s->expires_at;
@@ -447,9 +398,9 @@ static void h_connect(struct http_req *r, void *arg)
 
 static void h_network(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_network);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_network);
     json_t *body;
-    if (!s || !body_object(r, &body)) return;
+    if (!s || !e2b_api_body(r, &body)) return;
     struct err err = ERR_INIT;
     json_t *policy;
     /* the update replaces everything: what it leaves out is cleared */
@@ -466,9 +417,25 @@ static void h_network(struct http_req *r, void *arg)
         http_reply_raw(r, 204, NULL, NULL, 0);
 }
 
+/* The cpu in use since the last sample (the session's start before the first), as a
+ * share of the sandbox's vCPUs in percent (0..100, two decimals), as envd reports it. */
+static double cpu_used_pct(struct sbx *s, const struct sbx_cg_stats *st)
+{
+    struct sbx_session *ss = s->sess;
+    int64_t now = clock_mono_ms(), dt_ms = now - ss->cpu_seen_mono;
+    if (st->cpu_usage_us < 0 || dt_ms <= 0 || s->vcpus <= 0) return 0;
+    double used = (double)(st->cpu_usage_us - ss->cpu_seen_us);
+    double pct = used / ((double)dt_ms * 1000.0 * (double)s->vcpus) * 100.0;
+    ss->cpu_seen_us = st->cpu_usage_us;
+    ss->cpu_seen_mono = now;
+    if (pct < 0) pct = 0;
+    if (pct > 100) pct = 100;
+    return (double)(int64_t)(pct * 100.0 + 0.5) / 100.0;
+}
+
 static void h_metrics(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_metrics);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_metrics);
     if (!s) return;
     json_t *arr = json_array();
     /* one sample, now: in the asked range (unix seconds), or none */
@@ -483,7 +450,7 @@ static void h_metrics(struct http_req *r, void *arg)
         json_object_set_new(m, "timestamp", iso(now));
         json_object_set_new(m, "timestampUnix", json_integer(now / 1000));
         json_object_set_new(m, "cpuCount", json_integer(s->vcpus));
-        json_object_set_new(m, "cpuUsedPct", json_real(0));
+        json_object_set_new(m, "cpuUsedPct", json_real(cpu_used_pct(s, &st)));
         json_object_set_new(m, "memUsed", json_integer(st.memory_bytes));
         json_object_set_new(m, "memTotal", json_integer(s->memory_mb * 1024 * 1024));
         json_object_set_new(m, "diskUsed", json_integer(0));

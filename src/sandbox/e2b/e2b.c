@@ -28,6 +28,45 @@
 #include "sandbox/core/text.h"
 #include "sandbox/runtime/users.h"
 
+struct sbx *e2b_api_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn)
+{
+    const char *id = http_req_param(r, "id");
+    struct sbx *s = sbx_find(e->d, id);
+    if (!s) {
+        e2b_api_error(r, 404, "sandbox \"%.80s\" not found", id ? id : "");
+        return NULL;
+    }
+    return sbx_api_park(s, r, fn, e) ? NULL : s;
+}
+
+bool e2b_api_body(struct http_req *r, json_t **out)
+{
+    struct err err = ERR_INIT;
+    *out = http_req_json(r, true, &err);
+    if (!*out) {
+        e2b_api_err(r, &err);
+        return false;
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        e2b_api_error(r, 400, "the body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+int e2b_timeout_s(const json_t *body, int64_t *out, struct err *err)
+{
+    json_t *v = json_object_get(body, "timeout");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > SBX_TIMEOUT_MAX_MS / 1000)
+        return err_invalid(err, "timeout", "timeout must be whole seconds from 1 to %lld",
+                           (long long)(SBX_TIMEOUT_MAX_MS / 1000));
+    *out = json_integer_value(v);
+    return 0;
+}
+
 void e2b_access_token(const struct e2b *e, const char *id, char out[E2B_TOKEN_HEX + 1])
 {
     unsigned char mac[32];
@@ -181,6 +220,58 @@ static int basic_user(struct http_req *r, char *out, size_t outsz)
     return 1;
 }
 
+/* E2B's images give their default user passwordless sudo. For a sandbox that allows
+ * privilege escalation (E2B-made ones do), the user made here gets it too: a sudoers
+ * entry, and, where the image has none (the default image copies no host sudoers or
+ * PAM configuration), a /etc/sudoers that reads /etc/sudoers.d and a PAM stack for
+ * sudo (no password asked with NOPASSWD; any other rule still asks pam_unix). Nothing
+ * the image has is replaced. Written as root beneath the sandbox's root (files.h). */
+static const struct {
+    const char *path, *text;
+    int mode;
+} sudo_files[] = {
+    {"/etc/sudoers",
+     "# made by sandboxd's E2B endpoint: the image had no sudoers\n"
+     "Defaults env_reset\n"
+     "Defaults secure_path=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\n"
+     "root ALL=(ALL:ALL) ALL\n"
+     "@includedir /etc/sudoers.d\n",
+     0440},
+    {"/etc/sudoers.d/" E2B_DEFAULT_USER, E2B_DEFAULT_USER " ALL=(ALL:ALL) NOPASSWD: ALL\n", 0440},
+    {"/etc/pam.d/sudo",
+     "#%PAM-1.0\n# made by sandboxd's E2B endpoint: the image had no PAM stack for sudo\n"
+     "auth required pam_unix.so\naccount required pam_permit.so\n"
+     "session required pam_permit.so\n",
+     0644},
+};
+
+static int give_sudo(const struct sbx_fs *fs, struct err *err)
+{
+    static const struct sbx_owner root = {0, 0};
+    for (size_t i = 0; i < sizeof sudo_files / sizeof sudo_files[0]; i++) {
+        const char *p = sudo_files[i].path;
+        json_t *st = sbx_fs_stat(fs, p, err);
+        if (st || err->status != 404) {
+            json_decref(st);
+            if (!st) return -1;
+            continue; /* the image's own */
+        }
+        err_clear(err);
+        char dir[64];
+        snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(p, '/') - p), p);
+        json_t *dst = sbx_fs_stat(fs, dir, err);
+        json_decref(dst);
+        if (!dst) {
+            if (err->status != 404) return -1;
+            err_clear(err);
+            if (sbx_fs_mkdir(fs, dir, true, 0755, &root, err) < 0) return -1;
+        }
+        const char *t = sudo_files[i].text;
+        if (sbx_fs_replace(fs, p, t, strlen(t), sudo_files[i].mode, &root, err) < 0) return -1;
+    }
+    return 0;
+}
+
 int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_user *u,
              struct err *err)
 {
@@ -194,7 +285,11 @@ int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_use
     if (err->status != 404 || strcmp(name, E2B_DEFAULT_USER) != 0) return -1;
     /* E2B images have a user "user" (home /home/user) that commands run as */
     err_clear(err);
-    if (sbx_user_create(&s->sess->fs, name, u, err) < 0 && err->status != 409) return -1;
+    if (sbx_user_create(&s->sess->fs, name, u, err) < 0) {
+        if (err->status != 409) return -1;
+    } else if (s->allow_privilege_escalation && give_sudo(&s->sess->fs, err) < 0) {
+        return -1;
+    }
     err_clear(err);
     return sbx_user_resolve(&s->sess->fs, name, u, err);
 }

@@ -16,10 +16,13 @@
 #include "net/http.h"
 #include "sandbox/core/sandboxd_int.h"
 
-/* The envd version we advertise: default user (>= 0.4.0) and CloseStdin (>= 0.5.2),
- * multipart uploads only (< 0.5.7), no xattr metadata (< 0.6.2). */
-#define E2B_ENVD_VERSION "0.5.6"
+/* The envd version we advertise: default user (>= 0.4.0), CloseStdin (>= 0.5.2),
+ * octet-stream uploads, streamed or gzip (>= 0.5.7), file metadata (>= 0.6.2), entry
+ * info in watch events (>= 0.6.3); not allowNetworkMounts (0.6.4: no network mounts). */
+#define E2B_ENVD_VERSION "0.6.3"
 #define E2B_DEFAULT_USER "user"
+/* File metadata (X-Metadata-KEY: value) is kept as the user xattr "user.e2b.KEY". */
+#define E2B_XATTR_PREFIX "e2b."
 #define E2B_TOKEN_HEX 64
 
 struct e2b_stream;
@@ -39,6 +42,14 @@ void e2b_access_token(const struct e2b *e, const char *id, char out[E2B_TOKEN_HE
 void e2b_api_error(struct http_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void e2b_api_err(struct http_req *r, const struct err *e);
+/* The control plane's sandbox of :id (E2B ids are ours), unless it is stopping: then r
+ * waits (fn runs again) and NULL is returned, as for an unknown one after a 404. */
+struct sbx *e2b_api_sandbox(struct e2b *e, struct http_req *r, http_handler_fn fn);
+/* The body as a JSON object (empty: {}); false after answering 400. */
+bool e2b_api_body(struct http_req *r, json_t **out);
+/* body's "timeout" (whole seconds, 1 .. SBX_TIMEOUT_MAX_MS / 1000) into *out when
+ * present. 0 or -1 with err (400 field timeout). */
+int e2b_timeout_s(const json_t *body, int64_t *out, struct err *err);
 /* The sandbox an envd request addresses (E2b-Sandbox-Id), running (resumed lazily).
  * NULL after answering (502 for an unknown one, as E2B's edge does) or after parking
  * r while the sandbox stops (fn runs again then). */
@@ -49,6 +60,10 @@ struct sbx *e2b_envd_running(struct e2b *e, struct http_req *r, http_handler_fn 
  * use when it is the default one. 0 or -1 with err. */
 int e2b_user(struct sbx *s, struct http_req *r, const char *name, struct sbx_user *u,
              struct err *err);
+/* EntryInfo of path (Stat's answer): type, permissions, owner, times, metadata. NULL
+ * with err. */
+json_t *e2b_stat_entry(const struct sbx *s, const struct sbx_fs *fs, const char *path,
+                       struct err *err);
 /* The session's files as u sees them (files.h no_user_links). */
 struct sbx_fs e2b_fs(const struct sbx *s, const struct sbx_user *u);
 /* Normalize path for u (relative: from u's home). 0 or -1 with err (400 field). */

@@ -2,8 +2,9 @@
  * files.c - envd's plain-HTTP file routes: GET /files?path= (the whole file: one reply
  * up to 16 MiB, a stream of 16 MiB reads beyond) and POST /files (multipart/form-data,
  * one part per file, its filename the destination; or one octet-stream body for
- * ?path=). Parents are made, files truncated, everything owned by the acting user
- * (?username=, else "user"). The body is bounded by the server (16 MiB in all).
+ * ?path=, plain or Content-Encoding: gzip, inflated here to at most SBX_FS_IO_MAX).
+ * Parents are made, files truncated, everything owned by the acting user (?username=,
+ * else "user"). The body is bounded by the server (16 MiB in all).
  */
 #include "sandbox/e2b/e2b_int.h"
 
@@ -13,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <time.h>
@@ -184,8 +187,38 @@ static void h_download(struct http_req *r, void *arg)
 
 /* ------------------------------------------------------------------ uploads */
 
+#define META_HEADER "X-Metadata-"
+
+/* The upload's metadata: each X-Metadata-KEY header as {KEY: value} (envd 0.6.2), KEY
+ * an HTTP token and the value printable ASCII, as the SDK checks, at most
+ * SBX_XATTRS_MAX of them. NULL with err. */
+static json_t *upload_metadata(struct http_req *r, struct err *err)
+{
+    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789"
+                                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    json_t *m = json_object();
+    const char *k, *v;
+    size_t pl = strlen(META_HEADER);
+    for (size_t i = 0; http_req_header_at(r, i, &k, &v); i++) {
+        if (strncasecmp(k, META_HEADER, pl) != 0) continue;
+        const char *key = k + pl;
+        bool ok = *key && strspn(key, tchar) == strlen(key) && strlen(key) <= 200 &&
+                  strlen(v) <= SBX_XATTR_VALUE_MAX;
+        for (const char *c = v; ok && *c; c++) ok = *c >= 0x20 && *c <= 0x7e;
+        if (!ok || json_object_size(m) >= SBX_XATTRS_MAX) {
+            json_decref(m);
+            err_invalid(err, "metadata", "metadata %.60s: at most %d keys of HTTP token "
+                        "characters, values printable ASCII of at most %d bytes",
+                        key, SBX_XATTRS_MAX, SBX_XATTR_VALUE_MAX);
+            return NULL;
+        }
+        json_object_set_new(m, key, json_string(v));
+    }
+    return m;
+}
+
 static int write_one(struct sbx *s, const struct sbx_user *u, const char *dest, const void *data,
-                     size_t len, json_t *result, struct err *err)
+                     size_t len, const json_t *meta, json_t *result, struct err *err)
 {
     char path[SBX_PATH_MAX + 1];
     if (e2b_path(dest, u, "path", path, err) < 0) return -1;
@@ -199,10 +232,45 @@ static int write_one(struct sbx *s, const struct sbx_user *u, const char *dest, 
         if (rc < 0) return -1;
     }
     uint64_t size;
-    if (sbx_fs_write(&fs, path, 0, data, len, true, -1, &own, &size, err) < 0) return -1;
+    if (sbx_fs_write(&fs, path, 0, data, len, true, -1, &own, &size, err) < 0 ||
+        sbx_fs_set_xattrs(&fs, path, E2B_XATTR_PREFIX, meta, err) < 0)
+        return -1;
     const char *name = strrchr(path, '/');
-    json_array_append_new(result, json_pack("{s:s, s:s, s:s}", "name", name ? name + 1 : path,
-                                            "type", "file", "path", path));
+    json_t *w = json_pack("{s:s, s:s, s:s}", "name", name ? name + 1 : path, "type", "file",
+                          "path", path);
+    if (json_object_size(meta)) json_object_set_new(w, "metadata", json_deep_copy(meta));
+    json_array_append_new(result, w);
+    return 0;
+}
+
+/* A gzip body (Content-Encoding: gzip) inflated into out, at most SBX_FS_IO_MAX bytes
+ * (a bomb stops there): 0, or -1 with err (400 for what is no gzip stream, 413 past the
+ * cap). libarchive's raw format behind its gzip filter; anything but gzip is refused. */
+static int gunzip(const char *in, size_t n, struct buf *out, struct err *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a) return err_internal(err, "out of memory");
+    archive_read_support_filter_gzip(a);
+    archive_read_support_format_raw(a);
+    archive_read_support_format_empty(a);
+    struct archive_entry *ent;
+    int rc = archive_read_open_memory(a, in, n);
+    if (rc == ARCHIVE_OK) rc = archive_read_next_header(a, &ent);
+    if ((rc != ARCHIVE_OK && rc != ARCHIVE_EOF) || archive_filter_count(a) < 2 ||
+        archive_filter_code(a, 0) != ARCHIVE_FILTER_GZIP) {
+        archive_read_free(a);
+        return err_invalid(err, "body", "Content-Encoding: gzip, but the body is no gzip stream");
+    }
+    char chunk[65536];
+    la_ssize_t k = 0;
+    while (rc == ARCHIVE_OK && (k = archive_read_data(a, chunk, sizeof chunk)) > 0)
+        if (out->len + (size_t)k > SBX_FS_IO_MAX || buf_append(out, chunk, (size_t)k) < 0) {
+            archive_read_free(a);
+            return err_set(err, 413, "payload_too_large", "body",
+                           "the inflated upload is larger than %u bytes", SBX_FS_IO_MAX);
+        }
+    archive_read_free(a);
+    if (k < 0) return err_invalid(err, "body", "a damaged gzip stream");
     return 0;
 }
 
@@ -244,8 +312,8 @@ static int part_filename(const char *head, size_t n, char *out, size_t outsz)
 }
 
 static int upload_multipart(struct sbx *s, const struct sbx_user *u, const char *ct,
-                            const char *body, size_t len, const char *qpath, json_t *result,
-                            struct err *err)
+                            const char *body, size_t len, const char *qpath, const json_t *meta,
+                            json_t *result, struct err *err)
 {
     char bnd[BOUNDARY_MAX + 8];
     char b[BOUNDARY_MAX];
@@ -280,7 +348,7 @@ static int upload_multipart(struct sbx *s, const struct sbx_user *u, const char 
         if (!target)
             return err_invalid(err, "path", "each part needs a filename (its destination), or "
                                             "the request a ?path=");
-        if (write_one(s, u, target, data, (size_t)(de - data), result, err) < 0) return -1;
+        if (write_one(s, u, target, data, (size_t)(de - data), meta, result, err) < 0) return -1;
         files++;
         p = de + bl;
     }
@@ -305,16 +373,27 @@ static void h_upload(struct http_req *r, void *arg)
     size_t len;
     const char *body = http_req_body(r, &len);
     json_t *result = json_array();
-    int rc;
-    if (enc && strcasecmp(enc, "identity") != 0)
+    struct buf plain;
+    buf_init(&plain, 0);
+    json_t *meta = upload_metadata(r, &err);
+    int rc = meta ? 0 : -1;
+    if (rc == 0 && enc && !strcasecmp(enc, "gzip")) {
+        if ((rc = gunzip(body ? body : "", len, &plain, &err)) == 0) {
+            body = plain.data;
+            len = plain.len;
+        }
+    } else if (rc == 0 && enc && strcasecmp(enc, "identity") != 0) {
         rc = err_set(&err, 415, "unsupported_encoding", "Content-Encoding",
-                     "compressed uploads are not supported here; send them plain");
-    else if (ct && !strncasecmp(ct, "multipart/form-data", 19))
-        rc = upload_multipart(s, &u, ct, body ? body : "", len, qpath, result, &err);
-    else if (qpath && *qpath)
-        rc = write_one(s, &u, qpath, body ? body : "", len, result, &err);
-    else
+                     "Content-Encoding %.40s is not supported here: send gzip or plain", enc);
+    }
+    if (rc == 0 && ct && !strncasecmp(ct, "multipart/form-data", 19))
+        rc = upload_multipart(s, &u, ct, body ? body : "", len, qpath, meta, result, &err);
+    else if (rc == 0 && qpath && *qpath)
+        rc = write_one(s, &u, qpath, body ? body : "", len, meta, result, &err);
+    else if (rc == 0)
         rc = err_invalid(&err, "path", "an octet-stream upload needs ?path=");
+    buf_fini(&plain);
+    json_decref(meta);
     if (rc < 0) {
         json_decref(result);
         e2b_api_err(r, &err);

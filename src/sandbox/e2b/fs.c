@@ -63,8 +63,10 @@ static void name_of(const struct buf *b, long long id, char *out, size_t outsz)
     }
 }
 
-/* One of the core's stat objects (files.h) -> EntryInfo. */
-static json_t *entry_json(const json_t *st, const char *path, struct names *n)
+/* One of the core's stat objects (files.h) -> EntryInfo, with the metadata the SDK
+ * attached to the file (envd 0.6.2: X-Metadata-* on upload, kept as user xattrs). */
+static json_t *entry_json(const struct sbx_fs *fs, const json_t *st, const char *path,
+                          struct names *n)
 {
     const char *type = json_string_value(json_object_get(st, "type"));
     const char *mode_s = json_string_value(json_object_get(st, "mode"));
@@ -102,6 +104,23 @@ static json_t *entry_json(const json_t *st, const char *path, struct names *n)
         else
             json_object_set(o, "symlinkTarget", t);
     }
+    struct err ignored = ERR_INIT;
+    json_t *meta = sbx_fs_xattrs(fs, path, E2B_XATTR_PREFIX, &ignored);
+    if (json_object_size(meta)) json_object_set(o, "metadata", meta);
+    json_decref(meta);
+    return o;
+}
+
+json_t *e2b_stat_entry(const struct sbx *s, const struct sbx_fs *fs, const char *path,
+                       struct err *err)
+{
+    json_t *st = sbx_fs_stat(fs, path, err);
+    if (!st) return NULL;
+    struct names n;
+    names_load(&n, s);
+    json_t *o = entry_json(fs, st, path, &n);
+    names_free(&n);
+    json_decref(st);
     return o;
 }
 
@@ -173,22 +192,10 @@ static bool fs_begin(struct e2b *e, struct http_req *r, http_handler_fn self, co
     return true;
 }
 
-static json_t *stat_entry(struct fsreq *q, const char *path, struct err *err)
-{
-    json_t *st = sbx_fs_stat(&q->fs, path, err);
-    if (!st) return NULL;
-    struct names n;
-    names_load(&n, q->s);
-    json_t *o = entry_json(st, path, &n);
-    names_free(&n);
-    json_decref(st);
-    return o;
-}
-
 static void reply_entry(struct http_req *r, struct fsreq *q, const char *path)
 {
     struct err err = ERR_INIT;
-    json_t *o = stat_entry(q, path, &err);
+    json_t *o = e2b_stat_entry(q->s, &q->fs, path, &err);
     if (!o)
         cx_error_err(r, &err);
     else
@@ -229,7 +236,7 @@ static int list_into(struct fsreq *q, const char *path, int depth, int max_depth
         char child[SBX_PATH_MAX + 1];
         int w = snprintf(child, sizeof child, "%s/%s", path[1] ? path : "", name);
         if (w < 0 || (size_t)w >= sizeof child) continue;
-        json_array_append_new(out, entry_json(st, child, names));
+        json_array_append_new(out, entry_json(&q->fs, st, child, names));
         const char *type = json_string_value(json_object_get(st, "type"));
         if (depth < max_depth && type && !strcmp(type, "directory")) {
             struct err ignored = ERR_INIT; /* a subdirectory that cannot be read is skipped */

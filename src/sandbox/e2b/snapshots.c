@@ -21,38 +21,11 @@ static json_t *snap_e2b(const json_t *snap, const char *name)
     return json_pack("{s:O, s:o}", "snapshotID", json_object_get(snap, "id"), "names", names);
 }
 
-static struct sbx *find(struct e2b *e, struct http_req *r, http_handler_fn fn)
-{
-    const char *id = http_req_param(r, "id");
-    struct sbx *s = sbx_find(e->d, id);
-    if (!s) {
-        e2b_api_error(r, 404, "sandbox \"%.80s\" not found", id ? id : "");
-        return NULL;
-    }
-    return sbx_api_park(s, r, fn, e) ? NULL : s;
-}
-
-static bool body_object(struct http_req *r, json_t **out)
-{
-    struct err err = ERR_INIT;
-    *out = http_req_json(r, true, &err);
-    if (!*out) {
-        e2b_api_err(r, &err);
-        return false;
-    }
-    if (!json_is_object(*out)) {
-        json_decref(*out);
-        e2b_api_error(r, 400, "the body must be a JSON object");
-        return false;
-    }
-    return true;
-}
-
 static void h_snapshot(struct http_req *r, void *arg)
 {
-    struct sbx *s = find(arg, r, h_snapshot);
+    struct sbx *s = e2b_api_sandbox(arg, r, h_snapshot);
     json_t *body;
-    if (!s || !body_object(r, &body)) return;
+    if (!s || !e2b_api_body(r, &body)) return;
     json_t *nv = json_object_get(body, "name");
     if (nv && !json_is_null(nv) && (!json_is_string(nv) || json_string_length(nv) > 128)) {
         json_decref(body);
@@ -116,10 +89,10 @@ static void h_delete(struct http_req *r, void *arg)
 static void h_fork(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
-    struct sbx *s = find(e, r, h_fork);
+    struct sbx *s = e2b_api_sandbox(e, r, h_fork);
     json_t *body;
-    if (!s || !body_object(r, &body)) return;
-    json_t *tv = json_object_get(body, "timeout"), *cv = json_object_get(body, "count");
+    if (!s || !e2b_api_body(r, &body)) return;
+    json_t *cv = json_object_get(body, "count");
     int64_t count = 1, timeout = 0;
     if (cv && !json_is_null(cv)) {
         if (!json_is_integer(cv) || json_integer_value(cv) < 1 ||
@@ -130,17 +103,13 @@ static void h_fork(struct http_req *r, void *arg)
         }
         count = json_integer_value(cv);
     }
-    if (tv && !json_is_null(tv)) {
-        if (!json_is_integer(tv) || json_integer_value(tv) < 1 ||
-            json_integer_value(tv) > SBX_TIMEOUT_MAX_MS / 1000) {
-            json_decref(body);
-            e2b_api_error(r, 400, "timeout must be whole seconds from 1 to %lld",
-                          (long long)(SBX_TIMEOUT_MAX_MS / 1000));
-            return;
-        }
-        timeout = json_integer_value(tv);
-    }
+    struct err terr = ERR_INIT;
+    int trc = e2b_timeout_s(body, &timeout, &terr);
     json_decref(body);
+    if (trc < 0) {
+        e2b_api_err(r, &terr);
+        return;
+    }
     json_t *out = json_array();
     char src_id[40];
     snprintf(src_id, sizeof src_id, "%s", s->id);

@@ -1,7 +1,9 @@
 /*
  * watch.c - envd's WatchDir stream, new in sandboxd: inotify on a directory of the
  * sandbox (and, when recursive, on every directory beneath it as they come), its
- * events sent as FilesystemEvent {name relative to the watched directory, type}.
+ * events sent as FilesystemEvent {name relative to the watched directory, type, and with
+ * includeEntry (envd 0.6.3) the entry's EntryInfo, stat'ed as the watching user when the
+ * event comes, absent when the name is gone by then (a remove, a rename away)}.
  *
  * The daemon is host root, so the directories are reached the files layer's way: the
  * watched one resolved inside the sandbox's root (files.h), each subdirectory opened
@@ -40,7 +42,9 @@ struct e2b_watch {
     struct e2b *e;
     struct http_req *req;
     char sbx_id[40];
-    bool recursive;
+    bool recursive, include_entry;
+    struct sbx_user user;        /* the watching user: entries are stat'ed as it */
+    char path[SBX_PATH_MAX + 1]; /* the watched directory */
     int ifd;
     struct event *ev, *keepalive;
     struct wdir *dirs;
@@ -164,6 +168,20 @@ static const char *type_of(uint32_t m)
     return NULL;
 }
 
+/* The EntryInfo of name (relative to the watched directory) now, or NULL when it is
+ * gone or the session is. */
+static json_t *event_entry(struct e2b_watch *w, const char *name)
+{
+    struct sbx *s = sbx_find(w->e->d, w->sbx_id);
+    if (!s || !s->sess) return NULL;
+    char full[SBX_PATH_MAX + 1];
+    int n = snprintf(full, sizeof full, "%s/%s", w->path[1] ? w->path : "", name);
+    if (n < 0 || (size_t)n >= sizeof full) return NULL;
+    struct sbx_fs fs = e2b_fs(s, &w->user);
+    struct err ignored = ERR_INIT;
+    return e2b_stat_entry(s, &fs, full, &ignored);
+}
+
 static void on_inotify(evutil_socket_t fd, short what, void *arg)
 {
     struct e2b_watch *w = arg;
@@ -179,7 +197,12 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
             const char *t = type_of(ie->mask);
             if (!t || !ie->len) continue;
             char *name = *d->rel ? xasprintf("%s/%s", d->rel, ie->name) : xstrdup(ie->name);
-            queue(w, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type", t));
+            json_t *ev = json_pack("{s:s, s:s}", "name", name, "type", t);
+            if (w->include_entry && !(ie->mask & (IN_DELETE | IN_MOVED_FROM))) {
+                json_t *entry = event_entry(w, name);
+                if (entry) json_object_set_new(ev, "entry", entry);
+            }
+            queue(w, json_pack("{s:o}", "filesystem", ev));
             if (w->recursive && (ie->mask & (IN_CREATE | IN_MOVED_TO)) && (ie->mask & IN_ISDIR) &&
                 d->depth < WATCH_DEPTH_MAX) {
                 int cfd = openat(d->fd, ie->name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -217,6 +240,7 @@ static void h_watch(struct http_req *r, void *arg)
     char path[SBX_PATH_MAX + 1];
     json_t *p = json_object_get(body, "path");
     bool recursive = json_is_true(json_object_get(body, "recursive"));
+    bool include_entry = json_is_true(json_object_get(body, "includeEntry"));
     int rc = e2b_user(s, r, NULL, &u, &err);
     if (rc == 0) rc = e2b_path(json_is_string(p) ? json_string_value(p) : NULL, &u, "path", path, &err);
     json_decref(body);
@@ -231,6 +255,9 @@ static void h_watch(struct http_req *r, void *arg)
     w->e = e;
     w->req = r;
     w->recursive = recursive;
+    w->include_entry = include_entry;
+    w->user = u;
+    snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->sbx_id, sizeof w->sbx_id, "%s", s->id);
     buf_init(&w->pending, 0);
     w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

@@ -38,8 +38,12 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 
-enum { C_MEMORY, C_PIDS, C_CPU, C_FREEZER, C_N };
-static const char *const ctl_names[C_N] = {"memory", "pids", "cpu", "freezer"};
+/* C_CPUACCT (v1 only) is optional: it only measures (cpu usage for metrics), so a host
+ * without that hierarchy, or with it co-mounted with cpu (then dir[C_CPU] has its
+ * files), leaves mnt[C_CPUACCT] and dir[C_CPUACCT] NULL; every loop over C_N skips NULLs. */
+enum { C_MEMORY, C_PIDS, C_CPU, C_FREEZER, C_CPUACCT, C_N };
+#define C_REQUIRED C_CPUACCT /* the controllers before it are required */
+static const char *const ctl_names[C_N] = {"memory", "pids", "cpu", "freezer", "cpuacct"};
 
 struct sbx_cg_root {
     enum sbx_cg_kind kind;
@@ -181,11 +185,15 @@ static void find_mounts(struct sbx_cg_root *r, const char *table)
         }
     }
     fclose(f);
+    if (r->mnt[C_CPUACCT] && r->mnt[C_CPU] && !strcmp(r->mnt[C_CPUACCT], r->mnt[C_CPU])) {
+        free(r->mnt[C_CPUACCT]);
+        r->mnt[C_CPUACCT] = NULL;
+    }
 }
 
 static bool v1_complete(const struct sbx_cg_root *r)
 {
-    for (int c = 0; c < C_N; c++)
+    for (int c = 0; c < C_REQUIRED; c++)
         if (!r->mnt[c]) return false;
     return true;
 }
@@ -290,6 +298,7 @@ int sbx_cg_root_open_ex(const struct sbx_cg_open_opts *o, struct sbx_cg_root **o
     if (want1 && v1_complete(r)) {
         r->kind = SBX_CG_V1;
         for (int c = 0; c < C_N; c++) {
+            if (!r->mnt[c]) continue;
             char p[PATH_MAX];
             snprintf(p, sizeof p, "%s/%s", r->mnt[c], parent);
             int e = mkdir_ok(p);
@@ -345,7 +354,7 @@ static struct sbx_cgroup *cg_handle(struct sbx_cg_root *r, const char *name)
     cg->name = xstrdup(name);
     if (r->kind == SBX_CG_V1) {
         for (int c = 0; c < C_N; c++)
-            cg->dir[c] = xasprintf("%s/%s/%s", r->mnt[c], r->parent, name);
+            if (r->mnt[c]) cg->dir[c] = xasprintf("%s/%s/%s", r->mnt[c], r->parent, name);
         snprintf(cg->desc, sizeof cg->desc, "v1:/%s/%s", r->parent, name);
     } else {
         cg->dir[0] = xasprintf("%s/%s/%s", r->mnt2, r->parent, name);
@@ -408,6 +417,7 @@ int sbx_cg_root_sweep(struct sbx_cg_root *r)
     /* v1: groups may exist in some hierarchies only (a crash between mkdirs). */
     if (r->kind == SBX_CG_V1) {
         for (int c = 0; c < C_N; c++) {
+            if (!r->mnt[c]) continue;
             snprintf(p, sizeof p, "%s/%s", r->mnt[c], r->parent);
             DIR *dd = opendir(p);
             if (!dd) continue;
@@ -430,6 +440,7 @@ void sbx_cg_root_remove(struct sbx_cg_root *r)
     char p[PATH_MAX];
     if (r->kind == SBX_CG_V1) {
         for (int c = 0; c < C_N; c++) {
+            if (!r->mnt[c]) continue;
             snprintf(p, sizeof p, "%s/%s", r->mnt[c], r->parent);
             rmdir(p);
         }
@@ -548,12 +559,12 @@ struct sbx_cgroup *sbx_cg_create(struct sbx_cg_root *r, const char *name,
     struct sbx_cgroup *cg = cg_handle(r, name);
     int ndirs = r->kind == SBX_CG_V1 ? C_N : 1;
     for (int c = 0; c < ndirs; c++)
-        if (access(cg->dir[c], F_OK) == 0) { /* left over from a crash: sweep it first */
+        if (cg->dir[c] && access(cg->dir[c], F_OK) == 0) { /* left over from a crash: sweep it first */
             sbx_cg_destroy(cg_handle(r, name));
             break;
         }
     for (int c = 0; c < ndirs; c++) {
-        if (mkdir(cg->dir[c], 0755) == 0) continue;
+        if (!cg->dir[c] || mkdir(cg->dir[c], 0755) == 0) continue;
         int e = errno;
         err_set(err, 500, "cgroup_failed", "", "cannot create cgroup %s: %s", cg->dir[c],
                 strerror(e));
@@ -573,7 +584,7 @@ int sbx_cg_attach(struct sbx_cgroup *cg, pid_t pid)
     snprintf(v, sizeof v, "%d", (int)pid);
     int ndirs = cg->root->kind == SBX_CG_V1 ? C_N : 1;
     for (int c = 0; c < ndirs; c++) {
-        int e = write_str(cg->dir[c], "cgroup.procs", v);
+        int e = cg->dir[c] ? write_str(cg->dir[c], "cgroup.procs", v) : 0;
         if (e < 0) return e;
     }
     return 0;
@@ -656,7 +667,7 @@ int sbx_cg_kill(struct sbx_cgroup *cg, int timeout_ms)
             if (cg->root->kind == SBX_CG_V1) {
                 /* every hierarchy: a task could have been moved out of the freezer group */
                 for (int c = 0; c < C_N; c++)
-                    if (c != C_FREEZER) signal_procs(cg->dir[c], SIGKILL);
+                    if (c != C_FREEZER && cg->dir[c]) signal_procs(cg->dir[c], SIGKILL);
             }
             sbx_cg_thaw(cg, 200);
             if (n <= 0) break;
@@ -679,11 +690,15 @@ int sbx_cg_stats(const struct sbx_cgroup *cg, struct sbx_cg_stats *st)
         st->memory_peak = read_int(cg->dir[C_MEMORY], "memory.max_usage_in_bytes");
         st->pids = read_int(cg->dir[C_PIDS], "pids.current");
         st->oom_kills = read_key(cg->dir[C_MEMORY], "memory.oom_control", "oom_kill");
+        int64_t ns = read_int(cg->dir[C_CPUACCT] ? cg->dir[C_CPUACCT] : cg->dir[C_CPU],
+                              "cpuacct.usage");
+        st->cpu_usage_us = ns < 0 ? -1 : ns / 1000;
     } else {
         st->memory_bytes = read_int(cg->dir[0], "memory.current");
         st->memory_peak = read_int(cg->dir[0], "memory.peak");
         st->pids = read_int(cg->dir[0], "pids.current");
         st->oom_kills = read_key(cg->dir[0], "memory.events", "oom_kill");
+        st->cpu_usage_us = read_key(cg->dir[0], "cpu.stat", "usage_usec");
     }
     return 0;
 }
@@ -695,7 +710,7 @@ int sbx_cg_destroy(struct sbx_cgroup *cg)
     int ret = 0;
     int ndirs = cg->root->kind == SBX_CG_V1 ? C_N : 1;
     for (int c = 0; c < ndirs; c++) {
-        int e = rmdir_retry(cg->dir[c], 1000);
+        int e = cg->dir[c] ? rmdir_retry(cg->dir[c], 1000) : 0;
         if (e < 0 && !ret) ret = e;
     }
     cg_free(cg);
@@ -706,7 +721,7 @@ int sbx_cg_procs_files(const struct sbx_cgroup *cg, char out[][512], int max)
 {
     int ndirs = cg->root->kind == SBX_CG_V1 ? C_N : 1, n = 0;
     for (int c = 0; c < ndirs && n < max; c++)
-        if (snprintf(out[n], 512, "%s/cgroup.procs", cg->dir[c]) < 512) n++;
+        if (cg->dir[c] && snprintf(out[n], 512, "%s/cgroup.procs", cg->dir[c]) < 512) n++;
     return n;
 }
 

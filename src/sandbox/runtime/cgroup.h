@@ -5,7 +5,8 @@
  * A root (struct sbx_cg_root) is the backend plus the parent group this daemon owns
  * (named after its state folder, so two daemons never touch each other's groups).
  * A group (struct sbx_cgroup) belongs to one running session:
- *   v1: the same relative path in the memory, pids, cpu and freezer hierarchies;
+ *   v1: the same relative path in the memory, pids, cpu and freezer hierarchies (and
+ *       cpuacct's, for cpu usage, when it is mounted apart from cpu);
  *   v2: one directory in the unified hierarchy with memory, pids and cpu enabled.
  * Low-level calls return 0 or -errno and never print. Nothing here keeps file
  * descriptors open between calls.
@@ -33,6 +34,7 @@ struct sbx_cg_stats {
     int64_t memory_peak;  /* -1 when the backend has no peak */
     int64_t pids;
     int64_t oom_kills;
+    int64_t cpu_usage_us; /* cpu time used by the group since it was made; -1: not measured */
 };
 
 struct sbx_cg_root;
@@ -79,7 +81,9 @@ int sbx_cg_destroy(struct sbx_cgroup *cg);
  * sbx_cg_root_sweep removes it). */
 void sbx_cg_forget(struct sbx_cgroup *cg);
 /* The cgroup.procs files a process writes "0" into to join the group (one per v1
- * hierarchy, one for v2). Returns how many were stored in out (at most max). */
+ * hierarchy, one for v2; at most SBX_CG_PROCS_MAX). Returns how many were stored in
+ * out (at most max). */
+#define SBX_CG_PROCS_MAX 5
 int sbx_cg_procs_files(const struct sbx_cgroup *cg, char out[][512], int max);
 /* "memory:/rebuno-x/sbx" style description for logs and tests. */
 const char *sbx_cg_path(const struct sbx_cgroup *cg);

@@ -129,17 +129,19 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
         U = xasprintf("%s/fs", L);
     }
     struct sbx_op *o;
+    /* the sandbox's own files: setuid programs there only ever become its root */
+    unsigned long tree = in->setuid ? MS_NODEV : MS_NOSUID | MS_NODEV;
     if (in->usr_dir) {
         o = push(p, SBX_OP_OVERLAY);
         o->target = xstrdup(M);
         o->data = xasprintf("lowerdir=%s/image,upperdir=%s/upper,workdir=%s/work", L, U, U);
-        o->flags = MS_NOSUID | MS_NODEV;
+        o->flags = tree;
         op_mkdir(p, xasprintf("%s/usr", M), 0755);
         o = push(p, SBX_OP_OVERLAY);
         o->target = xasprintf("%s/usr", M);
         o->data =
             xasprintf("lowerdir=%s/usr,upperdir=%s/upper/usr,workdir=%s/work-usr", L, U, U);
-        o->flags = MS_NOSUID | MS_NODEV;
+        o->flags = tree;
         free(U);
     } else {
         o = push(p, SBX_OP_OVERLAY_FD);
@@ -151,7 +153,7 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
         for (size_t i = 0; i < in->nlayers; i++)
             w += snprintf(lw + w, cap - (size_t)w, "\n%s/l%zu", L, i);
         o->data = lw;
-        o->flags = MS_NOSUID | MS_NODEV;
+        o->flags = tree;
     }
 
     op_mkdir(p, xasprintf("%s/proc", M), 0555);

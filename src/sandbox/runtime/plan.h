@@ -113,6 +113,8 @@ struct sbx_plan_input {
     const struct sbx_plan_mount *mounts; /* drive mounts, at most SBX_MOUNTS_MAX */
     size_t nmounts;
     uint32_t mount_base;     /* on-disk uid of root in the mounted trees */
+    int setuid;              /* honour set-user-ID bits on the root and /usr overlays (the
+                              * session runs without no_new_privs: spawn.h) */
 };
 
 /* 0, or -1 with err (400 for a path that cannot be used safely). */

@@ -332,6 +332,9 @@ static int build(scmp_filter_ctx *out)
         if (r == 0 || r == -EEXIST) r = seccomp_arch_add(ctx, SCMP_ARCH_X32);
         if (r == -EEXIST) r = 0;
     }
+    /* no_new_privs is the caller's to set (spawn.c), never libseccomp's: a session
+     * that allows privilege escalation loads the filter without it */
+    if (r == 0) r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
     /* a binary tree of syscall numbers, where this libseccomp can */
     if (r == 0) (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
     if (r == 0) r = add_list(ctx, SCMP_ACT_ALLOW, sbx_seccomp_allowed);

@@ -22,8 +22,9 @@
 int sbx_seccomp_prepare(void);
 
 /* Load the filter for the calling thread (and what it execs): the prepared program, or
- * one built now when none was prepared. Requires no_new_privs or CAP_SYS_ADMIN; after a
- * prepare it allocates nothing. Returns 0 or -errno. */
+ * one built now when none was prepared. Requires no_new_privs or CAP_SYS_ADMIN (in the
+ * caller's user namespace), and sets no no_new_privs itself; after a prepare it
+ * allocates nothing. Returns 0 or -errno. */
 int sbx_seccomp_load(void);
 
 /* Write the filter, as libseccomp's readable pseudo code, to fd (tests, debugging).

@@ -139,10 +139,10 @@ static int loopback_up(void)
 
 /* A spawn request: what the cloning process needs, flat (it crosses a socket). */
 struct zreq {
-    uint32_t uid_base, ncg, nofile;
+    uint32_t uid_base, ncg, nofile, setuid;
     uint64_t tmp_bytes;
     char sandbox_dir[1024], image_dir[1024], usr_dir[256], hostname[72];
-    char cg[4][512]; /* cgroup.procs files the child joins */
+    char cg[SBX_CG_PROCS_MAX][512]; /* cgroup.procs files the child joins */
     char fs_dir[1024]; /* the upper tree ("" : sandbox_dir/fs) */
     uint32_t data_base, mount_base, nmounts;
     struct {
@@ -237,6 +237,12 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
         report(ctl, errno, "become root of the user namespace: %s", strerror(errno));
         _exit(1);
     }
+    /* without no_new_privs the kernel loads a filter only for a holder of CAP_SYS_ADMIN
+     * in its user namespace: load it now, before the capabilities are cut (spawn.h) */
+    if (q->setuid && (e = sbx_seccomp_load()) < 0) {
+        report(ctl, -e, "load seccomp filter: %s", strerror(-e));
+        _exit(1);
+    }
     if ((e = sbx_caps_restrict()) < 0) {
         report(ctl, -e, "restrict capabilities: %s", strerror(-e));
         _exit(1);
@@ -250,13 +256,14 @@ static void child_main(const struct zreq *q, const struct sbx_plan *plan, int ct
     close(dn);
     /* a credential change cleared these: set them now */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (prctl(PR_SET_DUMPABLE, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+    if (prctl(PR_SET_DUMPABLE, 0) < 0 ||
+        (!q->setuid && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)) {
         report(ctl, errno, "prctl: %s", strerror(errno));
         _exit(1);
     }
     struct rlimit core = {0, 0};
     setrlimit(RLIMIT_CORE, &core);
-    if ((e = sbx_seccomp_load()) < 0) {
+    if (!q->setuid && (e = sbx_seccomp_load()) < 0) {
         report(ctl, -e, "load seccomp filter: %s", strerror(-e));
         _exit(1);
     }
@@ -371,6 +378,7 @@ static int clone_session(const struct zreq *q, pid_t *pid, int *pidfd, int *ctl,
     in.fs_dir = q->fs_dir[0] ? q->fs_dir : NULL;
     in.data_base = q->data_base;
     in.mount_base = q->mount_base;
+    in.setuid = q->setuid != 0;
     in.nmounts = q->nmounts;
     for (uint32_t i = 0; i < q->nmounts && i < SBX_MOUNTS_MAX; i++) {
         mounts[i].source = q->mounts[i].source;
@@ -502,13 +510,19 @@ static bool layers_ok(const struct zreq *q)
     return true;
 }
 
+static bool cgs_ok(const struct zreq *q)
+{
+    for (size_t i = 0; i < SBX_CG_PROCS_MAX; i++)
+        if (!memchr(q->cg[i], 0, sizeof q->cg[i])) return false;
+    return true;
+}
+
 static bool zreq_ok(const struct zreq *q)
 {
     return memchr(q->sandbox_dir, 0, sizeof q->sandbox_dir) &&
            memchr(q->image_dir, 0, sizeof q->image_dir) &&
            memchr(q->usr_dir, 0, sizeof q->usr_dir) && memchr(q->hostname, 0, sizeof q->hostname) &&
-           q->ncg <= 4 && memchr(q->cg[0], 0, 512) && memchr(q->cg[1], 0, 512) &&
-           memchr(q->cg[2], 0, 512) && memchr(q->cg[3], 0, 512) && q->nofile > 0 &&
+           q->ncg <= SBX_CG_PROCS_MAX && cgs_ok(q) && q->nofile > 0 && q->setuid <= 1 &&
            memchr(q->fs_dir, 0, sizeof q->fs_dir) && q->nmounts <= SBX_MOUNTS_MAX &&
            mounts_ok(q) && q->nlayers <= SBX_PLAN_LAYERS_MAX &&
            memchr(q->layers_dir, 0, sizeof q->layers_dir) && layers_ok(q);
@@ -682,6 +696,7 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
     q->uid_base = p->plan.uid_base;
     q->tmp_bytes = p->plan.tmp_bytes;
     q->nofile = p->nofile;
+    q->setuid = p->setuid;
     int ok = snprintf(q->sandbox_dir, sizeof q->sandbox_dir, "%s", p->plan.sandbox_dir) <
                  (int)sizeof q->sandbox_dir &&
              snprintf(q->image_dir, sizeof q->image_dir, "%s", p->plan.image_dir) <
@@ -718,7 +733,7 @@ int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, st
         free(q);
         return err_internal(err, "sandbox paths are too long");
     }
-    q->ncg = (uint32_t)sbx_cg_procs_files(p->cg, q->cg, 4);
+    q->ncg = (uint32_t)sbx_cg_procs_files(p->cg, q->cg, SBX_CG_PROCS_MAX);
     int rc = zygote_fd >= 0 ? via_zygote(q, p->timeout_ms, out, err) : -2;
     if (rc == -2) { /* no zygote: clone from here */
         char msg[400];

@@ -23,7 +23,15 @@
  *   6. keeps only a few capabilities (caps.h), sets no_new_privs, makes itself
  *      non-dumpable (so nothing inside can ptrace it or read its memory), sets
  *      RLIMIT_NOFILE (soft and hard: without CAP_SYS_RESOURCE nothing inside can
- *      raise it) and loads the seccomp filter (seccomp.h);
+ *      raise it) and loads the seccomp filter (seccomp.h). With `setuid` (a
+ *      sandbox's allow_privilege_escalation) it sets no no_new_privs, so setuid
+ *      programs (sudo) work inside: the filter is then loaded first, while the
+ *      child still holds CAP_SYS_ADMIN in the session's user namespace (which is
+ *      what the kernel asks of a filter without no_new_privs), and the
+ *      capabilities are cut after it. A setuid-root program can then only become
+ *      root of that user namespace, with the bounding set cut in step 6: exactly
+ *      what a command run as root has (a mapped, unprivileged host uid, the same
+ *      filter, cgroup and namespaces);
  *   7. becomes init (init.h).
  * The parent keeps a pidfd (for waiting), the control socket and O_PATH descriptors
  * of the sandbox's root (for the files API) and /usr, which keep its two overlays
@@ -32,6 +40,7 @@
 #ifndef REBUNO_SANDBOX_SPAWN_H
 #define REBUNO_SANDBOX_SPAWN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -45,6 +54,7 @@ struct sbx_spawn_params {
     struct sbx_cgroup *cg; /* created with the session's limits */
     int timeout_ms;        /* for the child to report READY */
     uint32_t nofile;       /* RLIMIT_NOFILE (soft = hard) of init and so of everything inside */
+    bool setuid;           /* no no_new_privs: setuid programs inside work (step 6) */
 };
 
 struct sbx_proc {

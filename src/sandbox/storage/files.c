@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -573,4 +574,94 @@ int sbx_fs_chown(const struct sbx_fs *fs, const char *path, const struct sbx_own
         e = fs_err(err, errno, path);
     close(fd);
     return e;
+}
+
+/* ------------------------------------------------------------------ user xattrs */
+
+#define NO_XATTRS (-2)
+
+/* An O_PATH fd of path that may carry user xattrs: a regular file or directory on an
+ * allowed file system; NO_XATTRS (a symlink or other), or -1. follow: a final symlink
+ * is followed (within the root, as a write follows it). */
+static int xattr_target(const struct sbx_fs *fs, const char *path, bool follow,
+                        struct err *err)
+{
+    int fd = resolve(fs, sbx_path_rel(path), O_PATH, follow, path, err);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return fs_err(err, e, path);
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        close(fd);
+        return NO_XATTRS;
+    }
+    if (check_fs(fd, path, err) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+json_t *sbx_fs_xattrs(const struct sbx_fs *fs, const char *path, const char *prefix,
+                      struct err *err)
+{
+    int fd = xattr_target(fs, path, false, err);
+    if (fd == -1) return NULL;
+    json_t *o = json_object();
+    if (fd == NO_XATTRS) return o;
+    /* the inode the O_PATH fd holds, through its magic link (never a path inside) */
+    char p[64], names[16384];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t n = listxattr(p, names, sizeof names);
+    char want[300];
+    int wl = snprintf(want, sizeof want, "user.%s", prefix);
+    for (ssize_t i = 0; n > 0 && i < n && json_object_size(o) < SBX_XATTRS_MAX;
+         i += (ssize_t)strlen(names + i) + 1) {
+        const char *name = names + i;
+        if (strncmp(name, want, (size_t)wl) != 0 || !name[wl]) continue;
+        char v[SBX_XATTR_VALUE_MAX];
+        ssize_t k = getxattr(p, name, v, sizeof v);
+        if (k >= 0) json_object_set_new(o, name + wl, sbx_json_text(v, (size_t)k));
+    }
+    close(fd);
+    return o;
+}
+
+int sbx_fs_set_xattrs(const struct sbx_fs *fs, const char *path, const char *prefix,
+                      const json_t *kv, struct err *err)
+{
+    if (json_object_size(kv) == 0) return 0;
+    int fd = xattr_target(fs, path, true, err);
+    if (fd == -1) return -1;
+    if (fd == NO_XATTRS)
+        return err_invalid(err, "path", "%s is no file or directory: it cannot carry metadata",
+                           path);
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach((json_t *)kv, k, v) {
+        char name[300];
+        if (snprintf(name, sizeof name, "user.%s%s", prefix, k) >= (int)sizeof name ||
+            !json_is_string(v) || json_string_length(v) > SBX_XATTR_VALUE_MAX) {
+            rc = err_invalid(err, "metadata", "metadata %.60s: the key or its value is too long", k);
+            break;
+        }
+        if (setxattr(p, name, json_string_value(v), json_string_length(v), 0) < 0) {
+            int e = errno;
+            if (e == ENOTSUP || e == EOPNOTSUPP)
+                rc = err_invalid(err, "metadata", "%s: this file system keeps no metadata", path);
+            else if (e == ENOSPC || e == E2BIG || e == ERANGE)
+                rc = err_invalid(err, "metadata", "%s: no room for that metadata", path);
+            else
+                rc = fs_err(err, e, path);
+            break;
+        }
+    }
+    close(fd);
+    return rc;
 }

@@ -90,6 +90,20 @@ int sbx_fs_chown(const struct sbx_fs *fs, const char *path, const struct sbx_own
 /* Whole small file (at most max bytes; larger is an error) into out: for /etc files. */
 int sbx_fs_read_all(const struct sbx_fs *fs, const char *path, size_t max, struct buf *out,
                     struct err *err);
+/*
+ * User extended attributes named "user." prefix KEY of a regular file or directory, for
+ * metadata a client attaches to its files (sbx_fs_xattrs: a final symlink is not
+ * followed, and has none; sbx_fs_set_xattrs follows it as sbx_fs_write does). sbx_fs_xattrs: {KEY: value} (values as text; at most SBX_XATTRS_MAX of them,
+ * each at most SBX_XATTR_VALUE_MAX bytes, others skipped); a file system without user
+ * xattrs gives {}. sbx_fs_set_xattrs: each member of kv (string values), 400 where the
+ * file system keeps none. NULL / -1 with err.
+ */
+#define SBX_XATTRS_MAX 64
+#define SBX_XATTR_VALUE_MAX 4096
+json_t *sbx_fs_xattrs(const struct sbx_fs *fs, const char *path, const char *prefix,
+                      struct err *err);
+int sbx_fs_set_xattrs(const struct sbx_fs *fs, const char *path, const char *prefix,
+                      const json_t *kv, struct err *err);
 /* Replace a file atomically (write a temporary next to it, fsync, rename). */
 int sbx_fs_replace(const struct sbx_fs *fs, const char *path, const void *data, size_t len,
                    int mode, const struct sbx_owner *owner, struct err *err);

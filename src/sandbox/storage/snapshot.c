@@ -431,6 +431,7 @@ void sbx_ext_load(struct sbx *s, const char *ext)
     s->mounts = json_is_object(m) ? json_incref(m) : NULL;
     s->nofile = json_integer_value(json_object_get(o, "nofile")); /* 0: the default */
     s->disk_mb = json_integer_value(json_object_get(o, "disk_mb"));
+    s->allow_privilege_escalation = json_is_true(json_object_get(o, "allow_privilege_escalation"));
     json_t *x = json_object_get(o, "snapshot_expiration_ms");
     s->snap_expiration_ms = json_is_integer(x) ? json_integer_value(x) : -1;
     json_t *origin = json_object_get(o, "origin");
@@ -450,6 +451,8 @@ char *sbx_ext_dump(const struct sbx *s)
     json_object_set_new(o, "data_base", json_integer(s->data_base));
     json_object_set_new(o, "nofile", json_integer(s->nofile));
     json_object_set_new(o, "disk_mb", json_integer(s->disk_mb));
+    if (s->allow_privilege_escalation)
+        json_object_set_new(o, "allow_privilege_escalation", json_true());
     if (s->mounts) json_object_set(o, "mounts", s->mounts);
     if (s->snap_expiration_ms >= 0)
         json_object_set_new(o, "snapshot_expiration_ms", json_integer(s->snap_expiration_ms));
@@ -771,7 +774,8 @@ struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *
 {
     static const char *const known[] = {"name", "metadata", "env", "resources", "timeout_ms",
                                         "on_timeout", "snapshot_expiration_ms", "mounts",
-                                        "start", "network_policy", "network_id", "ports", NULL};
+                                        "start", "network_policy", "network_id", "ports",
+                                        "allow_privilege_escalation", NULL};
     if (sbx_json_known(body, known, "a fork", err) < 0) return NULL;
     json_t *res = json_pack("{s:I, s:I, s:I, s:I, s:I}", "vcpus", (json_int_t)src->vcpus,
                             "memory", (json_int_t)src->memory_mb, "pids",
@@ -793,6 +797,8 @@ struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *
     json_object_set_new(c, "resources", res);
     json_object_set_new(c, "timeout_ms", json_integer(src->timeout_ms));
     json_object_set_new(c, "on_timeout", json_string(src->on_timeout_pause ? "pause" : "stop"));
+    json_object_set_new(c, "allow_privilege_escalation",
+                        json_boolean(src->allow_privilege_escalation));
     if (src->snap_expiration_ms >= 0)
         json_object_set_new(c, "snapshot_expiration_ms", json_integer(src->snap_expiration_ms));
     const char *k;

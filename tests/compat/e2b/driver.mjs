@@ -162,7 +162,16 @@ const cases = {
       await sbx.commands.run('echo a > ~/proj/w/f.txt && echo b > ~/proj/top.txt && rm ~/proj/top.txt')
       for (let i = 0; i < 50 && !events.some((e) => e[1] === 'top.txt' && e[0] === 'remove'); i++) await sleep(100)
       await wh.stop()
+      // envd 0.6.3: includeEntry gives each event the entry as it is then
+      const withEntry = []
+      const we = await sbx.files.watchDir('proj', (ev) => withEntry.push([ev.type, ev.name, ev.entry ? [ev.entry.type, ev.entry.path, ev.entry.size, ev.entry.owner] : null]), { includeEntry: true })
+      await sbx.commands.run('printf 12345 > ~/proj/e.txt')
+      for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'write'); i++) await sleep(100)
+      await sbx.commands.run('rm ~/proj/e.txt')
+      for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'remove'); i++) await sleep(100)
+      await we.stop()
       return {
+        withEntry,
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,
           modified: String(info.modifiedTime) },
@@ -282,6 +291,63 @@ const cases = {
       const killMissing = await sbx.pty.kill(999999)
       const badResize = await catching(() => sbx.pty.resize(999999, { cols: 10, rows: 10 }))
       return { sawHi, sawTty, whoami: /\nuser\r?\n/.test(out), sawSize, listed, sawAgain, exitCode, killed, killExit, killMissing, badResize }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async uploads() {
+    // envd 0.5.7: gzip and streamed bodies go as octet-stream uploads
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const text = 'zipped '.repeat(2000)
+      const gz = await sbx.files.write('gz.txt', text, { gzip: true })
+      const gzBack = await sbx.files.read('gz.txt')
+      const enc = new TextEncoder()
+      const stream = new ReadableStream({ start(c) { c.enqueue(enc.encode('part1 ')); c.enqueue(enc.encode('part2')); c.close() } })
+      const st = await sbx.files.write('/tmp/streamed.txt', stream)
+      const stBack = await sbx.files.read('/tmp/streamed.txt')
+      const owner = await sbx.commands.run('stat -c %U gz.txt')
+      const gzRead = await sbx.files.read('gz.txt', { gzip: true })
+      // envd 0.6.2: metadata on writes, kept with the file, shown in its entries
+      const meta = { owner: 'agent', 'run-id': '7' }
+      const m = await sbx.files.write('m.txt', 'with metadata', { metadata: meta })
+      const many = await sbx.files.write([{ path: 'm1.txt', data: 'a' }, { path: 'm2.txt', data: 'b' }], { metadata: { batch: 'yes' } })
+      const info = await sbx.files.getInfo('m.txt')
+      const plain = await sbx.files.getInfo('gz.txt')
+      const listed = (await sbx.files.list('.')).filter((e) => e.name.startsWith('m')).map((e) => [e.name, e.metadata ?? null])
+      const gzMeta = await sbx.files.write('mgz.txt', 'z', { gzip: true, metadata: { z: '1' } })
+      const badMeta = await catching(() => sbx.files.write('bad.txt', 'x', { metadata: { 'bad key': 'v' } }))
+      return { gz, gzOk: gzBack === text, st, stBack, owner: owner.stdout, gzReadOk: gzRead === text,
+        m, many, infoMeta: info.metadata ?? null, plainMeta: plain.metadata ?? null, listed, gzMeta, badMeta }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async sudo() {
+    // E2B's default user has passwordless sudo: `sudo apt-get ...` and the like
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const r = await sbx.commands.run('whoami; sudo whoami; sudo -n true && echo nopasswd; ' +
+        'sudo mkdir /opt/by-sudo && stat -c %U /opt/by-sudo; sudo apt-get --version | head -c 4')
+      const again = await sbx.commands.run('sudo id -u')
+      return { id: sbx.sandboxId, out: r.stdout, err: r.stderr, again: again.stdout }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async metrics() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.commands.run('true')
+      const idle = (await sbx.getMetrics()).at(-1)
+      // one vCPU busy for a second: a share of the sandbox's cpus, measured since the last sample
+      await sbx.commands.run('timeout 1 bash -c "while :; do :; done" || true')
+      const busy = (await sbx.getMetrics()).at(-1)
+      const past = await sbx.getMetrics({ start: new Date(Date.now() - 7200_000), end: new Date(Date.now() - 3600_000) })
+      return { idle, busy, past: past.length }
     } finally {
       await sbx.kill()
     }

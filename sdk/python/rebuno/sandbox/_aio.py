@@ -2525,7 +2525,8 @@ class SandboxClient:
                        network_id: str | None = None,
                        ports: Sequence[int] | None = None, runtime: str | None = None,
                        mounts: Mapping[Any, Any] | None = None, persistent: bool | None = None,
-                       snapshot_expiration: Any = None, snapshot_retention: Any = None) -> CreateSandboxOperation:
+                       snapshot_expiration: Any = None, snapshot_retention: Any = None,
+                       allow_privilege_escalation: bool = False) -> CreateSandboxOperation:
         """Create a sandbox. ``await`` the result for a handle, or ``async with`` it to delete
         the sandbox at the end (``destroy=False``: only stop it).
 
@@ -2547,14 +2548,19 @@ class SandboxClient:
         absolute paths to drives (a name or id, a :class:`Drive`, ``drive.snapshot()`` or
         ``DriveMount(name, mode="snapshot")``); paths are canonicalized and checked here
         (``ValueError``) and by sandboxd. ``snapshot_expiration`` (seconds or timedelta,
-        ``0`` = never) is the default expiration of its snapshots. ``runtime``,
-        ``persistent=False`` and ``snapshot_retention`` raise ``NotImplementedError``.
+        ``0`` = never) is the default expiration of its snapshots.
+        ``allow_privilege_escalation=True`` lets setuid programs (``sudo``) work inside; what
+        they reach is the sandbox's own root, as ``sudo=True`` commands do (docs/sandbox.md).
+        ``runtime``, ``persistent=False`` and ``snapshot_retention`` raise
+        ``NotImplementedError``.
         """
         body = create_body(name=name, metadata=metadata, tags=tags, env=env, resources=resources, timeout=timeout,
                            execution_time_limit=execution_time_limit, on_timeout=on_timeout, image=image,
                            start=start, source=source, network_policy=network_policy, network_id=network_id,
                            ports=ports, runtime=runtime, mounts=mounts, persistent=persistent,
                            snapshot_expiration=snapshot_expiration, snapshot_retention=snapshot_retention)
+        if allow_privilege_escalation:
+            body["allow_privilege_escalation"] = True
         rgn = self._region_for(region)
         if rgn is not None:
             body["region"] = rgn  # sandboxd records it (and validates it: [a-z0-9-], 1-32)

@@ -266,6 +266,7 @@ class SandboxUsage(_Model):
     pids: int | None = None
     oom_kills: int | None = None
     cgroup: str | None = None
+    cpu_usage_us: int | None = None  # cpu time used since the session started
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,6 +307,7 @@ class SandboxInfo(_Model):
     source: Mapping[str, Any] | None = None
     snapshot_expiration_ms: int | None = None
     disk_enforced: bool | None = None  # the store enforces resources.disk_mb (btrfs quotas)
+    allow_privilege_escalation: bool = False  # setuid programs (sudo) work inside
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any], *, region: str | None = None) -> SandboxInfo:
@@ -328,7 +330,7 @@ class SandboxInfo(_Model):
             if isinstance(sess, Mapping) else None,
             stopped_at=parse_time(d.get("stopped_at")), stop_reason=d.get("stop_reason"),
             usage=SandboxUsage(**{k: usage.get(k) for k in ("memory_bytes", "memory_peak_bytes", "pids",
-                                                            "oom_kills", "cgroup")})
+                                                            "oom_kills", "cgroup", "cpu_usage_us")})
             if isinstance(usage, Mapping) else None,
             region=d.get("region") or region,
             network_policy=NetworkPolicy.from_api(d.get("network_policy")),
@@ -342,6 +344,7 @@ class SandboxInfo(_Model):
             source=MappingProxyType(dict(d["source"])) if isinstance(d.get("source"), Mapping) else None,
             snapshot_expiration_ms=d.get("snapshot_expiration_ms"),
             disk_enforced=d.get("disk_enforced"),
+            allow_privilege_escalation=d.get("allow_privilege_escalation") is True,
         )
 
 
