@@ -23,7 +23,8 @@
  * With --store postgres (issue 15) it instead starts a real PostgreSQL (initdb + pg_ctl in
  * a temporary folder, fsync on, as nobody when run as root) and prints: a naive loop of one
  * durable PostgreSQL transaction per write, 32 agents on SQLite, and 32 agents spread over
- * 1, 2 and 3 kernel replicas on that PostgreSQL, with the ratios the issue aims at.
+ * 1, 2 and 3 kernel replicas on that PostgreSQL, with the ratios the issue aims at and the
+ * CPU of the database backends serving the kernels per round trip.
  *
  * The simulated agents are one epoll loop over N non-blocking sockets (one
  * connection, one execution and one dispatch per agent) so the client spends as
@@ -934,6 +935,7 @@ struct level_result {
     double rt_per_s;
     double rt_p50_ms, rt_p99_ms, submit_p50_ms, submit_p99_ms, complete_p50_ms, complete_p99_ms;
     double kernel_cpu_us_per_rt, client_cpu_us_per_rt;
+    double db_cpu_us_per_rt; /* PostgreSQL backends serving the kernels; 0 on SQLite */
     long long acked, found;
 };
 
@@ -1997,6 +1999,18 @@ static struct baseline run_pg_naive(double seconds)
     return b;
 }
 
+/* CPU seconds used so far by the PostgreSQL backends serving the kernels (their
+ * connections say application_name=rebuno). */
+static double pg_kernels_cpu_s(PGconn *admin)
+{
+    PGresult *r = PQexec(admin, "SELECT pid FROM pg_stat_activity WHERE application_name = 'rebuno'");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) die("postgres: pg_stat_activity: %s", PQresultErrorMessage(r));
+    double s = 0;
+    for (int i = 0; i < PQntuples(r); i++) s += proc_cpu_s((pid_t)atoi(PQgetvalue(r, i, 0)));
+    PQclear(r);
+    return s;
+}
+
 static long long pg_count_succeeded(const char *schema)
 {
     PGconn *c = pg_connect(schema);
@@ -2043,11 +2057,12 @@ static struct level_result run_pg_level(int n, int replicas)
     struct run_stats rs = {0};
     int64_t t_measure = now_ns() + (int64_t)(O.warmup * 1e9);
     int64_t t_end = t_measure + (int64_t)(O.seconds * 1e9);
-    double kcpu0 = 0, kcpu = 0, ccpu0 = self_cpu_s();
+    double kcpu0 = 0, kcpu = 0, ccpu0 = self_cpu_s(), dbcpu0 = pg_kernels_cpu_s(admin);
     for (int i = 0; i < replicas; i++) kcpu0 += proc_cpu_s(k[i].pid);
     run_agents(ag, n, t_measure, t_end, &rs);
     for (int i = 0; i < replicas; i++) kcpu += proc_cpu_s(k[i].pid);
     kcpu -= kcpu0;
+    double dbcpu = pg_kernels_cpu_s(admin) - dbcpu0;
     double ccpu = self_cpu_s() - ccpu0;
     lr.rt_per_s = (double)rs.rts_in_window / O.seconds;
     lr.rt_p50_ms = (double)pct(&rs.rt, 0.50) / 1e6;
@@ -2059,6 +2074,7 @@ static struct level_result run_pg_level(int n, int replicas)
     if (rs.acked) {
         lr.kernel_cpu_us_per_rt = kcpu * 1e6 / (double)rs.acked;
         lr.client_cpu_us_per_rt = ccpu * 1e6 / (double)rs.acked;
+        lr.db_cpu_us_per_rt = dbcpu * 1e6 / (double)rs.acked;
     }
     lr.acked = rs.acked;
     for (int i = 0; i < replicas; i++) kernel_stop(&k[i], true);
@@ -2082,9 +2098,11 @@ static void print_level(const char *label, const struct level_result *r, double 
 {
     char n1[32], vs[32] = "-";
     if (naive > 0) snprintf(vs, sizeof vs, "%.2fx", WRITES_PER_RT * r->rt_per_s / naive);
-    printf("%-22s %13s  %14s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %10.0f %6.0f\n", label,
+    char db[16] = "-";
+    if (r->db_cpu_us_per_rt > 0) snprintf(db, sizeof db, "%.0f", r->db_cpu_us_per_rt);
+    printf("%-22s %13s  %14s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %10.0f %6.0f %9s\n", label,
            commas(r->rt_per_s, n1, sizeof n1), vs, r->rt_p50_ms, r->rt_p99_ms, r->submit_p50_ms, r->submit_p99_ms,
-           r->complete_p50_ms, r->complete_p99_ms, r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt);
+           r->complete_p50_ms, r->complete_p99_ms, r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt, db);
 }
 
 static int run_postgres(void)
@@ -2100,8 +2118,8 @@ static int run_postgres(void)
     struct baseline naive = run_pg_naive(O.baseline_seconds);
     printf("naive: PostgreSQL, 1 durable tx per write ...... %s tx/s  (p50 %.0f us, p99 %.0f us)\n\n",
            commas(naive.tx_per_s, n1, sizeof n1), naive.p50_us, naive.p99_us);
-    printf("%-22s %13s  %14s  %6s  %6s  %18s  %19s  %17s\n", "store", "round-trips/s", "writes vs naive",
-           "p50 ms", "p99 ms", "submit p50/p99 ms", "complete p50/p99 ms", "cpu us/rt kernel client");
+    printf("%-22s %13s  %14s  %6s  %6s  %18s  %19s  %27s\n", "store", "round-trips/s", "writes vs naive",
+           "p50 ms", "p99 ms", "submit p50/p99 ms", "complete p50/p99 ms", "cpu us/rt kernel client database");
     struct level_result sq = run_level(agents);
     print_level("SQLite, 1 kernel", &sq, naive.tx_per_s);
     struct level_result pr[PG_MAX_REPLICAS];
@@ -2155,6 +2173,7 @@ static int run_postgres(void)
     for (int r = 0; r < PG_MAX_REPLICAS; r++) {
         printf("bench.pg.rt_per_s.replicas%d=%.0f\n", r + 1, pr[r].rt_per_s);
         printf("bench.pg.cpu_us_per_rt.replicas%d=%.1f\n", r + 1, pr[r].kernel_cpu_us_per_rt);
+        printf("bench.pg.db_cpu_us_per_rt.replicas%d=%.1f\n", r + 1, pr[r].db_cpu_us_per_rt);
         printf("bench.pg.rt_p99_ms.replicas%d=%.3f\n", r + 1, pr[r].rt_p99_ms);
     }
     printf("bench.pg.writes_vs_naive.replicas1=%.3f\n", vs_naive);

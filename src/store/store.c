@@ -158,6 +158,12 @@ int store_step_get(struct store *st, const char *exec_id, const char *step_id, s
     return st->vt->step_get(st, exec_id, step_id, out);
 }
 
+void store_prefetch_step(struct store *st, const char *exec_id, const char *kind, const char *target,
+                         const char *args_hash, const char *step_id)
+{
+    if (st->vt->prefetch_step) st->vt->prefetch_step(st, exec_id, kind, target, args_hash, step_id);
+}
+
 int store_step_insert(struct store *st, const struct step *s)
 {
     return st->vt->step_insert(st, s);

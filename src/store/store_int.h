@@ -34,6 +34,8 @@ struct store_vt {
     int (*event_append)(struct store *st, struct execution *e, const char *type, const char *payload, int64_t at);
     int (*events_each)(struct store *st, const char *exec_id, int64_t after, int limit, store_event_fn fn, void *arg);
     int (*step_get)(struct store *st, const char *exec_id, const char *step_id, struct step *out);
+    /* NULL: the hint is ignored */
+    void (*prefetch_step)(struct store *st, const char *exec_id, const char *kind, const char *target, const char *args_hash, const char *step_id);
     int (*step_insert)(struct store *st, const struct step *s);
     int (*step_update)(struct store *st, const struct step *s);
     int (*steps_each)(struct store *st, const char *exec_id, store_step_fn fn, void *arg);

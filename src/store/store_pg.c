@@ -249,6 +249,14 @@ struct pg {
     struct execution *locked;
     bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
     int n_locked, cap_locked;
+    /* store_prefetch_step: the hint (armed until the execution's next locking read), then
+     * the rows read with it, serving the operation's counter and step reads */
+    struct {
+        bool armed;
+        char exec_id[UUID_STR_LEN], step_id[STEP_ID_LEN], args_hash[STEP_ID_LEN];
+        char *kind, *target; /* the counter's key; NULL: no counter asked */
+        PGresult *counter, *step;
+    } pf;
 };
 
 static struct pg *PG(struct store *st)
@@ -258,7 +266,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */ };
 
 struct params {
     const char *v[26];
@@ -454,6 +462,18 @@ static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
     return 0;
 }
 
+/* Forget the prefetch hint and the rows read with it. */
+static void pf_drop(struct pg *p)
+{
+    PQclear(p->pf.counter);
+    PQclear(p->pf.step);
+    p->pf.counter = p->pf.step = NULL;
+    p->pf.armed = false;
+    free(p->pf.kind);
+    free(p->pf.target);
+    p->pf.kind = p->pf.target = NULL;
+}
+
 static void q_reset(struct pg *p)
 {
     p->q_len = 0;
@@ -491,8 +511,15 @@ static int q_send(struct pg *p, PGresult **last)
             rc = -ENOENT;
             failed_at = i;
         }
+        PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
+                        : p->expect[i] == X_PF_COUNTER ? &p->pf.counter
+                        : p->expect[i] == X_PF_STEP   ? &p->pf.step
+                                                       : NULL;
         i++;
-        if (last && rc == 0) {
+        if (pf) {
+            PQclear(*pf);
+            *pf = r;
+        } else if (last && rc == 0) {
             PQclear(keep);
             keep = r;
         } else {
@@ -506,6 +533,7 @@ static int q_send(struct pg *p, PGresult **last)
     q_reset(p);
     if (rc == 0 && last) *last = keep;
     else PQclear(keep);
+    if (rc < 0) pf_drop(p);
     /* A failure after the current operation's SAVEPOINT is that operation's (it rolls
      * back to it); one before it hit an earlier operation, already answered as done:
      * only the whole batch can go now (its COMMIT fails, every reply becomes an error). */
@@ -694,6 +722,7 @@ static void pg_close(struct store *st)
 {
     struct pg *p = PG(st);
     unlock_all(p);
+    pf_drop(p);
     free(p->locked);
     free(p->nores);
     PQfinish(p->c);
@@ -729,6 +758,7 @@ static int pg_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     q_reset(p);
+    pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
@@ -758,6 +788,7 @@ static int pg_commit(struct store *st)
     if ((r = q_send(p, NULL)) < 0) return r;
     p->in_tx = p->in_op = false;
     unlock_all(p);
+    pf_drop(p);
     notes_reset(p);
     return 0;
 }
@@ -766,6 +797,7 @@ static int pg_rollback(struct store *st)
 {
     struct pg *p = PG(st);
     unlock_all(p);
+    pf_drop(p);
     notes_reset(p);
     q_reset(p);
     p->in_tx = p->in_op = p->broken = false;
@@ -783,6 +815,7 @@ static int pg_op_begin(struct store *st)
     struct pg *p = PG(st);
     int r = ensure(p);
     if (r < 0) return r;
+    pf_drop(p);
     p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
     /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
     if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
@@ -809,6 +842,7 @@ static int pg_op_end(struct store *st, bool ok)
     struct pg *p = PG(st);
     p->in_op = false;
     p->op_sp = -1;
+    pf_drop(p);
     if (op_untouched(p)) return 0;
     if (ok) {
         /* Its writes stay queued: they go out with the next request's first read or the
@@ -1064,6 +1098,15 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     bool lock = p->in_tx && p->in_op;
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
         if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+        if (p->pf.armed && strcmp(p->pf.exec_id, id) == 0) { /* after the lock: sees its holder's commit */
+            p->pf.armed = false;
+            struct params pc = {0}, pst = {0};
+            p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
+            p_str(&pst, id), p_str(&pst, p->pf.step_id);
+            if ((p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
+                (rc = q_stmt(p, S_STEP_GET, &pst, X_PF_STEP)) < 0)
+                return rc;
+        }
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -1075,6 +1118,7 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
         nores = strcmp(PQgetvalue(r, 0, 24), "f") == 0;
     }
     PQclear(r);
+    if (rc < 0) pf_drop(p);
     if (rc == 0 && lock) {
         locked_put(p, out);
         p->nores[locked_find(p, id) - p->locked] = nores;
@@ -1259,12 +1303,59 @@ static void read_step(PGresult *r, int i, struct step *s)
     s->resources = g_dup(r, i, 17);
 }
 
+/* --- prefetched step rows (store_prefetch_step) --- */
+
+static void pg_prefetch_step(struct store *st, const char *exec_id, const char *kind, const char *target,
+                             const char *args_hash, const char *step_id)
+{
+    struct pg *p = PG(st);
+    pf_drop(p);
+    if (!exec_id || strlen(exec_id) >= sizeof p->pf.exec_id || !step_id || strlen(step_id) >= sizeof p->pf.step_id)
+        return;
+    if (kind) {
+        if (!target || !args_hash || strlen(args_hash) >= sizeof p->pf.args_hash) return;
+        p->pf.kind = xstrdup(kind);
+        p->pf.target = xstrdup(target);
+        snprintf(p->pf.args_hash, sizeof p->pf.args_hash, "%s", args_hash);
+    }
+    snprintf(p->pf.exec_id, sizeof p->pf.exec_id, "%s", exec_id);
+    snprintf(p->pf.step_id, sizeof p->pf.step_id, "%s", step_id);
+    p->pf.armed = true;
+}
+
+/* The prefetched counter of the key, if that is what was read: true with *rc set. */
+static bool pf_counter(struct pg *p, const char *exec_id, const char *kind, const char *target,
+                       const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len, int *rc)
+{
+    PGresult *r = p->pf.counter;
+    if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.kind, kind) || strcmp(p->pf.target, target) ||
+        strcmp(p->pf.args_hash, args_hash))
+        return false;
+    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
+    if (*rc == 0) {
+        *consumed = g_int(r, 0, 0);
+        g_copy(r, 0, 1, last_request, lr_len);
+    }
+    return true;
+}
+
+/* The prefetched step step_id (or that it does not exist), if it was read: true with *rc set. */
+static bool pf_step(struct pg *p, const char *exec_id, const char *step_id, struct step *out, int *rc)
+{
+    PGresult *r = p->pf.step;
+    if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.step_id, step_id)) return false;
+    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
+    if (*rc == 0) read_step(r, 0, out);
+    return true;
+}
+
 static int pg_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
 {
+    int rc;
+    if (pf_step(PG(st), exec_id, step_id, out, &rc)) return rc;
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, step_id);
-    int rc;
     PGresult *r = exec_stmt(PG(st), S_STEP_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
@@ -1275,6 +1366,7 @@ static int pg_step_get(struct store *st, const char *exec_id, const char *step_i
 
 static int pg_step_insert(struct store *st, const struct step *s)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
     bind_step(&ps, s);
     return run(PG(st), S_STEP_INSERT, &ps, NULL);
@@ -1283,6 +1375,7 @@ static int pg_step_insert(struct store *st, const struct step *s)
 static int pg_step_update(struct store *st, const struct step *s)
 {
     /* The WHERE clause pins the immutable columns, as in the SQLite store. */
+    pf_drop(PG(st));
     struct params ps = {0};
     bind_step(&ps, s);
     int64_t n = 0;
@@ -1349,12 +1442,13 @@ static int pg_step_has_indeterminate(struct store *st, const char *exec_id, cons
 static int pg_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
                           const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
 {
+    int rc;
+    if (pf_counter(PG(st), exec_id, kind, target, args_hash, consumed, last_request, lr_len, &rc)) return rc;
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, kind);
     p_str(&ps, target);
     p_str(&ps, args_hash);
-    int rc;
     PGresult *r = exec_stmt(PG(st), S_COUNTER_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) {
@@ -1370,6 +1464,7 @@ static int pg_counter_get(struct store *st, const char *exec_id, const char *kin
 static int pg_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
                           const char *args_hash, int64_t consumed, const char *request_id)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, kind);
@@ -1382,6 +1477,7 @@ static int pg_counter_set(struct store *st, const char *exec_id, const char *kin
 
 static int pg_counters_clear(struct store *st, const char *exec_id)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
     p_str(&ps, exec_id);
     return run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
@@ -1734,6 +1830,7 @@ static const struct store_vt pg_vt = {
     .event_append = pg_event_append,
     .events_each = pg_events_each,
     .step_get = pg_step_get,
+    .prefetch_step = pg_prefetch_step,
     .step_insert = pg_step_insert,
     .step_update = pg_step_update,
     .steps_each = pg_steps_each,
