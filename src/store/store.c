@@ -26,6 +26,18 @@ char *store_spec_redacted(const char *spec)
     return xasprintf("%.*s:***%s", (int)(colon - spec), spec, at);
 }
 
+void store_exec_copy(struct execution *dst, const struct execution *src)
+{
+    *dst = *src;
+    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
+    dst->session = src->session ? xstrdup(src->session) : NULL;
+    dst->input = src->input ? xstrdup(src->input) : NULL;
+    dst->output = src->output ? xstrdup(src->output) : NULL;
+    dst->state = src->state ? xstrdup(src->state) : NULL;
+    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
+    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
+}
+
 struct store *store_open(const char *spec, char *errbuf, size_t errlen)
 {
     if (store_spec_is_postgres(spec)) return store_pg_open(spec, errbuf, errlen);
