@@ -23,7 +23,8 @@
  * With --store postgres (issue 15) it instead starts a real PostgreSQL (initdb + pg_ctl in
  * a temporary folder, fsync on, as nobody when run as root) and prints: a naive loop of one
  * durable PostgreSQL transaction per write, 32 agents on SQLite, and 32 agents spread over
- * 1, 2 and 3 kernel replicas on that PostgreSQL, with the ratios the issue aims at.
+ * 1, 2 and 3 kernel replicas on that PostgreSQL, with the ratios the issue aims at and the
+ * CPU of the database backends serving the kernels per round trip.
  *
  * The simulated agents are one epoll loop over N non-blocking sockets (one
  * connection, one execution and one dispatch per agent) so the client spends as
@@ -879,6 +880,46 @@ static void sql_ok(sqlite3 *db, const char *sql)
         die("sqlite: %s: %s", sql, msg ? msg : "?");
 }
 
+/* A naive loop: one durable write (insert(ctx, payload, len)) after another, for `seconds`
+ * after a short unmeasured start; the SQLite and the PostgreSQL baselines. */
+static struct baseline naive_loop(double seconds, void (*insert)(void *ctx, const char *payload, int len),
+                                  void *ctx)
+{
+    struct samples lat = {0};
+    struct baseline b = {0};
+    char payload[256];
+    int64_t t_measure = now_ns() + 200000000, t_end = t_measure + (int64_t)(seconds * 1e9);
+    for (long long i = 0;; i++) {
+        check_interrupted();
+        int n = snprintf(payload, sizeof payload,
+                         "{\"execution_id\":\"0192f1a0-7b3c-7e21-9a0c-5d1e2f3a4b5c\",\"seq\":%lld,"
+                         "\"type\":\"step.succeeded\",\"payload\":{\"i\":%lld}}",
+                         i, i);
+        int64_t t0 = now_ns();
+        if (t0 >= t_end) break;
+        insert(ctx, payload, n);
+        int64_t t1 = now_ns();
+        if (t0 >= t_measure) {
+            b.tx++;
+            samples_add(&lat, t1 - t0);
+        }
+    }
+    b.tx_per_s = (double)b.tx / seconds;
+    b.p50_us = (double)pct(&lat, 0.50) / 1e3;
+    b.p99_us = (double)pct(&lat, 0.99) / 1e3;
+    samples_free(&lat);
+    return b;
+}
+
+/* One autocommit INSERT = one durable SQLite transaction. */
+static void sqlite_insert(void *ctx, const char *payload, int len)
+{
+    sqlite3_stmt *ins = ctx;
+    sqlite3_bind_text(ins, 1, payload, len, SQLITE_STATIC);
+    if (sqlite3_step(ins) != SQLITE_DONE) die("sqlite insert: %s", sqlite3_errmsg(sqlite3_db_handle(ins)));
+    sqlite3_reset(ins);
+}
+
 static struct baseline run_baseline(double seconds)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32];
@@ -894,33 +935,7 @@ static struct baseline run_baseline(double seconds)
     sqlite3_stmt *ins;
     if (sqlite3_prepare_v2(db, "INSERT INTO t(payload) VALUES (?)", -1, &ins, NULL) != SQLITE_OK)
         die("sqlite prepare: %s", sqlite3_errmsg(db));
-    struct samples lat = {0};
-    struct baseline b = {0};
-    char payload[256];
-    /* A short unmeasured start, then the measured loop: one autocommit INSERT = one durable tx. */
-    int64_t t_measure = now_ns() + 200000000, t_end = t_measure + (int64_t)(seconds * 1e9);
-    long long i = 0;
-    for (;; i++) {
-        check_interrupted();
-        int n = snprintf(payload, sizeof payload,
-                         "{\"execution_id\":\"0192f1a0-7b3c-7e21-9a0c-5d1e2f3a4b5c\",\"seq\":%lld,"
-                         "\"type\":\"step.succeeded\",\"payload\":{\"i\":%lld}}",
-                         i, i);
-        int64_t t0 = now_ns();
-        if (t0 >= t_end) break;
-        sqlite3_bind_text(ins, 1, payload, n, SQLITE_STATIC);
-        if (sqlite3_step(ins) != SQLITE_DONE) die("sqlite insert: %s", sqlite3_errmsg(db));
-        sqlite3_reset(ins);
-        int64_t t1 = now_ns();
-        if (t0 >= t_measure) {
-            b.tx++;
-            samples_add(&lat, t1 - t0);
-        }
-    }
-    b.tx_per_s = (double)b.tx / seconds;
-    b.p50_us = (double)pct(&lat, 0.50) / 1e3;
-    b.p99_us = (double)pct(&lat, 0.99) / 1e3;
-    samples_free(&lat);
+    struct baseline b = naive_loop(seconds, sqlite_insert, ins);
     sqlite3_finalize(ins);
     sqlite3_close(db);
     untrack_tmp(dir);
@@ -934,8 +949,25 @@ struct level_result {
     double rt_per_s;
     double rt_p50_ms, rt_p99_ms, submit_p50_ms, submit_p99_ms, complete_p50_ms, complete_p99_ms;
     double kernel_cpu_us_per_rt, client_cpu_us_per_rt;
+    double db_cpu_us_per_rt; /* PostgreSQL backends serving the kernels; 0 on SQLite */
     long long acked, found;
 };
+
+/* The figures of a level from its run: rates, latencies, CPU seconds per round trip. */
+static void level_fill(struct level_result *lr, struct run_stats *rs, double kernel_cpu_s, double client_cpu_s)
+{
+    lr->rt_per_s = (double)rs->rts_in_window / O.seconds;
+    lr->rt_p50_ms = (double)pct(&rs->rt, 0.50) / 1e6;
+    lr->rt_p99_ms = (double)pct(&rs->rt, 0.99) / 1e6;
+    lr->submit_p50_ms = (double)pct(&rs->submit, 0.50) / 1e6;
+    lr->submit_p99_ms = (double)pct(&rs->submit, 0.99) / 1e6;
+    lr->complete_p50_ms = (double)pct(&rs->complete, 0.50) / 1e6;
+    lr->complete_p99_ms = (double)pct(&rs->complete, 0.99) / 1e6;
+    if (rs->acked) {
+        lr->kernel_cpu_us_per_rt = kernel_cpu_s * 1e6 / (double)rs->acked;
+        lr->client_cpu_us_per_rt = client_cpu_s * 1e6 / (double)rs->acked;
+    }
+}
 
 static long long count_succeeded(const char *db_path)
 {
@@ -953,29 +985,31 @@ static long long count_succeeded(const char *db_path)
     return n;
 }
 
+/* Agent number i+1 on the kernel at port: registered, with one execution claimed. */
+static void agent_start(struct agent *a, int i, int port)
+{
+    conn_open(&a->c, port);
+    snprintf(a->name, sizeof a->name, "a%d", i + 1);
+    agent_register(a, a->name);
+    char *id = create_exec(&a->c, a->name);
+    json_t *cl = agent_claim(a, a->name, 0);
+    if (!cl) die("claim for %s found no work", a->name);
+    agent_dispatch(a, cl);
+    if (strcmp(a->exec_id, id) != 0) die("claim for %s returned execution %s, not %s", a->name, a->exec_id, id);
+    json_decref(cl);
+    free(id);
+    a->next = 0;
+    a->stride = 1;
+    a->limit = -1;
+}
+
 static struct level_result run_level(int n)
 {
     struct level_result lr = {.agents = n};
     struct kproc k;
     kernel_start(&k, NULL);
     struct agent *ag = xcalloc((size_t)n, sizeof *ag);
-    for (int i = 0; i < n; i++) {
-        struct agent *a = &ag[i];
-        conn_open(&a->c, k.port);
-        snprintf(a->name, sizeof a->name, "a%d", i + 1);
-        agent_register(a, a->name);
-        char *id = create_exec(&a->c, a->name);
-        json_t *cl = agent_claim(a, a->name, 0);
-        if (!cl) die("claim for %s found no work", a->name);
-        agent_dispatch(a, cl);
-        if (strcmp(a->exec_id, id) != 0)
-            die("claim for %s returned execution %s, not %s", a->name, a->exec_id, id);
-        json_decref(cl);
-        free(id);
-        a->next = 0;
-        a->stride = 1;
-        a->limit = -1;
-    }
+    for (int i = 0; i < n; i++) agent_start(&ag[i], i, k.port);
     struct run_stats rs = {0};
     int64_t t0 = now_ns();
     int64_t t_measure = t0 + (int64_t)(O.warmup * 1e9);
@@ -984,17 +1018,7 @@ static struct level_result run_level(int n)
     double kcpu0 = proc_cpu_s(k.pid), ccpu0 = self_cpu_s();
     run_agents(ag, n, t_measure, t_end, &rs);
     double kcpu = proc_cpu_s(k.pid) - kcpu0, ccpu = self_cpu_s() - ccpu0;
-    lr.rt_per_s = (double)rs.rts_in_window / O.seconds;
-    lr.rt_p50_ms = (double)pct(&rs.rt, 0.50) / 1e6;
-    lr.rt_p99_ms = (double)pct(&rs.rt, 0.99) / 1e6;
-    lr.submit_p50_ms = (double)pct(&rs.submit, 0.50) / 1e6;
-    lr.submit_p99_ms = (double)pct(&rs.submit, 0.99) / 1e6;
-    lr.complete_p50_ms = (double)pct(&rs.complete, 0.50) / 1e6;
-    lr.complete_p99_ms = (double)pct(&rs.complete, 0.99) / 1e6;
-    if (rs.acked) {
-        lr.kernel_cpu_us_per_rt = kcpu * 1e6 / (double)rs.acked;
-        lr.client_cpu_us_per_rt = ccpu * 1e6 / (double)rs.acked;
-    }
+    level_fill(&lr, &rs, kcpu, ccpu);
     lr.acked = rs.acked;
     /* Durability: every acknowledged completion must survive a SIGKILL. */
     kernel_stop(&k, true);
@@ -1958,8 +1982,16 @@ static void pg_exec(PGconn *c, const char *sql)
     PQclear(r);
 }
 
-/* The naive loop: one INSERT per autocommit (durable) transaction, over the Unix socket
- * like the kernels. */
+/* One autocommit INSERT = one durable PostgreSQL transaction. */
+static void pg_insert(void *ctx, const char *payload, int len)
+{
+    const char *v[] = {payload};
+    PGresult *r = PQexecPrepared(ctx, "ins", 1, v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres insert: %s", PQresultErrorMessage(r));
+    PQclear(r);
+}
+
+/* The naive loop on PostgreSQL, over the Unix socket like the kernels. */
 static struct baseline run_pg_naive(double seconds)
 {
     PGconn *c = pg_connect(NULL);
@@ -1967,34 +1999,22 @@ static struct baseline run_pg_naive(double seconds)
     PGresult *r = PQprepare(c, "ins", "INSERT INTO naive(payload) VALUES ($1)", 1, NULL);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres prepare: %s", PQresultErrorMessage(r));
     PQclear(r);
-    struct samples lat = {0};
-    struct baseline b = {0};
-    char payload[256];
-    int64_t t_measure = now_ns() + 200000000, t_end = t_measure + (int64_t)(seconds * 1e9);
-    for (long long i = 0;; i++) {
-        check_interrupted();
-        snprintf(payload, sizeof payload,
-                 "{\"execution_id\":\"0192f1a0-7b3c-7e21-9a0c-5d1e2f3a4b5c\",\"seq\":%lld,"
-                 "\"type\":\"step.succeeded\",\"payload\":{\"i\":%lld}}", i, i);
-        int64_t t0 = now_ns();
-        if (t0 >= t_end) break;
-        const char *v[] = {payload};
-        r = PQexecPrepared(c, "ins", 1, v, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) die("postgres insert: %s", PQresultErrorMessage(r));
-        PQclear(r);
-        int64_t t1 = now_ns();
-        if (t0 >= t_measure) {
-            b.tx++;
-            samples_add(&lat, t1 - t0);
-        }
-    }
-    b.tx_per_s = (double)b.tx / seconds;
-    b.p50_us = (double)pct(&lat, 0.50) / 1e3;
-    b.p99_us = (double)pct(&lat, 0.99) / 1e3;
-    samples_free(&lat);
+    struct baseline b = naive_loop(seconds, pg_insert, c);
     pg_exec(c, "DROP TABLE naive");
     PQfinish(c);
     return b;
+}
+
+/* CPU seconds used so far by the PostgreSQL backends serving the kernels (their
+ * connections say application_name=rebuno). */
+static double pg_kernels_cpu_s(PGconn *admin)
+{
+    PGresult *r = PQexec(admin, "SELECT pid FROM pg_stat_activity WHERE application_name = 'rebuno'");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) die("postgres: pg_stat_activity: %s", PQresultErrorMessage(r));
+    double s = 0;
+    for (int i = 0; i < PQntuples(r); i++) s += proc_cpu_s((pid_t)atoi(PQgetvalue(r, i, 0)));
+    PQclear(r);
+    return s;
 }
 
 static long long pg_count_succeeded(const char *schema)
@@ -2025,41 +2045,19 @@ static struct level_result run_pg_level(int n, int replicas)
     for (int i = 0; i < replicas; i++) kernel_start(&k[i], NULL);
     kernel_store_uri[0] = '\0';
     struct agent *ag = xcalloc((size_t)n, sizeof *ag);
-    for (int i = 0; i < n; i++) {
-        struct agent *a = &ag[i];
-        conn_open(&a->c, k[i % replicas].port);
-        snprintf(a->name, sizeof a->name, "a%d", i + 1);
-        agent_register(a, a->name);
-        char *id = create_exec(&a->c, a->name);
-        json_t *cl = agent_claim(a, a->name, 0);
-        if (!cl) die("claim for %s found no work", a->name);
-        agent_dispatch(a, cl);
-        json_decref(cl);
-        free(id);
-        a->next = 0;
-        a->stride = 1;
-        a->limit = -1;
-    }
+    for (int i = 0; i < n; i++) agent_start(&ag[i], i, k[i % replicas].port);
     struct run_stats rs = {0};
     int64_t t_measure = now_ns() + (int64_t)(O.warmup * 1e9);
     int64_t t_end = t_measure + (int64_t)(O.seconds * 1e9);
-    double kcpu0 = 0, kcpu = 0, ccpu0 = self_cpu_s();
+    double kcpu0 = 0, kcpu = 0, ccpu0 = self_cpu_s(), dbcpu0 = pg_kernels_cpu_s(admin);
     for (int i = 0; i < replicas; i++) kcpu0 += proc_cpu_s(k[i].pid);
     run_agents(ag, n, t_measure, t_end, &rs);
     for (int i = 0; i < replicas; i++) kcpu += proc_cpu_s(k[i].pid);
     kcpu -= kcpu0;
+    double dbcpu = pg_kernels_cpu_s(admin) - dbcpu0;
     double ccpu = self_cpu_s() - ccpu0;
-    lr.rt_per_s = (double)rs.rts_in_window / O.seconds;
-    lr.rt_p50_ms = (double)pct(&rs.rt, 0.50) / 1e6;
-    lr.rt_p99_ms = (double)pct(&rs.rt, 0.99) / 1e6;
-    lr.submit_p50_ms = (double)pct(&rs.submit, 0.50) / 1e6;
-    lr.submit_p99_ms = (double)pct(&rs.submit, 0.99) / 1e6;
-    lr.complete_p50_ms = (double)pct(&rs.complete, 0.50) / 1e6;
-    lr.complete_p99_ms = (double)pct(&rs.complete, 0.99) / 1e6;
-    if (rs.acked) {
-        lr.kernel_cpu_us_per_rt = kcpu * 1e6 / (double)rs.acked;
-        lr.client_cpu_us_per_rt = ccpu * 1e6 / (double)rs.acked;
-    }
+    level_fill(&lr, &rs, kcpu, ccpu);
+    if (rs.acked) lr.db_cpu_us_per_rt = dbcpu * 1e6 / (double)rs.acked;
     lr.acked = rs.acked;
     for (int i = 0; i < replicas; i++) kernel_stop(&k[i], true);
     lr.found = pg_count_succeeded(schema);
@@ -2082,9 +2080,11 @@ static void print_level(const char *label, const struct level_result *r, double 
 {
     char n1[32], vs[32] = "-";
     if (naive > 0) snprintf(vs, sizeof vs, "%.2fx", WRITES_PER_RT * r->rt_per_s / naive);
-    printf("%-22s %13s  %14s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %10.0f %6.0f\n", label,
+    char db[16] = "-";
+    if (r->db_cpu_us_per_rt > 0) snprintf(db, sizeof db, "%.0f", r->db_cpu_us_per_rt);
+    printf("%-22s %13s  %14s  %6.2f  %6.2f  %8.2f / %-7.2f  %9.2f / %-7.2f  %10.0f %6.0f %9s\n", label,
            commas(r->rt_per_s, n1, sizeof n1), vs, r->rt_p50_ms, r->rt_p99_ms, r->submit_p50_ms, r->submit_p99_ms,
-           r->complete_p50_ms, r->complete_p99_ms, r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt);
+           r->complete_p50_ms, r->complete_p99_ms, r->kernel_cpu_us_per_rt, r->client_cpu_us_per_rt, db);
 }
 
 static int run_postgres(void)
@@ -2100,8 +2100,8 @@ static int run_postgres(void)
     struct baseline naive = run_pg_naive(O.baseline_seconds);
     printf("naive: PostgreSQL, 1 durable tx per write ...... %s tx/s  (p50 %.0f us, p99 %.0f us)\n\n",
            commas(naive.tx_per_s, n1, sizeof n1), naive.p50_us, naive.p99_us);
-    printf("%-22s %13s  %14s  %6s  %6s  %18s  %19s  %17s\n", "store", "round-trips/s", "writes vs naive",
-           "p50 ms", "p99 ms", "submit p50/p99 ms", "complete p50/p99 ms", "cpu us/rt kernel client");
+    printf("%-22s %13s  %14s  %6s  %6s  %18s  %19s  %27s\n", "store", "round-trips/s", "writes vs naive",
+           "p50 ms", "p99 ms", "submit p50/p99 ms", "complete p50/p99 ms", "cpu us/rt kernel client database");
     struct level_result sq = run_level(agents);
     print_level("SQLite, 1 kernel", &sq, naive.tx_per_s);
     struct level_result pr[PG_MAX_REPLICAS];
@@ -2155,6 +2155,7 @@ static int run_postgres(void)
     for (int r = 0; r < PG_MAX_REPLICAS; r++) {
         printf("bench.pg.rt_per_s.replicas%d=%.0f\n", r + 1, pr[r].rt_per_s);
         printf("bench.pg.cpu_us_per_rt.replicas%d=%.1f\n", r + 1, pr[r].kernel_cpu_us_per_rt);
+        printf("bench.pg.db_cpu_us_per_rt.replicas%d=%.1f\n", r + 1, pr[r].db_cpu_us_per_rt);
         printf("bench.pg.rt_p99_ms.replicas%d=%.3f\n", r + 1, pr[r].rt_p99_ms);
     }
     printf("bench.pg.writes_vs_naive.replicas1=%.3f\n", vs_naive);

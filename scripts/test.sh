@@ -8,8 +8,24 @@ if [ "${1:-}" != "--no-install" ]; then bash scripts/deps.sh || exit 1; fi
 make -j"$(nproc)" all asan build/asan/unit_tests build/bench/sandbox >/tmp/rebuno-build.log 2>&1 || { cat /tmp/rebuno-build.log; echo "tests: 0 passed, 1 failed"; exit 1; }
 
 passed=0; failed=0
-# --- C unit tests (Criterion) ---
+# what this script starts, removed on every exit path
+PG_DIR=""; TEST_XDG=""
+cleanup() {
+  if [ -n "$PG_DIR" ]; then /usr/bin/python3 tests/integration/pgserver.py stop "$PG_DIR"; fi
+  if [ -n "$TEST_XDG" ]; then rm -rf "$TEST_XDG"; fi
+}
+trap cleanup EXIT
+trap "exit 130" INT TERM
+# --- C unit tests (Criterion); the store suite runs on PostgreSQL too (store_pg), on a
+# throwaway server (tests/integration/pgserver.py) ---
+if pg=$(/usr/bin/python3 tests/integration/pgserver.py start); then
+  PG_DIR=${pg%% *}; REBUNO_TEST_PG_DSN=${pg#* }; export REBUNO_TEST_PG_DSN
+else
+  echo "warning: no PostgreSQL for the store_pg unit tests; they are skipped"; failed=$((failed+1))
+fi
 out=$(build/asan/unit_tests --jobs=2 2>&1); rc=$?
+unset REBUNO_TEST_PG_DSN
+if [ -n "$PG_DIR" ]; then /usr/bin/python3 tests/integration/pgserver.py stop "$PG_DIR"; PG_DIR=""; fi
 echo "$out" | tail -n 40
 syn=$(echo "$out" | grep -E "Synthesis: Tested" | tail -n1)
 t=$(echo "$syn" | sed -nE 's/.*Tested: ([0-9]+).*/\1/p'); p=$(echo "$syn" | sed -nE 's/.*Passing: ([0-9]+).*/\1/p')
@@ -21,8 +37,7 @@ if out=$(make lint 2>&1); then passed=$((passed+1)); else echo "$out" | tail -n 
 
 # --- pytest suites against the real binaries over loopback ---
 # the daemons they start register their local tokens here, not in ~/.config
-XDG_CONFIG_HOME=$(mktemp -d /tmp/rebuno-test-config.XXXXXX); export XDG_CONFIG_HOME
-trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
+TEST_XDG=$(mktemp -d /tmp/rebuno-test-config.XXXXXX); XDG_CONFIG_HOME=$TEST_XDG; export XDG_CONFIG_HOME
 # the demo's Debian default image (test_sandbox_default_image.py): built once with mmdebstrap
 # from the Debian mirror (about two minutes on 2 cores), cached in /var/cache/rebuno after
 if [ "$(id -u)" = 0 ] && command -v mmdebstrap >/dev/null; then
@@ -42,11 +57,18 @@ run_pytest() {  # $@: test folders or files; adds their counts to the totals
   if [ $rc -ne 0 ] && [ -z "$f" ] && [ -z "$e" ]; then failed=$((failed+1)); fi
 }
 run_pytest tests/integration   # the kernel, CLI, sandboxes, proxy (SQLite store)
-# the core kernel tests again on the PostgreSQL store (a real server they start: pgserver.py);
-# test_multi_replica.py, in the run above, always uses PostgreSQL
+# every file whose kernels use the store, again on PostgreSQL (a real server they start:
+# pgserver.py). Not repeated: test_multi_replica.py and test_store_copy.py pick their stores
+# themselves (PostgreSQL included); the sandbox and proxy files start no kernel, or only to
+# see that `rebuno dev` wires the sandbox service up; test_http_limits.py (HTTP deadlines and
+# connection limits, ~40 s), test_daemon_lifecycle.py and test_dev_sandboxes.py (process
+# supervision) test what no store call is part of.
 REBUNO_TEST_STORE=postgres run_pytest tests/integration/test_steps.py tests/integration/test_events.py \
   tests/integration/test_approvals.py tests/integration/test_sessions_forks.py \
-  tests/integration/test_durability.py tests/integration/test_validation.py
+  tests/integration/test_durability.py tests/integration/test_validation.py \
+  tests/integration/test_auth.py tests/integration/test_cli.py tests/integration/test_config.py \
+  tests/integration/test_upstream_wire.py tests/integration/test_dashboard.py \
+  tests/integration/test_local_auth.py
 run_pytest sdk/python/tests    # the Python SDK against the kernel
 run_pytest examples/coding-agent/tests   # the demo's forge and scripted model
 run_pytest examples/coding-agent-e2b/tests   # the E2B document's agent (issue 16)

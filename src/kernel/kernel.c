@@ -1232,16 +1232,32 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
                        const json_t *resources, enum idempotency idem, const char *request_id,
                        json_t **out, struct err *err)
 {
+    /* The args' hash first (no store), so the store may read the key's counter and steps
+     * with the execution (store_prefetch_step); invalid args are still reported where they
+     * were, after the execution's own checks. */
+    struct buf canon;
+    buf_init(&canon, MAX_ARGS_BYTES);
+    struct err scratch = ERR_INIT;
+    bool canon_ok = identity_canonical_json(args_text ? args_text : "{}", args_text ? args_len : 2, &canon,
+                                            &scratch) == 0;
+    char args_hash[STEP_ID_LEN];
+    if (canon_ok) {
+        identity_sha256_hex(canon.data, canon.len, args_hash);
+        char first[STEP_ID_LEN]; /* most keys are submitted once: occurrence 0 */
+        identity_step_id(id, kind, target, args_hash, 0, first);
+        store_prefetch_step(k->st, id, kind, target, args_hash, first);
+    }
     struct execution e;
-    if (k_load_exec(k, c, id, &e, err) < 0) return -1;
+    if (k_load_exec(k, c, id, &e, err) < 0) {
+        buf_fini(&canon);
+        return -1;
+    }
     struct exec_mark mark;
     k_mark(&e, &mark);
     int64_t now = clock_now_ms();
     int rc = -1;
     struct step s;
     memset(&s, 0, sizeof s);
-    struct buf canon;
-    buf_init(&canon, MAX_ARGS_BYTES);
     if (exec_status_terminal(e.status)) {
         *out = k_decision("execution_terminal", NULL);
         rc = 0;
@@ -1249,9 +1265,10 @@ int kernel_submit_step(struct kernel *k, const struct caller *c, const char *id,
     }
     if (k_check_lease(k, &e, d, now, err) < 0) goto out;
     if (resources && k_resources_validate(k, &e, resources, err) < 0) goto out;
-    if (identity_canonical_json(args_text ? args_text : "{}", args_text ? args_len : 2, &canon, err) < 0) goto out;
-    char args_hash[STEP_ID_LEN];
-    identity_sha256_hex(canon.data, canon.len, args_hash);
+    if (!canon_ok) {
+        *err = scratch;
+        goto out;
+    }
     int64_t consumed;
     char last_request[72] = "";
     int r = store_counter_get(k->st, e.id, kind, target, args_hash, &consumed, last_request, sizeof last_request);
@@ -1321,6 +1338,7 @@ int kernel_finish_step(struct kernel *k, const struct caller *c, const char *id,
                        const json_t *value, const json_t *captures, const json_t *failures,
                        json_t **out, struct err *err)
 {
+    store_prefetch_step(k->st, id, NULL, NULL, NULL, step_id); /* read with the execution */
     struct execution e;
     if (k_load_exec(k, c, id, &e, err) < 0) return -1;
     struct exec_mark mark;

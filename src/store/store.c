@@ -28,6 +28,18 @@ char *store_spec_redacted(const char *spec)
     return xasprintf("%.*s:***%s", (int)(colon - spec), spec, at);
 }
 
+void store_exec_copy(struct execution *dst, const struct execution *src)
+{
+    *dst = *src;
+    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
+    dst->session = src->session ? xstrdup(src->session) : NULL;
+    dst->input = src->input ? xstrdup(src->input) : NULL;
+    dst->output = src->output ? xstrdup(src->output) : NULL;
+    dst->state = src->state ? xstrdup(src->state) : NULL;
+    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
+    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
+}
+
 struct store *store_open(const char *spec, char *errbuf, size_t errlen)
 {
     if (store_spec_is_postgres(spec)) return store_pg_open(spec, errbuf, errlen);
@@ -219,6 +231,12 @@ int store_events_each(struct store *st, const char *exec_id, int64_t after, int 
 int store_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
 {
     return st->vt->step_get(st, exec_id, step_id, out);
+}
+
+void store_prefetch_step(struct store *st, const char *exec_id, const char *kind, const char *target,
+                         const char *args_hash, const char *step_id)
+{
+    if (st->vt->prefetch_step) st->vt->prefetch_step(st, exec_id, kind, target, args_hash, step_id);
 }
 
 int store_step_insert(struct store *st, const struct step *s)

@@ -146,6 +146,14 @@ int store_events_each(struct store *st, const char *exec_id, int64_t after, int 
 
 /* steps */
 int store_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out);
+/* A hint that the next store_exec_get(exec_id) inside an operation will be followed by
+ * store_step_get(exec_id, step_id) and, when kind is not NULL (a step submission, step_id
+ * its guess at the key's next step), by store_counter_get(exec_id, kind, target, args_hash).
+ * PostgreSQL reads those rows in the execution's round trip, after its lock, and answers
+ * the calls from them unless the operation wrote a step or a counter since; SQLite ignores
+ * it. Strings are copied. */
+void store_prefetch_step(struct store *st, const char *exec_id, const char *kind, const char *target,
+                         const char *args_hash, const char *step_id);
 int store_step_insert(struct store *st, const struct step *s);
 int store_step_update(struct store *st, const struct step *s);
 typedef int (*store_step_fn)(struct step *s, void *arg);

@@ -44,6 +44,8 @@ struct store_vt {
     int (*event_append)(struct store *st, struct execution *e, const char *type, const char *payload, int64_t at);
     int (*events_each)(struct store *st, const char *exec_id, int64_t after, int limit, store_event_fn fn, void *arg);
     int (*step_get)(struct store *st, const char *exec_id, const char *step_id, struct step *out);
+    /* NULL: the hint is ignored */
+    void (*prefetch_step)(struct store *st, const char *exec_id, const char *kind, const char *target, const char *args_hash, const char *step_id);
     int (*step_insert)(struct store *st, const struct step *s);
     int (*step_update)(struct store *st, const struct step *s);
     int (*steps_each)(struct store *st, const char *exec_id, store_step_fn fn, void *arg);
@@ -73,6 +75,31 @@ struct store_vt {
     int (*checkpoint_find)(struct store *st, const char *exec_id, const char *key, int64_t generation, const char *ref, int64_t *covered_seq);
 };
 
+/* Column lists both implementations use, in the order their row readers expect. Reads
+ * derive last_seq from the events index, so appending an event never has to rewrite the
+ * execution row. */
+#define EXEC_COLS                                                                          \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
+    " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
+    " restoration"
+#define EXEC_SELECT                                                                        \
+    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
+    " updated_at, deadline_at,"                                                            \
+    " (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = executions.id),"     \
+    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms,"       \
+    " max_attempts, parent_id, forked_from, fork_seq, restoration"
+#define STEP_COLS                                                                          \
+    "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
+    " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
+    " completed_at, resources"
+#define RESOURCE_COLS                                                                      \
+    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps,"           \
+    " on_completion, registered_seq, generation, count, binding, checkpoint_ref"
+#define APPROVAL_COLS                                                                      \
+    "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
+    " created_at, decided_at, decided_by, rationale"
+
 /* Every implementation's own struct begins with this. */
 struct store {
     const struct store_vt *vt;
@@ -80,5 +107,8 @@ struct store {
 
 struct store *store_sqlite_open(const char *path, char *errbuf, size_t errlen);
 struct store *store_pg_open(const char *uri, char *errbuf, size_t errlen);
+
+/* A deep copy of src (the caches of locked or recently read executions). */
+void store_exec_copy(struct execution *dst, const struct execution *src);
 
 #endif

@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,29 +102,6 @@ static const char *migrations[] = {
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
-
-#define EXEC_COLS                                                                          \
-    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
-    " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
-    " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
-    " restoration"
-/* last_seq comes from the events, so appending never rewrites the execution row. */
-#define EXEC_SELECT                                                                        \
-    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
-    " updated_at, deadline_at,"                                                            \
-    " (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = executions.id),"     \
-    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms,"       \
-    " max_attempts, parent_id, forked_from, fork_seq, restoration"
-#define STEP_COLS                                                                          \
-    "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
-    " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
-    " completed_at, resources"
-#define RESOURCE_COLS                                                                      \
-    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps,"           \
-    " on_completion, registered_seq, generation, count, binding, checkpoint_ref"
-#define APPROVAL_COLS                                                                      \
-    "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
-    " created_at, decided_at, decided_by, rationale"
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
@@ -282,6 +260,14 @@ struct pg {
     struct execution *locked;
     bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
     int n_locked, cap_locked;
+    /* store_prefetch_step: the hint (armed until the execution's next locking read), then
+     * the rows read with it, serving the operation's counter and step reads */
+    struct {
+        bool armed;
+        char exec_id[UUID_STR_LEN], step_id[STEP_ID_LEN], args_hash[STEP_ID_LEN];
+        char *kind, *target; /* the counter's key; NULL: no counter asked */
+        PGresult *counter, *step;
+    } pf;
 };
 
 static struct pg *PG(struct store *st)
@@ -291,7 +277,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */ };
 
 struct params {
     const char *v[26];
@@ -425,6 +411,109 @@ static int64_t g_int(PGresult *r, int row, int col)
     return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
 
+/* --- rows <-> structs ---
+ *
+ * Each entity is a table of its fields in the order of its *_COLS list: reading a row and
+ * binding an insert walk the table instead of a line per field. */
+enum fkind {
+    F_STR,  /* char *, NULL = SQL NULL */
+    F_BUF,  /* char[], NULL reads as "" */
+    F_INT,  /* int64_t */
+    F_BOOL, /* bool, stored as 0/1 */
+    F_EXEC_STATUS, F_DSTATE, F_STEP_STATUS, F_IDEM, F_APPROVAL_STATUS,
+};
+
+struct field {
+    unsigned char kind;
+    unsigned short off, size;
+};
+
+#define FIELD(kind, type, member) {kind, offsetof(type, member), sizeof(((type *)0)->member)}
+
+#define E(kind, member) FIELD(kind, struct execution, member)
+static const struct field exec_fields[] = {
+    E(F_BUF, id), E(F_STR, agent), E(F_STR, session), E(F_STR, input), E(F_EXEC_STATUS, status),
+    E(F_STR, output), E(F_STR, state), E(F_STR, failure_reason), E(F_INT, created_at), E(F_INT, updated_at),
+    E(F_INT, deadline_at), E(F_INT, last_seq), E(F_BUF, dispatch_id), E(F_INT, attempt), E(F_DSTATE, dstate),
+    E(F_INT, queued_at), E(F_BUF, worker_id), E(F_INT, lease_deadline), E(F_INT, lease_ms),
+    E(F_INT, max_attempts), E(F_BUF, parent_id), E(F_BUF, forked_from), E(F_INT, fork_seq),
+    E(F_STR, restoration),
+};
+#undef E
+#define E(kind, member) FIELD(kind, struct step, member)
+static const struct field step_fields[] = {
+    E(F_BUF, step_id), E(F_BUF, exec_id), E(F_STR, kind), E(F_STR, target), E(F_BUF, args_hash),
+    E(F_INT, occurrence), E(F_IDEM, idem), E(F_STEP_STATUS, status), E(F_STR, args), E(F_STR, result),
+    E(F_STR, error), E(F_STR, rule_id), E(F_BUF, approval_id), E(F_INT, runs), E(F_BOOL, indeterminate),
+    E(F_INT, created_at), E(F_INT, completed_at), E(F_STR, resources),
+};
+#undef E
+#define E(kind, member) FIELD(kind, struct approval, member)
+static const struct field approval_fields[] = {
+    E(F_BUF, id), E(F_BUF, exec_id), E(F_BUF, step_id), E(F_APPROVAL_STATUS, status), E(F_STR, rule_id),
+    E(F_STR, reason), E(F_STR, message), E(F_STR, approvers), E(F_INT, timeout_at), E(F_INT, created_at),
+    E(F_INT, decided_at), E(F_STR, decided_by), E(F_STR, rationale),
+};
+#undef E
+#define E(kind, member) FIELD(kind, struct resource, member)
+static const struct field resource_fields[] = {
+    E(F_BUF, exec_id), E(F_STR, key), E(F_STR, driver_id), E(F_STR, configuration), E(F_BOOL, coverage_reuse),
+    E(F_INT, every_steps), E(F_BOOL, on_completion), E(F_INT, registered_seq), E(F_INT, generation),
+    E(F_INT, count), E(F_STR, binding), E(F_STR, checkpoint_ref),
+};
+#undef E
+#define E(kind, member) FIELD(kind, struct checkpoint, member)
+static const struct field checkpoint_fields[] = {
+    E(F_BUF, exec_id), E(F_STR, key), E(F_INT, generation), E(F_STR, ref), E(F_INT, covered_seq),
+    E(F_INT, invalidated_seq),
+};
+#undef E
+#define FIELDS(t) t, sizeof t / sizeof t[0]
+
+/* Row i of r, columns from 0, into the zeroed struct at obj (its strings owned by it). */
+static void read_row(PGresult *r, int i, void *obj, const struct field *f, size_t n)
+{
+    for (size_t c = 0; c < n; c++) {
+        char *at = (char *)obj + f[c].off;
+        const char *v = PQgetvalue(r, i, (int)c);
+        switch (f[c].kind) {
+        case F_STR: *(char **)at = g_dup(r, i, (int)c); break;
+        case F_BUF: g_copy(r, i, (int)c, at, f[c].size); break;
+        case F_INT: *(int64_t *)at = g_int(r, i, (int)c); break;
+        case F_BOOL: *(bool *)at = g_int(r, i, (int)c) != 0; break;
+        case F_EXEC_STATUS: exec_status_parse(v, (enum exec_status *)(void *)at); break;
+        case F_DSTATE: dispatch_state_parse(v, (enum dispatch_state *)(void *)at); break;
+        case F_STEP_STATUS: step_status_parse(v, (enum step_status *)(void *)at); break;
+        case F_IDEM: idempotency_parse(v, (enum idempotency *)(void *)at); break;
+        case F_APPROVAL_STATUS: approval_status_parse(v, (enum approval_status *)(void *)at); break;
+        }
+    }
+}
+
+/* Row i into *obj, zeroed first. */
+#define READ_ROW(r, i, obj, fields) (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (obj), FIELDS(fields)))
+
+/* The struct at obj as the next parameters of ps (it must outlive ps). */
+static void bind_row(struct params *ps, const void *obj, const struct field *f, size_t n)
+{
+    for (size_t c = 0; c < n; c++) {
+        const char *at = (const char *)obj + f[c].off;
+        switch (f[c].kind) {
+        case F_STR: p_str(ps, *(char *const *)at); break;
+        case F_BUF: p_str(ps, at); break;
+        case F_INT: p_int(ps, *(const int64_t *)at); break;
+        case F_BOOL: p_int(ps, *(const bool *)at); break;
+        case F_EXEC_STATUS: p_str(ps, exec_status_name(*(const enum exec_status *)(const void *)at)); break;
+        case F_DSTATE: p_str(ps, dispatch_state_name(*(const enum dispatch_state *)(const void *)at)); break;
+        case F_STEP_STATUS: p_str(ps, step_status_name(*(const enum step_status *)(const void *)at)); break;
+        case F_IDEM: p_str(ps, idempotency_name(*(const enum idempotency *)(const void *)at)); break;
+        case F_APPROVAL_STATUS:
+            p_str(ps, approval_status_name(*(const enum approval_status *)(const void *)at));
+            break;
+        }
+    }
+}
+
 /* --- deferred writes ---
  *
  * Inside a batch, statements whose result the kernel does not read (inserts, updates,
@@ -487,6 +576,18 @@ static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
     return 0;
 }
 
+/* Forget the prefetch hint and the rows read with it. */
+static void pf_drop(struct pg *p)
+{
+    PQclear(p->pf.counter);
+    PQclear(p->pf.step);
+    p->pf.counter = p->pf.step = NULL;
+    p->pf.armed = false;
+    free(p->pf.kind);
+    free(p->pf.target);
+    p->pf.kind = p->pf.target = NULL;
+}
+
 static void q_reset(struct pg *p)
 {
     p->q_len = 0;
@@ -524,8 +625,15 @@ static int q_send(struct pg *p, PGresult **last)
             rc = -ENOENT;
             failed_at = i;
         }
+        PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
+                        : p->expect[i] == X_PF_COUNTER ? &p->pf.counter
+                        : p->expect[i] == X_PF_STEP   ? &p->pf.step
+                                                       : NULL;
         i++;
-        if (last && rc == 0) {
+        if (pf) {
+            PQclear(*pf);
+            *pf = r;
+        } else if (last && rc == 0) {
             PQclear(keep);
             keep = r;
         } else {
@@ -539,6 +647,7 @@ static int q_send(struct pg *p, PGresult **last)
     q_reset(p);
     if (rc == 0 && last) *last = keep;
     else PQclear(keep);
+    if (rc < 0) pf_drop(p);
     /* A failure after the current operation's SAVEPOINT is that operation's (it rolls
      * back to it); one before it hit an earlier operation, already answered as done:
      * only the whole batch can go now (its COMMIT fails, every reply becomes an error). */
@@ -727,6 +836,7 @@ static void pg_close(struct store *st)
 {
     struct pg *p = PG(st);
     unlock_all(p);
+    pf_drop(p);
     free(p->locked);
     free(p->nores);
     PQfinish(p->c);
@@ -762,6 +872,7 @@ static int pg_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     q_reset(p);
+    pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
@@ -791,6 +902,7 @@ static int pg_commit(struct store *st)
     if ((r = q_send(p, NULL)) < 0) return r;
     p->in_tx = p->in_op = false;
     unlock_all(p);
+    pf_drop(p);
     notes_reset(p);
     return 0;
 }
@@ -799,6 +911,7 @@ static int pg_rollback(struct store *st)
 {
     struct pg *p = PG(st);
     unlock_all(p);
+    pf_drop(p);
     notes_reset(p);
     q_reset(p);
     p->in_tx = p->in_op = p->broken = false;
@@ -816,6 +929,7 @@ static int pg_op_begin(struct store *st)
     struct pg *p = PG(st);
     int r = ensure(p);
     if (r < 0) return r;
+    pf_drop(p);
     p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
     /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
     if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
@@ -842,6 +956,7 @@ static int pg_op_end(struct store *st, bool ok)
     struct pg *p = PG(st);
     p->in_op = false;
     p->op_sp = -1;
+    pf_drop(p);
     if (op_untouched(p)) return 0;
     if (ok) {
         /* Its writes stay queued: they go out with the next request's first read or the
@@ -958,75 +1073,6 @@ static int pg_agents_each(struct store *st, store_name_fn fn, void *arg)
 
 /* --- executions --- */
 
-static void bind_exec(struct params *ps, const struct execution *e)
-{
-    p_str(ps, e->id);
-    p_str(ps, e->agent);
-    p_str(ps, e->session);
-    p_str(ps, e->input);
-    p_str(ps, exec_status_name(e->status));
-    p_str(ps, e->output);
-    p_str(ps, e->state);
-    p_str(ps, e->failure_reason);
-    p_int(ps, e->created_at);
-    p_int(ps, e->updated_at);
-    p_int(ps, e->deadline_at);
-    p_int(ps, e->last_seq);
-    p_str(ps, e->dispatch_id);
-    p_int(ps, e->attempt);
-    p_str(ps, dispatch_state_name(e->dstate));
-    p_int(ps, e->queued_at);
-    p_str(ps, e->worker_id);
-    p_int(ps, e->lease_deadline);
-    p_int(ps, e->lease_ms);
-    p_int(ps, e->max_attempts);
-    p_str(ps, e->parent_id);
-    p_str(ps, e->forked_from);
-    p_int(ps, e->fork_seq);
-    p_str(ps, e->restoration);
-}
-
-static void read_exec(PGresult *r, int i, struct execution *e)
-{
-    memset(e, 0, sizeof *e);
-    g_copy(r, i, 0, e->id, sizeof e->id);
-    e->agent = g_dup(r, i, 1);
-    e->session = g_dup(r, i, 2);
-    e->input = g_dup(r, i, 3);
-    exec_status_parse(PQgetvalue(r, i, 4), &e->status);
-    e->output = g_dup(r, i, 5);
-    e->state = g_dup(r, i, 6);
-    e->failure_reason = g_dup(r, i, 7);
-    e->created_at = g_int(r, i, 8);
-    e->updated_at = g_int(r, i, 9);
-    e->deadline_at = g_int(r, i, 10);
-    e->last_seq = g_int(r, i, 11);
-    g_copy(r, i, 12, e->dispatch_id, sizeof e->dispatch_id);
-    e->attempt = g_int(r, i, 13);
-    dispatch_state_parse(PQgetvalue(r, i, 14), &e->dstate);
-    e->queued_at = g_int(r, i, 15);
-    g_copy(r, i, 16, e->worker_id, sizeof e->worker_id);
-    e->lease_deadline = g_int(r, i, 17);
-    e->lease_ms = g_int(r, i, 18);
-    e->max_attempts = g_int(r, i, 19);
-    g_copy(r, i, 20, e->parent_id, sizeof e->parent_id);
-    g_copy(r, i, 21, e->forked_from, sizeof e->forked_from);
-    e->fork_seq = g_int(r, i, 22);
-    e->restoration = g_dup(r, i, 23);
-}
-
-static void exec_copy(struct execution *dst, const struct execution *src)
-{
-    *dst = *src;
-    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
-    dst->session = src->session ? xstrdup(src->session) : NULL;
-    dst->input = src->input ? xstrdup(src->input) : NULL;
-    dst->output = src->output ? xstrdup(src->output) : NULL;
-    dst->state = src->state ? xstrdup(src->state) : NULL;
-    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
-    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
-}
-
 static struct execution *locked_find(struct pg *p, const char *id)
 {
     for (int i = 0; i < p->n_locked; i++)
@@ -1042,7 +1088,7 @@ static void locked_put(struct pg *p, const struct execution *e)
     if (c) {
         int64_t seq = c->last_seq;
         execution_fini(c);
-        exec_copy(c, e);
+        store_exec_copy(c, e);
         if (seq > c->last_seq) c->last_seq = seq;
         return;
     }
@@ -1052,14 +1098,14 @@ static void locked_put(struct pg *p, const struct execution *e)
         p->nores = xrealloc(p->nores, (size_t)p->cap_locked * sizeof *p->nores);
     }
     p->nores[p->n_locked] = false;
-    exec_copy(&p->locked[p->n_locked++], e);
+    store_exec_copy(&p->locked[p->n_locked++], e);
 }
 
 static int pg_exec_insert(struct store *st, const struct execution *e)
 {
     struct pg *p = PG(st);
     struct params ps = {0};
-    bind_exec(&ps, e);
+    bind_row(&ps, e, FIELDS(exec_fields));
     int r = run(p, S_EXEC_INSERT, &ps, NULL);
     if (r == 0 && p->in_tx) {
         locked_put(p, e); /* a new row is ours until commit */
@@ -1072,7 +1118,7 @@ static int pg_exec_update(struct store *st, const struct execution *e)
 {
     struct pg *p = PG(st);
     struct params ps = {0};
-    bind_exec(&ps, e);
+    bind_row(&ps, e, FIELDS(exec_fields));
     int64_t n = 0;
     int r = run(p, S_EXEC_UPDATE, &ps, &n);
     if (r == 0 && n != 1) return -ENOENT;
@@ -1085,7 +1131,7 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     struct pg *p = PG(st);
     struct execution *c = p->in_tx ? locked_find(p, id) : NULL;
     if (c) {
-        exec_copy(out, c);
+        store_exec_copy(out, c);
         return 0;
     }
     struct params ps = {0};
@@ -1097,6 +1143,15 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     bool lock = p->in_tx && p->in_op;
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
         if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+        if (p->pf.armed && strcmp(p->pf.exec_id, id) == 0) { /* after the lock: sees its holder's commit */
+            p->pf.armed = false;
+            struct params pc = {0}, pst = {0};
+            p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
+            p_str(&pst, id), p_str(&pst, p->pf.step_id);
+            if ((p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
+                (rc = q_stmt(p, S_STEP_GET, &pst, X_PF_STEP)) < 0)
+                return rc;
+        }
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -1104,15 +1159,24 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     if (PQntuples(r) == 0) {
         rc = -ENOENT;
     } else {
-        read_exec(r, 0, out);
+        READ_ROW(r, 0, out, exec_fields);
         nores = strcmp(PQgetvalue(r, 0, 24), "f") == 0;
     }
     PQclear(r);
+    if (rc < 0) pf_drop(p);
     if (rc == 0 && lock) {
         locked_put(p, out);
         p->nores[locked_find(p, id) - p->locked] = nores;
     }
     return rc;
+}
+
+/* One " AND <test> $n" of a listing's WHERE clause, none when value is NULL. */
+static void filter(char *sql, size_t cap, int *len, struct params *ps, const char *test, const char *value)
+{
+    if (!value) return;
+    p_str(ps, value);
+    *len += snprintf(sql + *len, cap - (size_t)*len, " AND %s $%d", test, ps->n);
 }
 
 /* Append the WHERE terms of a filter to sql (after "WHERE true") with their parameters;
@@ -1169,7 +1233,7 @@ static int pg_exec_list(struct store *st, const struct exec_filter *f, const cha
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct execution e;
-        read_exec(r, i, &e);
+        READ_ROW(r, i, &e, exec_fields);
         rc = fn(&e, arg);
         execution_fini(&e);
     }
@@ -1296,77 +1360,81 @@ static int pg_events_each(struct store *st, const char *exec_id, int64_t after, 
 
 /* --- steps --- */
 
-static void bind_step(struct params *ps, const struct step *s)
+/* --- prefetched step rows (store_prefetch_step) --- */
+
+static void pg_prefetch_step(struct store *st, const char *exec_id, const char *kind, const char *target,
+                             const char *args_hash, const char *step_id)
 {
-    p_str(ps, s->step_id);
-    p_str(ps, s->exec_id);
-    p_str(ps, s->kind);
-    p_str(ps, s->target);
-    p_str(ps, s->args_hash);
-    p_int(ps, s->occurrence);
-    p_str(ps, idempotency_name(s->idem));
-    p_str(ps, step_status_name(s->status));
-    p_str(ps, s->args);
-    p_str(ps, s->result);
-    p_str(ps, s->error);
-    p_str(ps, s->rule_id);
-    p_str(ps, s->approval_id);
-    p_int(ps, s->runs);
-    p_int(ps, s->indeterminate);
-    p_int(ps, s->created_at);
-    p_int(ps, s->completed_at);
-    p_str(ps, s->resources);
+    struct pg *p = PG(st);
+    pf_drop(p);
+    if (!exec_id || strlen(exec_id) >= sizeof p->pf.exec_id || !step_id || strlen(step_id) >= sizeof p->pf.step_id)
+        return;
+    if (kind) {
+        if (!target || !args_hash || strlen(args_hash) >= sizeof p->pf.args_hash) return;
+        p->pf.kind = xstrdup(kind);
+        p->pf.target = xstrdup(target);
+        snprintf(p->pf.args_hash, sizeof p->pf.args_hash, "%s", args_hash);
+    }
+    snprintf(p->pf.exec_id, sizeof p->pf.exec_id, "%s", exec_id);
+    snprintf(p->pf.step_id, sizeof p->pf.step_id, "%s", step_id);
+    p->pf.armed = true;
 }
 
-static void read_step(PGresult *r, int i, struct step *s)
+/* The prefetched counter of the key, if that is what was read: true with *rc set. */
+static bool pf_counter(struct pg *p, const char *exec_id, const char *kind, const char *target,
+                       const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len, int *rc)
 {
-    memset(s, 0, sizeof *s);
-    g_copy(r, i, 0, s->step_id, sizeof s->step_id);
-    g_copy(r, i, 1, s->exec_id, sizeof s->exec_id);
-    s->kind = g_dup(r, i, 2);
-    s->target = g_dup(r, i, 3);
-    g_copy(r, i, 4, s->args_hash, sizeof s->args_hash);
-    s->occurrence = g_int(r, i, 5);
-    idempotency_parse(PQgetvalue(r, i, 6), &s->idem);
-    step_status_parse(PQgetvalue(r, i, 7), &s->status);
-    s->args = g_dup(r, i, 8);
-    s->result = g_dup(r, i, 9);
-    s->error = g_dup(r, i, 10);
-    s->rule_id = g_dup(r, i, 11);
-    g_copy(r, i, 12, s->approval_id, sizeof s->approval_id);
-    s->runs = g_int(r, i, 13);
-    s->indeterminate = g_int(r, i, 14) != 0;
-    s->created_at = g_int(r, i, 15);
-    s->completed_at = g_int(r, i, 16);
-    s->resources = g_dup(r, i, 17);
+    PGresult *r = p->pf.counter;
+    if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.kind, kind) || strcmp(p->pf.target, target) ||
+        strcmp(p->pf.args_hash, args_hash))
+        return false;
+    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
+    if (*rc == 0) {
+        *consumed = g_int(r, 0, 0);
+        g_copy(r, 0, 1, last_request, lr_len);
+    }
+    return true;
+}
+
+/* The prefetched step step_id (or that it does not exist), if it was read: true with *rc set. */
+static bool pf_step(struct pg *p, const char *exec_id, const char *step_id, struct step *out, int *rc)
+{
+    PGresult *r = p->pf.step;
+    if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.step_id, step_id)) return false;
+    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
+    if (*rc == 0) READ_ROW(r, 0, out, step_fields);
+    return true;
 }
 
 static int pg_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
 {
+    int rc;
+    if (pf_step(PG(st), exec_id, step_id, out, &rc)) return rc;
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, step_id);
-    int rc;
     PGresult *r = exec_stmt(PG(st), S_STEP_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
-    else read_step(r, 0, out);
+    else READ_ROW(r, 0, out, step_fields);
     PQclear(r);
     return rc;
 }
 
 static int pg_step_insert(struct store *st, const struct step *s)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
-    bind_step(&ps, s);
+    bind_row(&ps, s, FIELDS(step_fields));
     return run(PG(st), S_STEP_INSERT, &ps, NULL);
 }
 
 static int pg_step_update(struct store *st, const struct step *s)
 {
     /* The WHERE clause pins the immutable columns, as in the SQLite store. */
+    pf_drop(PG(st));
     struct params ps = {0};
-    bind_step(&ps, s);
+    bind_row(&ps, s, FIELDS(step_fields));
     int64_t n = 0;
     int r = run(PG(st), S_STEP_UPDATE, &ps, &n);
     return r == 0 && n != 1 ? -ENOENT : r;
@@ -1380,7 +1448,7 @@ static int steps_rows(struct pg *p, enum stmt_id id, const struct params *ps, st
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct step s;
-        read_step(r, i, &s);
+        READ_ROW(r, i, &s, step_fields);
         rc = fn(&s, arg);
         step_fini(&s);
     }
@@ -1431,12 +1499,13 @@ static int pg_step_has_indeterminate(struct store *st, const char *exec_id, cons
 static int pg_counter_get(struct store *st, const char *exec_id, const char *kind, const char *target,
                           const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
 {
+    int rc;
+    if (pf_counter(PG(st), exec_id, kind, target, args_hash, consumed, last_request, lr_len, &rc)) return rc;
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, kind);
     p_str(&ps, target);
     p_str(&ps, args_hash);
-    int rc;
     PGresult *r = exec_stmt(PG(st), S_COUNTER_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) {
@@ -1452,6 +1521,7 @@ static int pg_counter_get(struct store *st, const char *exec_id, const char *kin
 static int pg_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
                           const char *args_hash, int64_t consumed, const char *request_id)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, kind);
@@ -1464,6 +1534,7 @@ static int pg_counter_set(struct store *st, const char *exec_id, const char *kin
 
 static int pg_counters_clear(struct store *st, const char *exec_id)
 {
+    pf_drop(PG(st));
     struct params ps = {0};
     p_str(&ps, exec_id);
     return run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
@@ -1485,40 +1556,10 @@ static int pg_counters_each(struct store *st, const char *exec_id, store_counter
 
 /* --- approvals --- */
 
-static void read_approval(PGresult *r, int i, struct approval *a)
-{
-    memset(a, 0, sizeof *a);
-    g_copy(r, i, 0, a->id, sizeof a->id);
-    g_copy(r, i, 1, a->exec_id, sizeof a->exec_id);
-    g_copy(r, i, 2, a->step_id, sizeof a->step_id);
-    approval_status_parse(PQgetvalue(r, i, 3), &a->status);
-    a->rule_id = g_dup(r, i, 4);
-    a->reason = g_dup(r, i, 5);
-    a->message = g_dup(r, i, 6);
-    a->approvers = g_dup(r, i, 7);
-    a->timeout_at = g_int(r, i, 8);
-    a->created_at = g_int(r, i, 9);
-    a->decided_at = g_int(r, i, 10);
-    a->decided_by = g_dup(r, i, 11);
-    a->rationale = g_dup(r, i, 12);
-}
-
 static int pg_approval_insert(struct store *st, const struct approval *a)
 {
     struct params ps = {0};
-    p_str(&ps, a->id);
-    p_str(&ps, a->exec_id);
-    p_str(&ps, a->step_id);
-    p_str(&ps, approval_status_name(a->status));
-    p_str(&ps, a->rule_id);
-    p_str(&ps, a->reason);
-    p_str(&ps, a->message);
-    p_str(&ps, a->approvers);
-    p_int(&ps, a->timeout_at);
-    p_int(&ps, a->created_at);
-    p_int(&ps, a->decided_at);
-    p_str(&ps, a->decided_by);
-    p_str(&ps, a->rationale);
+    bind_row(&ps, a, FIELDS(approval_fields));
     return run(PG(st), S_APPROVAL_INSERT, &ps, NULL);
 }
 
@@ -1533,7 +1574,7 @@ static int pg_approval_get(struct store *st, const char *id, struct approval *ou
     PGresult *r = exec_stmt(p, S_APPROVAL_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
-    else read_approval(r, 0, out);
+    else READ_ROW(r, 0, out, approval_fields);
     PQclear(r);
     return rc;
 }
@@ -1552,27 +1593,19 @@ static int pg_approval_update(struct store *st, const struct approval *a)
 static int pg_approvals_each(struct store *st, const char *status, const char *exec_id, int limit,
                              store_approval_fn fn, void *arg)
 {
-    struct pg *p = PG(st);
     char sql[400];
     struct params ps = {0};
     int len = snprintf(sql, sizeof sql, "SELECT " APPROVAL_COLS " FROM approvals WHERE true");
-    if (status) p_str(&ps, status), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND status = $%d", ps.n);
-    if (exec_id)
-        p_str(&ps, exec_id), len += snprintf(sql + len, sizeof sql - (size_t)len, " AND execution_id = $%d", ps.n);
+    filter(sql, sizeof sql, &len, &ps, "status =", status);
+    filter(sql, sizeof sql, &len, &ps, "execution_id =", exec_id);
     p_int(&ps, limit);
     snprintf(sql + len, sizeof sql - (size_t)len, " ORDER BY created_at, id LIMIT $%d", ps.n);
-    int rc = ensure(p);
-    if (rc == 0) rc = q_send(p, NULL); /* what is queued runs first */
-    if (rc < 0) return rc;
-    PGresult *r = PQexecParams(p->c, sql, ps.n, NULL, ps.v, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = result_errno(p, r);
-        PQclear(r);
-        return rc;
-    }
+    int rc;
+    PGresult *r = pg_query(PG(st), sql, &ps, &rc);
+    if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct approval a;
-        read_approval(r, i, &a);
+        READ_ROW(r, i, &a, approval_fields);
         rc = fn(&a, arg);
         approval_fini(&a);
     }
@@ -1626,23 +1659,6 @@ static int pg_session_any(struct store *st, const char *session, char id_out[UUI
 
 /* --- resources --- */
 
-static void read_resource(PGresult *r, int i, struct resource *res)
-{
-    memset(res, 0, sizeof *res);
-    g_copy(r, i, 0, res->exec_id, sizeof res->exec_id);
-    res->key = g_dup(r, i, 1);
-    res->driver_id = g_dup(r, i, 2);
-    res->configuration = g_dup(r, i, 3);
-    res->coverage_reuse = g_int(r, i, 4) != 0;
-    res->every_steps = g_int(r, i, 5);
-    res->on_completion = g_int(r, i, 6) != 0;
-    res->registered_seq = g_int(r, i, 7);
-    res->generation = g_int(r, i, 8);
-    res->count = g_int(r, i, 9);
-    res->binding = g_dup(r, i, 10);
-    res->checkpoint_ref = g_dup(r, i, 11);
-}
-
 static int pg_resource_get(struct store *st, const char *exec_id, const char *key, struct resource *out)
 {
     struct params ps = {0};
@@ -1652,7 +1668,7 @@ static int pg_resource_get(struct store *st, const char *exec_id, const char *ke
     PGresult *r = exec_stmt(PG(st), S_RESOURCE_GET, &ps, &rc);
     if (!r) return rc;
     if (PQntuples(r) == 0) rc = -ENOENT;
-    else read_resource(r, 0, out);
+    else READ_ROW(r, 0, out, resource_fields);
     PQclear(r);
     return rc;
 }
@@ -1661,18 +1677,7 @@ static int pg_resource_insert(struct store *st, const struct resource *res)
 {
     /* ON CONFLICT DO NOTHING: a duplicate is -EEXIST without aborting the batch. */
     struct params ps = {0};
-    p_str(&ps, res->exec_id);
-    p_str(&ps, res->key);
-    p_str(&ps, res->driver_id);
-    p_str(&ps, res->configuration);
-    p_int(&ps, res->coverage_reuse);
-    p_int(&ps, res->every_steps);
-    p_int(&ps, res->on_completion);
-    p_int(&ps, res->registered_seq);
-    p_int(&ps, res->generation);
-    p_int(&ps, res->count);
-    p_str(&ps, res->binding);
-    p_str(&ps, res->checkpoint_ref);
+    bind_row(&ps, res, FIELDS(resource_fields));
     int64_t n = 0;
     struct pg *p = PG(st);
     struct execution *c = p->in_tx ? locked_find(p, res->exec_id) : NULL;
@@ -1707,7 +1712,7 @@ static int pg_resources_each(struct store *st, const char *exec_id, store_resour
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct resource res;
-        read_resource(r, i, &res);
+        READ_ROW(r, i, &res, resource_fields);
         rc = fn(&res, arg);
         resource_fini(&res);
     }
@@ -1720,12 +1725,7 @@ static int pg_resources_each(struct store *st, const char *exec_id, store_resour
 static int pg_checkpoint_insert(struct store *st, const struct checkpoint *c)
 {
     struct params ps = {0};
-    p_str(&ps, c->exec_id);
-    p_str(&ps, c->key);
-    p_int(&ps, c->generation);
-    p_str(&ps, c->ref);
-    p_int(&ps, c->covered_seq);
-    p_int(&ps, c->invalidated_seq);
+    bind_row(&ps, c, FIELDS(checkpoint_fields));
     return run(PG(st), S_CHECKPOINT_INSERT, &ps, NULL);
 }
 
@@ -1738,13 +1738,7 @@ static int pg_checkpoints_each(struct store *st, const char *exec_id, store_chec
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct checkpoint c;
-        memset(&c, 0, sizeof c);
-        g_copy(r, i, 0, c.exec_id, sizeof c.exec_id);
-        c.key = g_dup(r, i, 1);
-        c.generation = g_int(r, i, 2);
-        c.ref = g_dup(r, i, 3);
-        c.covered_seq = g_int(r, i, 4);
-        c.invalidated_seq = g_int(r, i, 5);
+        READ_ROW(r, i, &c, checkpoint_fields);
         rc = fn(&c, arg);
         checkpoint_fini(&c);
     }
@@ -1933,6 +1927,7 @@ static const struct store_vt pg_vt = {
     .event_append = pg_event_append,
     .events_each = pg_events_each,
     .step_get = pg_step_get,
+    .prefetch_step = pg_prefetch_step,
     .step_insert = pg_step_insert,
     .step_update = pg_step_update,
     .steps_each = pg_steps_each,

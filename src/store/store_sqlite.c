@@ -133,30 +133,6 @@ static const char *migrations[] = {
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from != '';",
 };
 
-#define EXEC_COLS                                                                          \
-    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
-    " updated_at, deadline_at, last_seq, dispatch_id, attempt, dstate, queued_at,"        \
-    " worker_id, lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq,"  \
-    " restoration"
-/* Reads derive last_seq from the events index, so appending an event never has to
- * rewrite the execution row. */
-#define EXEC_SELECT                                                                        \
-    "id, agent, session, input, status, output, state, failure_reason, created_at,"       \
-    " updated_at, deadline_at,"                                                            \
-    " (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = executions.id),"     \
-    " dispatch_id, attempt, dstate, queued_at, worker_id, lease_deadline, lease_ms,"       \
-    " max_attempts, parent_id, forked_from, fork_seq, restoration"
-#define STEP_COLS                                                                          \
-    "step_id, execution_id, kind, target, args_hash, occurrence, idempotency, status,"    \
-    " args, result, error, rule_id, approval_id, runs, indeterminate, created_at,"        \
-    " completed_at, resources"
-#define RESOURCE_COLS                                                                      \
-    "execution_id, key, driver_id, configuration, coverage_reuse, every_steps,"           \
-    " on_completion, registered_seq, generation, count, binding, checkpoint_ref"
-#define APPROVAL_COLS                                                                      \
-    "id, execution_id, step_id, status, rule_id, reason, message, approvers, timeout_at,"  \
-    " created_at, decided_at, decided_by, rationale"
-
 enum stmt_id {
     S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE, S_ROLLBACK_TO,
     S_AGENT_UPSERT, S_AGENTS,
@@ -343,18 +319,6 @@ struct exec_slot {
     struct execution e;
 };
 
-static void exec_copy(struct execution *dst, const struct execution *src)
-{
-    *dst = *src;
-    dst->agent = src->agent ? xstrdup(src->agent) : NULL;
-    dst->session = src->session ? xstrdup(src->session) : NULL;
-    dst->input = src->input ? xstrdup(src->input) : NULL;
-    dst->output = src->output ? xstrdup(src->output) : NULL;
-    dst->state = src->state ? xstrdup(src->state) : NULL;
-    dst->failure_reason = src->failure_reason ? xstrdup(src->failure_reason) : NULL;
-    dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
-}
-
 static struct exec_slot *exec_slot_of(struct sq *st, const char *id)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
@@ -374,7 +338,7 @@ static void exec_cache_put(struct sq *st, const struct execution *e)
     struct exec_slot *s = exec_slot_of(st, e->id);
     bool same = s->used && strcmp(s->e.id, e->id) == 0;
     if (s->used) execution_fini(&s->e);
-    exec_copy(&s->e, e);
+    store_exec_copy(&s->e, e);
     s->used = true;
     if (!same) s->no_resources = false;
 }
@@ -743,7 +707,7 @@ static int sq_exec_get(struct store *base_, const char *id, struct execution *ou
     struct sq *st = (struct sq *)base_;
     struct exec_slot *c = exec_cache_find(st, id);
     if (c) {
-        exec_copy(out, &c->e);
+        store_exec_copy(out, &c->e);
         return 0;
     }
     sqlite3_stmt *s = use(st, S_EXEC_GET);

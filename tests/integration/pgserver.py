@@ -5,12 +5,17 @@ root), stopped and removed at the end even on failure.
 One server serves a whole pytest session; every kernel state folder gets a schema of its own
 (schema_uri), so tests stay apart without a CREATE DATABASE each, and a kernel restarted on
 the same state folder finds its data again.
+
+From a shell (scripts/test.sh, for the C store tests):
+  python3 tests/integration/pgserver.py start   prints "FOLDER URI" and leaves it running
+  python3 tests/integration/pgserver.py stop FOLDER   stops that server and removes FOLDER
 """
 import glob
 import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -68,6 +73,19 @@ class PgServer:
         self.stop("immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    @classmethod
+    def running_in(cls, folder):
+        """The server a `start` from the shell left in folder (one of ours, or ValueError)."""
+        folder = os.path.realpath(folder)
+        if not os.path.basename(folder).startswith("rebuno-pg-") or \
+                not os.path.exists(os.path.join(folder, "data", "PG_VERSION")):
+            raise ValueError(f"{folder} is not a folder pgserver.py started")
+        s = cls.__new__(cls)
+        s.bindir, s.dir, s.data = pg_bindir(), folder, os.path.join(folder, "data")
+        s.kw = {"user": "nobody", "group": "nogroup"} if os.geteuid() == 0 else {}
+        s.started = True
+        return s
+
     @property
     def uri(self):
         return f"postgres://rebuno@127.0.0.1:{self.port}/postgres"
@@ -107,3 +125,25 @@ def shutdown_shared():
     if _shared is not None:
         _shared.destroy()
         _shared = None
+
+
+def main(argv):
+    if argv[1:] == ["start"]:
+        s = PgServer()
+        try:
+            s.start()
+        except BaseException:
+            s.destroy()
+            raise
+        print(s.dir, s.uri)
+        return 0
+    if len(argv) == 3 and argv[1] == "stop":
+        PgServer.running_in(argv[2]).destroy()
+        return 0
+    print("usage: pgserver.py start | stop FOLDER", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # conftest's free_port
+    sys.exit(main(sys.argv))

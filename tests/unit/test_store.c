@@ -1,6 +1,10 @@
-/* test_store.c - the SQLite store: schema migrations and the execution cache. */
+/* test_store.c - the stores: SQLite's schema migrations, and what both implementations
+ * must do alike (the execution cache, prefetched reads), run once on SQLite (suite store)
+ * and once on PostgreSQL (suite store_pg: when REBUNO_TEST_PG_DSN names a server, as
+ * scripts/test.sh does; skipped otherwise). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +88,52 @@ static void remove_dir(void)
     }
     rmdir(dir);
 }
+
+/* --- PostgreSQL: a schema of the test's own on the server REBUNO_TEST_PG_DSN names --- */
+
+static char pg_schema[40], pg_uri[1024];
+
+static void pg_sql(const char *sql)
+{
+    PGconn *c = PQconnectdb(getenv("REBUNO_TEST_PG_DSN"));
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+    PQclear(PQexec(c, "SET client_min_messages = warning")); /* no NOTICE per dropped table */
+    PGresult *r = PQexec(c, sql);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+}
+
+static void pg_make(void)
+{
+    const char *dsn = getenv("REBUNO_TEST_PG_DSN");
+    if (!dsn || !*dsn) cr_skip_test("REBUNO_TEST_PG_DSN is not set: no PostgreSQL to run on");
+    snprintf(pg_schema, sizeof pg_schema, "unit_%d", (int)getpid()); /* each test runs in its own process */
+    char sql[128];
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", pg_schema);
+    pg_sql(sql);
+    snprintf(pg_uri, sizeof pg_uri, "%s%coptions=-csearch_path%%3D%s", dsn, strchr(dsn, '?') ? '&' : '?',
+             pg_schema);
+}
+
+static void pg_drop(void)
+{
+    if (!pg_schema[0]) return;
+    char sql[128];
+    snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", pg_schema);
+    pg_sql(sql);
+}
+
+/* A test of both stores: its body gets the store spec to open. */
+#define BOTH_STORES(name)                                                   \
+    static void name(const char *spec);                                     \
+    Test(store, name, .init = make_dir, .fini = remove_dir) { name(path); } \
+    Test(store_pg, name, .fini = pg_drop)                                   \
+    {                                                                       \
+        pg_make();                                                          \
+        name(pg_uri);                                                       \
+    }                                                                       \
+    static void name(const char *spec)
 
 /* A running execution EXEC_ID of agent "hello" (fields owned: execution_fini). */
 static void running_exec(struct execution *e)
@@ -299,10 +349,10 @@ Test(store, schema4_steps_move_to_one_index_and_keep_their_order, .init = make_d
     free(v);
 }
 
-Test(store, execution_cache_follows_updates_appends_and_rollbacks, .init = make_dir, .fini = remove_dir)
+BOTH_STORES(execution_cache_follows_updates_appends_and_rollbacks)
 {
-    char why[256];
-    struct store *st = store_open(path, why, sizeof why);
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
     cr_assert_not_null(st, "%s", why);
     struct execution e;
     running_exec(&e);
@@ -362,10 +412,10 @@ static int count_resource(struct resource *r, void *arg)
 
 /* The cache remembers that an execution has no resources (sparing the query each step
  * makes); registering one, or rolling back, must never leave that stale. */
-Test(store, execution_cache_knows_when_there_are_no_resources, .init = make_dir, .fini = remove_dir)
+BOTH_STORES(execution_cache_knows_when_there_are_no_resources)
 {
-    char why[256];
-    struct store *st = store_open(path, why, sizeof why);
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
     cr_assert_not_null(st, "%s", why);
     struct execution e;
     running_exec(&e);
@@ -414,5 +464,109 @@ Test(store, execution_cache_knows_when_there_are_no_resources, .init = make_dir,
     cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
     cr_assert_eq(n, 1);
     execution_fini(&e);
+    store_close(st);
+}
+
+/* A step of EXEC_ID (fields owned: step_fini). */
+static void new_step(struct step *s, const char *step_id, const char *target, const char *args_hash)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->step_id, sizeof s->step_id, "%s", step_id);
+    snprintf(s->exec_id, sizeof s->exec_id, "%s", EXEC_ID);
+    snprintf(s->args_hash, sizeof s->args_hash, "%s", args_hash);
+    s->kind = strdup("tool_call");
+    s->target = strdup(target);
+    s->args = strdup("{}");
+    s->status = STEP_EXECUTING;
+    s->created_at = 10;
+}
+
+/* Locks and reads EXEC_ID inside an operation, after a prefetch hint. */
+static void op_read(struct store *st, const char *kind, const char *target, const char *args_hash,
+                    const char *step_id)
+{
+    struct execution e;
+    cr_assert_eq(store_op_begin(st), 0);
+    store_prefetch_step(st, EXEC_ID, kind, target, args_hash, step_id);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    execution_fini(&e);
+}
+
+/* store_prefetch_step: what is read with the execution answers the counter and step reads
+ * as the queries would, and stops answering once the operation wrote a step or counter. */
+BOTH_STORES(prefetched_counter_and_step_read_as_the_queries_do)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    struct step s;
+    new_step(&s, "a1", "greet", "h");
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_step_insert(st, &s), 0);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 0, "r1"), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    step_fini(&s);
+
+    int64_t consumed = -1;
+    char last[72] = "";
+    struct step got;
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, "tool_call", "greet", "h", "a1"); /* a submission whose key was seen */
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), 0);
+    cr_assert_eq(consumed, 0);
+    cr_assert_str_eq(last, "r1");
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "bow", "h", &consumed, last, sizeof last), -ENOENT);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), 0);
+    cr_assert_str_eq(got.target, "greet");
+    cr_assert_eq(got.status, STEP_EXECUTING);
+    got.status = STEP_SUCCEEDED;
+    got.completed_at = 20;
+    cr_assert_eq(store_step_update(st, &got), 0);
+    step_fini(&got);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 1, "r2"), 0);
+    /* after the writes: what the database now holds */
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), 0);
+    cr_assert_eq(consumed, 1);
+    cr_assert_str_eq(last, "r2");
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), 0);
+    cr_assert_eq(got.status, STEP_SUCCEEDED);
+    step_fini(&got);
+    cr_assert_eq(store_op_end(st, true), 0);
+
+    op_read(st, "tool_call", "wave", "h2", "b1"); /* a new key: no counter, no step yet */
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "wave", "h2", &consumed, last, sizeof last), -ENOENT);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), -ENOENT);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), 0); /* not the guess: asked */
+    cr_assert_eq(got.status, STEP_SUCCEEDED);
+    step_fini(&got);
+    new_step(&s, "b1", "wave", "h2");
+    cr_assert_eq(store_step_insert(st, &s), 0);
+    step_fini(&s);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), 0);
+    step_fini(&got);
+    cr_assert_eq(store_op_end(st, false), 0); /* rolled back: b1 is gone again */
+
+    op_read(st, NULL, NULL, NULL, "b1"); /* a report of a step that does not exist */
+    cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), -ENOENT);
+    cr_assert_eq(store_op_end(st, true), 0);
+    op_read(st, NULL, NULL, NULL, "a1"); /* and of one that does */
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), 0);
+    cr_assert_eq(got.status, STEP_SUCCEEDED);
+    cr_assert_eq(got.completed_at, 20);
+    step_fini(&got);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+
+    /* Outside a batch nothing is locked and the hint is never used. */
+    store_prefetch_step(st, EXEC_ID, "tool_call", "greet", "h", "a1");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    execution_fini(&e);
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), 0);
+    cr_assert_eq(consumed, 1);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), -ENOENT);
     store_close(st);
 }
