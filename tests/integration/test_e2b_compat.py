@@ -423,6 +423,8 @@ def test_metrics_cpu_and_memory_from_the_cgroup(ed):
     # what other work on a shared host took from it (the unit test checks the accounting)
     assert 5 < busy["cpuUsedPct"] <= 100 and idle["cpuUsedPct"] < busy["cpuUsedPct"], r
     assert r["past"] == 0
+    # the sandbox's files: its tree's bytes (the store's quota group), of its quota
+    assert 2_000_000 <= busy["diskUsed"] < busy["diskTotal"], busy
 
 
 def test_rebuno_dev_serves_the_endpoint_on_its_own_port(make_kernel, sdk):

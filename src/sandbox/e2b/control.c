@@ -453,7 +453,8 @@ static void h_metrics(struct http_req *r, void *arg)
         json_object_set_new(m, "cpuUsedPct", json_real(cpu_used_pct(s, &st)));
         json_object_set_new(m, "memUsed", json_integer(st.memory_bytes));
         json_object_set_new(m, "memTotal", json_integer(s->memory_mb * 1024 * 1024));
-        json_object_set_new(m, "diskUsed", json_integer(0));
+        int64_t used = s->disk_enforced ? sbx_storage_used(s->d->storage, s->fs_dir) : -1;
+        json_object_set_new(m, "diskUsed", json_integer(used > 0 ? used : 0));
         json_object_set_new(m, "diskTotal", json_integer(s->disk_mb * 1024 * 1024));
         json_array_append_new(arr, m);
     }

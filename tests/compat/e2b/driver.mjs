@@ -341,7 +341,7 @@ const cases = {
   async metrics() {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
     try {
-      await sbx.commands.run('true')
+      await sbx.commands.run('head -c 2000000 /dev/urandom > ~/blob && sync')
       const idle = (await sbx.getMetrics()).at(-1)
       // one vCPU busy for a second: a share of the sandbox's cpus, measured since the last sample
       await sbx.commands.run('timeout 1 bash -c "while :; do :; done" || true')
