@@ -34,7 +34,7 @@
 
 struct opts {
     const char *url;
-    bool json, help, sudo, interactive, no_start, recursive;
+    bool json, help, sudo, interactive, no_start, recursive, escalation;
     const char *pos[4];
     int npos;
     const char *user, *cwd, *timeout, *vcpus, *memory, *pids, *on_timeout, *state, *image;
@@ -55,6 +55,8 @@ static void usage(FILE *f)
             "      --image REF (name:tag, name@sha256:..., sha256:... or host; default: the\n"
             "      image tagged rebuno/default, else host; rebuno sandbox image import PATH)\n"
             "      --region R (recorded: one host is one region; default \"local\")\n"
+            "      --allow-privilege-escalation (setuid programs such as sudo work inside,\n"
+            "      reaching only the sandbox's own root)\n"
             "  ls                       list sandboxes [--state running,paused,stopped] [--meta K=V]\n"
             "  get NAME                 show one sandbox\n"
             "  exec NAME [opts] -- CMD [ARGS...]\n"
@@ -123,6 +125,7 @@ static int parse(int argc, char **argv, struct opts *o, struct err *err)
         else if (!strcmp(a, "--sudo")) o->sudo = true;
         else if (!strcmp(a, "-i") || !strcmp(a, "--interactive")) o->interactive = true;
         else if (!strcmp(a, "--no-start")) o->no_start = true;
+        else if (!strcmp(a, "--allow-privilege-escalation")) o->escalation = true;
         else if (!strcmp(a, "-r") || !strcmp(a, "--recursive")) o->recursive = true;
         else {
             if (strncmp(a, "--", 2) != 0) return err_invalid(err, "", "unknown option %s", a);
@@ -344,6 +347,7 @@ static int do_create(struct client *c, struct opts *o, struct err *err)
     if (o->image) json_object_set_new(body, "image", json_string(o->image));
     if (o->region) json_object_set_new(body, "region", json_string(o->region));
     if (o->no_start) json_object_set_new(body, "start", json_false());
+    if (o->escalation) json_object_set_new(body, "allow_privilege_escalation", json_true());
     if (json_object_size(res)) json_object_set(body, "resources", res);
     json_decref(res);
     json_t *out = NULL;

@@ -162,6 +162,12 @@ def test_pause_connect_resumes_with_files_and_processes_and_on_timeout_pause(ed)
     assert r["infoBack"] == "running" and r["file"] == "kept" and r["bgAlive"] is True
     assert r["autoState"] == "paused" and r["autoFile"] == "auto"
     assert r["autoLifecycle"] == {"onTimeout": "pause", "autoResume": False}
+    # keepMemory: false is our stop: the session ends (its processes with it), the files
+    # stay, and connect boots a new one; onResume "reboot" drops a kept memory the same way
+    assert r["fsPaused"] is True and r["fsState"] == "paused" and r["fsFile"] == "kept"
+    assert r["bg2Alive"] is False and r["bg3Alive"] is False and r["rbFile"] == "kept"
+    st, sb = ed.request("GET", f"/v1/sandboxes/{r['autoFs']}")
+    assert st == 200 and sb["on_timeout"] == "stop", sb
 
 
 def test_snapshots_restore_and_fork(ed):
@@ -403,6 +409,7 @@ def test_octet_stream_uploads_gzip_streamed_and_metadata(ed):
     assert r["listed"] == [["m.txt", meta], ["m1.txt", {"batch": "yes"}], ["m2.txt", {"batch": "yes"}]]
     assert r["gzMeta"]["metadata"] == {"z": "1"}
     assert r["badMeta"]["error"] == "InvalidArgumentError"
+    assert r["rewritten"] == [{"other": "x"}, None]
 
 
 def test_default_user_has_passwordless_sudo(ed):
@@ -423,6 +430,8 @@ def test_metrics_cpu_and_memory_from_the_cgroup(ed):
     # what other work on a shared host took from it (the unit test checks the accounting)
     assert 5 < busy["cpuUsedPct"] <= 100 and idle["cpuUsedPct"] < busy["cpuUsedPct"], r
     assert r["past"] == 0
+    # the sandbox's files: its tree's bytes (the store's quota group), of its quota
+    assert 2_000_000 <= busy["diskUsed"] < busy["diskTotal"], busy
 
 
 def test_rebuno_dev_serves_the_endpoint_on_its_own_port(make_kernel, sdk):

@@ -25,6 +25,10 @@ def test_cli_round_trip(sandboxd, tmp_path):
     assert out.startswith("created c1 (") and out.rstrip().endswith("running")
     j = json.loads(cli(sandboxd, "create", "c2", "--no-start", "--json").stdout)
     assert j["name"] == "c2" and j["state"] == "stopped"
+    assert j["allow_privilege_escalation"] is False
+    j3 = json.loads(cli(sandboxd, "create", "c3", "--allow-privilege-escalation", "--json").stdout)
+    assert j3["allow_privilege_escalation"] is True
+    cli(sandboxd, "rm", "c3")
     ls = cli(sandboxd, "ls").stdout.decode()
     assert "c1" in ls and "c2" in ls and '{"team":"a"}' in ls
     only = json.loads(cli(sandboxd, "ls", "--state", "stopped", "--json").stdout)

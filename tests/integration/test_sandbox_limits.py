@@ -98,6 +98,10 @@ def test_disk_quota_per_sandbox_live_and_for_forks_and_restores(sandboxd):
     assert r["exit_code"] != 0 and "Disk quota exceeded" in r["stderr"], r
     # ...and the neighbour keeps working
     assert fill(d, "neighbour", "/root/b", 100) == (100, 0)
+    # usage shows what the tree holds (its qgroup's bytes, once the writes are committed)
+    d.sh("neighbour", "sync")
+    used = d.get("neighbour")["usage"]["disk_bytes"]
+    assert 100 << 20 <= used < 110 << 20, used
     # PATCH applies at once, to the running session's tree
     assert d.ok("PATCH", "/v1/sandboxes/hog", {"resources": {"disk_mb": 256}})[
         "resources"]["disk_mb"] == 256
@@ -129,6 +133,7 @@ def test_disk_mb_with_the_copy_backend_is_not_enforced(make_sandboxd):
     s = d.create("c", resources={"disk_mb": 64})
     assert s["resources"]["disk_mb"] == 64 and s["disk_enforced"] is False
     assert d.create("c2")["disk_enforced"] is False
+    assert "disk_bytes" not in d.get("c")["usage"]  # not measured there
 
 
 def listing(path):

@@ -1240,6 +1240,8 @@ json_t *sbx_json(struct sbx *s, bool full)
         json_object_set_new(u, "pids", json_integer(st.pids));
         json_object_set_new(u, "oom_kills", json_integer(st.oom_kills));
         if (st.cpu_usage_us >= 0) json_object_set_new(u, "cpu_usage_us", json_integer(st.cpu_usage_us));
+        int64_t disk = s->disk_enforced ? sbx_storage_used(s->d->storage, s->fs_dir) : -1;
+        if (disk >= 0) json_object_set_new(u, "disk_bytes", json_integer(disk));
         json_object_set_new(u, "cgroup", json_string(sbx_cg_path(s->sess->cg)));
         json_object_set_new(o, "usage", u);
     }

@@ -101,10 +101,11 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
         "autoPause", "autoPauseMemory", "autoResume", "secure", "mcp", "volumeMounts", NULL};
     if (sbx_json_known(in, known, "a sandbox", err) < 0) return NULL;
     const char *tmpl;
-    bool auto_pause = false, internet = true;
+    bool auto_pause = false, internet = true, pause_memory = true;
     int64_t t = E2B_DEFAULT_TIMEOUT_S;
     if (sbx_json_str(in, "templateID", 500, &tmpl, err) < 0 ||
         sbx_json_bool(in, "autoPause", &auto_pause, err) < 0 ||
+        sbx_json_bool(in, "autoPauseMemory", &pause_memory, err) < 0 ||
         sbx_json_bool(in, "allow_internet_access", &internet, err) < 0 ||
         e2b_timeout_s(in, &t, err) < 0)
         return NULL;
@@ -136,7 +137,8 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
         json_object_set(b, "metadata", v);
     if ((v = json_object_get(in, "envVars")) && !json_is_null(v)) json_object_set(b, "env", v);
     json_object_set_new(b, "timeout_ms", json_integer(t * 1000));
-    json_object_set_new(b, "on_timeout", json_string(auto_pause ? "pause" : "stop"));
+    /* a filesystem-only auto-pause (autoPauseMemory: false) is our stop: files kept */
+    json_object_set_new(b, "on_timeout", json_string(auto_pause && pause_memory ? "pause" : "stop"));
     /* E2B's default user has passwordless sudo (e2b_user gives it the sudoers entry) */
     json_object_set_new(b, "allow_privilege_escalation", json_true());
     json_t *policy;
@@ -358,16 +360,45 @@ static void h_timeout(struct http_req *r, void *arg)
     http_reply_raw(r, 204, NULL, NULL, 0);
 }
 
+/* body {"memory": false} (pause({keepMemory: false})): a filesystem-only pause, which is
+ * our stop (the session ends, the files stay; connect boots a new one). */
+static bool memory_dropped(struct http_req *r, struct err *err, int *rc)
+{
+    json_t *body;
+    *rc = 0;
+    if (!e2b_api_body(r, &body)) {
+        *rc = -2; /* answered */
+        return false;
+    }
+    bool keep = true;
+    if (sbx_json_bool(body, "memory", &keep, err) < 0) *rc = -1;
+    json_decref(body);
+    return !keep;
+}
+
+static void reply_paused(struct http_req *r, void *arg)
+{
+    http_reply_raw(r, 204, NULL, NULL, 0);
+}
+
 static void h_pause(struct http_req *r, void *arg)
 {
     struct sbx *s = e2b_api_sandbox(arg, r, h_pause);
     if (!s) return;
-    if (s->state != SBX_RUNNING) {
+    struct err err = ERR_INIT;
+    int rc;
+    bool drop = memory_dropped(r, &err, &rc);
+    if (rc == -2) return;
+    if (rc == 0 && s->state != SBX_RUNNING) {
         e2b_api_error(r, 409, "sandbox %s is already paused", s->id);
         return;
     }
-    struct err err = ERR_INIT;
-    if (sbx_pause(s, &err) < 0)
+    if (rc == 0 && drop) {
+        sbx_stop_begin(s, "stopped"); /* answered once the stop is over */
+        if (!sbx_api_park(s, r, reply_paused, arg)) reply_paused(r, arg);
+        return;
+    }
+    if (rc < 0 || sbx_pause(s, &err) < 0)
         e2b_api_err(r, &err);
     else
         http_reply_raw(r, 204, NULL, NULL, 0);
@@ -381,8 +412,15 @@ static void h_connect(struct http_req *r, void *arg)
     if (!s || !e2b_api_body(r, &body)) return;
     struct err err = ERR_INIT;
     int64_t t = 0;
+    bool memory = true;
     int rc = e2b_timeout_s(body, &t, &err);
+    if (rc == 0) rc = sbx_json_bool(body, "memory", &memory, &err);
     json_decref(body);
+    if (rc == 0 && !memory && s->state == SBX_PAUSED) {
+        /* onResume: "reboot": drop the frozen memory, boot anew on the same files */
+        sbx_stop_begin(s, "stopped");
+        if (e2b_api_sandbox(e, r, h_connect) != s) return; /* runs again once stopped */
+    }
     bool was_running = s->state == SBX_RUNNING;
     int64_t end_before = s->expires_at;
     if (rc == 0) rc = sbx_ensure_running(s, NULL, &err);
@@ -453,7 +491,8 @@ static void h_metrics(struct http_req *r, void *arg)
         json_object_set_new(m, "cpuUsedPct", json_real(cpu_used_pct(s, &st)));
         json_object_set_new(m, "memUsed", json_integer(st.memory_bytes));
         json_object_set_new(m, "memTotal", json_integer(s->memory_mb * 1024 * 1024));
-        json_object_set_new(m, "diskUsed", json_integer(0));
+        int64_t used = s->disk_enforced ? sbx_storage_used(s->d->storage, s->fs_dir) : -1;
+        json_object_set_new(m, "diskUsed", json_integer(used > 0 ? used : 0));
         json_object_set_new(m, "diskTotal", json_integer(s->disk_mb * 1024 * 1024));
         json_array_append_new(arr, m);
     }

@@ -633,20 +633,28 @@ json_t *sbx_fs_xattrs(const struct sbx_fs *fs, const char *path, const char *pre
 int sbx_fs_set_xattrs(const struct sbx_fs *fs, const char *path, const char *prefix,
                       const json_t *kv, struct err *err)
 {
-    if (json_object_size(kv) == 0) return 0;
     int fd = xattr_target(fs, path, true, err);
     if (fd == -1) return -1;
-    if (fd == NO_XATTRS)
+    if (fd == NO_XATTRS) {
+        if (json_object_size(kv) == 0) return 0;
         return err_invalid(err, "path", "%s is no file or directory: it cannot carry metadata",
                            path);
-    char p[64];
+    }
+    char p[64], names[16384], want[300];
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    int wl = snprintf(want, sizeof want, "user.%s", prefix);
+    /* the set is replaced: what kv leaves out goes (none kept on a file system without
+     * user xattrs: nothing to remove there) */
+    ssize_t n = listxattr(p, names, sizeof names);
+    for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(names + i) + 1)
+        if (!strncmp(names + i, want, (size_t)wl) && !json_object_get(kv, names + i + wl))
+            removexattr(p, names + i);
     const char *k;
     json_t *v;
     int rc = 0;
     json_object_foreach((json_t *)kv, k, v) {
         char name[300];
-        if (snprintf(name, sizeof name, "user.%s%s", prefix, k) >= (int)sizeof name ||
+        if (snprintf(name, sizeof name, "%s%s", want, k) >= (int)sizeof name ||
             !json_is_string(v) || json_string_length(v) > SBX_XATTR_VALUE_MAX) {
             rc = err_invalid(err, "metadata", "metadata %.60s: the key or its value is too long", k);
             break;

@@ -95,8 +95,9 @@ int sbx_fs_read_all(const struct sbx_fs *fs, const char *path, size_t max, struc
  * metadata a client attaches to its files (sbx_fs_xattrs: a final symlink is not
  * followed, and has none; sbx_fs_set_xattrs follows it as sbx_fs_write does). sbx_fs_xattrs: {KEY: value} (values as text; at most SBX_XATTRS_MAX of them,
  * each at most SBX_XATTR_VALUE_MAX bytes, others skipped); a file system without user
- * xattrs gives {}. sbx_fs_set_xattrs: each member of kv (string values), 400 where the
- * file system keeps none. NULL / -1 with err.
+ * xattrs gives {}. sbx_fs_set_xattrs replaces the set: each member of kv (string
+ * values), and the names of the prefix kv lacks removed; 400 where the file system keeps
+ * none. NULL / -1 with err.
  */
 #define SBX_XATTRS_MAX 64
 #define SBX_XATTR_VALUE_MAX 4096

@@ -505,6 +505,38 @@ int sbx_storage_set_limit(struct sbx_storage *st, const char *path, uint64_t byt
     return e;
 }
 
+int64_t sbx_storage_used(const struct sbx_storage *st, const char *path)
+{
+    if (st->kind != SBX_STORAGE_BTRFS || !st->quota || !sbx_storage_is_subvolume(path))
+        return -EOPNOTSUPP;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct btrfs_ioctl_fs_info_args fi;
+    struct btrfs_ioctl_ino_lookup_args il;
+    memset(&fi, 0, sizeof fi);
+    memset(&il, 0, sizeof il);
+    il.objectid = BTRFS_SUBVOL_INO; /* treeid 0: the subvolume fd is in */
+    int e = ioctl(fd, BTRFS_IOC_FS_INFO, &fi) < 0 || ioctl(fd, BTRFS_IOC_INO_LOOKUP, &il) < 0
+                ? -errno
+                : 0;
+    close(fd);
+    if (e < 0) return e;
+    /* the subvolume's qgroup 0/<id>: its referenced bytes, as the kernel exports them */
+    char p[160];
+    int n = snprintf(p, sizeof p, "/sys/fs/btrfs/");
+    for (int i = 0; i < BTRFS_FSID_SIZE; i++)
+        n += snprintf(p + n, sizeof p - (size_t)n, "%s%02x",
+                      i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", fi.fsid[i]);
+    snprintf(p + n, sizeof p - (size_t)n, "/qgroups/0_%llu/referenced",
+             (unsigned long long)il.treeid);
+    FILE *f = fopen(p, "re");
+    if (!f) return -errno;
+    long long v = -1;
+    e = fscanf(f, "%lld", &v) == 1 && v >= 0 ? 0 : -EIO;
+    fclose(f);
+    return e < 0 ? e : (int64_t)v;
+}
+
 int64_t sbx_storage_free(const struct sbx_storage *st)
 {
     struct statfs sf;

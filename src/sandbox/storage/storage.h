@@ -68,6 +68,9 @@ int sbx_storage_clone(struct sbx_storage *st, const char *src, const char *dst, 
 int sbx_storage_remove(struct sbx_storage *st, const char *path);
 /* Limit a tree to `bytes` (0: no limit). -EOPNOTSUPP without quotas. */
 int sbx_storage_set_limit(struct sbx_storage *st, const char *path, uint64_t bytes);
+/* Bytes a tree made by create or clone holds (its btrfs qgroup's referenced bytes), or
+ * -errno (-EOPNOTSUPP without quotas). */
+int64_t sbx_storage_used(const struct sbx_storage *st, const char *path);
 /* Bytes the store can still take (statfs f_bavail), or -errno. */
 int64_t sbx_storage_free(const struct sbx_storage *st);
 /* Flush the file system that holds path (syncfs). */

@@ -210,8 +210,28 @@ const cases = {
     const autoLifecycle = (await autoBack.getInfo()).lifecycle
     await autoBack.kill()
     await back.kill()
+    // a filesystem-only pause (keepMemory: false): processes end, files stay
+    const fsOnly = await Sandbox.create({ timeoutMs: 120_000 })
+    await fsOnly.files.write('/home/user/keep.txt', 'kept')
+    const bg2 = await fsOnly.commands.run('sleep 300', { background: true, timeoutMs: 0 })
+    const fsPaused = await fsOnly.pause({ keepMemory: false })
+    const fsState = (await Sandbox.getInfo(fsOnly.sandboxId)).state
+    const fsBack = await Sandbox.connect(fsOnly.sandboxId)
+    const fsFile = await fsBack.files.read('/home/user/keep.txt')
+    const fsProcs = (await fsBack.commands.list()).map((p) => p.pid)
+    // onResume: 'reboot' on a memory-kept pause drops that memory too
+    const bg3 = await fsBack.commands.run('sleep 300', { background: true, timeoutMs: 0 })
+    await fsBack.pause()
+    const rebooted = await Sandbox.connect(fsOnly.sandboxId, { onResume: 'reboot' })
+    const rbProcs = (await rebooted.commands.list()).map((p) => p.pid)
+    const rbFile = await rebooted.files.read('/home/user/keep.txt')
+    await rebooted.kill()
+    // autoPauseMemory: false: the timeout's pause keeps the files only
+    const autoFs = await Sandbox.create({ timeoutMs: 120_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
     return { paused, pausedAgain, infoPaused: infoPaused.state, listedPaused, listedRunning,
-      infoBack: infoBack.state, file, bgAlive: procs.includes(bg.pid), autoState, autoFile, autoLifecycle, id: sbx.sandboxId }
+      infoBack: infoBack.state, file, bgAlive: procs.includes(bg.pid), autoState, autoFile, autoLifecycle, id: sbx.sandboxId,
+      fsPaused, fsState, fsFile, bg2Alive: fsProcs.includes(bg2.pid), bg3Alive: rbProcs.includes(bg3.pid), rbFile,
+      autoFs: autoFs.sandboxId }
   },
 
   async snapshots() {
@@ -318,8 +338,12 @@ const cases = {
       const listed = (await sbx.files.list('.')).filter((e) => e.name.startsWith('m')).map((e) => [e.name, e.metadata ?? null])
       const gzMeta = await sbx.files.write('mgz.txt', 'z', { gzip: true, metadata: { z: '1' } })
       const badMeta = await catching(() => sbx.files.write('bad.txt', 'x', { metadata: { 'bad key': 'v' } }))
+      // a write replaces a file's metadata: without any, the old is gone
+      await sbx.files.write('m1.txt', 'again', { metadata: { other: 'x' } })
+      await sbx.files.write('m2.txt', 'again')
+      const rewritten = [(await sbx.files.getInfo('m1.txt')).metadata ?? null, (await sbx.files.getInfo('m2.txt')).metadata ?? null]
       return { gz, gzOk: gzBack === text, st, stBack, owner: owner.stdout, gzReadOk: gzRead === text,
-        m, many, infoMeta: info.metadata ?? null, plainMeta: plain.metadata ?? null, listed, gzMeta, badMeta }
+        m, many, infoMeta: info.metadata ?? null, plainMeta: plain.metadata ?? null, listed, gzMeta, badMeta, rewritten }
     } finally {
       await sbx.kill()
     }
@@ -341,7 +365,7 @@ const cases = {
   async metrics() {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
     try {
-      await sbx.commands.run('true')
+      await sbx.commands.run('head -c 2000000 /dev/urandom > ~/blob && sync')
       const idle = (await sbx.getMetrics()).at(-1)
       // one vCPU busy for a second: a share of the sandbox's cpus, measured since the last sample
       await sbx.commands.run('timeout 1 bash -c "while :; do :; done" || true')

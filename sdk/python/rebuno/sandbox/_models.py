@@ -267,6 +267,7 @@ class SandboxUsage(_Model):
     oom_kills: int | None = None
     cgroup: str | None = None
     cpu_usage_us: int | None = None  # cpu time used since the session started
+    disk_bytes: int | None = None  # what the sandbox's own tree holds (where quotas are enforced)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,7 +331,8 @@ class SandboxInfo(_Model):
             if isinstance(sess, Mapping) else None,
             stopped_at=parse_time(d.get("stopped_at")), stop_reason=d.get("stop_reason"),
             usage=SandboxUsage(**{k: usage.get(k) for k in ("memory_bytes", "memory_peak_bytes", "pids",
-                                                            "oom_kills", "cgroup", "cpu_usage_us")})
+                                                            "oom_kills", "cgroup", "cpu_usage_us",
+                                                            "disk_bytes")})
             if isinstance(usage, Mapping) else None,
             region=d.get("region") or region,
             network_policy=NetworkPolicy.from_api(d.get("network_policy")),
