@@ -2,7 +2,7 @@
  * cmd_agent.c - `rebuno agent`: the agents a kernel knows (upstream's agent commands).
  *
  *   rebuno agent ls             table: ID, DISPATCH (webhook or pull), WORKERS, LEASE, POLICY
- *   rebuno agent get ID         one agent (its webhook URL; never its secret)
+ *   rebuno agent get ID         one agent (its webhook URL and policy; never its secret)
  *   rebuno agent add FILE       register the agents of a config file / upstream manifest
  *                               (POST /v0/agents, then POST /v0/policies/{id} for a policy)
  *   rebuno agent rm ID          delete an agent (DELETE /v0/agents/{id})
@@ -27,7 +27,7 @@ static void agent_usage(FILE *f)
           "  ls        the kernel's agents: ID, DISPATCH (webhook: the kernel POSTs dispatches to\n"
           "            its webhook_url; pull: it claims or opens the dispatch stream), WORKERS,\n"
           "            LEASE (seconds), POLICY (yes/no)\n"
-          "  get ID    one agent\n"
+          "  get ID    one agent, with its webhook URL and policy\n"
           "  add FILE  register every agent of FILE (a config file or upstream's manifest:\n"
           "            agents: [{id, webhook_url?, secret?, lease_timeout_seconds?, policy? |\n"
           "            policy_file?}]); policies are checked here first. Kept by the kernel\n"
@@ -198,6 +198,17 @@ int cmd_agent(int argc, char **argv)
             fputs("webhook: ", stdout);
             cli_put_clean(stdout, cli_str(reply, "webhook_url"), 0);
             fputc('\n', stdout);
+        }
+        const char *bundle = cli_str(reply, "policy_bundle");
+        if (bundle) { /* upstream's agent get shows it: line by line, each made safe to print */
+            puts("policy:");
+            char *copy = xstrdup(bundle), *save = NULL;
+            for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                fputs("  ", stdout);
+                cli_put_clean(stdout, line, 0);
+                fputc('\n', stdout);
+            }
+            free(copy);
         }
     } else if (json_array_size(reply) == 0) {
         puts("no agents");

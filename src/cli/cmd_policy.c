@@ -1,6 +1,6 @@
 /*
- * cmd_policy.c - `rebuno policy`: validate policy files and try decisions
- * offline, without a kernel.
+ * cmd_policy.c - `rebuno policy`: validate policy files and try decisions offline
+ * (check, eval, test), and put them on a kernel (set; test --execution).
  *
  *   rebuno policy check FILE...        load each file strictly; errors as file:line:col
  *   rebuno policy eval FILE --target T [--kind K] [--agent A] [--args JSON]
@@ -28,14 +28,13 @@ static void policy_usage(FILE *f)
     fputs("usage: rebuno policy check FILE...\n"
           "       rebuno policy eval FILE --target T [--kind tool_call|llm_call|local]\n"
           "                               [--agent A] [--args JSON]\n"
-          "\n"
-          "  check  load each policy file strictly; prints 'FILE: ok (N rules, default_action\n"
-          "         D)' or the first problem as FILE:LINE:COL: what is wrong; how to fix it\n"
           "       rebuno policy test FILE [--cases CASES.yaml]\n"
           "       rebuno policy test FILE --execution ID --agent-id A [--url URL] [--api-key KEY]\n"
           "       rebuno policy test FILE --target T ...   (the same as eval)\n"
           "       rebuno policy set AGENT FILE [--url URL] [--api-key KEY]\n"
           "\n"
+          "  check  load each policy file strictly; prints 'FILE: ok (N rules, default_action\n"
+          "         D)' or the first problem as FILE:LINE:COL: what is wrong; how to fix it\n"
           "  eval   decide one step offline; prints decision=D rule=ID reason=\"...\"\n"
           "         --kind defaults to tool_call; --args must be a JSON object\n"
           "  test   run the cases of FILE's .policytest.yaml (shell.yaml: shell.policytest.yaml,\n"
@@ -45,7 +44,7 @@ static void policy_usage(FILE *f)
           "         execution's recorded steps against FILE on a kernel. --target probes one\n"
           "         input, as eval\n"
           "  set    check FILE here, then make it AGENT's policy on the kernel\n"
-          "         (POST /v0/policies/AGENT; lasts until the kernel restarts)\n"
+          "         (POST /v0/policies/AGENT; the kernel keeps it across restarts)\n"
           "\n"
           "exit status: 0 ok, 1 a policy did not load or a case failed, 2 bad usage\n",
           f);

@@ -59,6 +59,11 @@ rules:
     then:
       decision: allow
       rate_limit: {max_calls: 1, window: 1h, per_what: agent}
+  - id: limit-global
+    when: {target: page}
+    then:
+      decision: allow
+      rate_limit: {max_calls: 1, window: 1h, per_what: global}
 """
 
 
@@ -86,6 +91,8 @@ def test_rate_limit_counts_recorded_steps(make_kernel):
     eid2, dref2 = start(api, k)
     assert submit(api, eid2, dref2, "fetch")["decision"] == "rate_limited"
     assert submit(api, eid2, dref2, "web_search", {"q": 9})["decision"] == "proceed"  # per execution: its own
+    assert submit(api, eid2, dref2, "page")["decision"] == "proceed"
+    assert submit(api, eid, dref, "page")["decision"] == "rate_limited"  # global: every execution
     # the counts come from the store: a restarted kernel agrees
     k.stop()
     k.start()
@@ -123,6 +130,20 @@ def test_budget_sums_recorded_usage(make_kernel):
     # another execution has a budget of its own
     eid2, dref2 = start(api, k)
     assert submit(api, eid2, dref2, "gpt", {}, kind="llm_call")["decision"] == "proceed"
+
+
+def test_budget_on_exceed_require_approval(make_kernel):
+    pol = BUDGET.replace("budget: {max_tokens: 100}", "budget: {max_tokens: 10, on_exceed: require_approval}\n"
+                         "      approval_config: {approvers: [finance]}")
+    k = make_kernel(config(pol), mode="server").start()
+    api = Signed(k.port, "up", SECRET)
+    eid, dref = start(api, k)
+    one = submit(api, eid, dref, "gpt", {"m": 1}, kind="llm_call")
+    api.ok("POST", f"/v0/executions/{eid}/steps/{one['step_id']}/complete",
+           {"result": {"usage": {"total_tokens": 12}}}, dispatch=dref)
+    two = submit(api, eid, dref, "gpt", {"m": 2}, kind="llm_call")
+    assert two["decision"] == "blocked" and two["reason"] == "execution_token_budget_exceeded", two
+    assert k.ok("GET", f"/v0/approvals/{two['approval_id']}", key=ADMIN)["approvers"] == ["finance"]
 
 
 JUDGE = """
@@ -273,7 +294,7 @@ def test_upstream_rule_options_load(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text(JUDGE + RATE.split("rules:\n")[1] + BUDGET.split("rules:\n")[1])
     p = subprocess.run([BIN, "policy", "check", str(f)], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0 and "5 rules" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "6 rules" in p.stdout, p.stdout + p.stderr
 
 
 def test_bad_judge_url_is_a_config_error(tmp_path):

@@ -174,6 +174,8 @@ def test_cli_agent_add_and_rm(kernel, tmp_path):
     assert "agent hooked registered (webhook, policy set)" in out and "agent plain registered (pull)" in out
     got = k.ok("GET", "/v0/agents/hooked", key=CLIENT)
     assert got["webhook_url"] == "http://127.0.0.1:1/hook" and "ok-ls" in got["policy_bundle"]
+    shown = cli(k, "agent", "get", "hooked").stdout
+    assert "webhook: http://127.0.0.1:1/hook\npolicy:\n  default_action: deny\n" in shown, shown
     # a policy that does not load stops the whole file before anything is sent
     bad = tmp_path / "bad.yaml"
     bad.write_text("agents:\n  - id: never\n    policy: |\n      default_action: maybe\n")
