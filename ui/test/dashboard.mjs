@@ -225,7 +225,14 @@ try {
 
   // 9. a stored key that stops working (a restarted dev kernel has a new token) brings the
   // sign-in back with the kernel's reason
-  await page.evaluate(() => sessionStorage.setItem("rebuno.key", "stale-token"));
+  // (set by the new document before the app runs: the old page's poll or list stream, seeing the
+  // stale key first, would sign out and clear it before the reload, and then there is no reason)
+  await page.evaluateOnNewDocument(() => {
+    if (!sessionStorage.getItem("test.stale-set")) {
+      sessionStorage.setItem("test.stale-set", "1");
+      sessionStorage.setItem("rebuno.key", "stale-token");
+    }
+  });
   await page.reload();
   await page.waitForSelector("#signin-error", { timeout: T });
   out.stale_key_error = await page.$eval("#signin-error", (e) => e.textContent.trim());
