@@ -395,11 +395,20 @@ class Transport:
             c.close()
         return Response(status, hdrs, payload)
 
-    def token_changed(self, headers: Mapping[str, str] | None) -> bool:
-        """After a 401: whether the local token (if that is what was sent) changed."""
+    def _token_now(self) -> str | None:
+        """The local token the next request sends (``None`` when it sends none)."""
+        return self.local_token.get() if self.local_token is not None else None
+
+    def token_changed(self, headers: Mapping[str, str] | None, sent: str | None) -> bool:
+        """After a 401: whether the local token (if that is what was sent) is now another
+        than ``sent``, the one held when the request went out. Another request in flight
+        may have found the daemon's new token first, so this compares with ``sent``, not
+        with what the last lookup saw."""
         if self.local_token is None or (headers and headers.get("Authorization")):
             return False
-        return self.local_token.refresh()
+        self.local_token.refresh()
+        now = self.local_token.get()
+        return now is not None and now != sent
 
     # --- public ------------------------------------------------------------
     async def request(self, method: str, path: str, *, json: Any = None, body: bytes | None = None,
@@ -430,6 +439,7 @@ class Transport:
             if self._closed:
                 raise NetworkError("transport closed")
             try:
+                sent_token = self._token_now()
                 got = await self._exchange(method, path, body, headers, timeout, False, None)
                 assert isinstance(got, Response)
                 resp = got
@@ -452,7 +462,7 @@ class Transport:
                     server_retries += 1
                     await asyncio.sleep(0.2 * server_retries)
                     continue
-                if resp.status == 401 and not token_retry_used and self.token_changed(headers):
+                if resp.status == 401 and not token_retry_used and self.token_changed(headers, sent_token):
                     token_retry_used = True  # refused before anything was done
                     continue
                 if raise_for_status and resp.status >= 400:
@@ -491,6 +501,7 @@ class Transport:
         moved = 0
         while True:
             try:
+                sent_token = self._token_now()
                 r = await self._exchange(method, path, body, headers,
                                          connect_timeout or self.timeout, True, read_timeout)
             except _ConnectFailed as e:
@@ -505,7 +516,7 @@ class Transport:
                     continue
                 raise NetworkError(str(e), sent=True) from e
             assert isinstance(r, StreamResponse)
-            if r.status == 401 and not token_retry_used and self.token_changed(headers):
+            if r.status == 401 and not token_retry_used and self.token_changed(headers, sent_token):
                 token_retry_used = True
                 r.close()
                 continue

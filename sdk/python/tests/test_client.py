@@ -172,3 +172,24 @@ api_keys:
         c.delete_agent("late")
         with pytest.raises(NotFoundError):
             c.get_agent("late")
+
+
+def test_requests_in_flight_when_the_kernel_restarts_all_find_its_new_local_token(make_kernel):
+    """A restarted `rebuno dev` has a new local token. Several requests sent with the old
+    one all get 401; each must retry with the new token, not only the first to look it up
+    (a worker's heartbeat and claim are in flight together: the claim used to fail)."""
+    from rebuno import Client, _localauth
+
+    k = make_kernel(CONFIG)
+
+    async def main() -> None:
+        async with Client(k.url) as c:
+            ex = await c.create("app", {"n": 1})
+            old = _localauth.find(k.url, _localauth.KERNEL_STATE_FILE)[0]
+            k.stop()
+            k.start()  # same port and state folder, a new token
+            assert _localauth.find(k.url, _localauth.KERNEL_STATE_FILE)[0] != old
+            got = await asyncio.gather(*(c.get(ex.id) for _ in range(8)), return_exceptions=True)
+            assert all(not isinstance(g, BaseException) and g.id == ex.id for g in got), got
+
+    asyncio.run(main())
