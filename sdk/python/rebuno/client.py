@@ -46,6 +46,11 @@ def _q(s: str) -> str:
     return urllib.parse.quote(str(s), safe="")
 
 
+def _body(**fields: Any) -> dict[str, Any]:
+    """A JSON body of the fields that were given (``None`` means "not sent")."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def _query(**params: Any) -> str:
     items = {k: v for k, v in params.items() if v is not None and v != ""}
     return ("?" + urllib.parse.urlencode(items)) if items else ""
@@ -98,15 +103,9 @@ class Client:
         accepted for compatibility with the upstream SDK and not sent: this kernel has no
         agent versions (it rejects the field)."""
         del agent_version
-        body: dict[str, Any] = {"agent_id": agent}
-        if input is not None:
-            body["input"] = input
-        if deadline_seconds is not None:
-            body["deadline_seconds"] = deadline_seconds
-        if session is not None:
-            body["session"] = session
-        if parent_execution_id is not None:  # continue that completed execution (its state, resources)
-            body["parent_execution_id"] = parent_execution_id
+        # parent_execution_id continues that completed execution (its state, resources)
+        body = _body(agent_id=agent, input=input, deadline_seconds=deadline_seconds, session=session,
+                     parent_execution_id=parent_execution_id)
         return Execution.from_json(await self._post("/v0/executions", body))
 
     async def get(self, execution_id: str) -> Execution:
@@ -184,9 +183,7 @@ class Client:
         describe changes the restored resource does not have. ``session`` (a new one)
         starts a session for the fork's later turns.
         """
-        body: dict[str, Any] = {"at_seq": at_seq}
-        if session is not None:
-            body["session"] = session
+        body = _body(at_seq=at_seq, session=session)
         return Execution.from_json(await self._post(f"/v0/executions/{_q(execution_id)}/fork", body))
 
     async def fork_points(self, execution_id: str, *, after: int | None = None,
@@ -305,13 +302,8 @@ class Client:
     async def register_agent(self, agent_id: str, *, webhook_url: str | None = None, secret: str | None = None,
                              lease_timeout_seconds: int | None = None) -> dict[str, Any]:
         """Register (or update) an agent at run time; kept by the kernel across restarts."""
-        body: dict[str, Any] = {"id": agent_id}
-        if webhook_url is not None:
-            body["webhook_url"] = webhook_url
-        if secret is not None:
-            body["secret"] = secret
-        if lease_timeout_seconds is not None:
-            body["lease_timeout_seconds"] = lease_timeout_seconds
+        body = _body(id=agent_id, webhook_url=webhook_url, secret=secret,
+                     lease_timeout_seconds=lease_timeout_seconds)
         agent: dict[str, Any] = await self._post("/v0/agents", body, idempotent=True)
         return agent
 
@@ -334,13 +326,7 @@ class Client:
         ``{results: [{..., decision, rule_id, reason, rule, pass, failure?}], failed,
         unexercised_rules?}``. Give ``cases`` (``{target, kind?, args?, expect?,
         expect_rule?}``) or ``execution_id`` (replay its recorded steps)."""
-        body: dict[str, Any] = {}
-        if cases is not None:
-            body["cases"] = cases
-        if bundle is not None:
-            body["bundle"] = bundle
-        if execution_id is not None:
-            body["execution_id"] = execution_id
+        body = _body(cases=cases, bundle=bundle, execution_id=execution_id)
         report: dict[str, Any] = await self._post(f"/v0/policies/{_q(agent_id)}/test", body, idempotent=True)
         return report
 
