@@ -54,9 +54,9 @@ v, p = merged(sys.argv[1]), merged(sys.argv[2])
 med = lambda xs: statistics.median(xs)
 print(f"Vercel-compatible endpoint vs /v1 ({sys.argv[3]} sandboxes, {sys.argv[4]} commands each, "
       f"{sys.argv[5]} alternating batches; median ms)")
-print(f"{'':32}{'create->first output':>22}{'command round trip':>20}")
+print(f"{'':32}{'create->first output':>22}{'command round trip':>20}{'client CPU/command':>20}")
 for r in (v, p):
-    print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}")
+    print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}{med(r['cpu']):>20.2f}")
 print(f"{'plain fetch, this endpoint':32}{'':>22}{med(v['raw']):>20.2f}")
 if v["rawV1"]:
     print(f"{'plain fetch, /v1':32}{'':>22}{med(v['rawV1']):>20.2f}")
