@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
 
@@ -100,6 +101,9 @@ static const char *migrations[] = {
     "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
     /* 3: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
+    /* 4: room on each steps page for its rows' completion, so the update stays on the page
+     * (HOT: no new entries in the steps indexes); applies to pages written from now on */
+    "ALTER TABLE steps SET (fillfactor = 60);",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -107,7 +111,7 @@ enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
     S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
-    S_EVENT_INSERT, S_EVENTS,
+    S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
     S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
     S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
@@ -124,7 +128,7 @@ static const char *stmt_sql[S_COUNT] = {
     [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
-    [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+    [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -144,6 +148,9 @@ static const char *stmt_sql[S_COUNT] = {
                      "  AND status IN ('pending','running','blocked')),"
                      " (SELECT min(timeout_at) FROM approvals WHERE status='pending')",
     [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES($1,$2,$3,$4,$5)",
+    /* a batch's events, one row per array element (see "Events of a batch") */
+    [S_EVENTS_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) SELECT * FROM"
+                        " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])",
     [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=$1 AND seq > $2"
                  " ORDER BY seq LIMIT $3",
     [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE execution_id = $1 AND step_id = $2",
@@ -172,7 +179,7 @@ static const char *stmt_sql[S_COUNT] = {
                           "$8,$9,$10,$11,$12,$13)",
     /* An approval changes only together with its execution: lock that. */
     [S_APPROVAL_LOCK] = "SELECT 1 FROM executions WHERE id = (SELECT execution_id FROM approvals WHERE id=$1)"
-                        " FOR UPDATE",
+                        " FOR NO KEY UPDATE",
     [S_APPROVAL_GET] = "SELECT " APPROVAL_COLS " FROM approvals WHERE id=$1",
     [S_APPROVAL_UPDATE] = "UPDATE approvals SET status=$2, decided_at=$3, decided_by=$4,"
                           " rationale=$5 WHERE id=$1",
@@ -234,7 +241,7 @@ struct pg {
     char *uri;
     PGconn *c;  /* statements */
     PGconn *lc; /* LISTEN rebuno */
-    bool in_tx, in_op, release_pending;
+    bool in_tx, in_op;
     int64_t next_connect, next_listen; /* monotonic ms before which no reconnect is tried */
     bool listen_gap;                   /* the listener was down: changes may have been missed */
     char replica[UUID_STR_LEN];        /* tags our own notifications */
@@ -253,7 +260,6 @@ struct pg {
     size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
     int op_x0, op_x1;
     uint64_t op_sends;
-    bool op_release_was;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
     /* executions this batch has locked, as it last wrote or read them */
@@ -268,6 +274,18 @@ struct pg {
         char *kind, *target; /* the counter's key; NULL: no counter asked */
         PGresult *counter, *step;
     } pf;
+    /* Events appended inside operations, not sent yet: [0, ev_done) by operations that
+     * ended well, the rest by the current one (see "Events of a batch") */
+    struct pev *ev;
+    int n_ev, cap_ev, ev_done;
+    size_t ev_bytes;
+    bool op_sent_done; /* the current operation sent earlier operations' events after its SAVEPOINT */
+};
+
+struct pev {
+    char exec_id[UUID_STR_LEN];
+    int64_t seq, at;
+    char *type, *payload;
 };
 
 static struct pg *PG(struct store *st)
@@ -667,6 +685,135 @@ static bool deferrable(enum stmt_id id)
     }
 }
 
+/* --- events of a batch ---
+ *
+ * Events are most of a step's rows (a round trip appends four), so inside operations they
+ * are not queued one INSERT each: they wait in p->ev and go out as one multi-row INSERT
+ * (S_EVENTS_INSERT, arrays unnested) per batch, queued just before the COMMIT. Where they
+ * sit in the queue matters for the savepoints: events of operations that ended well must
+ * never be inside a later operation's savepoint that may roll back. So they are sent
+ * early only when a statement reads the events table (store_events_each, listings, whose
+ * last_seq is max(seq)): the current operation's own events at the end of the queue, the
+ * earlier ones before its SAVEPOINT when that is still queued, else after it (if that
+ * operation then rolls back, the batch can only fail: p->broken). When an operation fails
+ * its events are dropped and the earlier ones are queued after its rollback. Events are
+ * buffered only for executions this batch holds locked, whose last_seq the cache keeps,
+ * so reading such an execution never needs them. The buffer has a cap: past it the
+ * earlier operations' events are queued when the next operation begins. */
+#define EV_MAX_ROWS 2048
+#define EV_MAX_BYTES (4u << 20)
+
+static void ev_free(struct pg *p, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        free(p->ev[i].type);
+        free(p->ev[i].payload);
+    }
+}
+
+static void ev_clear(struct pg *p)
+{
+    ev_free(p, 0, p->n_ev);
+    p->n_ev = p->ev_done = 0;
+    p->ev_bytes = 0;
+}
+
+static void ev_push(struct pg *p, const char *exec_id, int64_t seq, const char *type, const char *payload,
+                    int64_t at)
+{
+    if (p->n_ev == p->cap_ev) {
+        p->cap_ev = p->cap_ev ? p->cap_ev * 2 : 64;
+        p->ev = xrealloc(p->ev, (size_t)p->cap_ev * sizeof *p->ev);
+    }
+    struct pev *e = &p->ev[p->n_ev++];
+    snprintf(e->exec_id, sizeof e->exec_id, "%s", exec_id);
+    e->seq = seq, e->at = at;
+    e->type = xstrdup(type);
+    e->payload = xstrdup(payload);
+    p->ev_bytes += strlen(payload) + strlen(type) + 64;
+}
+
+/* One element of a text[] literal: quoted, backslash before '"' and '\'. */
+static void arr_text(struct buf *b, const char *s)
+{
+    buf_append(b, "\"", 1);
+    for (const char *q = s;;) {
+        size_t run = strcspn(q, "\"\\");
+        buf_append(b, q, run);
+        q += run;
+        if (!*q) break;
+        buf_append(b, "\\", 1);
+        buf_append(b, q++, 1);
+    }
+    buf_append(b, "\"", 1);
+}
+
+/* Queue events [from, to) as one INSERT at the end of the queue and take them out of the
+ * buffer (from is 0 or ev_done, to is ev_done or n_ev). */
+static int ev_queue(struct pg *p, int from, int to)
+{
+    if (from >= to) return 0;
+    struct buf a[5];
+    for (int k = 0; k < 5; k++) buf_init(&a[k], 0), buf_append(&a[k], "{", 1);
+    for (int i = from; i < to; i++) {
+        const struct pev *e = &p->ev[i];
+        char num[24];
+        for (int k = 0; i > from && k < 5; k++) buf_append(&a[k], ",", 1);
+        arr_text(&a[0], e->exec_id);
+        buf_append(&a[1], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->seq));
+        arr_text(&a[2], e->type);
+        arr_text(&a[3], e->payload);
+        buf_append(&a[4], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->at));
+    }
+    struct params ps = {0};
+    for (int k = 0; k < 5; k++) buf_append(&a[k], "}", 1), p_str(&ps, a[k].data);
+    int rc = q_stmt(p, S_EVENTS_INSERT, &ps, X_OK);
+    for (int k = 0; k < 5; k++) buf_fini(&a[k]);
+    /* They are gone from the buffer either way: the batch cannot commit without them. */
+    if (rc < 0 && p->in_tx) {
+        set_err(p, "cannot quote the batch's events for PostgreSQL");
+        p->broken = true;
+    }
+    ev_free(p, from, to);
+    memmove(p->ev + from, p->ev + to, (size_t)(p->n_ev - to) * sizeof *p->ev);
+    p->n_ev -= to - from;
+    if (p->ev_done >= to) p->ev_done -= to - from;
+    else if (p->ev_done > from) p->ev_done = from;
+    if (p->n_ev == 0) p->ev_bytes = 0;
+    return rc;
+}
+
+/* Move the statement just queued to queue offset q0 (statement index x0). */
+static void q_move_last(struct pg *p, size_t q_before, size_t q0, int x0)
+{
+    size_t len = p->q_len - q_before;
+    char *tmp = xmalloc(len);
+    memcpy(tmp, p->q + q_before, len);
+    memmove(p->q + q0 + len, p->q + q0, q_before - q0);
+    memcpy(p->q + q0, tmp, len);
+    free(tmp);
+    unsigned char x = p->expect[p->n_expect - 1];
+    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(p->n_expect - 1 - x0));
+    p->expect[x0] = x;
+}
+
+/* Everything buffered must be in the database before the next statement (which reads events). */
+static int ev_flush(struct pg *p)
+{
+    int rc = 0;
+    if (p->ev_done > 0) {
+        size_t q_before = p->q_len;
+        if ((rc = ev_queue(p, 0, p->ev_done)) < 0) return rc;
+        if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
+            q_move_last(p, q_before, p->op_q0, p->op_x0);
+            p->op_q1 += p->q_len - q_before, p->op_x1++, p->op_sp++;
+        } else if (p->in_op) {
+            p->op_sent_done = true;
+        }
+    }
+    return ev_queue(p, p->ev_done, p->n_ev);
+}
+
 /* --- connections, schema --- */
 
 /* host:port of a connection (or of its options when it failed), for messages. */
@@ -837,6 +984,8 @@ static void pg_close(struct store *st)
     struct pg *p = PG(st);
     unlock_all(p);
     pf_drop(p);
+    ev_clear(p);
+    free(p->ev);
     free(p->locked);
     free(p->nores);
     PQfinish(p->c);
@@ -875,9 +1024,9 @@ static int pg_begin(struct store *st)
     pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
+    ev_clear(p);
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
-    p->release_pending = false;
     notes_reset(p);
     return 0;
 }
@@ -887,6 +1036,7 @@ static int pg_commit(struct store *st)
     struct pg *p = PG(st);
     int r = ensure(p); /* -EIO when broken */
     if (r < 0) return r;
+    if ((r = ev_queue(p, 0, p->n_ev)) < 0) return r; /* the batch's events: one INSERT */
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
         const char *text = payload ? payload : p->notes;
@@ -914,6 +1064,7 @@ static int pg_rollback(struct store *st)
     pf_drop(p);
     notes_reset(p);
     q_reset(p);
+    ev_clear(p);
     p->in_tx = p->in_op = p->broken = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
@@ -930,13 +1081,15 @@ static int pg_op_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     pf_drop(p);
-    p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
-    /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
-    if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    if ((p->n_ev >= EV_MAX_ROWS || p->ev_bytes >= EV_MAX_BYTES) && (r = ev_queue(p, 0, p->ev_done)) < 0) return r;
+    /* One SAVEPOINT per operation and no RELEASE: the next operation's savepoint nests in
+     * this one, ROLLBACK TO finds the innermost, and the COMMIT ends them all (a RELEASE
+     * per operation was a statement each to the server, for nothing). */
+    p->op_q0 = p->q_len, p->op_x0 = p->n_expect;
     q_sql(p, "SAVEPOINT op", X_OK);
     p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
     p->op_sp = p->n_expect - 1;
-    p->release_pending = false;
+    p->op_sent_done = false;
     p->in_op = true;
     return 0;
 }
@@ -944,10 +1097,10 @@ static int pg_op_begin(struct store *st)
 /* The operation reached the store with nothing: forget its SAVEPOINT. */
 static bool op_untouched(struct pg *p)
 {
-    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1) return false;
+    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1 || p->n_ev > p->ev_done)
+        return false;
     p->q_len = p->op_q0, p->n_expect = p->op_x0;
     if (p->q) p->q[p->q_len] = 0;
-    p->release_pending = p->op_release_was;
     return true;
 }
 
@@ -960,22 +1113,24 @@ static int pg_op_end(struct store *st, bool ok)
     if (op_untouched(p)) return 0;
     if (ok) {
         /* Its writes stay queued: they go out with the next request's first read or the
-         * COMMIT, RELEASE first; a failure then fails the batch (q_send). */
-        p->release_pending = true;
+         * COMMIT, and its events with the COMMIT; a failure then fails the batch (q_send). */
+        p->ev_done = p->n_ev;
         return 0;
     }
+    ev_free(p, p->ev_done, p->n_ev);
+    p->n_ev = p->ev_done;
     if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
         p->q_len = p->op_q0, p->n_expect = p->op_x0;
         if (p->q) p->q[p->q_len] = 0;
-        p->release_pending = p->op_release_was;
-        unlock_all(p); /* rows it inserted were cached */
-        return 0;
+    } else {
+        q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
+        q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+        /* earlier operations' events it sent after its savepoint are rolled back too */
+        if (p->op_sent_done) p->broken = true;
     }
-    q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
-    q_sql(p, "RELEASE SAVEPOINT op", X_OK);
-    p->release_pending = false;
-    unlock_all(p); /* the locks taken since the savepoint are gone */
-    return 0;
+    unlock_all(p); /* rows it inserted were cached; the locks taken since the savepoint are gone */
+    /* Buffered events are for cached rows only: queue the earlier ones now, after the rollback. */
+    return ev_queue(p, 0, p->ev_done);
 }
 
 /* --- notifications between replicas --- */
@@ -1207,6 +1362,7 @@ static int pg_filter_where(const struct exec_filter *f, bool status, const char 
 static PGresult *pg_query(struct pg *p, const char *sql, const struct params *ps, int *rc)
 {
     *rc = ensure(p);
+    if (*rc == 0) *rc = ev_flush(p); /* listings read last_seq, from events */
     if (*rc == 0) *rc = q_send(p, NULL); /* what is queued runs first */
     if (*rc < 0) return NULL;
     PGresult *r = PQexecParams(p->c, sql, ps->n, NULL, ps->v, NULL, NULL, 0);
@@ -1327,19 +1483,23 @@ static int pg_event_append(struct store *st, struct execution *e, const char *ty
                            int64_t at)
 {
     struct pg *p = PG(st);
-    struct params ps = {0};
-    p_str(&ps, e->id);
-    p_int(&ps, e->last_seq + 1);
-    p_str(&ps, type);
-    p_str(&ps, payload);
-    p_int(&ps, at);
-    int r = run(p, S_EVENT_INSERT, &ps, NULL);
-    if (r == 0) {
-        e->last_seq++;
-        struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
-        if (c && c->last_seq < e->last_seq) c->last_seq = e->last_seq;
+    struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
+    int r;
+    if (p->in_op && c) { /* buffered: one INSERT per batch ("Events of a batch") */
+        if ((r = ensure(p)) < 0) return r;
+        ev_push(p, e->id, e->last_seq + 1, type, payload, at);
+    } else {
+        struct params ps = {0};
+        p_str(&ps, e->id);
+        p_int(&ps, e->last_seq + 1);
+        p_str(&ps, type);
+        p_str(&ps, payload);
+        p_int(&ps, at);
+        if ((r = run(p, S_EVENT_INSERT, &ps, NULL)) < 0) return r;
     }
-    return r;
+    e->last_seq++;
+    if (c && c->last_seq < e->last_seq) c->last_seq = e->last_seq;
+    return 0;
 }
 
 static int pg_events_each(struct store *st, const char *exec_id, int64_t after, int limit, store_event_fn fn,
@@ -1349,7 +1509,8 @@ static int pg_events_each(struct store *st, const char *exec_id, int64_t after, 
     p_str(&ps, exec_id);
     p_int(&ps, after);
     p_int(&ps, limit);
-    int rc;
+    int rc = ev_flush(PG(st));
+    if (rc < 0) return rc;
     PGresult *r = exec_stmt(PG(st), S_EVENTS, &ps, &rc);
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++)
