@@ -109,10 +109,10 @@ static const char *migrations[] = {
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
-    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_ROW, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
-    S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
+    S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
     S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
     S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
@@ -129,6 +129,14 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
     [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    /* The lock and the row in one statement, for an operation that said what it reads next
+     * (store_prefetch_step): FOR NO KEY UPDATE returns the row as its last holder left it,
+     * but a subquery would see the snapshot from before the wait, so last_seq (and whether
+     * there are resources) come with the step, in S_STEP_GET_FRESH, the next statement. */
+    [S_EXEC_LOCK_ROW] = "SELECT id, agent, session, input, status, output, state, failure_reason, created_at,"
+                        " updated_at, deadline_at, 0, dispatch_id, attempt, dstate, queued_at, worker_id,"
+                        " lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq, restoration"
+                        " FROM executions WHERE id = $1 FOR NO KEY UPDATE",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -154,6 +162,10 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=$1 AND seq > $2"
                  " ORDER BY seq LIMIT $3",
     [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE execution_id = $1 AND step_id = $2",
+    /* always one row: the execution's last seq, whether it has resources, then the step or NULLs */
+    [S_STEP_GET_FRESH] = "SELECT (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = $1),"
+                         " EXISTS(SELECT 1 FROM resources WHERE execution_id = $1), " STEP_COLS
+                         " FROM (SELECT 1) one LEFT JOIN steps ON execution_id = $1 AND step_id = $2",
     [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
                       "$12,$13,$14,$15,$16,$17,$18)",
     [S_STEP_UPDATE] = "UPDATE steps SET status=$8, result=$10, error=$11, rule_id=$12,"
@@ -272,7 +284,8 @@ struct pg {
         bool armed;
         char exec_id[UUID_STR_LEN], step_id[STEP_ID_LEN], args_hash[STEP_ID_LEN];
         char *kind, *target; /* the counter's key; NULL: no counter asked */
-        PGresult *counter, *step;
+        PGresult *counter, *step, *exec;
+        int step_col; /* where the step's columns start in pf.step (2 after S_STEP_GET_FRESH) */
     } pf;
     /* Events appended inside operations, not sent yet: [0, ev_done) by operations that
      * ended well, the rest by the current one (see "Events of a batch") */
@@ -295,7 +308,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */ };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */ };
 
 struct params {
     const char *v[26];
@@ -488,17 +501,18 @@ static const struct field checkpoint_fields[] = {
 #undef E
 #define FIELDS(t) t, sizeof t / sizeof t[0]
 
-/* Row i of r, columns from 0, into the zeroed struct at obj (its strings owned by it). */
-static void read_row(PGresult *r, int i, void *obj, const struct field *f, size_t n)
+/* Row i of r, columns from col0, into the zeroed struct at obj (its strings owned by it). */
+static void read_row(PGresult *r, int i, int col0, void *obj, const struct field *f, size_t n)
 {
-    for (size_t c = 0; c < n; c++) {
-        char *at = (char *)obj + f[c].off;
-        const char *v = PQgetvalue(r, i, (int)c);
-        switch (f[c].kind) {
-        case F_STR: *(char **)at = g_dup(r, i, (int)c); break;
-        case F_BUF: g_copy(r, i, (int)c, at, f[c].size); break;
-        case F_INT: *(int64_t *)at = g_int(r, i, (int)c); break;
-        case F_BOOL: *(bool *)at = g_int(r, i, (int)c) != 0; break;
+    for (size_t fc = 0; fc < n; fc++) {
+        char *at = (char *)obj + f[fc].off;
+        int c = col0 + (int)fc;
+        const char *v = PQgetvalue(r, i, c);
+        switch (f[fc].kind) {
+        case F_STR: *(char **)at = g_dup(r, i, c); break;
+        case F_BUF: g_copy(r, i, c, at, f[fc].size); break;
+        case F_INT: *(int64_t *)at = g_int(r, i, c); break;
+        case F_BOOL: *(bool *)at = g_int(r, i, c) != 0; break;
         case F_EXEC_STATUS: exec_status_parse(v, (enum exec_status *)(void *)at); break;
         case F_DSTATE: dispatch_state_parse(v, (enum dispatch_state *)(void *)at); break;
         case F_STEP_STATUS: step_status_parse(v, (enum step_status *)(void *)at); break;
@@ -509,7 +523,9 @@ static void read_row(PGresult *r, int i, void *obj, const struct field *f, size_
 }
 
 /* Row i into *obj, zeroed first. */
-#define READ_ROW(r, i, obj, fields) (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (obj), FIELDS(fields)))
+#define READ_ROW_AT(r, i, col0, obj, fields) \
+    (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (col0), (obj), FIELDS(fields)))
+#define READ_ROW(r, i, obj, fields) READ_ROW_AT(r, i, 0, obj, fields)
 
 /* The struct at obj as the next parameters of ps (it must outlive ps). */
 static void bind_row(struct params *ps, const void *obj, const struct field *f, size_t n)
@@ -599,7 +615,9 @@ static void pf_drop(struct pg *p)
 {
     PQclear(p->pf.counter);
     PQclear(p->pf.step);
-    p->pf.counter = p->pf.step = NULL;
+    PQclear(p->pf.exec);
+    p->pf.counter = p->pf.step = p->pf.exec = NULL;
+    p->pf.step_col = 0;
     p->pf.armed = false;
     free(p->pf.kind);
     free(p->pf.target);
@@ -646,6 +664,7 @@ static int q_send(struct pg *p, PGresult **last)
         PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
                         : p->expect[i] == X_PF_COUNTER ? &p->pf.counter
                         : p->expect[i] == X_PF_STEP   ? &p->pf.step
+                        : p->expect[i] == X_PF_EXEC   ? &p->pf.exec
                                                        : NULL;
         i++;
         if (pf) {
@@ -1281,6 +1300,43 @@ static int pg_exec_update(struct store *st, const struct execution *e)
     return r;
 }
 
+/* An operation's first read of execution id, with the rows store_prefetch_step named:
+ * the lock and the row, the counter, then the step with the execution's last seq and
+ * whether it has resources (fresh: that statement starts after the lock is held), in one
+ * round trip and one statement fewer than the lock, the row and the step apart. */
+static int exec_get_prefetched(struct pg *p, const char *id, struct execution *out)
+{
+    int rc;
+    struct params ps = {0}, pc = {0}, pst = {0};
+    p_str(&ps, id);
+    p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
+    p_str(&pst, id), p_str(&pst, p->pf.step_id);
+    p->pf.armed = false;
+    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
+        (p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
+        (rc = q_stmt(p, S_STEP_GET_FRESH, &pst, X_PF_STEP)) < 0 || (rc = q_send(p, NULL)) < 0)
+        return rc;
+    PGresult *x = p->pf.exec, *f = p->pf.step;
+    if (!x || !f || PQntuples(f) != 1) {
+        pf_drop(p);
+        set_err(p, "the prefetched rows are missing");
+        return -EIO;
+    }
+    if (PQntuples(x) == 0) {
+        pf_drop(p);
+        return -ENOENT;
+    }
+    READ_ROW(x, 0, out, exec_fields);
+    out->last_seq = g_int(f, 0, 0);
+    bool nores = strcmp(PQgetvalue(f, 0, 1), "f") == 0;
+    p->pf.step_col = 2;
+    PQclear(p->pf.exec);
+    p->pf.exec = NULL;
+    locked_put(p, out);
+    p->nores[locked_find(p, id) - p->locked] = nores;
+    return 0;
+}
+
 static int pg_exec_get(struct store *st, const char *id, struct execution *out)
 {
     struct pg *p = PG(st);
@@ -1296,17 +1352,9 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
      * operations (GET while a batch is open) locks nothing: a lock error there would
      * abort the whole batch, not one savepoint. */
     bool lock = p->in_tx && p->in_op;
+    if (lock && p->pf.armed && strcmp(p->pf.exec_id, id) == 0) return exec_get_prefetched(p, id, out);
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
         if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
-        if (p->pf.armed && strcmp(p->pf.exec_id, id) == 0) { /* after the lock: sees its holder's commit */
-            p->pf.armed = false;
-            struct params pc = {0}, pst = {0};
-            p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
-            p_str(&pst, id), p_str(&pst, p->pf.step_id);
-            if ((p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
-                (rc = q_stmt(p, S_STEP_GET, &pst, X_PF_STEP)) < 0)
-                return rc;
-        }
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -1562,8 +1610,9 @@ static bool pf_step(struct pg *p, const char *exec_id, const char *step_id, stru
 {
     PGresult *r = p->pf.step;
     if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.step_id, step_id)) return false;
-    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
-    if (*rc == 0) READ_ROW(r, 0, out, step_fields);
+    int c0 = p->pf.step_col; /* S_STEP_GET_FRESH: one row, NULL step_id when there is no step */
+    *rc = PQntuples(r) == 0 || PQgetisnull(r, 0, c0) ? -ENOENT : 0;
+    if (*rc == 0) READ_ROW_AT(r, 0, c0, out, step_fields);
     return true;
 }
 

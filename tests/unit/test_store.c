@@ -623,6 +623,64 @@ static void op_read(struct store *st, const char *kind, const char *target, cons
     execution_fini(&e);
 }
 
+/* With a prefetch hint the PostgreSQL store reads the execution's last seq and whether it
+ * has resources with the step, not with the row: the same answers as a plain read. */
+BOTH_STORES(a_prefetched_read_knows_last_seq_and_resources)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    append(st, &e, "created");
+    append(st, &e, "queued");
+    append(st, &e, "claimed");
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    int n = 0;
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    store_prefetch_step(st, EXEC_ID, "tool_call", "greet", "h", "a1");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    cr_assert_str_eq(e.agent, "hello");
+    cr_assert_eq(e.status, EXEC_RUNNING);
+    execution_fini(&e);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 0);
+    struct resource r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.exec_id, sizeof r.exec_id, "%s", EXEC_ID);
+    r.key = "ws";
+    r.driver_id = "sandbox";
+    r.configuration = "{}";
+    cr_assert_eq(store_resource_insert(st, &r), 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    store_prefetch_step(st, EXEC_ID, NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    execution_fini(&e);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 1);
+    struct step got;
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), -ENOENT);
+    store_prefetch_step(st, "01890000-0000-7000-8000-00000000dead", NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* a hint for an execution that does not exist */
+    store_prefetch_step(st, "01890000-0000-7000-8000-00000000dead", NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_exec_get(st, "01890000-0000-7000-8000-00000000dead", &e), -ENOENT);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    store_close(st);
+}
+
 /* store_prefetch_step: what is read with the execution answers the counter and step reads
  * as the queries would, and stops answering once the operation wrote a step or counter. */
 BOTH_STORES(prefetched_counter_and_step_read_as_the_queries_do)
