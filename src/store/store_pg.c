@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
 
@@ -100,15 +101,18 @@ static const char *migrations[] = {
     "CREATE INDEX steps_rule ON steps(rule_id, created_at) WHERE rule_id IS NOT NULL;",
     /* 3: an execution's forks (GET /v0/executions/{id}/forks); only forks are in it */
     "CREATE INDEX executions_forks ON executions(forked_from, id) WHERE forked_from <> '';",
+    /* 4: room on each steps page for its rows' completion, so the update stays on the page
+     * (HOT: no new entries in the steps indexes); applies to pages written from now on */
+    "ALTER TABLE steps SET (fillfactor = 60);",
 };
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
-    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_ROW, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
-    S_EVENT_INSERT, S_EVENTS,
-    S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
+    S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
+    S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
     S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
     S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
@@ -124,7 +128,15 @@ static const char *stmt_sql[S_COUNT] = {
     [S_AGENTS] = "SELECT name FROM agents ORDER BY name",
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
-    [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+    [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    /* The lock and the row in one statement, for an operation that said what it reads next
+     * (store_prefetch_step): FOR NO KEY UPDATE returns the row as its last holder left it,
+     * but a subquery would see the snapshot from before the wait, so last_seq (and whether
+     * there are resources) come with the step, in S_STEP_GET_FRESH, the next statement. */
+    [S_EXEC_LOCK_ROW] = "SELECT id, agent, session, input, status, output, state, failure_reason, created_at,"
+                        " updated_at, deadline_at, 0, dispatch_id, attempt, dstate, queued_at, worker_id,"
+                        " lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq, restoration"
+                        " FROM executions WHERE id = $1 FOR NO KEY UPDATE",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -144,9 +156,16 @@ static const char *stmt_sql[S_COUNT] = {
                      "  AND status IN ('pending','running','blocked')),"
                      " (SELECT min(timeout_at) FROM approvals WHERE status='pending')",
     [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES($1,$2,$3,$4,$5)",
+    /* a batch's events, one row per array element (see "Events of a batch") */
+    [S_EVENTS_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) SELECT * FROM"
+                        " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])",
     [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=$1 AND seq > $2"
                  " ORDER BY seq LIMIT $3",
     [S_STEP_GET] = "SELECT " STEP_COLS " FROM steps WHERE execution_id = $1 AND step_id = $2",
+    /* always one row: the execution's last seq, whether it has resources, then the step or NULLs */
+    [S_STEP_GET_FRESH] = "SELECT (SELECT coalesce(max(seq), 0) FROM events WHERE execution_id = $1),"
+                         " EXISTS(SELECT 1 FROM resources WHERE execution_id = $1), " STEP_COLS
+                         " FROM (SELECT 1) one LEFT JOIN steps ON execution_id = $1 AND step_id = $2",
     [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
                       "$12,$13,$14,$15,$16,$17,$18)",
     [S_STEP_UPDATE] = "UPDATE steps SET status=$8, result=$10, error=$11, rule_id=$12,"
@@ -172,7 +191,7 @@ static const char *stmt_sql[S_COUNT] = {
                           "$8,$9,$10,$11,$12,$13)",
     /* An approval changes only together with its execution: lock that. */
     [S_APPROVAL_LOCK] = "SELECT 1 FROM executions WHERE id = (SELECT execution_id FROM approvals WHERE id=$1)"
-                        " FOR UPDATE",
+                        " FOR NO KEY UPDATE",
     [S_APPROVAL_GET] = "SELECT " APPROVAL_COLS " FROM approvals WHERE id=$1",
     [S_APPROVAL_UPDATE] = "UPDATE approvals SET status=$2, decided_at=$3, decided_by=$4,"
                           " rationale=$5 WHERE id=$1",
@@ -234,7 +253,7 @@ struct pg {
     char *uri;
     PGconn *c;  /* statements */
     PGconn *lc; /* LISTEN rebuno */
-    bool in_tx, in_op, release_pending;
+    bool in_tx, in_op;
     int64_t next_connect, next_listen; /* monotonic ms before which no reconnect is tried */
     bool listen_gap;                   /* the listener was down: changes may have been missed */
     char replica[UUID_STR_LEN];        /* tags our own notifications */
@@ -253,7 +272,6 @@ struct pg {
     size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
     int op_x0, op_x1;
     uint64_t op_sends;
-    bool op_release_was;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
     /* executions this batch has locked, as it last wrote or read them */
@@ -266,8 +284,21 @@ struct pg {
         bool armed;
         char exec_id[UUID_STR_LEN], step_id[STEP_ID_LEN], args_hash[STEP_ID_LEN];
         char *kind, *target; /* the counter's key; NULL: no counter asked */
-        PGresult *counter, *step;
+        PGresult *counter, *step, *exec;
+        int step_col; /* where the step's columns start in pf.step (2 after S_STEP_GET_FRESH) */
     } pf;
+    /* Events appended inside operations, not sent yet: [0, ev_done) by operations that
+     * ended well, the rest by the current one (see "Events of a batch") */
+    struct pev *ev;
+    int n_ev, cap_ev, ev_done;
+    size_t ev_bytes;
+    bool op_sent_done; /* the current operation sent earlier operations' events after its SAVEPOINT */
+};
+
+struct pev {
+    char exec_id[UUID_STR_LEN];
+    int64_t seq, at;
+    char *type, *payload;
 };
 
 static struct pg *PG(struct store *st)
@@ -277,7 +308,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */ };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */ };
 
 struct params {
     const char *v[26];
@@ -470,17 +501,18 @@ static const struct field checkpoint_fields[] = {
 #undef E
 #define FIELDS(t) t, sizeof t / sizeof t[0]
 
-/* Row i of r, columns from 0, into the zeroed struct at obj (its strings owned by it). */
-static void read_row(PGresult *r, int i, void *obj, const struct field *f, size_t n)
+/* Row i of r, columns from col0, into the zeroed struct at obj (its strings owned by it). */
+static void read_row(PGresult *r, int i, int col0, void *obj, const struct field *f, size_t n)
 {
-    for (size_t c = 0; c < n; c++) {
-        char *at = (char *)obj + f[c].off;
-        const char *v = PQgetvalue(r, i, (int)c);
-        switch (f[c].kind) {
-        case F_STR: *(char **)at = g_dup(r, i, (int)c); break;
-        case F_BUF: g_copy(r, i, (int)c, at, f[c].size); break;
-        case F_INT: *(int64_t *)at = g_int(r, i, (int)c); break;
-        case F_BOOL: *(bool *)at = g_int(r, i, (int)c) != 0; break;
+    for (size_t fc = 0; fc < n; fc++) {
+        char *at = (char *)obj + f[fc].off;
+        int c = col0 + (int)fc;
+        const char *v = PQgetvalue(r, i, c);
+        switch (f[fc].kind) {
+        case F_STR: *(char **)at = g_dup(r, i, c); break;
+        case F_BUF: g_copy(r, i, c, at, f[fc].size); break;
+        case F_INT: *(int64_t *)at = g_int(r, i, c); break;
+        case F_BOOL: *(bool *)at = g_int(r, i, c) != 0; break;
         case F_EXEC_STATUS: exec_status_parse(v, (enum exec_status *)(void *)at); break;
         case F_DSTATE: dispatch_state_parse(v, (enum dispatch_state *)(void *)at); break;
         case F_STEP_STATUS: step_status_parse(v, (enum step_status *)(void *)at); break;
@@ -491,7 +523,9 @@ static void read_row(PGresult *r, int i, void *obj, const struct field *f, size_
 }
 
 /* Row i into *obj, zeroed first. */
-#define READ_ROW(r, i, obj, fields) (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (obj), FIELDS(fields)))
+#define READ_ROW_AT(r, i, col0, obj, fields) \
+    (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (col0), (obj), FIELDS(fields)))
+#define READ_ROW(r, i, obj, fields) READ_ROW_AT(r, i, 0, obj, fields)
 
 /* The struct at obj as the next parameters of ps (it must outlive ps). */
 static void bind_row(struct params *ps, const void *obj, const struct field *f, size_t n)
@@ -581,7 +615,9 @@ static void pf_drop(struct pg *p)
 {
     PQclear(p->pf.counter);
     PQclear(p->pf.step);
-    p->pf.counter = p->pf.step = NULL;
+    PQclear(p->pf.exec);
+    p->pf.counter = p->pf.step = p->pf.exec = NULL;
+    p->pf.step_col = 0;
     p->pf.armed = false;
     free(p->pf.kind);
     free(p->pf.target);
@@ -628,6 +664,7 @@ static int q_send(struct pg *p, PGresult **last)
         PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
                         : p->expect[i] == X_PF_COUNTER ? &p->pf.counter
                         : p->expect[i] == X_PF_STEP   ? &p->pf.step
+                        : p->expect[i] == X_PF_EXEC   ? &p->pf.exec
                                                        : NULL;
         i++;
         if (pf) {
@@ -665,6 +702,135 @@ static bool deferrable(enum stmt_id id)
     default:
         return false;
     }
+}
+
+/* --- events of a batch ---
+ *
+ * Events are most of a step's rows (a round trip appends four), so inside operations they
+ * are not queued one INSERT each: they wait in p->ev and go out as one multi-row INSERT
+ * (S_EVENTS_INSERT, arrays unnested) per batch, queued just before the COMMIT. Where they
+ * sit in the queue matters for the savepoints: events of operations that ended well must
+ * never be inside a later operation's savepoint that may roll back. So they are sent
+ * early only when a statement reads the events table (store_events_each, listings, whose
+ * last_seq is max(seq)): the current operation's own events at the end of the queue, the
+ * earlier ones before its SAVEPOINT when that is still queued, else after it (if that
+ * operation then rolls back, the batch can only fail: p->broken). When an operation fails
+ * its events are dropped and the earlier ones are queued after its rollback. Events are
+ * buffered only for executions this batch holds locked, whose last_seq the cache keeps,
+ * so reading such an execution never needs them. The buffer has a cap: past it the
+ * earlier operations' events are queued when the next operation begins. */
+#define EV_MAX_ROWS 2048
+#define EV_MAX_BYTES (4u << 20)
+
+static void ev_free(struct pg *p, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        free(p->ev[i].type);
+        free(p->ev[i].payload);
+    }
+}
+
+static void ev_clear(struct pg *p)
+{
+    ev_free(p, 0, p->n_ev);
+    p->n_ev = p->ev_done = 0;
+    p->ev_bytes = 0;
+}
+
+static void ev_push(struct pg *p, const char *exec_id, int64_t seq, const char *type, const char *payload,
+                    int64_t at)
+{
+    if (p->n_ev == p->cap_ev) {
+        p->cap_ev = p->cap_ev ? p->cap_ev * 2 : 64;
+        p->ev = xrealloc(p->ev, (size_t)p->cap_ev * sizeof *p->ev);
+    }
+    struct pev *e = &p->ev[p->n_ev++];
+    snprintf(e->exec_id, sizeof e->exec_id, "%s", exec_id);
+    e->seq = seq, e->at = at;
+    e->type = xstrdup(type);
+    e->payload = xstrdup(payload);
+    p->ev_bytes += strlen(payload) + strlen(type) + 64;
+}
+
+/* One element of a text[] literal: quoted, backslash before '"' and '\'. */
+static void arr_text(struct buf *b, const char *s)
+{
+    buf_append(b, "\"", 1);
+    for (const char *q = s;;) {
+        size_t run = strcspn(q, "\"\\");
+        buf_append(b, q, run);
+        q += run;
+        if (!*q) break;
+        buf_append(b, "\\", 1);
+        buf_append(b, q++, 1);
+    }
+    buf_append(b, "\"", 1);
+}
+
+/* Queue events [from, to) as one INSERT at the end of the queue and take them out of the
+ * buffer (from is 0 or ev_done, to is ev_done or n_ev). */
+static int ev_queue(struct pg *p, int from, int to)
+{
+    if (from >= to) return 0;
+    struct buf a[5];
+    for (int k = 0; k < 5; k++) buf_init(&a[k], 0), buf_append(&a[k], "{", 1);
+    for (int i = from; i < to; i++) {
+        const struct pev *e = &p->ev[i];
+        char num[24];
+        for (int k = 0; i > from && k < 5; k++) buf_append(&a[k], ",", 1);
+        arr_text(&a[0], e->exec_id);
+        buf_append(&a[1], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->seq));
+        arr_text(&a[2], e->type);
+        arr_text(&a[3], e->payload);
+        buf_append(&a[4], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->at));
+    }
+    struct params ps = {0};
+    for (int k = 0; k < 5; k++) buf_append(&a[k], "}", 1), p_str(&ps, a[k].data);
+    int rc = q_stmt(p, S_EVENTS_INSERT, &ps, X_OK);
+    for (int k = 0; k < 5; k++) buf_fini(&a[k]);
+    /* They are gone from the buffer either way: the batch cannot commit without them. */
+    if (rc < 0 && p->in_tx) {
+        set_err(p, "cannot quote the batch's events for PostgreSQL");
+        p->broken = true;
+    }
+    ev_free(p, from, to);
+    memmove(p->ev + from, p->ev + to, (size_t)(p->n_ev - to) * sizeof *p->ev);
+    p->n_ev -= to - from;
+    if (p->ev_done >= to) p->ev_done -= to - from;
+    else if (p->ev_done > from) p->ev_done = from;
+    if (p->n_ev == 0) p->ev_bytes = 0;
+    return rc;
+}
+
+/* Move the statement just queued to queue offset q0 (statement index x0). */
+static void q_move_last(struct pg *p, size_t q_before, size_t q0, int x0)
+{
+    size_t len = p->q_len - q_before;
+    char *tmp = xmalloc(len);
+    memcpy(tmp, p->q + q_before, len);
+    memmove(p->q + q0 + len, p->q + q0, q_before - q0);
+    memcpy(p->q + q0, tmp, len);
+    free(tmp);
+    unsigned char x = p->expect[p->n_expect - 1];
+    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(p->n_expect - 1 - x0));
+    p->expect[x0] = x;
+}
+
+/* Everything buffered must be in the database before the next statement (which reads events). */
+static int ev_flush(struct pg *p)
+{
+    int rc = 0;
+    if (p->ev_done > 0) {
+        size_t q_before = p->q_len;
+        if ((rc = ev_queue(p, 0, p->ev_done)) < 0) return rc;
+        if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
+            q_move_last(p, q_before, p->op_q0, p->op_x0);
+            p->op_q1 += p->q_len - q_before, p->op_x1++, p->op_sp++;
+        } else if (p->in_op) {
+            p->op_sent_done = true;
+        }
+    }
+    return ev_queue(p, p->ev_done, p->n_ev);
 }
 
 /* --- connections, schema --- */
@@ -837,6 +1003,8 @@ static void pg_close(struct store *st)
     struct pg *p = PG(st);
     unlock_all(p);
     pf_drop(p);
+    ev_clear(p);
+    free(p->ev);
     free(p->locked);
     free(p->nores);
     PQfinish(p->c);
@@ -875,9 +1043,9 @@ static int pg_begin(struct store *st)
     pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
+    ev_clear(p);
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
-    p->release_pending = false;
     notes_reset(p);
     return 0;
 }
@@ -887,6 +1055,7 @@ static int pg_commit(struct store *st)
     struct pg *p = PG(st);
     int r = ensure(p); /* -EIO when broken */
     if (r < 0) return r;
+    if ((r = ev_queue(p, 0, p->n_ev)) < 0) return r; /* the batch's events: one INSERT */
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
         const char *text = payload ? payload : p->notes;
@@ -914,6 +1083,7 @@ static int pg_rollback(struct store *st)
     pf_drop(p);
     notes_reset(p);
     q_reset(p);
+    ev_clear(p);
     p->in_tx = p->in_op = p->broken = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
@@ -930,13 +1100,15 @@ static int pg_op_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     pf_drop(p);
-    p->op_q0 = p->q_len, p->op_x0 = p->n_expect, p->op_release_was = p->release_pending;
-    /* The previous operation's RELEASE rides with this SAVEPOINT, both queued. */
-    if (p->release_pending) q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+    if ((p->n_ev >= EV_MAX_ROWS || p->ev_bytes >= EV_MAX_BYTES) && (r = ev_queue(p, 0, p->ev_done)) < 0) return r;
+    /* One SAVEPOINT per operation and no RELEASE: the next operation's savepoint nests in
+     * this one, ROLLBACK TO finds the innermost, and the COMMIT ends them all (a RELEASE
+     * per operation was a statement each to the server, for nothing). */
+    p->op_q0 = p->q_len, p->op_x0 = p->n_expect;
     q_sql(p, "SAVEPOINT op", X_OK);
     p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
     p->op_sp = p->n_expect - 1;
-    p->release_pending = false;
+    p->op_sent_done = false;
     p->in_op = true;
     return 0;
 }
@@ -944,10 +1116,10 @@ static int pg_op_begin(struct store *st)
 /* The operation reached the store with nothing: forget its SAVEPOINT. */
 static bool op_untouched(struct pg *p)
 {
-    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1) return false;
+    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1 || p->n_ev > p->ev_done)
+        return false;
     p->q_len = p->op_q0, p->n_expect = p->op_x0;
     if (p->q) p->q[p->q_len] = 0;
-    p->release_pending = p->op_release_was;
     return true;
 }
 
@@ -960,22 +1132,24 @@ static int pg_op_end(struct store *st, bool ok)
     if (op_untouched(p)) return 0;
     if (ok) {
         /* Its writes stay queued: they go out with the next request's first read or the
-         * COMMIT, RELEASE first; a failure then fails the batch (q_send). */
-        p->release_pending = true;
+         * COMMIT, and its events with the COMMIT; a failure then fails the batch (q_send). */
+        p->ev_done = p->n_ev;
         return 0;
     }
+    ev_free(p, p->ev_done, p->n_ev);
+    p->n_ev = p->ev_done;
     if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
         p->q_len = p->op_q0, p->n_expect = p->op_x0;
         if (p->q) p->q[p->q_len] = 0;
-        p->release_pending = p->op_release_was;
-        unlock_all(p); /* rows it inserted were cached */
-        return 0;
+    } else {
+        q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
+        q_sql(p, "RELEASE SAVEPOINT op", X_OK);
+        /* earlier operations' events it sent after its savepoint are rolled back too */
+        if (p->op_sent_done) p->broken = true;
     }
-    q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
-    q_sql(p, "RELEASE SAVEPOINT op", X_OK);
-    p->release_pending = false;
-    unlock_all(p); /* the locks taken since the savepoint are gone */
-    return 0;
+    unlock_all(p); /* rows it inserted were cached; the locks taken since the savepoint are gone */
+    /* Buffered events are for cached rows only: queue the earlier ones now, after the rollback. */
+    return ev_queue(p, 0, p->ev_done);
 }
 
 /* --- notifications between replicas --- */
@@ -1126,6 +1300,43 @@ static int pg_exec_update(struct store *st, const struct execution *e)
     return r;
 }
 
+/* An operation's first read of execution id, with the rows store_prefetch_step named:
+ * the lock and the row, the counter, then the step with the execution's last seq and
+ * whether it has resources (fresh: that statement starts after the lock is held), in one
+ * round trip and one statement fewer than the lock, the row and the step apart. */
+static int exec_get_prefetched(struct pg *p, const char *id, struct execution *out)
+{
+    int rc;
+    struct params ps = {0}, pc = {0}, pst = {0};
+    p_str(&ps, id);
+    p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
+    p_str(&pst, id), p_str(&pst, p->pf.step_id);
+    p->pf.armed = false;
+    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
+        (p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
+        (rc = q_stmt(p, S_STEP_GET_FRESH, &pst, X_PF_STEP)) < 0 || (rc = q_send(p, NULL)) < 0)
+        return rc;
+    PGresult *x = p->pf.exec, *f = p->pf.step;
+    if (!x || !f || PQntuples(f) != 1) {
+        pf_drop(p);
+        set_err(p, "the prefetched rows are missing");
+        return -EIO;
+    }
+    if (PQntuples(x) == 0) {
+        pf_drop(p);
+        return -ENOENT;
+    }
+    READ_ROW(x, 0, out, exec_fields);
+    out->last_seq = g_int(f, 0, 0);
+    bool nores = strcmp(PQgetvalue(f, 0, 1), "f") == 0;
+    p->pf.step_col = 2;
+    PQclear(p->pf.exec);
+    p->pf.exec = NULL;
+    locked_put(p, out);
+    p->nores[locked_find(p, id) - p->locked] = nores;
+    return 0;
+}
+
 static int pg_exec_get(struct store *st, const char *id, struct execution *out)
 {
     struct pg *p = PG(st);
@@ -1141,17 +1352,9 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
      * operations (GET while a batch is open) locks nothing: a lock error there would
      * abort the whole batch, not one savepoint. */
     bool lock = p->in_tx && p->in_op;
+    if (lock && p->pf.armed && strcmp(p->pf.exec_id, id) == 0) return exec_get_prefetched(p, id, out);
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
         if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
-        if (p->pf.armed && strcmp(p->pf.exec_id, id) == 0) { /* after the lock: sees its holder's commit */
-            p->pf.armed = false;
-            struct params pc = {0}, pst = {0};
-            p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
-            p_str(&pst, id), p_str(&pst, p->pf.step_id);
-            if ((p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
-                (rc = q_stmt(p, S_STEP_GET, &pst, X_PF_STEP)) < 0)
-                return rc;
-        }
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -1207,6 +1410,7 @@ static int pg_filter_where(const struct exec_filter *f, bool status, const char 
 static PGresult *pg_query(struct pg *p, const char *sql, const struct params *ps, int *rc)
 {
     *rc = ensure(p);
+    if (*rc == 0) *rc = ev_flush(p); /* listings read last_seq, from events */
     if (*rc == 0) *rc = q_send(p, NULL); /* what is queued runs first */
     if (*rc < 0) return NULL;
     PGresult *r = PQexecParams(p->c, sql, ps->n, NULL, ps->v, NULL, NULL, 0);
@@ -1327,19 +1531,23 @@ static int pg_event_append(struct store *st, struct execution *e, const char *ty
                            int64_t at)
 {
     struct pg *p = PG(st);
-    struct params ps = {0};
-    p_str(&ps, e->id);
-    p_int(&ps, e->last_seq + 1);
-    p_str(&ps, type);
-    p_str(&ps, payload);
-    p_int(&ps, at);
-    int r = run(p, S_EVENT_INSERT, &ps, NULL);
-    if (r == 0) {
-        e->last_seq++;
-        struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
-        if (c && c->last_seq < e->last_seq) c->last_seq = e->last_seq;
+    struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
+    int r;
+    if (p->in_op && c) { /* buffered: one INSERT per batch ("Events of a batch") */
+        if ((r = ensure(p)) < 0) return r;
+        ev_push(p, e->id, e->last_seq + 1, type, payload, at);
+    } else {
+        struct params ps = {0};
+        p_str(&ps, e->id);
+        p_int(&ps, e->last_seq + 1);
+        p_str(&ps, type);
+        p_str(&ps, payload);
+        p_int(&ps, at);
+        if ((r = run(p, S_EVENT_INSERT, &ps, NULL)) < 0) return r;
     }
-    return r;
+    e->last_seq++;
+    if (c && c->last_seq < e->last_seq) c->last_seq = e->last_seq;
+    return 0;
 }
 
 static int pg_events_each(struct store *st, const char *exec_id, int64_t after, int limit, store_event_fn fn,
@@ -1349,7 +1557,8 @@ static int pg_events_each(struct store *st, const char *exec_id, int64_t after, 
     p_str(&ps, exec_id);
     p_int(&ps, after);
     p_int(&ps, limit);
-    int rc;
+    int rc = ev_flush(PG(st));
+    if (rc < 0) return rc;
     PGresult *r = exec_stmt(PG(st), S_EVENTS, &ps, &rc);
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++)
@@ -1401,8 +1610,9 @@ static bool pf_step(struct pg *p, const char *exec_id, const char *step_id, stru
 {
     PGresult *r = p->pf.step;
     if (!r || strcmp(p->pf.exec_id, exec_id) || strcmp(p->pf.step_id, step_id)) return false;
-    *rc = PQntuples(r) == 0 ? -ENOENT : 0;
-    if (*rc == 0) READ_ROW(r, 0, out, step_fields);
+    int c0 = p->pf.step_col; /* S_STEP_GET_FRESH: one row, NULL step_id when there is no step */
+    *rc = PQntuples(r) == 0 || PQgetisnull(r, 0, c0) ? -ENOENT : 0;
+    if (*rc == 0) READ_ROW_AT(r, 0, c0, out, step_fields);
     return true;
 }
 

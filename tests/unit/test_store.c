@@ -404,6 +404,137 @@ BOTH_STORES(execution_cache_follows_updates_appends_and_rollbacks)
     store_close(st);
 }
 
+/* The event log as "seq:type" words, e.g. "1:a 2:b". */
+struct ev_log {
+    char text[512];
+    size_t len;
+};
+
+static int log_event(int64_t seq, const char *type, const char *payload, int64_t at, void *arg)
+{
+    struct ev_log *l = arg;
+    int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s%lld:%s", l->len ? " " : "", (long long)seq,
+                     type);
+    cr_assert(n > 0 && (size_t)n < sizeof l->text - l->len);
+    cr_assert_str_eq(payload, "{\"q\":\"a \\\"quoted\\\" \\\\ word\"}"); /* arrives byte for byte */
+    l->len += (size_t)n;
+    return 0;
+}
+
+static void events_are(struct store *st, const char *want)
+{
+    struct ev_log l = {.len = 0};
+    l.text[0] = 0;
+    cr_assert_eq(store_events_each(st, EXEC_ID, 0, 100, log_event, &l), 0);
+    cr_assert_str_eq(l.text, want);
+}
+
+static void append(struct store *st, struct execution *e, const char *type)
+{
+    cr_assert_eq(store_event_append(st, e, type, "{\"q\":\"a \\\"quoted\\\" \\\\ word\"}", 7), 0);
+}
+
+/* The PostgreSQL store sends a batch's events as one INSERT at its commit: the log must be
+ * what one statement per event gives, whatever operations of the batch roll back, and a
+ * read of the log inside the batch must see the events appended before it. */
+BOTH_STORES(events_of_a_batch_survive_later_rollbacks_and_are_read_in_it)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    append(st, &e, "created");
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* kept */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    append(st, &e, "a");
+    append(st, &e, "b");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* rolled back: its event goes, a and b stay */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    append(st, &e, "x");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, false), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* read afresh after the rollback: seq goes on from b */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    append(st, &e, "c");
+    events_are(st, "1:created 2:a 3:b 4:c");
+    append(st, &e, "d");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* from the cache */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 5);
+    append(st, &e, "e");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* nothing sent yet in it: e goes before its savepoint */
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    append(st, &e, "f");
+    events_are(st, "1:created 2:a 3:b 4:c 5:d 6:e 7:f");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, false), 0);
+    cr_assert_eq(store_commit(st), 0);
+    events_are(st, "1:created 2:a 3:b 4:c 5:d 6:e");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 6);
+    execution_fini(&e);
+
+    /* A batch rolled back as a whole leaves nothing of its buffered events. */
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    append(st, &e, "gone");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_rollback(st), 0);
+    events_are(st, "1:created 2:a 3:b 4:c 5:d 6:e");
+    store_close(st);
+}
+
+/* PostgreSQL only: an operation that had to send earlier operations' buffered events after
+ * its own savepoint cannot roll back alone; the batch then fails as a whole (no reply of it
+ * is a 2xx), never commits with those events missing. */
+Test(store_pg, a_rollback_over_earlier_events_fails_the_batch, .fini = pg_drop)
+{
+    pg_make();
+    char why[512];
+    struct store *st = store_open(pg_uri, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    append(st, &e, "created");
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    append(st, &e, "a");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    struct step s;
+    cr_assert_eq(store_step_get(st, EXEC_ID, "no-such-step", &s), -ENOENT); /* its savepoint is sent */
+    events_are(st, "1:created 2:a");
+    cr_assert_eq(store_op_end(st, false), 0);
+    cr_assert_lt(store_commit(st), 0);
+    cr_assert_eq(store_rollback(st), 0);
+    events_are(st, "1:created");
+    store_close(st);
+}
+
 static int count_resource(struct resource *r, void *arg)
 {
     (*(int *)arg)++;
@@ -490,6 +621,64 @@ static void op_read(struct store *st, const char *kind, const char *target, cons
     store_prefetch_step(st, EXEC_ID, kind, target, args_hash, step_id);
     cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
     execution_fini(&e);
+}
+
+/* With a prefetch hint the PostgreSQL store reads the execution's last seq and whether it
+ * has resources with the step, not with the row: the same answers as a plain read. */
+BOTH_STORES(a_prefetched_read_knows_last_seq_and_resources)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    append(st, &e, "created");
+    append(st, &e, "queued");
+    append(st, &e, "claimed");
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    int n = 0;
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    store_prefetch_step(st, EXEC_ID, "tool_call", "greet", "h", "a1");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    cr_assert_str_eq(e.agent, "hello");
+    cr_assert_eq(e.status, EXEC_RUNNING);
+    execution_fini(&e);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 0);
+    struct resource r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.exec_id, sizeof r.exec_id, "%s", EXEC_ID);
+    r.key = "ws";
+    r.driver_id = "sandbox";
+    r.configuration = "{}";
+    cr_assert_eq(store_resource_insert(st, &r), 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    store_prefetch_step(st, EXEC_ID, NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 3);
+    execution_fini(&e);
+    cr_assert_eq(store_resources_each(st, EXEC_ID, count_resource, &n), 0);
+    cr_assert_eq(n, 1);
+    struct step got;
+    cr_assert_eq(store_step_get(st, EXEC_ID, "a1", &got), -ENOENT);
+    store_prefetch_step(st, "01890000-0000-7000-8000-00000000dead", NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0); /* a hint for an execution that does not exist */
+    store_prefetch_step(st, "01890000-0000-7000-8000-00000000dead", NULL, NULL, NULL, "a1");
+    cr_assert_eq(store_exec_get(st, "01890000-0000-7000-8000-00000000dead", &e), -ENOENT);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    store_close(st);
 }
 
 /* store_prefetch_step: what is read with the execution answers the counter and step reads
