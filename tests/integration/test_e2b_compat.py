@@ -234,6 +234,18 @@ def test_pty_create_input_resize_reconnect_exit_kill(ed):
     assert r["badResize"]["error"] == "NotFoundError"
 
 
+def test_kill_answers_after_the_process_is_gone(ed):
+    """commands.kill and pty.kill answer once the process has been reaped (E2B's own tests
+    follow a kill with `kill -0 pid`, which a zombie still passes): right after, List does
+    not show it, kill -0 fails, and wait() gives the signal's exit."""
+    r = run_case(ed, "killgone")
+    for rd in r["rounds"]:
+        assert rd["cKilled"] is True and rd["tKilled"] is True, rd
+        assert rd["cListed"] is False and rd["tListed"] is False, rd
+        assert rd["cProbe"] == "CommandExitError" and rd["tProbe"] == "CommandExitError", rd
+        assert rd["cExit"] == -1 and rd["tExit"] == -1, rd
+
+
 def test_bad_arguments_give_the_sdk_errors(ed):
     r = run_case(ed, "badargs")
     assert r["badCwd"]["error"] == "InvalidArgumentError"

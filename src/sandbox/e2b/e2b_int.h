@@ -26,6 +26,7 @@
 #define E2B_TOKEN_HEX 64
 
 struct e2b_stream;
+struct e2b_kill_wait;
 
 struct e2b {
     struct sbx_observer o;
@@ -33,6 +34,7 @@ struct e2b {
     struct http_server *http;
     unsigned char secret[32];     /* keys the per-sandbox envd access tokens */
     struct e2b_stream *streams;   /* process.c: open Start/Connect streams */
+    struct e2b_kill_wait *kills;  /* process.c: SendSignals waiting for their process's end */
 };
 
 /* ---- e2b.c ---- */
@@ -115,6 +117,8 @@ void e2b_watch_shutdown(struct e2b *e);
 /* process.c: a command event (the endpoint's observer passes it on). */
 void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev);
 void e2b_process_shutdown(struct e2b *e);
+/* process.c: answer every SendSignal still waiting (the daemon is shutting down). */
+void e2b_process_kills_end(struct e2b *e);
 /* pty.c: terminals, which process.c's RPCs reach by pid too. e2b_pty_start answers a
  * Start with a "pty"; e2b_pty_connect answers a Connect to a terminal (true) or leaves
  * r (false); e2b_pty_signal is false when pid is no terminal of s. */

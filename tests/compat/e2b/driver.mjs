@@ -316,6 +316,31 @@ const cases = {
     }
   },
 
+  async killgone() {
+    // kill answers once the process is reaped: the next List and `kill -0` no longer see it
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const rounds = []
+      for (let i = 0; i < 5; i++) {
+        const c = await sbx.commands.run('sleep 60', { background: true })
+        const t = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 0 })
+        const cKilled = await sbx.commands.kill(c.pid)
+        const tKilled = await sbx.pty.kill(t.pid)
+        const listed = (await sbx.commands.list()).map((p) => p.pid)
+        const cProbe = await catching(() => sbx.commands.run(`kill -0 ${c.pid}`))
+        const tProbe = await catching(() => sbx.commands.run(`kill -0 ${t.pid}`))
+        let cExit = null, tExit = null
+        try { await c.wait() } catch (e) { cExit = e.exitCode }
+        try { await t.wait() } catch (e) { tExit = e.exitCode }
+        rounds.push({ cKilled, tKilled, cListed: listed.includes(c.pid), tListed: listed.includes(t.pid),
+          cProbe: cProbe.error ?? 'alive', tProbe: tProbe.error ?? 'alive', cExit, tExit })
+      }
+      return { rounds }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async uploads() {
     // envd 0.5.7: gzip and streamed bodies go as octet-stream uploads
     const sbx = await Sandbox.create({ timeoutMs: 120_000 })
