@@ -129,6 +129,10 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
     assert (i["name"], i["type"], i["path"], i["size"]) == ("main.py", "file", "/home/user/proj/src/main.py", 9)
     assert (i["owner"], i["group"], i["permissions"], i["mode"]) == ("user", "user", "-rw-r--r--", 0o644)
     assert r["dirType"] == "dir"
+    # a directory's size is ext4's, as envd reports it: whole 4 KiB blocks, at least one
+    # (btrfs says 0 for an empty one); a big one spans several
+    empty, listed, big = r["dirSizes"]
+    assert empty == 4096 and listed == 4096 and big % 4096 == 0 and big > 4096, r["dirSizes"]
     # directories made for the user are its own, 0755, parents too (envd's)
     assert r["madeDir"] == [0o755, "drwxr-xr-x", "user", "user"]
     assert r["list1"] == [["README", "file", "/home/user/proj/README"], ["src", "dir", "/home/user/proj/src"]]

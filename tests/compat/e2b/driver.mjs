@@ -142,6 +142,10 @@ const cases = {
       const list1 = (await sbx.files.list('proj')).map((e) => [e.name, e.type, e.path]).sort()
       const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path)  // envd's walk order
       const madeInfo = await sbx.files.makeDir('mk/a/b').then(() => sbx.files.getInfo('mk/a'))
+      // directories: ext4's size (whole blocks, at least one), as envd reports on E2B
+      await sbx.commands.run('mkdir ~/big && cd ~/big && for i in $(seq 200); do : > file-with-a-long-name-$i; done')
+      const dirSizes = [(await sbx.files.getInfo('mk/a/b')).size, (await sbx.files.list('mk/a'))[0].size,
+        (await sbx.files.getInfo('big')).size]
       const exists = await sbx.files.exists('proj/README')
       const notExists = await sbx.files.exists('proj/nope')
       const made = await sbx.files.makeDir('proj/new/deep')
@@ -171,7 +175,7 @@ const cases = {
       for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'remove'); i++) await sleep(100)
       await we.stop()
       return {
-        withEntry,
+        withEntry, dirSizes,
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,
           modified: String(info.modifiedTime) },
