@@ -187,6 +187,25 @@ def test_snapshots_restore_and_fork(ed):
     assert r["deleted"] is True and r["deletedAgain"] is False
 
 
+def test_snapshot_names_are_stored_listed_and_restore_the_newest(ed):
+    r = run_case(ed, "snapnames", extra_env={"SNAP_NAME": "snap-e2b-names"})
+    (id1, n1), (id2, n2), (id3, n3) = r["first"], r["second"], r["unnamed"]
+    assert n1 == n2 == ["snap-e2b-names"] and n3 == []
+    # the name is stored: listSnapshots shows it, and filters on it (or on an id)
+    assert r["all"] == [[id1, n1], [id2, n2], [id3, []]]
+    assert r["byName"] == [id1, id2] and r["byId"] == [id3] and r["none"] == 0
+    # a name as the template restores the newest snapshot of that name
+    assert r["restoredFile"] == "two"
+    assert r["badName"]["error"] == "SandboxError" and "name" in r["badName"]["message"]
+    # the core keeps it (sandboxd's store): /v1 shows it, and it survives a restart
+    assert ed.ok("GET", f"/v1/snapshots/{id1}")["name"] == "snap-e2b-names"
+    assert ed.ok("GET", f"/v1/snapshots/{id3}")["name"] is None
+    ed.stop()
+    ed.start()
+    got = ed.ok("GET", "/v1/snapshots?name=snap-e2b-names")["snapshots"]
+    assert [(x["id"], x["name"]) for x in got] == [(id1, "snap-e2b-names"), (id2, "snap-e2b-names")]
+
+
 TOKEN = "ghs_" + "E2bN3tw0rkT0k3n" * 2
 
 

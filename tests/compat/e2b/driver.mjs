@@ -263,6 +263,34 @@ const cases = {
       forkIds, srcId: sbx.sandboxId, badFork, deleted, deletedAgain }
   },
 
+  async snapnames() {
+    // names are kept with the snapshot: listed, filtered on, and a create by name restores
+    // the newest of that name (E2B assigns a name's latest build)
+    const name = process.env.SNAP_NAME
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.files.write('v.txt', 'one')
+      const first = await sbx.createSnapshot({ name })
+      await sbx.files.write('v.txt', 'two')
+      const second = await sbx.createSnapshot({ name })
+      const unnamed = await sbx.createSnapshot()
+      const all = (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems())
+        .map((x) => [x.snapshotId, x.names])
+      const byName = (await Sandbox.listSnapshots({ name }).nextItems()).map((x) => x.snapshotId)
+      const byId = (await Sandbox.listSnapshots({ name: unnamed.snapshotId }).nextItems()).map((x) => x.snapshotId)
+      const none = await Sandbox.listSnapshots({ name: name + '-does-not-exist' }).nextItems()
+      const restored = await Sandbox.create(name, { timeoutMs: 60_000 })
+      const restoredFile = await restored.files.read('v.txt')
+      await restored.kill()
+      const badName = await catching(() => sbx.createSnapshot({ name: 'bad name!' }))
+      return { first: [first.snapshotId, first.names], second: [second.snapshotId, second.names],
+        unnamed: [unnamed.snapshotId, unnamed.names], all, byName, byId, none: none.length,
+        restoredFile, badName }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async network() {
     const host = process.env.E2B_TEST_HOST
     const token = process.env.E2B_TEST_TOKEN
