@@ -206,6 +206,21 @@ def test_snapshot_names_are_stored_listed_and_restore_the_newest(ed):
     assert [(x["id"], x["name"]) for x in got] == [(id1, "snap-e2b-names"), (id2, "snap-e2b-names")]
 
 
+def test_a_session_has_its_own_boot_id(ed):
+    """E2B's test of a filesystem-only pause reads the kernel's boot id before and after:
+    a session here is the sandbox's boot, so it has a boot id of its own, new with each
+    session (a stop and start), kept by a freeze, never the host's, and read-only."""
+    r = run_case(ed, "bootid")
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        host = f.read().strip()
+    import re
+    for b in (r["first"], r["afterStop"]):
+        assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", b), b
+    assert r["first"] != host and r["afterStop"] != host
+    assert r["afterFreeze"] == r["first"] and r["afterStop"] != r["first"]
+    assert r["writable"] == "CommandExitError"
+
+
 TOKEN = "ghs_" + "E2bN3tw0rkT0k3n" * 2
 
 

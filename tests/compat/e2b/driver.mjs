@@ -291,6 +291,26 @@ const cases = {
     }
   },
 
+  async bootid() {
+    // each session is a boot of its own: a filesystem-only pause (a stop) reboots, a
+    // pause with memory (the freezer) does not
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    const boot = async () => (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+    try {
+      const first = await boot()
+      await sbx.pause()
+      await sbx.connect()
+      const afterFreeze = await boot()
+      await sbx.pause({ keepMemory: false })
+      await sbx.connect()
+      const afterStop = await boot()
+      const writable = await catching(() => sbx.commands.run('echo x > /proc/sys/kernel/random/boot_id', { user: 'root' }))
+      return { first, afterFreeze, afterStop, writable: writable.error ?? 'written' }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async network() {
     const host = process.env.E2B_TEST_HOST
     const token = process.env.E2B_TEST_TOKEN
