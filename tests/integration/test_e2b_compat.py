@@ -151,6 +151,8 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
                  ("remove", "top.txt")]:
         assert want in ev, ev
     assert ev.index(("create", "top.txt")) < ev.index(("remove", "top.txt"))
+    # allowNetworkMounts (envd 0.6.4) is accepted; a local directory is watched the same
+    assert ["write", "net.txt"] in r["netSeen"], r["netSeen"]
     # includeEntry (envd 0.6.3): the entry as it is when the event comes; none once gone
     we = [e for e in r["withEntry"] if e[1] == "e.txt"]
     assert any(e[0] in ("create", "write") and e[2] and e[2][:2] == ["file", "/home/user/proj/e.txt"]

@@ -18,8 +18,9 @@
 
 /* The envd version we advertise: default user (>= 0.4.0), CloseStdin (>= 0.5.2),
  * octet-stream uploads, streamed or gzip (>= 0.5.7), file metadata (>= 0.6.2), entry
- * info in watch events (>= 0.6.3); not allowNetworkMounts (0.6.4: no network mounts). */
-#define E2B_ENVD_VERSION "0.6.3"
+ * info in watch events (>= 0.6.3), allowNetworkMounts on watches (>= 0.6.4: accepted;
+ * no directory the files layer touches is on a network file system, watch.c). */
+#define E2B_ENVD_VERSION "0.6.4"
 #define E2B_DEFAULT_USER "user"
 /* File metadata (X-Metadata-KEY: value) is kept as the user xattr "user.e2b.KEY". */
 #define E2B_XATTR_PREFIX "e2b."

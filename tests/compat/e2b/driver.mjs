@@ -174,7 +174,14 @@ const cases = {
       await sbx.commands.run('rm ~/proj/e.txt')
       for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'remove'); i++) await sleep(100)
       await we.stop()
+      // envd 0.6.4: allowNetworkMounts only lifts a restriction; a local directory watches the same
+      const netSeen = []
+      const wn = await sbx.files.watchDir('proj', (ev) => netSeen.push([ev.type, ev.name]), { allowNetworkMounts: true })
+      await sbx.files.write('proj/net.txt', 'n')
+      for (let i = 0; i < 50 && !netSeen.some((e) => e[1] === 'net.txt' && e[0] === 'write'); i++) await sleep(100)
+      await wn.stop()
       return {
+        netSeen,
         withEntry, dirSizes,
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,

@@ -9,8 +9,8 @@
 #   TOKEN_FILE=.rebuno/sandboxes/local-token bash tests/compat/e2b/run-official.sh [vitest args]
 #
 # Tests that need what cannot exist here fail by design: public hosts per port (host, urls,
-# network, internetAccess: the internet), network mounts (envd 0.6.4; we advertise 0.6.3),
-# egress proxies, IAM tokens, memory-less pause. docs/e2b.md has the last run's figures.
+# network, internetAccess: the internet), and request-shape tests whose mocks answer for
+# E2B's own host only. docs/e2b.md has the last run's figures and the reasons.
 set -euo pipefail
 : "${E2B_REPO:?set E2B_REPO to a clone (or bare mirror) of github.com/e2b-dev/E2B}"
 : "${ENDPOINT:?set ENDPOINT to the E2B-compatible endpoint, e.g. http://127.0.0.1:8091}"
