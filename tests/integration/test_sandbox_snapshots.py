@@ -288,6 +288,12 @@ def test_cli_snapshots_forks_and_drives(sandboxd):
     s = json.loads(cli("sandbox", "snapshot", "cli-src", "--expiration", "0", "--json").stdout)
     assert s["sandbox_name"] == "cli-src" and s["expires_at"] is None
     assert s["id"] in cli("sandbox", "snapshots", "cli-src").stdout.decode()
+    n = json.loads(cli("sandbox", "snapshot", "cli-src", "--name", "cli-named", "--json").stdout)
+    assert n["name"] == "cli-named"
+    named = cli("sandbox", "snapshots", "--name", "cli-named").stdout.decode()
+    assert named.startswith(n["id"]) and named.rstrip().endswith("name cli-named"), named
+    assert named.count("\n") == 1
+    cli("sandbox", "snapshot-rm", n["id"])
     out = cli("sandbox", "fork", "cli-src", "cli-fork").stdout.decode()
     assert out.startswith("cli-fork ") and "forked from cli-src" in out
     assert sandboxd.get("cli-fork")["source"]["type"] == "fork"
