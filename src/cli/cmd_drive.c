@@ -42,11 +42,11 @@ static void usage_drive(FILE *f)
 
 static void usage_snap(FILE *f)
 {
-    fprintf(f, "usage: rebuno sandbox snapshot NAME [--expiration MS] [--name N]   snapshot it\n"
-               "                                    (never stops it; N: the snapshot's name)\n"
-               "       rebuno sandbox snapshots [NAME] [--name N]                  list them\n"
-               "       rebuno sandbox snapshot-rm ID                               delete one\n"
-               "       rebuno sandbox fork NAME [NEW]                              fork a sandbox\n");
+    fprintf(f, "usage: rebuno sandbox snapshot NAME [--expiration MS] [--name N]\n"
+               "           snapshot it (never stops it); N: the snapshot's own name\n"
+               "       rebuno sandbox snapshots [NAME] [--name N]   list snapshots\n"
+               "       rebuno sandbox snapshot-rm ID                delete a snapshot\n"
+               "       rebuno sandbox fork NAME [NEW]               fork a sandbox\n");
 }
 
 static void open_client(struct client *c, const struct cli_args *a)
