@@ -348,6 +348,63 @@ class Raw:
         return data
 
 
+def test_signal_waits_are_bounded_and_survive_a_client_that_leaves(ed):
+    """SendSignal answers once the process is gone, but a SIGTERM the process ignores is
+    answered all the same after the bound (the process still listed), one it handles
+    ends it before the answer, and a client that leaves while its signal waits harms
+    nothing (the daemon's exit is checked for leaks by the fixture)."""
+    import struct
+    x = Raw(ed)
+    h = {"Content-Type": "application/connect+json"}
+    streams = []
+
+    def start(cmd):
+        c = x.conn()
+        c.request("POST", "/process.Process/Start",
+                  body=x.envelope({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}),
+                  headers={"E2b-Sandbox-Id": x.id, "X-Access-Token": x.token, **h})
+        r = c.getresponse()
+        assert r.status == 200
+        _, n = struct.unpack(">BI", r.read(5))
+        ev = json.loads(r.read(n))
+        streams.append(c)
+        return ev["event"]["start"]["pid"]
+
+    def signal(pid, sig):
+        body = json.dumps({"process": {"pid": pid}, "signal": sig})
+        st, _, data = x.envd("POST", "/process.Process/SendSignal", body,
+                             {"Content-Type": "application/json"})
+        assert st == 200, data
+
+    def listed():
+        st, _, data = x.envd("POST", "/process.Process/List", b"{}", {"Content-Type": "application/json"})
+        assert st == 200, data
+        return [p["pid"] for p in json.loads(data).get("processes", [])]
+
+    try:
+        stubborn = start("trap '' TERM; while :; do sleep 0.1; done")
+        polite = start("trap 'exit 0' TERM; while :; do sleep 0.1; done")
+        signal(stubborn, "SIGNAL_SIGTERM")  # ignored: answered after the bound
+        assert stubborn in listed()
+        signal(polite, "SIGNAL_SIGTERM")    # handled: gone before the answer
+        assert polite not in listed() and stubborn in listed()
+        # a client that sends a signal and leaves at once
+        c = x.conn()
+        c.request("POST", "/process.Process/SendSignal",
+                  body=json.dumps({"process": {"pid": stubborn}, "signal": "SIGNAL_SIGTERM"}),
+                  headers={"E2b-Sandbox-Id": x.id, "X-Access-Token": x.token,
+                           "Content-Type": "application/json"})
+        c.close()
+        signal(stubborn, "SIGNAL_SIGKILL")
+        assert stubborn not in listed()
+    finally:
+        for c in streams:
+            c.close()
+        kc = x.conn()
+        kc.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
+        kc.getresponse().read()
+
+
 def test_hostile_input_is_refused_and_stays_inside(ed):
     import uuid
     x = Raw(ed)
