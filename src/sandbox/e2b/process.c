@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "sandbox/core/text.h"
 #include "sandbox/core/validate.h"
@@ -479,15 +480,17 @@ static void h_close_stdin(struct http_req *r, void *arg)
         cx_reply(r, NULL);
 }
 
-/* A SendSignal waiting for its process to be gone. The process is looked up again by
- * sandbox id and pid each time (the command or terminal may be freed meanwhile). */
+/* A SendSignal waiting for its process to be gone. It polls (every KILL_POLL_MS, until
+ * its deadline): terminals tell no observer of their end, and the process is looked up
+ * again by sandbox id and pid each time (the command or terminal may be freed
+ * meanwhile). */
 struct e2b_kill_wait {
     struct e2b_kill_wait *prev, *next;
     struct e2b *e;
     struct http_req *req;
     char sbx_id[sizeof ((struct sbx *)0)->id];
     int64_t pid;
-    int polls_left;
+    int64_t deadline; /* clock_mono_ms() */
     struct event *ev;
 };
 
@@ -523,7 +526,7 @@ static bool proc_alive(struct sbx *s, int64_t pid)
 static void kill_wait_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct e2b_kill_wait *w = arg;
-    if (!proc_alive(sbx_find_id(w->e->d, w->sbx_id), w->pid) || --w->polls_left <= 0) {
+    if (!proc_alive(sbx_find_id(w->e->d, w->sbx_id), w->pid) || clock_mono_ms() >= w->deadline) {
         kill_wait_answer(w);
         return;
     }
@@ -543,7 +546,7 @@ static void kill_wait_start(struct e2b *e, struct http_req *r, struct sbx *s, in
     w->req = r;
     snprintf(w->sbx_id, sizeof w->sbx_id, "%s", s->id);
     w->pid = pid;
-    w->polls_left = (sig == SIGKILL ? KILL_WAIT_MS : TERM_WAIT_MS) / KILL_POLL_MS;
+    w->deadline = clock_mono_ms() + (sig == SIGKILL ? KILL_WAIT_MS : TERM_WAIT_MS);
     w->ev = evtimer_new(e->d->base, kill_wait_poll, w);
     w->next = e->kills;
     if (e->kills) e->kills->prev = w;
