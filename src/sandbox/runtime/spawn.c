@@ -712,14 +712,19 @@ static int write_boot_id(const char *dir, struct err *err)
                        r[12], r[13], r[14], r[15]);
     int dfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return err_internal(err, "boot id: open %s: %s", dir, strerror(errno));
+    int e = 0;
     int fd = openat(dfd, "boot_id.new", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                     0444);
-    int rc = fd < 0 || write(fd, text, (size_t)len) != len ? -1 : 0;
-    int e = errno;
-    if (fd >= 0 && close(fd) < 0 && !rc) rc = -1, e = errno;
-    if (!rc && renameat(dfd, "boot_id.new", dfd, "boot_id") < 0) rc = -1, e = errno;
+    if (fd < 0) {
+        e = errno;
+    } else {
+        ssize_t n = write(fd, text, (size_t)len);
+        if (n != len) e = n < 0 ? errno : EIO;
+        if (close(fd) < 0 && !e) e = errno;
+    }
+    if (!e && renameat(dfd, "boot_id.new", dfd, "boot_id") < 0) e = errno;
     close(dfd);
-    return rc < 0 ? err_internal(err, "boot id: write %s/boot_id: %s", dir, strerror(e)) : 0;
+    return e ? err_internal(err, "boot id: write %s/boot_id: %s", dir, strerror(e)) : 0;
 }
 
 int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, struct err *err)
