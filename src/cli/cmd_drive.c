@@ -3,7 +3,7 @@
  *
  *   rebuno drive create NAME [--max-size BYTES] | ls [--name PREFIX] | get NAME
  *                | fork NAME NEW | rm NAME
- *   rebuno sandbox snapshot NAME [--expiration MS] | snapshots [NAME]
+ *   rebuno sandbox snapshot NAME [--expiration MS] [--name N] | snapshots [NAME] [--name N]
  *                | snapshot-rm ID | fork NAME [NEW]
  *   rebuno sandbox image import PATH | ls | get REF | rm REF | gc
  *
@@ -42,10 +42,11 @@ static void usage_drive(FILE *f)
 
 static void usage_snap(FILE *f)
 {
-    fprintf(f, "usage: rebuno sandbox snapshot NAME [--expiration MS]   snapshot (never stops it)\n"
-               "       rebuno sandbox snapshots [NAME]                    list snapshots\n"
-               "       rebuno sandbox snapshot-rm ID                      delete a snapshot\n"
-               "       rebuno sandbox fork NAME [NEW]                     fork a sandbox\n");
+    fprintf(f, "usage: rebuno sandbox snapshot NAME [--expiration MS] [--name N]\n"
+               "           snapshot it (never stops it); N: the snapshot's own name\n"
+               "       rebuno sandbox snapshots [NAME] [--name N]   list snapshots\n"
+               "       rebuno sandbox snapshot-rm ID                delete a snapshot\n"
+               "       rebuno sandbox fork NAME [NEW]               fork a sandbox\n");
 }
 
 static void open_client(struct client *c, const struct cli_args *a)
@@ -87,8 +88,13 @@ static void print_snap(const json_t *v)
 {
     printf("%s  ", cli_str(v, "id") ? cli_str(v, "id") : "-");
     cli_put_clean(stdout, cli_str(v, "sandbox_name"), 64);
-    printf("  %s  expires %s\n", cli_str(v, "created_at") ? cli_str(v, "created_at") : "-",
+    printf("  %s  expires %s", cli_str(v, "created_at") ? cli_str(v, "created_at") : "-",
            cli_str(v, "expires_at") ? cli_str(v, "expires_at") : "never");
+    if (cli_str(v, "name")) {
+        printf("  name ");
+        cli_put_clean(stdout, cli_str(v, "name"), 128);
+    }
+    printf("\n");
 }
 
 static int finish(const struct cli_args *a, json_t *out, void (*print)(const json_t *),
@@ -202,8 +208,8 @@ int cmd_drive(int argc, char **argv)
 
 int cmd_sandbox_snap(int argc, char **argv)
 {
-    const char *exp = NULL;
-    const struct cli_opt opts[] = {{"expiration", &exp}, {NULL, NULL}};
+    const char *exp = NULL, *name = NULL;
+    const struct cli_opt opts[] = {{"expiration", &exp}, {"name", &name}, {NULL, NULL}};
     struct cli_args a;
     int done = parse_args(argc, argv, opts, usage_snap, &a);
     if (done >= 0) return done;
@@ -220,6 +226,7 @@ int cmd_sandbox_snap(int argc, char **argv)
         path = pathf(&c, "/v1/sandboxes/", a.pos[1], "/snapshots");
         json_t *body = json_object();
         if (exp) json_object_set_new(body, "expiration_ms", json_integer(strtoll(exp, NULL, 10)));
+        if (name) json_object_set_new(body, "name", json_string(name));
         rc = client_request(&c, "POST", path, body, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
         json_decref(body);
         if (!rc) rc = finish(&a, out, print_snap, NULL);
@@ -228,6 +235,7 @@ int cmd_sandbox_snap(int argc, char **argv)
         buf_init(&b, 0);
         buf_printf(&b, "/v1/snapshots?limit=1000");
         client_query_add(&c, &b, "sandbox", a.npos > 1 ? a.pos[1] : NULL);
+        client_query_add(&c, &b, "name", name);
         rc = client_request(&c, "GET", b.data, NULL, NULL, &out, &err) < 0 ? CLI_FAILED : CLI_OK;
         buf_fini(&b);
         if (!rc) rc = finish(&a, out, print_snap, "snapshots");

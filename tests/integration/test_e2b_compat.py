@@ -129,6 +129,10 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
     assert (i["name"], i["type"], i["path"], i["size"]) == ("main.py", "file", "/home/user/proj/src/main.py", 9)
     assert (i["owner"], i["group"], i["permissions"], i["mode"]) == ("user", "user", "-rw-r--r--", 0o644)
     assert r["dirType"] == "dir"
+    # a directory's size is ext4's, as envd reports it: whole 4 KiB blocks, at least one
+    # (btrfs says 0 for an empty one); a big one spans several
+    empty, listed, big = r["dirSizes"]
+    assert empty == 4096 and listed == 4096 and big % 4096 == 0 and big > 4096, r["dirSizes"]
     # directories made for the user are its own, 0755, parents too (envd's)
     assert r["madeDir"] == [0o755, "drwxr-xr-x", "user", "user"]
     assert r["list1"] == [["README", "file", "/home/user/proj/README"], ["src", "dir", "/home/user/proj/src"]]
@@ -147,6 +151,8 @@ def test_filesystem_stat_list_mkdir_rename_remove_watch(ed):
                  ("remove", "top.txt")]:
         assert want in ev, ev
     assert ev.index(("create", "top.txt")) < ev.index(("remove", "top.txt"))
+    # allowNetworkMounts (envd 0.6.4) is accepted; a local directory is watched the same
+    assert ["write", "net.txt"] in r["netSeen"], r["netSeen"]
     # includeEntry (envd 0.6.3): the entry as it is when the event comes; none once gone
     we = [e for e in r["withEntry"] if e[1] == "e.txt"]
     assert any(e[0] in ("create", "write") and e[2] and e[2][:2] == ["file", "/home/user/proj/e.txt"]
@@ -181,6 +187,40 @@ def test_snapshots_restore_and_fork(ed):
     assert len(set(r["forkIds"])) == 2 and r["srcId"] not in r["forkIds"]
     assert r["badFork"]["error"] == "SandboxNotFoundError"
     assert r["deleted"] is True and r["deletedAgain"] is False
+
+
+def test_snapshot_names_are_stored_listed_and_restore_the_newest(ed):
+    r = run_case(ed, "snapnames", extra_env={"SNAP_NAME": "snap-e2b-names"})
+    (id1, n1), (id2, n2), (id3, n3) = r["first"], r["second"], r["unnamed"]
+    assert n1 == n2 == ["snap-e2b-names"] and n3 == []
+    # the name is stored: listSnapshots shows it, and filters on it (or on an id)
+    assert r["all"] == [[id1, n1], [id2, n2], [id3, []]]
+    assert r["byName"] == [id1, id2] and r["byId"] == [id3] and r["none"] == 0
+    # a name as the template restores the newest snapshot of that name
+    assert r["restoredFile"] == "two"
+    assert r["badName"]["error"] == "SandboxError" and "name" in r["badName"]["message"]
+    # the core keeps it (sandboxd's store): /v1 shows it, and it survives a restart
+    assert ed.ok("GET", f"/v1/snapshots/{id1}")["name"] == "snap-e2b-names"
+    assert ed.ok("GET", f"/v1/snapshots/{id3}")["name"] is None
+    ed.stop()
+    ed.start()
+    got = ed.ok("GET", "/v1/snapshots?name=snap-e2b-names")["snapshots"]
+    assert [(x["id"], x["name"]) for x in got] == [(id1, "snap-e2b-names"), (id2, "snap-e2b-names")]
+
+
+def test_a_session_has_its_own_boot_id(ed):
+    """E2B's test of a filesystem-only pause reads the kernel's boot id before and after:
+    a session here is the sandbox's boot, so it has a boot id of its own, new with each
+    session (a stop and start), kept by a freeze, never the host's, and read-only."""
+    r = run_case(ed, "bootid")
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        host = f.read().strip()
+    import re
+    for b in (r["first"], r["afterStop"]):
+        assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", b), b
+    assert r["first"] != host and r["afterStop"] != host
+    assert r["afterFreeze"] == r["first"] and r["afterStop"] != r["first"]
+    assert r["writable"] == "CommandExitError"
 
 
 TOKEN = "ghs_" + "E2bN3tw0rkT0k3n" * 2
@@ -232,6 +272,18 @@ def test_pty_create_input_resize_reconnect_exit_kill(ed):
     assert r["sawAgain"] is True and r["exitCode"] == 7
     assert r["killed"] is True and r["killExit"] == -1 and r["killMissing"] is False
     assert r["badResize"]["error"] == "NotFoundError"
+
+
+def test_kill_answers_after_the_process_is_gone(ed):
+    """commands.kill and pty.kill answer once the process has been reaped (E2B's own tests
+    follow a kill with `kill -0 pid`, which a zombie still passes): right after, List does
+    not show it, kill -0 fails, and wait() gives the signal's exit."""
+    r = run_case(ed, "killgone")
+    for rd in r["rounds"]:
+        assert rd["cKilled"] is True and rd["tKilled"] is True, rd
+        assert rd["cListed"] is False and rd["tListed"] is False, rd
+        assert rd["cProbe"] == "CommandExitError" and rd["tProbe"] == "CommandExitError", rd
+        assert rd["cExit"] == -1 and rd["tExit"] == -1, rd
 
 
 def test_bad_arguments_give_the_sdk_errors(ed):
@@ -294,6 +346,63 @@ class Raw:
                                 self.envelope({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}), h)
         assert st == 200, data
         return data
+
+
+def test_signal_waits_are_bounded_and_survive_a_client_that_leaves(ed):
+    """SendSignal answers once the process is gone, but a SIGTERM the process ignores is
+    answered all the same after the bound (the process still listed), one it handles
+    ends it before the answer, and a client that leaves while its signal waits harms
+    nothing (the daemon's exit is checked for leaks by the fixture)."""
+    import struct
+    x = Raw(ed)
+    h = {"Content-Type": "application/connect+json"}
+    streams = []
+
+    def start(cmd):
+        c = x.conn()
+        c.request("POST", "/process.Process/Start",
+                  body=x.envelope({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}),
+                  headers={"E2b-Sandbox-Id": x.id, "X-Access-Token": x.token, **h})
+        r = c.getresponse()
+        assert r.status == 200
+        _, n = struct.unpack(">BI", r.read(5))
+        ev = json.loads(r.read(n))
+        streams.append(c)
+        return ev["event"]["start"]["pid"]
+
+    def signal(pid, sig):
+        body = json.dumps({"process": {"pid": pid}, "signal": sig})
+        st, _, data = x.envd("POST", "/process.Process/SendSignal", body,
+                             {"Content-Type": "application/json"})
+        assert st == 200, data
+
+    def listed():
+        st, _, data = x.envd("POST", "/process.Process/List", b"{}", {"Content-Type": "application/json"})
+        assert st == 200, data
+        return [p["pid"] for p in json.loads(data).get("processes", [])]
+
+    try:
+        stubborn = start("trap '' TERM; while :; do sleep 0.1; done")
+        polite = start("trap 'exit 0' TERM; while :; do sleep 0.1; done")
+        signal(stubborn, "SIGNAL_SIGTERM")  # ignored: answered after the bound
+        assert stubborn in listed()
+        signal(polite, "SIGNAL_SIGTERM")    # handled: gone before the answer
+        assert polite not in listed() and stubborn in listed()
+        # a client that sends a signal and leaves at once
+        c = x.conn()
+        c.request("POST", "/process.Process/SendSignal",
+                  body=json.dumps({"process": {"pid": stubborn}, "signal": "SIGNAL_SIGTERM"}),
+                  headers={"E2b-Sandbox-Id": x.id, "X-Access-Token": x.token,
+                           "Content-Type": "application/json"})
+        c.close()
+        signal(stubborn, "SIGNAL_SIGKILL")
+        assert stubborn not in listed()
+    finally:
+        for c in streams:
+            c.close()
+        kc = x.conn()
+        kc.request("DELETE", f"/sandboxes/{x.id}", headers={"X-API-KEY": x.key})
+        kc.getresponse().read()
 
 
 def test_hostile_input_is_refused_and_stays_inside(ed):

@@ -205,6 +205,34 @@ def test_snapshot_list_get_delete_and_not_found(sandboxd):
     assert st == 400 and out["error"]["field"] == "expiration_ms"
 
 
+def test_snapshot_names_listed_validated_and_kept_by_an_older_store(make_sandboxd):
+    """A snapshot's optional name is stored with it (sandboxd.db), shown in get and list,
+    filtered on with ?name=; a store made before names existed is given the column."""
+    import sqlite3
+    d = make_sandboxd().start()
+    d.create("a")
+    named, plain = snap(d, "a", name="release/v1.0"), snap(d, "a")
+    assert named["name"] == "release/v1.0" and plain["name"] is None
+    got = d.ok("GET", "/v1/snapshots?name=release/v1.0")["snapshots"]
+    assert [x["id"] for x in got] == [named["id"]]
+    assert d.ok("GET", "/v1/snapshots?name=nope")["snapshots"] == []
+    for bad in ("", "has space", "-leading", "x" * 129, 5):
+        st, out = d.request("POST", "/v1/sandboxes/a/snapshots", {"name": bad})
+        assert st == 400 and out["error"]["field"] == "name", (bad, out)
+    # an older daemon's table has no name column: the next start adds it, rows keep theirs
+    d.stop()
+    db = sqlite3.connect(f"{d.state}/sandboxd.db")
+    db.execute("ALTER TABLE snapshots DROP COLUMN name")
+    db.commit()
+    db.close()
+    d.start()
+    assert [x["name"] for x in d.ok("GET", "/v1/snapshots")["snapshots"]] == [None, None]
+    again = snap(d, "a", name="after-migration")
+    d.stop()
+    d.start()
+    assert d.ok("GET", f"/v1/snapshots/{again['id']}")["name"] == "after-migration"
+
+
 def test_snapshot_expiration(sandboxd):
     d = sandboxd
     d.create("e", snapshot_expiration_ms=0)
@@ -260,6 +288,12 @@ def test_cli_snapshots_forks_and_drives(sandboxd):
     s = json.loads(cli("sandbox", "snapshot", "cli-src", "--expiration", "0", "--json").stdout)
     assert s["sandbox_name"] == "cli-src" and s["expires_at"] is None
     assert s["id"] in cli("sandbox", "snapshots", "cli-src").stdout.decode()
+    n = json.loads(cli("sandbox", "snapshot", "cli-src", "--name", "cli-named", "--json").stdout)
+    assert n["name"] == "cli-named"
+    named = cli("sandbox", "snapshots", "--name", "cli-named").stdout.decode()
+    assert named.startswith(n["id"]) and named.rstrip().endswith("name cli-named"), named
+    assert named.count("\n") == 1
+    cli("sandbox", "snapshot-rm", n["id"])
     out = cli("sandbox", "fork", "cli-src", "cli-fork").stdout.decode()
     assert out.startswith("cli-fork ") and "forked from cli-src" in out
     assert sandboxd.get("cli-fork")["source"]["type"] == "fork"

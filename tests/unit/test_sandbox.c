@@ -235,10 +235,15 @@ Test(sandbox_plan, builds_the_documented_layout)
     cr_assert_eq(nodes, 6);
     cr_assert_not_null(find_op(&p, SBX_OP_MKNOD, "/dev/null"));
     cr_assert_null(find_op(&p, SBX_OP_MKNOD, "/dev/sda"));
-    /* /proc/sys read-only; nothing of the host's / is bound except the two lowers */
+    /* /proc/sys read-only; nothing of the host's / is bound except the two lowers and
+     * the session's boot id, a file of the sandbox's own directory, over the kernel's */
     cr_assert_not_null(find_op(&p, SBX_OP_BIND_RO, "/proc/sys"));
+    const struct sbx_op *boot = find_op(&p, SBX_OP_BIND_RO, "/proc/sys/kernel/random/boot_id");
+    cr_assert_not_null(boot);
+    cr_assert_str_eq(boot->source, "/s/sandboxes/x/boot_id");
+    cr_assert_str_eq(boot->target, "/s/sandboxes/x/mnt/root/proc/sys/kernel/random/boot_id");
     for (size_t i = 0; i < p.n; i++)
-        if (p.ops[i].source && p.ops[i].kind == SBX_OP_BIND_RO)
+        if (p.ops[i].source && p.ops[i].kind == SBX_OP_BIND_RO && &p.ops[i] != boot)
             cr_assert(strncmp(p.ops[i].source, "/s/sandboxes/x/mnt/root/", 24) == 0,
                       "%s", p.ops[i].source);
     sbx_plan_fini(&p);

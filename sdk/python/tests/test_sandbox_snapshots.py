@@ -142,6 +142,17 @@ def test_snapshot_keeps_running_and_restores_its_files(daemon: StorageDaemon) ->
             assert listed == mine
             assert [s.id async for s in sandbox.query_snapshots(sandbox=box)] == mine
 
+            # a name is kept with the snapshot and filters listings (names need not be unique)
+            named = await box.snapshot(name="release/v1")
+            assert named.name == "release/v1" and snap.name is None
+            assert (await sandbox.get_snapshot(snapshot_id=named.id)).name == "release/v1"
+            assert [s.id async for s in sandbox.query_snapshots(name="release/v1")] == [named.id]
+            assert [s.id async for s in sandbox.query_snapshots(name="other")] == []
+            with pytest.raises(SandboxApiError) as e:
+                await box.snapshot(name="no spaces")
+            assert e.value.status_code == 400 and e.value.field == "name"
+            await named.delete()
+
             # delete: gone for lookups and restores, and a restore then creates nothing
             await hour.delete()
             with pytest.raises(SandboxApiError) as e:
@@ -314,6 +325,10 @@ def test_sync_mirror_snapshots_and_forks(daemon: StorageDaemon) -> None:
         assert box.refresh().status.value == "running"
         assert [s.id for s in box.list_snapshots()] == [snap.id]
         assert [s.id for s in sandbox.query_snapshots(sandbox="sync-src")] == [snap.id]
+        named = box.snapshot(name="sync-named")
+        assert named.name == "sync-named" and snap.name is None
+        assert [s.id for s in sandbox.query_snapshots(name="sync-named")] == [named.id]
+        named.delete()
         assert sandbox.get_snapshot(snapshot_id=snap.id).source_sandbox_id == box.id
         box.fs.write_text("/root/x", "two")
         with sandbox.create_sandbox(source=SnapshotSource(snapshot_id=snap.id)) as restored:

@@ -298,14 +298,21 @@ void sbx_upper_remove(struct sbx *s);
  * never stops s (a running one is frozen while its tree is cloned). exp: its expiration
  * in ms (0: never), -1 for s's or the daemon's default. Returns the /v1 snapshot object
  * (docs/sandbox-api.md), or NULL with err; took_us/frozen_us may be NULL. */
-json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t *frozen_us,
-                          struct err *err);
+json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, const char *name, int64_t *took_us,
+                          int64_t *frozen_us, struct err *err);
+/* A snapshot's name (name above; NULL or "": none): 1..SBX_SNAP_NAME_MAX of
+ * [A-Za-z0-9._/-], starting with a letter or digit. Names need not be unique. */
+#define SBX_SNAP_NAME_MAX 128
+bool sbx_snapshot_name_valid(const char *name);
 json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id); /* NULL: none (or expired) */
+/* The id of the newest live snapshot named name (owned by the registry: copy it), or NULL. */
+const char *sbx_snapshot_named(struct sbxd *d, const char *name);
 int sbx_snapshot_delete(struct sbxd *d, const char *id);         /* 0 or -ENOENT */
 /* Snapshots in creation order after cursor (an id, or NULL), of sandbox (id or name; NULL:
- * all), at most limit; *next: the cursor of the next page, or NULL. */
-json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *cursor, long limit,
-                          const char **next);
+ * all), named name (or with that id; NULL: any), at most limit; *next: the cursor of the
+ * next page, or NULL. */
+json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *name,
+                          const char *cursor, long limit, const char **next);
 /* A fork of src: its configuration, overridden by body's /v1 fork fields (validated). */
 struct sbx *sbx_fork(struct sbxd *d, struct sbx *src, json_t *body, struct err *err);
 /* err for a failed tree operation (e: -errno): 507 no_space when e says the store or a

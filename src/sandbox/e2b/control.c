@@ -118,17 +118,19 @@ static json_t *create_body(struct e2b *e, json_t *in, struct err *err)
     json_t *b = json_object();
     json_t *snap = tmpl ? sbx_snapshot_find_json(e->d, tmpl) : NULL;
     json_decref(snap);
+    /* a snapshot's name restores the newest of that name (E2B: the name's latest build) */
+    const char *named = snap || !tmpl ? NULL : sbx_snapshot_named(e->d, tmpl);
     if (!tmpl || !strcmp(tmpl, E2B_TEMPLATE_BASE) || !strcmp(tmpl, "default")) {
         /* the default image */
-    } else if (snap) {
+    } else if (snap || named) {
         json_object_set_new(b, "source", json_pack("{s:s, s:s}", "type", "snapshot",
-                                                   "snapshot_id", tmpl));
+                                                   "snapshot_id", snap ? tmpl : named));
     } else if (sbx_image_ref_valid(tmpl)) {
         json_object_set_new(b, "image", json_string(tmpl));
     } else {
         json_decref(b);
         err_set(err, 404, "template_not_found", "templateID",
-                "template \"%.80s\" not found: use \"base\", a snapshot id or an image "
+                "template \"%.80s\" not found: use \"base\", a snapshot id or name, or an image "
                 "(a reference or sha256:..., imported or pulled)", tmpl);
         return NULL;
     }

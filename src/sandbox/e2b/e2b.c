@@ -319,9 +319,15 @@ static void on_session_end(struct sbx_observer *o, struct sbx *s)
     e2b_watch_session_end((struct e2b *)o, s);
 }
 
+static void on_shutdown(struct sbx_observer *o)
+{
+    e2b_process_kills_end((struct e2b *)o); /* their timers would keep the loop running */
+}
+
 static void release(struct sbx_observer *o)
 {
     struct e2b *e = (struct e2b *)o;
+    e2b_process_kills_end(e);
     e2b_process_shutdown(e);
     e2b_watch_shutdown(e);
     OPENSSL_cleanse(e->secret, sizeof e->secret);
@@ -347,6 +353,7 @@ void sbx_e2b_register(struct sbxd *d, struct http_server *h)
     e->http = h;
     e->o.on_cmd = on_cmd;
     e->o.release = release;
+    e->o.on_shutdown = on_shutdown;
     e->o.on_session_end = on_session_end;
     size_t got = 0;
     while (got < sizeof e->secret) {

@@ -18,14 +18,16 @@
 
 /* The envd version we advertise: default user (>= 0.4.0), CloseStdin (>= 0.5.2),
  * octet-stream uploads, streamed or gzip (>= 0.5.7), file metadata (>= 0.6.2), entry
- * info in watch events (>= 0.6.3); not allowNetworkMounts (0.6.4: no network mounts). */
-#define E2B_ENVD_VERSION "0.6.3"
+ * info in watch events (>= 0.6.3), allowNetworkMounts on watches (>= 0.6.4: accepted;
+ * no directory the files layer touches is on a network file system, watch.c). */
+#define E2B_ENVD_VERSION "0.6.4"
 #define E2B_DEFAULT_USER "user"
 /* File metadata (X-Metadata-KEY: value) is kept as the user xattr "user.e2b.KEY". */
 #define E2B_XATTR_PREFIX "e2b."
 #define E2B_TOKEN_HEX 64
 
 struct e2b_stream;
+struct e2b_kill_wait;
 
 struct e2b {
     struct sbx_observer o;
@@ -33,6 +35,7 @@ struct e2b {
     struct http_server *http;
     unsigned char secret[32];     /* keys the per-sandbox envd access tokens */
     struct e2b_stream *streams;   /* process.c: open Start/Connect streams */
+    struct e2b_kill_wait *kills;  /* process.c: SendSignals waiting for their process's end */
 };
 
 /* ---- e2b.c ---- */
@@ -115,6 +118,8 @@ void e2b_watch_shutdown(struct e2b *e);
 /* process.c: a command event (the endpoint's observer passes it on). */
 void e2b_process_on_cmd(struct e2b *e, struct sbx_cmd *c, int ev);
 void e2b_process_shutdown(struct e2b *e);
+/* process.c: answer every SendSignal still waiting (the daemon is shutting down). */
+void e2b_process_kills_end(struct e2b *e);
 /* pty.c: terminals, which process.c's RPCs reach by pid too. e2b_pty_start answers a
  * Start with a "pty"; e2b_pty_connect answers a Connect to a terminal (true) or leaves
  * r (false); e2b_pty_signal is false when pid is no terminal of s. */

@@ -65,6 +65,8 @@ static void name_of(const struct buf *b, long long id, char *out, size_t outsz)
 
 /* One of the core's stat objects (files.h) -> EntryInfo, with the metadata the SDK
  * attached to the file (envd 0.6.2: X-Metadata-* on upload, kept as user xattrs). */
+#define E2B_DIR_BLOCK 4096
+
 static json_t *entry_json(const struct sbx_fs *fs, const json_t *st, const char *path,
                           struct names *n)
 {
@@ -86,7 +88,17 @@ static json_t *entry_json(const struct sbx_fs *fs, const json_t *st, const char 
     json_object_set(o, "name", json_object_get(st, "name"));
     json_object_set_new(o, "type", json_string(ft));
     json_object_set_new(o, "path", json_string(path));
-    json_object_set(o, "size", json_object_get(st, "size"));
+    json_t *size = json_object_get(st, "size");
+    if (!strcmp(ft, "FILE_TYPE_DIRECTORY")) {
+        /* ext4's directory size (E2B's sandboxes run on ext4): whole blocks, at least one.
+         * btrfs counts a directory's name bytes instead, 0 for an empty one. */
+        json_int_t sz = json_is_integer(size) ? json_integer_value(size) : 0;
+        json_int_t blocks = sz <= E2B_DIR_BLOCK ? 1 : (sz + E2B_DIR_BLOCK - 1) / E2B_DIR_BLOCK;
+        sz = blocks * E2B_DIR_BLOCK;
+        json_object_set_new(o, "size", json_integer(sz));
+    } else {
+        json_object_set(o, "size", size);
+    }
     json_object_set_new(o, "mode", json_integer(mode & 0777));
     json_object_set_new(o, "permissions", json_string(perms));
     json_object_set_new(o, "owner", json_string(owner));

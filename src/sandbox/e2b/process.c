@@ -10,6 +10,11 @@
  * stop the command. Start gives the command the stream's deadline (Connect-Timeout-Ms)
  * as its timeout, as envd does; Connect follows live output only (no replay).
  * Exits follow envd: a signal gives exitCode -1 with exited false.
+ *
+ * SendSignal answers once the process is gone (its exit reported by the sandbox's init,
+ * which has reaped it), or after a bound (KILL_WAIT_MS, TERM_WAIT_MS for a SIGTERM it
+ * may handle) all the same: the SDK's kill() is followed by a List or a `kill -0 pid`
+ * that must not see it any more, and a zombie still answers kill -0.
  */
 #include "sandbox/e2b/e2b_int.h"
 
@@ -19,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "sandbox/core/text.h"
 #include "sandbox/core/validate.h"
@@ -26,6 +32,9 @@
 #define CHUNK (48u * 1024)
 #define KEEPALIVE_DEFAULT_S 50
 #define GONE_MSG "the sandbox was killed or reached its end of life"
+#define KILL_WAIT_MS 5000
+#define TERM_WAIT_MS 1000
+#define KILL_POLL_MS 5
 
 struct e2b_stream {
     struct e2b_stream *prev, *next;
@@ -471,6 +480,82 @@ static void h_close_stdin(struct http_req *r, void *arg)
         cx_reply(r, NULL);
 }
 
+/* A SendSignal waiting for its process to be gone. It polls (every KILL_POLL_MS, until
+ * its deadline): terminals tell no observer of their end, and the process is looked up
+ * again by sandbox id and pid each time (the command or terminal may be freed
+ * meanwhile). */
+struct e2b_kill_wait {
+    struct e2b_kill_wait *prev, *next;
+    struct e2b *e;
+    struct http_req *req;
+    char sbx_id[sizeof ((struct sbx *)0)->id];
+    int64_t pid;
+    int64_t deadline; /* clock_mono_ms() */
+    struct event *ev;
+};
+
+static void kill_wait_free(struct e2b_kill_wait *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        w->e->kills = w->next;
+    if (w->next) w->next->prev = w->prev;
+    event_free(w->ev);
+    free(w);
+}
+
+static void kill_wait_closed(struct http_req *r, void *arg)
+{
+    kill_wait_free(arg);
+}
+
+static void kill_wait_answer(struct e2b_kill_wait *w)
+{
+    http_req_on_close(w->req, NULL, NULL);
+    cx_reply(w->req, NULL);
+    kill_wait_free(w);
+}
+
+/* Is pid a running command or terminal of s's session? */
+static bool proc_alive(struct sbx *s, int64_t pid)
+{
+    return s && s->sess && (by_pid(s, pid) || sbx_pty_by_pid(s, (int)pid));
+}
+
+static void kill_wait_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct e2b_kill_wait *w = arg;
+    if (!proc_alive(sbx_find_id(w->e->d, w->sbx_id), w->pid) || clock_mono_ms() >= w->deadline) {
+        kill_wait_answer(w);
+        return;
+    }
+    struct timeval tv = {0, KILL_POLL_MS * 1000};
+    event_add(w->ev, &tv);
+}
+
+void e2b_process_kills_end(struct e2b *e)
+{
+    while (e->kills) kill_wait_answer(e->kills);
+}
+
+static void kill_wait_start(struct e2b *e, struct http_req *r, struct sbx *s, int64_t pid, int sig)
+{
+    struct e2b_kill_wait *w = xcalloc(1, sizeof *w);
+    w->e = e;
+    w->req = r;
+    snprintf(w->sbx_id, sizeof w->sbx_id, "%s", s->id);
+    w->pid = pid;
+    w->deadline = clock_mono_ms() + (sig == SIGKILL ? KILL_WAIT_MS : TERM_WAIT_MS);
+    w->ev = evtimer_new(e->d->base, kill_wait_poll, w);
+    w->next = e->kills;
+    if (e->kills) e->kills->prev = w;
+    e->kills = w;
+    http_req_on_close(r, kill_wait_closed, w);
+    struct timeval tv = {0, KILL_POLL_MS * 1000};
+    event_add(w->ev, &tv);
+}
+
 static void h_send_signal(struct http_req *r, void *arg)
 {
     struct e2b *e = arg;
@@ -500,7 +585,7 @@ static void h_send_signal(struct http_req *r, void *arg)
     if (err.status)
         cx_error_err(r, &err);
     else
-        cx_reply(r, NULL);
+        kill_wait_start(e, r, s, pid, sig); /* answers once the process is gone */
 }
 
 static void h_update(struct http_req *r, void *arg)

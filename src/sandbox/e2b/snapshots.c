@@ -1,9 +1,10 @@
 /*
  * snapshots.c - E2B's snapshot and fork routes over the core's (snapshot.c):
  * createSnapshot (never stops the sandbox: a running one is frozen while its tree is
- * cloned), listSnapshots, deleteSnapshot (DELETE /templates/{id}, E2B's route), and
- * fork {count} (one core fork per copy, each answered as {sandbox} or {error}).
- * A snapshot restores as a create with templateID = its id (control.c).
+ * cloned; its name, if any, is kept with it), listSnapshots (by sandbox, by name),
+ * deleteSnapshot (DELETE /templates/{id}, E2B's route), and fork {count} (one core fork
+ * per copy, each answered as {sandbox} or {error}). A snapshot restores as a create
+ * with templateID = its id, or its name for the newest of that name (control.c).
  */
 #include "sandbox/e2b/e2b_int.h"
 
@@ -11,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandbox/core/validate.h"
+
 #define FORK_COUNT_MAX 16
 #define SNAP_LIST_MAX 1000
 
-static json_t *snap_e2b(const json_t *snap, const char *name)
+static json_t *snap_e2b(const json_t *snap)
 {
     json_t *names = json_array();
-    if (name && *name) json_array_append_new(names, json_string(name));
+    json_t *name = json_object_get(snap, "name");
+    if (json_is_string(name)) json_array_append(names, name);
     return json_pack("{s:O, s:o}", "snapshotID", json_object_get(snap, "id"), "names", names);
 }
 
@@ -26,22 +30,17 @@ static void h_snapshot(struct http_req *r, void *arg)
     struct sbx *s = e2b_api_sandbox(arg, r, h_snapshot);
     json_t *body;
     if (!s || !e2b_api_body(r, &body)) return;
-    json_t *nv = json_object_get(body, "name");
-    if (nv && !json_is_null(nv) && (!json_is_string(nv) || json_string_length(nv) > 128)) {
-        json_decref(body);
-        e2b_api_error(r, 400, "name must be a string of at most 128 characters");
-        return;
-    }
-    char name[160] = "";
-    if (json_is_string(nv)) snprintf(name, sizeof name, "%s", json_string_value(nv));
-    json_decref(body);
     struct err err = ERR_INIT;
-    json_t *snap = sbx_snapshot_take(s, -1, NULL, NULL, &err);
+    const char *name = NULL;
+    json_t *snap = sbx_json_str(body, "name", SBX_SNAP_NAME_MAX, &name, &err) < 0
+                       ? NULL
+                       : sbx_snapshot_take(s, -1, name, NULL, NULL, &err);
+    json_decref(body);
     if (!snap) {
         e2b_api_err(r, &err);
         return;
     }
-    http_reply_json(r, 201, snap_e2b(snap, name));
+    http_reply_json(r, 201, snap_e2b(snap));
     json_decref(snap);
 }
 
@@ -50,6 +49,7 @@ static void h_list(struct http_req *r, void *arg)
     struct e2b *e = arg;
     const char *sandbox = http_req_query(r, "sandboxID");
     const char *cursor = http_req_query(r, "nextToken");
+    const char *name = http_req_query(r, "name");
     long limit = 100;
     const char *ls = http_req_query(r, "limit");
     if (ls) {
@@ -62,13 +62,14 @@ static void h_list(struct http_req *r, void *arg)
     }
     const char *next = NULL;
     json_t *l = sbx_snapshot_list(e->d, sandbox && *sandbox ? sandbox : NULL,
-                                  cursor && *cursor ? cursor : NULL, limit, &next);
+                                  name && *name ? name : NULL, cursor && *cursor ? cursor : NULL,
+                                  limit, &next);
     json_t *arr = json_array();
     size_t i;
     json_t *v;
     for (i = 0; i < json_array_size(l); i++) {
         v = json_array_get(l, i);
-        json_array_append_new(arr, snap_e2b(v, NULL));
+        json_array_append_new(arr, snap_e2b(v));
     }
     if (next) http_add_header(r, "X-Next-Token", next);
     json_decref(l);

@@ -8,6 +8,10 @@
  * The daemon is host root, so the directories are reached the files layer's way: the
  * watched one resolved inside the sandbox's root (files.h), each subdirectory opened
  * from its parent's descriptor, one component, O_NOFOLLOW, on an allowed file system.
+ * allowNetworkMounts (envd 0.6.4) is accepted and changes nothing: envd refuses NFS,
+ * CIFS, SMB and FUSE unless it is set, and the files layer never touches those at all
+ * (a FUSE server inside could stall the daemon), so such a directory is refused either
+ * way (permission_denied, as for /proc).
  * inotify watches the kept O_PATH descriptor (/proc/self/fd/N), never a path a tenant
  * could swap. A watch ends when its client goes, or when the session ends (the
  * observer's on_session_end), before the trees are unmounted.

@@ -211,6 +211,10 @@ int sbx_plan_build(const struct sbx_plan_input *in, struct sbx_plan *p, struct e
                xasprintf("%s/proc/%s", M, masked[i]), 0);
         p->ops[p->n - 1].optional = 1;
     }
+    /* the session's own boot id (D/boot_id, written for each session: spawn.c) */
+    op_two(p, SBX_OP_BIND_RO, xasprintf("%s/boot_id", D),
+           xasprintf("%s/proc/sys/kernel/random/boot_id", M), 0);
+    p->ops[p->n - 1].optional = 1;
 
     /* drive mounts: after everything else, so none can be shadowed */
     for (size_t i = 0; i < in->nmounts; i++) {

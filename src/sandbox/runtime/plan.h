@@ -15,7 +15,8 @@
  *     usr                     overlay: host /usr + D/fs/upper/usr (work D/fs/work-usr)
  *     proc dev dev/pts dev/shm tmp    fresh proc, tmpfs /dev with six nodes, devpts,
  *                             tmpfs /dev/shm and /tmp; /proc/sys read-only, a few
- *                             /proc files masked; then pivot_root into D/mnt/root.
+ *                             /proc files masked, D/boot_id over /proc/sys/kernel/
+ *                             random/boot_id; then pivot_root into D/mnt/root.
  * Both overlays write into one upper tree (D/fs/upper), so a sandbox's changes are
  * one directory: what snapshots will turn into a layer.
  *

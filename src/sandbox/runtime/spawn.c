@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -687,10 +688,50 @@ gone:
     return -2;
 }
 
+/* D/boot_id: a fresh random id (the kernel's boot_id format) that the plan binds over
+ * the session's /proc/sys/kernel/random/boot_id, so each session is a boot of its own
+ * to what runs inside (a stop and start reads as a reboot, as on a VM). A new inode
+ * each time (written aside, then renamed): nothing still holding the last one sees it
+ * change. D is the daemon's own directory, no tenant's. 0 or -1 with err. */
+static int write_boot_id(const char *dir, struct err *err)
+{
+    unsigned char r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno != EINTR)
+            return err_internal(err, "boot id: getrandom: %s", strerror(errno));
+        if (n > 0) got += (size_t)n;
+    }
+    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40); /* version 4, variant 10 */
+    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+    char text[40];
+    int len = snprintf(text, sizeof text,
+                       "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
+                       r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
+                       r[12], r[13], r[14], r[15]);
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return err_internal(err, "boot id: open %s: %s", dir, strerror(errno));
+    int e = 0;
+    int fd = openat(dfd, "boot_id.new", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0444);
+    if (fd < 0) {
+        e = errno;
+    } else {
+        ssize_t n = write(fd, text, (size_t)len);
+        if (n != len) e = n < 0 ? errno : EIO;
+        if (close(fd) < 0 && !e) e = errno;
+    }
+    if (!e && renameat(dfd, "boot_id.new", dfd, "boot_id") < 0) e = errno;
+    close(dfd);
+    return e ? err_internal(err, "boot id: write %s/boot_id: %s", dir, strerror(e)) : 0;
+}
+
 int sbx_session_spawn(const struct sbx_spawn_params *p, struct sbx_proc *out, struct err *err)
 {
     out->pid = -1;
     out->pidfd = out->ctl = out->rootfd = out->usrfd = -1;
+    if (write_boot_id(p->plan.sandbox_dir, err) < 0) return -1;
     struct zreq *q = calloc(1, sizeof *q);
     if (!q) return err_internal(err, "out of memory");
     q->uid_base = p->plan.uid_base;

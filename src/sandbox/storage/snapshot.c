@@ -16,10 +16,13 @@
  * Snapshots have an expiration (per snapshot, else the sandbox's
  * snapshot_expiration_ms, else the daemon's default; 0 = never): a 1 s timer
  * deletes expired ones, and an expired snapshot is never used. Metadata lives in
- * the `snapshots` table of sandboxd.db, so snapshots survive restarts.
+ * the `snapshots` table of sandboxd.db, so snapshots survive restarts. A snapshot may
+ * have a name (not unique: a later snapshot of the same name is the one the name
+ * restores, as E2B assigns a name's newest build), kept with it and listed by it.
  */
 #include "sandbox/core/sandboxd_int.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +52,7 @@ struct sbx_snap {
     struct sbx_snap *prev, *next;
     char id[40];
     char sandbox_id[40], sandbox_name[64], image[72];
+    char name[SBX_SNAP_NAME_MAX + 1]; /* "" for none */
     uint32_t data_base;
     int64_t created_at, expires_at, expiration_ms;
     char *path;
@@ -64,7 +68,26 @@ static const char *snaps_sql =
     "CREATE TABLE IF NOT EXISTS snapshots("
     " id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, sandbox_name TEXT NOT NULL,"
     " image TEXT NOT NULL, data_base INTEGER NOT NULL, created_at INTEGER NOT NULL,"
-    " expires_at INTEGER NOT NULL, expiration_ms INTEGER NOT NULL) STRICT;";
+    " expires_at INTEGER NOT NULL, expiration_ms INTEGER NOT NULL,"
+    " name TEXT NOT NULL DEFAULT '') STRICT;";
+
+/* A table made before snapshots had names gets the column in place. */
+static int snaps_migrate(sqlite3 *db, char **msg)
+{
+    sqlite3_stmt *q;
+    bool have = false;
+    if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('snapshots')", -1, &q, NULL) !=
+        SQLITE_OK)
+        return -1;
+    while (sqlite3_step(q) == SQLITE_ROW)
+        have |= !strcmp((const char *)sqlite3_column_text(q, 0), "name");
+    sqlite3_finalize(q);
+    if (have) return 0;
+    return sqlite3_exec(db, "ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT ''", NULL,
+                        NULL, msg) == SQLITE_OK
+               ? 0
+               : -1;
+}
 
 static int64_t now_us(void)
 {
@@ -171,7 +194,8 @@ static int snap_insert(struct sbxd *d, const struct sbx_snap *n, struct err *err
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db,
                            "INSERT INTO snapshots(id, sandbox_id, sandbox_name, image, data_base,"
-                           " created_at, expires_at, expiration_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+                           " created_at, expires_at, expiration_ms, name)"
+                           " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
                            -1, &q, NULL) != SQLITE_OK)
         return err_set(err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
     sqlite3_bind_text(q, 1, n->id, -1, SQLITE_STATIC);
@@ -182,6 +206,7 @@ static int snap_insert(struct sbxd *d, const struct sbx_snap *n, struct err *err
     sqlite3_bind_int64(q, 6, n->created_at);
     sqlite3_bind_int64(q, 7, n->expires_at);
     sqlite3_bind_int64(q, 8, n->expiration_ms);
+    sqlite3_bind_text(q, 9, n->name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE) return err_set(err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
@@ -233,6 +258,7 @@ static json_t *snap_json(struct sbxd *d, const struct sbx_snap *n)
     json_object_set_new(o, "id", json_string(n->id));
     json_object_set_new(o, "sandbox_id", json_string(n->sandbox_id));
     json_object_set_new(o, "sandbox_name", json_string(n->sandbox_name));
+    json_object_set_new(o, "name", n->name[0] ? json_string(n->name) : json_null());
     char iname[900];
     sbx_image_name(d, n->image, iname, sizeof iname);
     json_object_set_new(o, "image", json_string(iname));
@@ -556,7 +582,8 @@ int sbx_snaps_open(struct sbxd *d, struct err *err)
 {
     sqlite3 *db = sbx_store_db(d->store);
     char *msg = NULL;
-    if (sqlite3_exec(db, snaps_sql, NULL, NULL, &msg) != SQLITE_OK) {
+    if (sqlite3_exec(db, snaps_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        snaps_migrate(db, &msg) < 0) {
         err_set(err, 500, "storage_error", "", "snapshots table: %s", msg ? msg : "?");
         sqlite3_free(msg);
         return -1;
@@ -565,7 +592,8 @@ int sbx_snaps_open(struct sbxd *d, struct err *err)
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db,
                            "SELECT id, sandbox_id, sandbox_name, image, data_base, created_at,"
-                           " expires_at, expiration_ms FROM snapshots ORDER BY created_at, id",
+                           " expires_at, expiration_ms, name FROM snapshots"
+                           " ORDER BY created_at, id",
                            -1, &q, NULL) != SQLITE_OK)
         return err_set(err, 500, "storage_error", "", "%s", sqlite3_errmsg(db));
     while (sqlite3_step(q) == SQLITE_ROW) {
@@ -579,6 +607,7 @@ int sbx_snaps_open(struct sbxd *d, struct err *err)
         n->created_at = sqlite3_column_int64(q, 5);
         n->expires_at = sqlite3_column_int64(q, 6);
         n->expiration_ms = sqlite3_column_int64(q, 7);
+        snprintf(n->name, sizeof n->name, "%s", (const char *)sqlite3_column_text(q, 8));
         n->path = xasprintf("%s/snapshots/%s", d->storage->root, n->id);
         snap_link(d->snaps, n);
     }
@@ -620,10 +649,24 @@ void sbx_snaps_close(struct sbxd *d)
 
 /* ------------------------------------------------------------------ handlers */
 
-json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t *frozen_us,
-                          struct err *err)
+bool sbx_snapshot_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 1 || n > SBX_SNAP_NAME_MAX || !isalnum((unsigned char)name[0])) return false;
+    for (size_t i = 1; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-/", name[i])) return false;
+    return true;
+}
+
+json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, const char *name, int64_t *took_us,
+                          int64_t *frozen_us, struct err *err)
 {
     struct sbxd *d = s->d;
+    if (name && *name && !sbx_snapshot_name_valid(name)) {
+        err_invalid(err, "name", "a snapshot name is 1 to %d of [A-Za-z0-9._/-], starting with a "
+                    "letter or digit", SBX_SNAP_NAME_MAX);
+        return NULL;
+    }
     if (exp < 0) exp = s->snap_expiration_ms >= 0 ? s->snap_expiration_ms
                                                   : d->cfg.snapshot_expiration_ms;
     if (exp < 0) exp = 0;
@@ -632,6 +675,7 @@ json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t 
     snprintf(n->sandbox_id, sizeof n->sandbox_id, "%s", s->id);
     snprintf(n->sandbox_name, sizeof n->sandbox_name, "%s", s->name);
     snprintf(n->image, sizeof n->image, "%s", s->image);
+    snprintf(n->name, sizeof n->name, "%s", name ? name : "");
     n->data_base = s->data_base ? s->data_base : s->uid_base;
     n->path = xasprintf("%s/snapshots/%s", d->storage->root, n->id);
     int64_t t0 = now_us(), frozen = 0;
@@ -649,8 +693,9 @@ json_t *sbx_snapshot_take(struct sbx *s, int64_t exp, int64_t *took_us, int64_t 
         return NULL;
     }
     snap_link(d->snaps, n);
-    log_info("snapshot created", "snapshot=%s sandbox=%s state=%s us=%lld frozen_us=%lld", n->id,
-             s->id, sbx_state_name(s->state), (long long)took, (long long)frozen);
+    log_info("snapshot created",
+             "snapshot=%s sandbox=%s name=\"%s\" state=%s us=%lld frozen_us=%lld", n->id, s->id,
+             n->name, sbx_state_name(s->state), (long long)took, (long long)frozen);
     if (took_us) *took_us = took;
     if (frozen_us) *frozen_us = frozen;
     return snap_json(d, n);
@@ -662,6 +707,15 @@ json_t *sbx_snapshot_find_json(struct sbxd *d, const char *id)
     return n ? snap_json(d, n) : NULL;
 }
 
+const char *sbx_snapshot_named(struct sbxd *d, const char *name)
+{
+    if (!name || !*name || !d->snaps) return NULL;
+    on_tick(-1, 0, d);
+    for (struct sbx_snap *n = d->snaps->last; n; n = n->prev)
+        if (!strcmp(n->name, name)) return n->id;
+    return NULL;
+}
+
 int sbx_snapshot_delete(struct sbxd *d, const char *id)
 {
     struct sbx_snap *n = snap_find(d, id);
@@ -670,8 +724,8 @@ int sbx_snapshot_delete(struct sbxd *d, const char *id)
     return 0;
 }
 
-json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *cursor, long limit,
-                          const char **next)
+json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *name,
+                          const char *cursor, long limit, const char **next)
 {
     struct sbx *s = sandbox ? sbx_find(d, sandbox) : NULL;
     const char *want = s ? s->id : sandbox; /* a deleted sandbox's id still matches */
@@ -686,6 +740,7 @@ json_t *sbx_snapshot_list(struct sbxd *d, const char *sandbox, const char *curso
         }
         if (want && strcmp(n->sandbox_id, want) != 0 && strcmp(n->sandbox_name, want) != 0)
             continue;
+        if (name && strcmp(n->name, name) != 0 && strcmp(n->id, name) != 0) continue;
         if ((long)json_array_size(arr) == limit) {
             *next = n->prev ? n->prev->id : NULL;
             break;
@@ -702,15 +757,18 @@ static void h_snap_create(struct http_req *r, void *arg)
     json_t *body;
     if (!s || sbx_api_park(s, r, h_snap_create, d) || !sbx_api_body(r, true, &body)) return;
     struct err err = ERR_INIT;
-    static const char *const known[] = {"expiration_ms", NULL};
+    static const char *const known[] = {"expiration_ms", "name", NULL};
     int64_t exp = -1;
+    const char *name = NULL;
     int rc = sbx_json_known(body, known, "a snapshot", &err) < 0 ||
-                     parse_expiration(body, "expiration_ms", &exp, &err) < 0
+                     parse_expiration(body, "expiration_ms", &exp, &err) < 0 ||
+                     sbx_json_str(body, "name", SBX_SNAP_NAME_MAX, &name, &err) < 0
                  ? -1
                  : 0;
-    json_decref(body);
+    if (!rc && name && !*name) rc = err_invalid(&err, "name", "name must not be empty");
     int64_t took = 0, frozen = 0;
-    json_t *o = rc < 0 ? NULL : sbx_snapshot_take(s, exp, &took, &frozen, &err);
+    json_t *o = rc < 0 ? NULL : sbx_snapshot_take(s, exp, name, &took, &frozen, &err);
+    json_decref(body); /* (name was in it) */
     if (!o) {
         http_reply_err(r, &err);
         return;
@@ -727,6 +785,7 @@ static void h_snap_list(struct http_req *r, void *arg)
 {
     struct sbxd *d = arg;
     const char *ref = http_req_query(r, "sandbox"), *cursor = http_req_query(r, "cursor");
+    const char *name = http_req_query(r, "name");
     const char *lim = http_req_query(r, "limit");
     long limit = 100;
     if (lim) {
@@ -740,7 +799,7 @@ static void h_snap_list(struct http_req *r, void *arg)
         if (limit == 0) limit = 100;
     }
     const char *next = NULL;
-    json_t *arr = sbx_snapshot_list(d, ref, cursor, limit, &next);
+    json_t *arr = sbx_snapshot_list(d, ref, name && *name ? name : NULL, cursor, limit, &next);
     json_t *o = json_object();
     json_object_set_new(o, "snapshots", arr);
     json_object_set_new(o, "next_cursor", next ? json_string(next) : json_null());

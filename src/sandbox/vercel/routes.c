@@ -535,7 +535,7 @@ static void h_snapshot(struct http_req *r, void *arg)
     }
     json_decref(body);
     if (exp > 0 && exp < 1000) exp = 1000;
-    json_t *snap = sbx_snapshot_take(s, exp, NULL, NULL, &err);
+    json_t *snap = sbx_snapshot_take(s, exp, NULL, NULL, NULL, &err);
     if (!snap) {
         vc_reply_err(r, &err);
         return;
@@ -556,7 +556,7 @@ static void h_snap_list(struct http_req *r, void *arg)
     long limit;
     if (vc_query_limit(r, &limit) < 0) return;
     const char *next = NULL;
-    json_t *arr = sbx_snapshot_list(v->d, name, cursor, limit, &next), *out = json_array();
+    json_t *arr = sbx_snapshot_list(v->d, name, NULL, cursor, limit, &next), *out = json_array();
     size_t i;
     json_t *n;
     json_array_foreach(arr, i, n) {

@@ -142,6 +142,10 @@ const cases = {
       const list1 = (await sbx.files.list('proj')).map((e) => [e.name, e.type, e.path]).sort()
       const list2 = (await sbx.files.list('proj', { depth: 2 })).map((e) => e.path)  // envd's walk order
       const madeInfo = await sbx.files.makeDir('mk/a/b').then(() => sbx.files.getInfo('mk/a'))
+      // directories: ext4's size (whole blocks, at least one), as envd reports on E2B
+      await sbx.commands.run('mkdir ~/big && cd ~/big && for i in $(seq 200); do : > file-with-a-long-name-$i; done')
+      const dirSizes = [(await sbx.files.getInfo('mk/a/b')).size, (await sbx.files.list('mk/a'))[0].size,
+        (await sbx.files.getInfo('big')).size]
       const exists = await sbx.files.exists('proj/README')
       const notExists = await sbx.files.exists('proj/nope')
       const made = await sbx.files.makeDir('proj/new/deep')
@@ -170,8 +174,15 @@ const cases = {
       await sbx.commands.run('rm ~/proj/e.txt')
       for (let i = 0; i < 50 && !withEntry.some((e) => e[1] === 'e.txt' && e[0] === 'remove'); i++) await sleep(100)
       await we.stop()
+      // envd 0.6.4: allowNetworkMounts only lifts a restriction; a local directory watches the same
+      const netSeen = []
+      const wn = await sbx.files.watchDir('proj', (ev) => netSeen.push([ev.type, ev.name]), { allowNetworkMounts: true })
+      await sbx.files.write('proj/net.txt', 'n')
+      for (let i = 0; i < 50 && !netSeen.some((e) => e[1] === 'net.txt' && e[0] === 'write'); i++) await sleep(100)
+      await wn.stop()
       return {
-        withEntry,
+        netSeen,
+        withEntry, dirSizes,
         info: { name: info.name, type: info.type, path: info.path, size: info.size, owner: info.owner,
           group: info.group, permissions: info.permissions, mode: info.mode,
           modified: String(info.modifiedTime) },
@@ -259,6 +270,54 @@ const cases = {
       forkIds, srcId: sbx.sandboxId, badFork, deleted, deletedAgain }
   },
 
+  async snapnames() {
+    // names are kept with the snapshot: listed, filtered on, and a create by name restores
+    // the newest of that name (E2B assigns a name's latest build)
+    const name = process.env.SNAP_NAME
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      await sbx.files.write('v.txt', 'one')
+      const first = await sbx.createSnapshot({ name })
+      await sbx.files.write('v.txt', 'two')
+      const second = await sbx.createSnapshot({ name })
+      const unnamed = await sbx.createSnapshot()
+      const all = (await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems())
+        .map((x) => [x.snapshotId, x.names])
+      const byName = (await Sandbox.listSnapshots({ name }).nextItems()).map((x) => x.snapshotId)
+      const byId = (await Sandbox.listSnapshots({ name: unnamed.snapshotId }).nextItems()).map((x) => x.snapshotId)
+      const none = await Sandbox.listSnapshots({ name: name + '-does-not-exist' }).nextItems()
+      const restored = await Sandbox.create(name, { timeoutMs: 60_000 })
+      const restoredFile = await restored.files.read('v.txt')
+      await restored.kill()
+      const badName = await catching(() => sbx.createSnapshot({ name: 'bad name!' }))
+      return { first: [first.snapshotId, first.names], second: [second.snapshotId, second.names],
+        unnamed: [unnamed.snapshotId, unnamed.names], all, byName, byId, none: none.length,
+        restoredFile, badName }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async bootid() {
+    // each session is a boot of its own: a filesystem-only pause (a stop) reboots, a
+    // pause with memory (the freezer) does not
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    const boot = async () => (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+    try {
+      const first = await boot()
+      await sbx.pause()
+      await sbx.connect()
+      const afterFreeze = await boot()
+      await sbx.pause({ keepMemory: false })
+      await sbx.connect()
+      const afterStop = await boot()
+      const writable = await catching(() => sbx.commands.run('echo x > /proc/sys/kernel/random/boot_id', { user: 'root' }))
+      return { first, afterFreeze, afterStop, writable: writable.error ?? 'written' }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
   async network() {
     const host = process.env.E2B_TEST_HOST
     const token = process.env.E2B_TEST_TOKEN
@@ -311,6 +370,31 @@ const cases = {
       const killMissing = await sbx.pty.kill(999999)
       const badResize = await catching(() => sbx.pty.resize(999999, { cols: 10, rows: 10 }))
       return { sawHi, sawTty, whoami: /\nuser\r?\n/.test(out), sawSize, listed, sawAgain, exitCode, killed, killExit, killMissing, badResize }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  async killgone() {
+    // kill answers once the process is reaped: the next List and `kill -0` no longer see it
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+    try {
+      const rounds = []
+      for (let i = 0; i < 5; i++) {
+        const c = await sbx.commands.run('sleep 60', { background: true })
+        const t = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 0 })
+        const cKilled = await sbx.commands.kill(c.pid)
+        const tKilled = await sbx.pty.kill(t.pid)
+        const listed = (await sbx.commands.list()).map((p) => p.pid)
+        const cProbe = await catching(() => sbx.commands.run(`kill -0 ${c.pid}`))
+        const tProbe = await catching(() => sbx.commands.run(`kill -0 ${t.pid}`))
+        let cExit = null, tExit = null
+        try { await c.wait() } catch (e) { cExit = e.exitCode }
+        try { await t.wait() } catch (e) { tExit = e.exitCode }
+        rounds.push({ cKilled, tKilled, cListed: listed.includes(c.pid), tListed: listed.includes(t.pid),
+          cProbe: cProbe.error ?? 'alive', tProbe: tProbe.error ?? 'alive', cExit, tExit })
+      }
+      return { rounds }
     } finally {
       await sbx.kill()
     }

@@ -2040,27 +2040,30 @@ class Sandbox(_Executor, _CommandLookup, _UserFactory):
         return _SessionAcquisition(self)
 
     # --- snapshots
-    async def snapshot(self, *, expiration: DurationInput = None) -> Snapshot:
+    async def snapshot(self, *, expiration: DurationInput = None, name: str | None = None) -> Snapshot:
         """Take a snapshot of the sandbox's files; returns a :class:`Snapshot`.
 
         **Unlike Vercel's, this never stops the sandbox**: a running sandbox's processes are
         frozen (cgroup freezer) only while its tree is cloned, a few milliseconds, and keep
         running afterwards; paused and stopped sandboxes are cloned as they are.
         ``expiration`` (seconds or timedelta; ``0`` = never) overrides the sandbox's
-        ``snapshot_expiration`` and the daemon's default (30 days). Restore it with
-        ``create_sandbox(source=SnapshotSource(snapshot_id=snap.snapshot_id))``.
+        ``snapshot_expiration`` and the daemon's default (30 days). ``name`` (1-128 of
+        ``[A-Za-z0-9._/-]``, not unique) is kept with it (``query_snapshots(name=)``). Restore
+        it with ``create_sandbox(source=SnapshotSource(snapshot_id=snap.snapshot_id))``.
         """
         body: dict[str, Any] = {}
         ms = duration_ms(expiration, "expiration")
         if ms is not None:
             body["expiration_ms"] = ms
+        if name is not None:
+            body["name"] = name
         data = await self._api.json("POST", self._scope.base + "/snapshots", json=body, timeout=120)
         return Snapshot(self._api, data)
 
     async def list_snapshots(self, *, limit: int | None = None) -> list[Snapshot]:
         """This sandbox's snapshots (unexpired, creation order), at most ``limit``."""
         out: list[Snapshot] = []
-        async for snap in _query_snapshots(self._api, sandbox=self.id,
+        async for snap in _query_snapshots(self._api, sandbox=self.id, name=None,
                                            page_size=min(limit, 1000) if limit else 1000):
             out.append(snap)
             if limit is not None and len(out) >= limit:
@@ -2234,6 +2237,11 @@ class Snapshot:
         return self._info.sandbox_name
 
     @property
+    def name(self) -> str | None:
+        """The snapshot's own name, if it was given one (``snapshot(name=)``)."""
+        return self._info.name
+
+    @property
     def image(self) -> str | None:
         """The image of its sandbox (a restore uses it too)."""
         return self._info.image
@@ -2275,9 +2283,9 @@ class Snapshot:
         await self._api.request("DELETE", f"/snapshots/{quote(self.id)}")
 
 
-async def _query_snapshots(api: Api, *, sandbox: str | None, page_size: int | None,
+async def _query_snapshots(api: Api, *, sandbox: str | None, name: str | None, page_size: int | None,
                            cursor: str | None = None) -> AsyncIterator[Snapshot]:
-    q: dict[str, Any] = {"limit": page_size or 100, "sandbox": sandbox}
+    q: dict[str, Any] = {"limit": page_size or 100, "sandbox": sandbox, "name": name}
     while True:
         if cursor:
             q["cursor"] = cursor
@@ -2722,11 +2730,13 @@ class SandboxClient:
         return Snapshot(self._api, await self._api.json("GET", f"/snapshots/{quote(snapshot_id)}"))
 
     async def query_snapshots(self, *, sandbox: str | Sandbox | None = None, page_size: int | None = None,
-                              cursor: str | None = None) -> AsyncIterator[Snapshot]:
+                              cursor: str | None = None, name: str | None = None) -> AsyncIterator[Snapshot]:
         """Iterate over unexpired snapshots (``async for``, creation order), only those of
-        ``sandbox`` (a name, id or handle; also after it was deleted) if given."""
+        ``sandbox`` (a name, id or handle; also after it was deleted) if given, and only
+        those named ``name`` (a snapshot's own name, or its id) if given."""
         ref = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
-        async for snap in _query_snapshots(self._api, sandbox=ref, page_size=page_size, cursor=cursor):
+        async for snap in _query_snapshots(self._api, sandbox=ref, name=name, page_size=page_size,
+                                           cursor=cursor):
             yield snap
 
     async def delete_snapshot(self, *, snapshot_id: str) -> None:

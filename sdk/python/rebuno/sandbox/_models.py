@@ -637,6 +637,7 @@ class SnapshotInfo(_Model):
     id: str
     sandbox_id: str | None
     sandbox_name: str | None = None
+    name: str | None = None
     image: str | None = None
     status: str = "created"
     created_at: datetime | None = None
@@ -648,7 +649,7 @@ class SnapshotInfo(_Model):
     def from_api(cls, d: Mapping[str, Any]) -> SnapshotInfo:
         """Build from the API's snapshot object."""
         return cls(id=d["id"], sandbox_id=d.get("sandbox_id"), sandbox_name=d.get("sandbox_name"),
-                   image=d.get("image"), status=d.get("status") or "created",
+                   name=d.get("name"), image=d.get("image"), status=d.get("status") or "created",
                    created_at=parse_time(d.get("created_at")), expires_at=parse_time(d.get("expires_at")),
                    expiration_ms=d.get("expiration_ms"), size_bytes=d.get("size_bytes"))
 

@@ -728,10 +728,10 @@ class SyncSandbox(_SyncExecutor, _SyncLookup, _SyncUsers):
         box.session() as s:`` stops exactly that session at the end."""
         return SyncSandboxRuntimeSession(self._r.run(self._a.session()._acquire()), self, self._r)
 
-    def snapshot(self, *, expiration: DurationInput = None) -> SyncSnapshot:
-        """Take a snapshot of the sandbox's files. Unlike Vercel's, the sandbox keeps running
-        (see :meth:`rebuno.sandbox.Sandbox.snapshot`)."""
-        return SyncSnapshot(self._r.run(self._a.snapshot(expiration=expiration)), self._r)
+    def snapshot(self, *, expiration: DurationInput = None, name: str | None = None) -> SyncSnapshot:
+        """Take a snapshot of the sandbox's files, optionally named. Unlike Vercel's, the
+        sandbox keeps running (see :meth:`rebuno.sandbox.Sandbox.snapshot`)."""
+        return SyncSnapshot(self._r.run(self._a.snapshot(expiration=expiration, name=name)), self._r)
 
     def list_snapshots(self, *, limit: int | None = None) -> list[SyncSnapshot]:
         """This sandbox's snapshots (unexpired, creation order)."""
@@ -781,6 +781,7 @@ class SyncSnapshot:
     source_sandbox_id = _prop("source_sandbox_id", "The id of the sandbox it was taken from.")
     sandbox_id = _prop("sandbox_id", "The same as ``source_sandbox_id``.")
     sandbox_name = _prop("sandbox_name", "The name of the sandbox it was taken from.")
+    name = _prop("name", "The snapshot's own name, if it was given one.")
     image = _prop("image", "The image of its sandbox.")
     status = _prop("status", "``created``.")
     size_bytes = _prop("size_bytes", "Always ``None`` (sandboxd does not report it).")
@@ -957,11 +958,13 @@ class SyncSandboxClient:
         return SyncSnapshot(self._r.run(self._client.get_snapshot(snapshot_id=snapshot_id)), self._r)
 
     def query_snapshots(self, *, sandbox: Any = None, page_size: int | None = None,
-                        cursor: str | None = None) -> Iterator[SyncSnapshot]:
-        """Iterate over unexpired snapshots, only those of ``sandbox`` if given."""
+                        cursor: str | None = None, name: str | None = None) -> Iterator[SyncSnapshot]:
+        """Iterate over unexpired snapshots, only those of ``sandbox`` and named ``name``
+        if given."""
         if isinstance(sandbox, SyncSandbox):
             sandbox = sandbox.id
-        agen = self._client.query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor)
+        agen = self._client.query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor,
+                                            name=name)
         return _iterate(self._r, agen, lambda x: SyncSnapshot(x, self._r))
 
     def delete_snapshot(self, *, snapshot_id: str) -> None:
@@ -1124,9 +1127,10 @@ def get_snapshot(*, snapshot_id: str) -> SyncSnapshot:
 
 
 def query_snapshots(*, sandbox: Any = None, page_size: int | None = None,
-                    cursor: str | None = None) -> Iterator[SyncSnapshot]:
+                    cursor: str | None = None, name: str | None = None) -> Iterator[SyncSnapshot]:
     """Iterate over unexpired snapshots (ambient client)."""
-    return current_sync_client().query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor)
+    return current_sync_client().query_snapshots(sandbox=sandbox, page_size=page_size, cursor=cursor,
+                                                 name=name)
 
 
 def delete_snapshot(*, snapshot_id: str) -> None:
