@@ -107,7 +107,7 @@ static struct proxy_policy *load_policy(const char *arg, bool *is_file, struct e
 
 static json_t *stats_json(const struct proxy_stats *s, uint64_t generation)
 {
-    return json_pack(
+    json_t *o = json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,"
         "s:I,s:I,s:I}",
         "accepted", (json_int_t)s->accepted, "active", (json_int_t)s->active, "denied",
@@ -123,6 +123,9 @@ static json_t *stats_json(const struct proxy_stats *s, uint64_t generation)
         (json_int_t)s->bytes_down, "dns_queries", (json_int_t)s->dns_queries, "dns_answered",
         (json_int_t)s->dns_answered, "dns_nxdomain", (json_int_t)s->dns_nxdomain, "generation",
         (json_int_t)generation);
+    json_object_set_new(o, "forwarded", json_integer((json_int_t)s->forwarded));
+    json_object_set_new(o, "responded", json_integer((json_int_t)s->responded));
+    return o;
 }
 
 static void h_stats(struct http_req *r, void *arg)

@@ -118,6 +118,13 @@ struct resolve_job {
     struct addrinfo *ai;
 };
 
+/* What the upstream side is (or is being) connected to. */
+struct up_target {
+    char host[PROXY_HOST_MAX + 1]; /* "" = none */
+    uint16_t port;
+    bool tls;
+};
+
 struct proxy_conn {
     struct proxy *px;
     struct proxy_sandbox *sbx;
@@ -151,6 +158,13 @@ struct proxy_conn {
     const char *why;         /* why it ended, for the log */
     bool spliced;            /* passthrough moved to splice(2); the bufferevents are idle */
     struct splice_dir sp[2]; /* [0] sandbox -> upstream, [1] upstream -> sandbox */
+    /* per-request routing (the domain has forward or response rules) */
+    bool routed;          /* the upstream is chosen per request; none until one is needed */
+    struct up_target cur; /* the upstream side's target */
+    struct up_target want;
+    bool want_up;          /* the request just read needs `want`: switch before sending it */
+    uint64_t fwd_seen, resp_seen;
+    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
 };
 
 static void conn_run(struct proxy_conn *c);
@@ -158,8 +172,8 @@ static void conn_free(struct proxy_conn *c);
 static void up_read_cb(struct bufferevent *b, void *arg);
 static void write_cb(struct bufferevent *b, void *arg);
 static void up_event_cb(struct bufferevent *b, short what, void *arg);
-static int http_decide(void *arg, const char *host, const struct proxy_headers **set,
-                       const char **why);
+static int http_decide(void *arg, const char *host, const struct proxy_request *rq,
+                       struct proxy_action *act, const char **why);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -210,10 +224,15 @@ static void sync_http_stats(struct proxy_conn *c)
 {
     if (!c->http) return;
     uint64_t r = proxy_http_requests(c->http), i = proxy_http_injected(c->http);
+    uint64_t f = proxy_http_forwarded(c->http), a = proxy_http_responded(c->http);
     st(c)->requests += r - c->req_seen;
     st(c)->injected += i - c->inj_seen;
+    st(c)->forwarded += f - c->fwd_seen;
+    st(c)->responded += a - c->resp_seen;
     c->req_seen = r;
     c->inj_seen = i;
+    c->fwd_seen = f;
+    c->resp_seen = a;
 }
 
 /* ------------------------------------------------------------------ TLS over the socket buffers */
@@ -384,6 +403,8 @@ static void side_shutdown(struct proxy_conn *c, struct side *d)
     maybe_wr_shut(d);
 }
 
+static void answer_and_close(struct proxy_conn *c, int code, const char *reason, const char *why);
+
 /* A request the proxy refuses: answer it if nothing was forwarded yet, then close.
  * In CS_HEAD (the first request on port 80) nothing was sent anywhere yet and the
  * sandbox's socket is plain, so it can always be answered. */
@@ -402,17 +423,29 @@ static void http_refused(struct proxy_conn *c)
     if (first) st(c)->refused++;
     log_info("egress request refused", "sandbox=%s conn=%llu host=%s status=%d reason=\"%s\"",
              c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code, reason);
-    if (proxy_http_requests(c->http) > 0 || (!first && (c->state != CS_RELAY || !c->down.ready))) {
+    /* Serial (routed) connections have no response in flight when a request is read,
+     * so their refusal can be answered in order, after what is queued. */
+    bool answerable = c->routed ? c->down.ready && (c->state == CS_RELAY || first)
+                                : proxy_http_requests(c->http) == 0 &&
+                                      (first || (c->state == CS_RELAY && c->down.ready));
+    if (!answerable) {
         /* a response may be in flight (or there is no channel to answer on) */
         conn_close(c, true, "request refused");
         return;
     }
+    if (!c->routed) evbuffer_drain(c->to_down, evbuffer_get_length(c->to_down));
+    answer_and_close(c, code, reason, "request refused");
+}
+
+/* Queue a status response for the sandbox after what is queued, then close once it is
+ * out. */
+static void answer_and_close(struct proxy_conn *c, int code, const char *reason, const char *why)
+{
     char resp[512];
     size_t n = proxy_http_status_response(code, reason, resp, sizeof resp);
-    evbuffer_drain(c->to_down, evbuffer_get_length(c->to_down));
     evbuffer_add(c->to_down, resp, n);
     c->state = CS_CLOSING;
-    c->why = "request refused";
+    c->why = why;
     c->down.ready = true;
     if (c->up.bev) bufferevent_disable(c->up.bev, EV_READ);
     if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
@@ -420,6 +453,59 @@ static void http_refused(struct proxy_conn *c)
     side_shutdown(c, &c->down);
     arm_timer(c, CLOSE_LINGER_MS);
     conn_run(c);
+}
+
+/* An upstream failed. Before the sandbox has a channel (or when nothing routes per
+ * request) that is a reset; a routed connection answers 502 (504 for a timeout) in
+ * order and closes. */
+static void up_refuse(struct proxy_conn *c, uint64_t *counter, const char *why)
+{
+    if (!c->routed || !c->down.ready || c->state == CS_CLOSING) {
+        refuse(c, counter, why);
+        return;
+    }
+    if (counter) (*counter)++;
+    log_info("egress request failed upstream", "sandbox=%s conn=%llu host=%s upstream=%s reason=\"%s\"",
+             c->sbx->id, (unsigned long long)c->id, c->host, c->cur.host[0] ? c->cur.host : "-",
+             why);
+    answer_and_close(c, strstr(why, "timeout") ? 504 : 502, why, why);
+}
+
+/* Forget the upstream side (a routed connection between requests). */
+static void up_drop(struct proxy_conn *c)
+{
+    SSL_free(c->up.ssl);
+    if (c->up.bev) bufferevent_free(c->up.bev);
+    memset(&c->up, 0, sizeof c->up);
+    c->cur.host[0] = '\0';
+    c->raw_up = false;
+}
+
+static void start_resolve(struct proxy_conn *c);
+
+static bool same_target(const struct up_target *a, const struct up_target *b)
+{
+    return a->port == b->port && a->tls == b->tls && !strcmp(a->host, b->host);
+}
+
+/* The request just read goes to c->want. Nothing of it was sent yet, and (serial) every
+ * earlier answer has ended, so an upstream for another target can be swapped. true: a
+ * new upstream is being connected (c may be gone; the caller returns at once). */
+static bool route_start(struct proxy_conn *c)
+{
+    c->want_up = false;
+    if (c->up.bev && !c->up.done && c->up.ready && same_target(&c->cur, &c->want)) return false;
+    if (!side_send(c, &c->down, c->to_down)) return true; /* closed */
+    up_drop(c);
+    c->cur = c->want;
+    proxy_http_upstream_reset(c->http);
+    c->override = false;
+    c->naddrs = c->addr_i = 0;
+    log_debug("egress upstream", "sandbox=%s conn=%llu host=%s upstream=%s:%u tls=%d", c->sbx->id,
+              (unsigned long long)c->id, c->host, c->cur.host, c->cur.port, (int)c->cur.tls);
+    arm_timer(c, c->px->cfg.handshake_timeout_ms);
+    start_resolve(c);
+    return true;
 }
 
 /* Feed client plaintext through the request rewriter into to_up. *used is what it
@@ -559,6 +645,13 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
     }
     if (track && s->done) track_response(c, NULL, 0); /* no answer will come any more */
     if (c->state != CS_RELAY) return true;
+    if (s == &c->up && s->done && c->routed && !c->raw_up && proxy_http_idle(c->http)) {
+        /* the upstream left after complete answers: the next request may need another */
+        if (!side_send(c, d, q)) return false;
+        up_drop(c);
+        return true;
+    }
+    if (d == &c->up && c->want_up) return true; /* not to this upstream: route_start first */
     if (!side_send(c, d, q)) return false;
     if (!s->done && s->bev) {
         if (queued(d, q) >= max)
@@ -576,11 +669,26 @@ static void relay(struct proxy_conn *c)
     do { /* again when the upstream's answer released client bytes */
         c->kick_down = false;
         if (!relay_dir(c, &c->down, &c->up, c->to_up, http && !c->raw_up)) return;
-        if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
+        if (c->want_up && route_start(c)) return; /* connecting; c may be gone */
+        if (c->up.bev) {
+            if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
+        } else if (!side_send(c, &c->down, c->to_down)) {
+            return;
+        }
         if (c->state != CS_RELAY) return;
     } while (c->kick_down);
     maybe_wr_shut(&c->down);
     maybe_wr_shut(&c->up);
+    if (c->routed && !c->up.bev && c->down.done && proxy_http_idle(c->http)) {
+        /* the sandbox is done and every answer is queued: finish its side */
+        if (!c->down.shut_sent && evbuffer_get_length(c->to_down) == 0)
+            side_shutdown(c, &c->down);
+        if (c->down.wr_shut) {
+            c->why = "finished";
+            conn_free(c);
+        }
+        return;
+    }
     if (c->down.done && c->up.done && c->down.wr_shut && c->up.wr_shut) {
         c->why = "finished";
         conn_free(c);
@@ -760,11 +868,13 @@ static void start_relay(struct proxy_conn *c)
         return;
     }
     bufferevent_setwatermark(c->down.bev, EV_READ, 0, max);
-    bufferevent_setwatermark(c->up.bev, EV_READ, 0, max);
     bufferevent_setwatermark(c->down.bev, EV_WRITE, max / 2, 0);
-    bufferevent_setwatermark(c->up.bev, EV_WRITE, max / 2, 0);
     if (!c->down.sock_eof) bufferevent_enable(c->down.bev, EV_READ);
-    if (!c->up.sock_eof) bufferevent_enable(c->up.bev, EV_READ);
+    if (c->up.bev) { /* a routed connection has none until a request needs one */
+        bufferevent_setwatermark(c->up.bev, EV_READ, 0, max);
+        bufferevent_setwatermark(c->up.bev, EV_WRITE, max / 2, 0);
+        if (!c->up.sock_eof) bufferevent_enable(c->up.bev, EV_READ);
+    }
     relay(c);
 }
 
@@ -810,11 +920,15 @@ static void up_handshake(struct proxy_conn *c)
             ERR_error_string_n(e, buf, sizeof buf);
         st(c)->verify_failed++;
         log_warn("egress upstream TLS failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
-                 c->sbx->id, (unsigned long long)c->id, c->host, buf);
-        refuse(c, NULL, "upstream TLS failed");
+                 c->sbx->id, (unsigned long long)c->id, c->cur.host, buf);
+        up_refuse(c, NULL, "upstream TLS failed");
         return;
     }
     if (r == 0) return;
+    if (c->down.ready) { /* a routed connection's next upstream */
+        start_relay(c);
+        return;
+    }
     if (c->leaf_ctx) {
         start_down_tls(c);
         return;
@@ -845,7 +959,7 @@ int proxy_conn_new_session(SSL *ssl, SSL_SESSION *sess)
 {
     struct proxy_conn *c = SSL_get_app_data(ssl);
     if (!c || !SSL_SESSION_is_resumable(sess)) return 0;
-    proxy_session_put(c->px, c->host, sess);
+    proxy_session_put(c->px, c->cur.host, sess);
     return 1; /* we keep the reference */
 }
 
@@ -854,13 +968,13 @@ static void start_up_tls(struct proxy_conn *c)
     c->state = CS_UP_TLS;
     side_set_ssl(&c->up, SSL_new(c->px->up_ctx));
     SSL_set_app_data(c->up.ssl, c);
-    SSL_SESSION *prev = proxy_session_get(c->px, c->host);
+    SSL_SESSION *prev = proxy_session_get(c->px, c->cur.host);
     if (prev) SSL_set_session(c->up.ssl, prev);
     SSL_set_connect_state(c->up.ssl);
-    SSL_set_tlsext_host_name(c->up.ssl, c->host);
+    SSL_set_tlsext_host_name(c->up.ssl, c->cur.host);
     SSL_set_hostflags(c->up.ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    if (SSL_set1_host(c->up.ssl, c->host) != 1) {
-        refuse(c, &st(c)->verify_failed, "cannot set the host to verify");
+    if (SSL_set1_host(c->up.ssl, c->cur.host) != 1) {
+        up_refuse(c, &st(c)->verify_failed, "cannot set the host to verify");
         return;
     }
     bufferevent_enable(c->up.bev, EV_READ);
@@ -883,11 +997,11 @@ static void up_connected(struct proxy_conn *c)
         if (getsockname(fd, (struct sockaddr *)&l, &ll) == 0 &&
             getpeername(fd, (struct sockaddr *)&r, &rl) == 0 &&
             proxy_addr_same_host((struct sockaddr *)&l, (struct sockaddr *)&r)) {
-            refuse(c, &st(c)->upstream_failed, "upstream is this host");
+            up_refuse(c, &st(c)->upstream_failed, "upstream is this host");
             return;
         }
     }
-    if (c->mode == M_INTERCEPT) {
+    if (c->cur.tls) {
         start_up_tls(c);
         return;
     }
@@ -914,8 +1028,8 @@ static void connect_next(struct proxy_conn *c)
     char a[80] = "-";
     if (c->naddrs) proxy_addr_format((struct sockaddr *)&c->addrs[c->naddrs - 1], a, sizeof a);
     log_info("egress upstream unreachable", "sandbox=%s conn=%llu host=%s addr=%s", c->sbx->id,
-             (unsigned long long)c->id, c->host, a);
-    refuse(c, &st(c)->upstream_failed, "upstream unreachable");
+             (unsigned long long)c->id, c->cur.host, a);
+    up_refuse(c, &st(c)->upstream_failed, "upstream unreachable");
 }
 
 static void resolve_work(void *arg)
@@ -955,20 +1069,21 @@ static void resolve_done(void *arg)
     resolve_drop(j);
     if (c->naddrs == 0) {
         log_info("egress upstream lookup failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
-                 c->sbx->id, (unsigned long long)c->id, c->host,
+                 c->sbx->id, (unsigned long long)c->id, c->cur.host,
                  rc        ? gai_strerror(rc)
                  : refused ? "only private or local addresses"
                            : "no address");
-        refuse(c, &st(c)->upstream_failed, "upstream lookup failed");
+        up_refuse(c, &st(c)->upstream_failed, "upstream lookup failed");
         return;
     }
     connect_next(c);
 }
 
+/* Resolve and connect to c->cur (set_target; a routed connection's route_start). */
 static void start_resolve(struct proxy_conn *c)
 {
     c->state = CS_RESOLVE;
-    const struct proxy_override *o = proxy_find_override(c->px, c->host, c->up_port);
+    const struct proxy_override *o = proxy_find_override(c->px, c->cur.host, c->cur.port);
     if (o) {
         c->override = true;
         memcpy(&c->addrs[0], &o->addr, o->len);
@@ -979,8 +1094,8 @@ static void start_resolve(struct proxy_conn *c)
     }
     struct resolve_job *j = xcalloc(1, sizeof *j);
     j->c = c;
-    snprintf(j->host, sizeof j->host, "%s", c->host);
-    snprintf(j->port, sizeof j->port, "%u", c->up_port);
+    snprintf(j->host, sizeof j->host, "%s", c->cur.host);
+    snprintf(j->port, sizeof j->port, "%u", c->cur.port);
     c->resolving =
         proxy_worker_submit(c->px->resolver, resolve_work, resolve_done, resolve_drop, j);
 }
@@ -992,6 +1107,14 @@ static void log_decision(struct proxy_conn *c, const struct proxy_verdict *v)
     log_info("egress connection", "sandbox=%s conn=%llu port=%u host=%s verdict=%s rule=%s",
              c->sbx->id, (unsigned long long)c->id, c->up_port, c->host,
              proxy_verdict_name(v->kind), v->rule[0] ? v->rule : "-");
+}
+
+/* The upstream is the host the sandbox named, on its port. */
+static void set_target(struct proxy_conn *c)
+{
+    snprintf(c->cur.host, sizeof c->cur.host, "%s", c->host);
+    c->cur.port = c->up_port;
+    c->cur.tls = c->mode == M_INTERCEPT;
 }
 
 static void decide_tls(struct proxy_conn *c, const char *host)
@@ -1015,6 +1138,10 @@ static void decide_tls(struct proxy_conn *c, const char *host)
         c->mode = M_INTERCEPT;
         st(c)->intercepted++;
         c->http = proxy_http_new(http_decide, c);
+        proxy_http_set_origin(c->http, true, c->up_port);
+        proxy_http_set_local(c->http, c->to_down);
+        c->routed = v.routes;
+        proxy_http_set_serial(c->http, c->routed);
         struct proxy_leaf *leaf = proxy_leaf_get(c->sbx, c->host);
         if (!leaf) {
             refuse(c, NULL, "leaf cache full");
@@ -1028,7 +1155,15 @@ static void decide_tls(struct proxy_conn *c, const char *host)
             c->leaf_next = leaf->waiters;
             leaf->waiters = c;
         }
+        if (c->routed) { /* no upstream until a request needs one: the sandbox's TLS first */
+            if (c->leaf_ctx)
+                start_down_tls(c);
+            else
+                c->state = CS_LEAF;
+            return;
+        }
     }
+    set_target(c);
     start_resolve(c);
 }
 
@@ -1055,11 +1190,10 @@ static void sniff(struct proxy_conn *c)
 }
 
 /* Every request head on an HTTP-mode connection comes here (http_rw.h). */
-static int http_decide(void *arg, const char *host, const struct proxy_headers **set,
-                       const char **why)
+static int http_decide(void *arg, const char *host, const struct proxy_request *rq,
+                       struct proxy_action *act, const char **why)
 {
     struct proxy_conn *c = arg;
-    *set = NULL;
     if (c->host[0] == '\0') {
         snprintf(c->host, sizeof c->host, "%s", host); /* first request on port 80 */
     } else if (strcmp(host, c->host) != 0) {
@@ -1070,17 +1204,42 @@ static int http_decide(void *arg, const char *host, const struct proxy_headers *
     if (c->state == CS_HEAD) {
         c->admitted = v.kind;
         c->generation = c->sbx->generation;
+        c->routed = v.routes;
+        proxy_http_set_serial(c->http, c->routed);
         log_decision(c, &v);
     }
     if (v.kind == PROXY_DENY) return PROXY_HTTP_DENIED;
-    if (v.kind != PROXY_INTERCEPT) return 0;
-    if (c->mode == M_HTTP && !v.plain_http) {
+    proxy_policy_eval(&v, rq, c->scratch, act);
+    if (c->mode == M_HTTP && act->headers.n && !act->plain_http) {
         /* the headers would cross the network in cleartext: only on the rule's word */
         *why = "the policy sets headers for this host and sends them only over HTTPS: use "
                "https://, or set plain_http: true on the host's rule to allow cleartext";
         return 403;
     }
-    *set = v.headers;
+    if (act->kind != PROXY_ACT_UPSTREAM && !c->routed) {
+        *why = "the policy changed for this connection: reconnect";
+        return 503;
+    }
+    if (act->kind != PROXY_ACT_UPSTREAM || act->rule >= 0)
+        log_debug("egress request routed", "sandbox=%s conn=%llu host=%s rule=%d action=%s%s%s",
+                  c->sbx->id, (unsigned long long)c->id, c->host, act->rule,
+                  act->kind == PROXY_ACT_FORWARD ? "forward" : "respond",
+                  act->forward ? " to=" : "", act->forward ? act->forward->url : "");
+    if (!c->routed || act->kind == PROXY_ACT_RESPOND) return 0;
+    struct up_target t;
+    if (act->kind == PROXY_ACT_FORWARD) {
+        snprintf(t.host, sizeof t.host, "%s", act->forward->host);
+        t.port = act->forward->port;
+        t.tls = act->forward->tls;
+    } else {
+        snprintf(t.host, sizeof t.host, "%s", c->host);
+        t.port = c->up_port;
+        t.tls = c->mode == M_INTERCEPT;
+    }
+    if (!c->up.bev || !same_target(&t, &c->cur)) {
+        c->want = t;
+        c->want_up = true;
+    }
     return 0;
 }
 
@@ -1098,8 +1257,13 @@ static void head(struct proxy_conn *c)
             sync_http_stats(c);
             st(c)->plain_http++;
             c->down.ready = true;
+            if (c->routed) { /* the first request chose its upstream (or none) */
+                start_relay(c);
+                return;
+            }
             /* pause reading until relaying; what was read is in to_up */
             bufferevent_disable(c->down.bev, EV_READ);
+            set_target(c);
             start_resolve(c);
             return;
         }
@@ -1174,8 +1338,7 @@ static void side_event(struct proxy_conn *c, struct side *s, short what)
             return;
         }
         if (s == &c->up && c->state < CS_RELAY) {
-            st(c)->upstream_failed++;
-            refuse(c, NULL, "upstream failed");
+            up_refuse(c, &st(c)->upstream_failed, "upstream failed");
             return;
         }
         (void)e;
@@ -1215,7 +1378,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     if (c->state != CS_RELAY) {
         log_info("egress handshake timeout", "sandbox=%s conn=%llu host=%s", c->sbx->id,
                  (unsigned long long)c->id, c->host[0] ? c->host : "-");
-        refuse(c, &st(c)->timeouts, "handshake timeout");
+        up_refuse(c, &st(c)->timeouts, "handshake timeout");
         return;
     }
     int64_t idle = proxy_now_ms() - c->last_ms, limit = c->px->cfg.idle_timeout_ms;
@@ -1322,7 +1485,10 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     if (sbx->nconns++ == 0) px->nholders++;
     px->nconns++;
     sbx->st.active++;
-    if (c->mode == M_HTTP) c->http = proxy_http_new(http_decide, c);
+    if (c->mode == M_HTTP) {
+        c->http = proxy_http_new(http_decide, c);
+        proxy_http_set_local(c->http, c->to_down);
+    }
 
     c->down.bev = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
     ASSERT(c->down.bev);
@@ -1378,7 +1544,8 @@ void proxy_conn_policy_changed(struct proxy_conn *c)
     if (c->host[0] == '\0') return; /* not decided yet: it will see the new policy */
     struct proxy_verdict v;
     proxy_policy_match(c->sbx->policy, c->host, &v);
-    bool close = v.kind == PROXY_DENY || (c->mode != M_HTTP && v.kind != c->admitted);
+    bool close = v.kind == PROXY_DENY || (c->mode != M_HTTP && v.kind != c->admitted) ||
+                 (v.kind == PROXY_INTERCEPT && v.routes != c->routed);
     if (!close) {
         c->generation = c->sbx->generation;
         return;

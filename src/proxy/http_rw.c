@@ -77,6 +77,18 @@ struct proxy_http {
     bool resp_lost;       /* responses could not be followed: no more Upgrade, no waits */
     bool raw;             /* 101 seen: nothing is parsed any more */
     enum proxy_http_resp event;
+    /* per-request routing */
+    struct proxy_req_header *rqh; /* the request's headers for the policy (cap PROXY_HTTP_MAX_HEADERS) */
+    bool tls;                     /* the client's side */
+    uint16_t port;
+    struct evbuffer *local;   /* local answers go here */
+    struct evbuffer *answer;  /* the answer to the request being read (made on first use) */
+    bool answering;           /* the current request is answered here: its body is dropped */
+    bool serial;
+    bool reinit;              /* an Upgrade request was answered here: parse afresh */
+    uint64_t finished;        /* forwarded requests whose response has ended */
+    bool resp_interim;        /* the response being parsed is a 1xx */
+    uint64_t forwarded, responded;
 };
 
 static int fail(struct proxy_http *h, int status, const char *reason)
@@ -352,6 +364,126 @@ static int check_framing(struct proxy_http *h, const http_parser *p)
     return 0;
 }
 
+/* The request as the policy sees it: method, path and query of the target (origin or
+ * absolute form; "*" is the path "/"), and the headers. */
+static int request_view(struct proxy_http *h, const http_parser *p, struct proxy_request *rq,
+                        char *slash)
+{
+    const char *url = h->arena.data + h->url_off;
+    size_t n = h->url_len;
+    rq->method = http_method_str((enum http_method)p->method);
+    rq->query = NULL;
+    rq->query_len = 0;
+    if (n && url[0] != '/' && !(n == 1 && url[0] == '*')) {
+        struct http_parser_url u;
+        http_parser_url_init(&u);
+        if (http_parser_parse_url(url, n, 0, &u) != 0) return -1;
+        if (u.field_set & (1 << UF_PATH)) {
+            rq->path = url + u.field_data[UF_PATH].off;
+            rq->path_len = u.field_data[UF_PATH].len;
+        } else {
+            slash[0] = '/';
+            slash[1] = '\0';
+            rq->path = slash;
+            rq->path_len = 1;
+        }
+        if (u.field_set & (1 << UF_QUERY)) {
+            rq->query = url + u.field_data[UF_QUERY].off;
+            rq->query_len = u.field_data[UF_QUERY].len;
+        }
+    } else if (n == 1 && url[0] == '*') {
+        slash[0] = '/';
+        slash[1] = '\0';
+        rq->path = slash;
+        rq->path_len = 1;
+    } else {
+        const char *hash = memchr(url, '#', n);
+        if (hash) n = (size_t)(hash - url);
+        const char *q = memchr(url, '?', n);
+        rq->path = url;
+        rq->path_len = q ? (size_t)(q - url) : n;
+        if (q) {
+            rq->query = q + 1;
+            rq->query_len = n - rq->path_len - 1;
+        }
+    }
+    if (!h->rqh) h->rqh = xcalloc(PROXY_HTTP_MAX_HEADERS, sizeof *h->rqh);
+    for (size_t i = 0; i < h->nh; i++) {
+        h->rqh[i].name = h->arena.data + h->h[i].name_off;
+        h->rqh[i].name_len = h->h[i].name_len;
+        h->rqh[i].value = h->arena.data + h->h[i].val_off;
+        h->rqh[i].value_len = h->h[i].val_len;
+    }
+    rq->h = h->rqh;
+    rq->nh = h->nh;
+    return 0;
+}
+
+/* Headers a forwarded request must not carry from the sandbox: the forwarding server
+ * trusts them to describe the original request. */
+static bool forwarded_header(const struct proxy_http *h, const struct hdr *x)
+{
+    static const char pfx[] = "vercel-forwarded-";
+    return (x->name_len >= sizeof pfx - 1 &&
+            !strncasecmp(h->arena.data + x->name_off, pfx, sizeof pfx - 1)) ||
+           name_is(h, x, "vercel-sandbox-oidc-token", 25);
+}
+
+static const char *status_reason(int status)
+{
+    static const struct {
+        int code;
+        const char *reason;
+    } t[] = {{200, "OK"},
+             {201, "Created"},
+             {202, "Accepted"},
+             {204, "No Content"},
+             {301, "Moved Permanently"},
+             {302, "Found"},
+             {304, "Not Modified"},
+             {307, "Temporary Redirect"},
+             {308, "Permanent Redirect"},
+             {400, "Bad Request"},
+             {401, "Unauthorized"},
+             {403, "Forbidden"},
+             {404, "Not Found"},
+             {405, "Method Not Allowed"},
+             {409, "Conflict"},
+             {418, "I'm a teapot"},
+             {421, "Misdirected Request"},
+             {429, "Too Many Requests"},
+             {431, "Request Header Fields Too Large"},
+             {451, "Unavailable For Legal Reasons"},
+             {500, "Internal Server Error"},
+             {502, "Bad Gateway"},
+             {503, "Service Unavailable"},
+             {504, "Gateway Timeout"}};
+    for (size_t i = 0; i < ARRAY_LEN(t); i++)
+        if (t[i].code == status) return t[i].reason;
+    return "";
+}
+
+/* A response rule's answer: status line, its headers, Content-Type, Content-Length
+ * (none for 204 and 304, which have no body), and the body unless head. */
+static void write_answer(struct evbuffer *o, const struct proxy_response *r, bool head)
+{
+    bool bodyless = r->status == 204 || r->status == 304;
+    evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\n", r->status, status_reason(r->status));
+    for (size_t i = 0; i < r->headers.n; i++) {
+        evbuffer_add(o, r->headers.v[i].name, r->headers.v[i].name_len);
+        evbuffer_add(o, ": ", 2);
+        evbuffer_add(o, r->headers.v[i].value, r->headers.v[i].value_len);
+        evbuffer_add(o, "\r\n", 2);
+    }
+    if (r->content_type)
+        evbuffer_add_printf(o, "Content-Type: %s\r\n", r->content_type);
+    else if (r->body_len && !bodyless)
+        evbuffer_add_printf(o, "Content-Type: text/plain; charset=utf-8\r\n");
+    if (!bodyless) evbuffer_add_printf(o, "Content-Length: %zu\r\n", r->body_len);
+    evbuffer_add(o, "\r\n", 2);
+    if (!bodyless && !head && r->body_len) evbuffer_add(o, r->body, r->body_len);
+}
+
 static int on_headers_complete(http_parser *p)
 {
     struct proxy_http *h = p->data;
@@ -372,26 +504,57 @@ static int on_headers_complete(http_parser *p)
     if (th[0] && strcmp(th, hn) != 0)
         return fail(h, 400, "request target names another host than Host");
 
-    const struct proxy_headers *set = NULL;
+    if (h->serial && h->resp_lost)
+        return fail(h, 502, "the upstream's responses could not be followed");
+
+    char path_buf[2];
+    struct proxy_request rq;
+    if (request_view(h, p, &rq, path_buf) < 0) return fail(h, 400, "bad request target");
+    struct proxy_action act;
+    memset(&act, 0, sizeof act);
+    act.kind = PROXY_ACT_UPSTREAM;
+    act.rule = -1;
     const char *why = NULL;
-    int d = h->decide(h->arg, hn, &set, &why);
+    int d = h->decide(h->arg, hn, &rq, &act, &why);
     if (d == PROXY_HTTP_DENIED) return fail(h, PROXY_HTTP_DENIED, "host denied");
     if (d != 0)
         return fail(h, d,
                     why        ? why
                     : d == 421 ? "Host differs from the TLS server name"
                                : "refused");
-    if (p->method == HTTP_TRACE && set && set->n)
+    const struct proxy_headers *set = act.headers.n ? &act.headers : NULL;
+    if (p->method == HTTP_TRACE && set)
         return fail(h, 405, "TRACE is refused to a host that gets headers set: it echoes them");
+    if (act.kind == PROXY_ACT_RESPOND) {
+        if (!h->local || !act.response) return fail(h, 503, "cannot answer here");
+        if (!h->answer) h->answer = evbuffer_new();
+        write_answer(h->answer, act.response, p->method == HTTP_HEAD);
+        h->answering = true;
+        h->responded++;
+        h->chunked = false;
+        h->state = RW_BODY;
+        return 0;
+    }
+    const struct proxy_forward *fw = act.kind == PROXY_ACT_FORWARD ? act.forward : NULL;
 
     struct evbuffer *o = h->out;
     const char *a = h->arena.data;
     evbuffer_add_printf(o, "%s ", http_method_str((enum http_method)p->method));
-    evbuffer_add(o, a + h->url_off, h->url_len);
+    if (fw) {
+        evbuffer_add(o, fw->path, fw->path_len);
+        evbuffer_add(o, rq.path, rq.path_len);
+        if (rq.query) {
+            evbuffer_add(o, "?", 1);
+            evbuffer_add(o, rq.query, rq.query_len);
+        }
+    } else {
+        evbuffer_add(o, a + h->url_off, h->url_len);
+    }
     evbuffer_add_printf(o, " HTTP/%d.%d\r\n", p->http_major, p->http_minor);
     for (size_t i = 0; i < h->nh; i++) {
         const struct hdr *x = &h->h[i];
         if (is_set(set, h, x)) continue;
+        if (fw && (name_is(h, x, "host", 4) || forwarded_header(h, x))) continue;
         evbuffer_add(o, a + x->name_off, x->name_len);
         evbuffer_add(o, ": ", 2);
         evbuffer_add(o, a + x->val_off, x->val_len);
@@ -403,9 +566,26 @@ static int on_headers_complete(http_parser *p)
         evbuffer_add(o, set->v[i].value, set->v[i].value_len);
         evbuffer_add(o, "\r\n", 2);
     }
+    if (fw) {
+        if (fw->port == (fw->tls ? 443 : 80))
+            evbuffer_add_printf(o, "Host: %s\r\n", fw->host);
+        else
+            evbuffer_add_printf(o, "Host: %s:%u\r\n", fw->host, fw->port);
+        evbuffer_add_printf(o,
+                            "vercel-forwarded-host: %s\r\nvercel-forwarded-scheme: %s\r\n"
+                            "vercel-forwarded-port: %u\r\nvercel-forwarded-path: ",
+                            hn, h->tls ? "https" : "http", h->port);
+        evbuffer_add(o, rq.path, rq.path_len);
+        if (rq.query) {
+            evbuffer_add(o, "?", 1);
+            evbuffer_add(o, rq.query, rq.query_len);
+        }
+        evbuffer_add(o, "\r\n", 2);
+        h->forwarded++;
+    }
     evbuffer_add(o, "\r\n", 2);
     h->requests++;
-    if (set && set->n) h->injected++;
+    if (set) h->injected++;
     if (p->method == HTTP_HEAD)
         h->head_bits |= req_bit(h->requests);
     else
@@ -418,6 +598,7 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct proxy_http *h = p->data;
+    if (h->answering) return 0; /* read and dropped: nobody upstream gets it */
     if (h->chunked) evbuffer_add_printf(h->out, "%zx\r\n", n);
     evbuffer_add(h->out, at, n);
     if (h->chunked) evbuffer_add(h->out, "\r\n", 2);
@@ -430,11 +611,25 @@ static int on_body(http_parser *p, const char *at, size_t n)
 static int on_message_complete(http_parser *p)
 {
     struct proxy_http *h = p->data;
+    if (h->answering) {
+        /* answered here, in order: in serial mode every earlier response has ended */
+        evbuffer_add_buffer(h->local, h->answer);
+        h->answering = false;
+        reset_head(h);
+        h->scan = SC_START;
+        h->head_raw = 0;
+        if (p->upgrade) h->reinit = true; /* no switch happened: parse HTTP again */
+        http_parser_pause(p, 1);
+        return 0;
+    }
     if (h->chunked) evbuffer_add(h->out, "0\r\n\r\n", 5);
     reset_head(h);
     h->scan = SC_START;
     h->head_raw = 0;
-    if (p->upgrade) {
+    if (h->serial) {
+        if (p->upgrade) h->upgrade_req = h->requests;
+        if (!h->resp_lost && h->finished < h->requests) h->waiting = true;
+    } else if (p->upgrade) {
         h->upgrade_req = h->requests;
         h->waiting = true;
     } else if (!h->resp_lost && h->requests - h->answered >= PROXY_HTTP_MAX_PIPELINE) {
@@ -479,7 +674,8 @@ static int on_response_head(http_parser *p)
 {
     struct proxy_http *h = p->data;
     unsigned st = p->status_code;
-    if (st >= 100 && st < 200 && st != 101) return 1; /* interim, no body */
+    h->resp_interim = st >= 100 && st < 200 && st != 101;
+    if (h->resp_interim) return 1; /* interim, no body */
     uint64_t k = h->answered + 1;
     if (k > h->requests || (st == 101 && k != h->upgrade_req)) {
         lose(h); /* a response nobody asked for, or a switch nobody asked for */
@@ -492,15 +688,29 @@ static int on_response_head(http_parser *p)
         return -1; /* the rest is the other protocol: stop parsing */
     }
     h->answered = k;
-    if (h->waiting &&
+    if (h->waiting && !h->serial &&
         (k == h->upgrade_req || (!h->upgrade_req && h->requests - k < PROXY_HTTP_MAX_PIPELINE)))
         resume(h);
     bool head = (h->head_bits & req_bit(k)) != 0;
     return head || st == 204 || st == 304 ? 1 : 0;
 }
 
+/* A final response ended (serial mode waits for this, not for the head). */
+static int on_response_complete(http_parser *p)
+{
+    struct proxy_http *h = p->data;
+    if (h->resp_interim) {
+        h->resp_interim = false;
+        return 0;
+    }
+    h->finished = h->answered;
+    if (h->serial && h->waiting && h->finished == h->requests) resume(h);
+    return 0;
+}
+
 static const http_parser_settings resp_settings = {
     .on_headers_complete = on_response_head,
+    .on_message_complete = on_response_complete,
 };
 
 enum proxy_http_resp proxy_http_response(struct proxy_http *h, const char *data, size_t len)
@@ -508,6 +718,11 @@ enum proxy_http_resp proxy_http_response(struct proxy_http *h, const char *data,
     if (h->raw || h->resp_lost) return PROXY_HTTP_RESP_NONE;
     h->event = PROXY_HTTP_RESP_NONE;
     if (len == 0) {
+        if (h->serial) {
+            /* an answer delimited by the end of the connection ends here */
+            http_parser_execute(&h->rp, &resp_settings, NULL, 0);
+            if (h->finished == h->requests) return h->event;
+        }
         lose(h); /* the upstream finished: no answer will come */
         return h->event;
     }
@@ -527,6 +742,7 @@ struct proxy_http *proxy_http_new(proxy_http_decide_fn decide, void *arg)
     h->rp.data = h;
     h->decide = decide;
     h->arg = arg;
+    h->port = 80;
     buf_init(&h->arena, PROXY_HTTP_MAX_HEAD);
     return h;
 }
@@ -536,7 +752,48 @@ void proxy_http_free(struct proxy_http *h)
     if (!h) return;
     buf_fini(&h->arena);
     free(h->h);
+    free(h->rqh);
+    if (h->answer) evbuffer_free(h->answer);
     free(h);
+}
+
+void proxy_http_set_origin(struct proxy_http *h, bool tls, uint16_t port)
+{
+    h->tls = tls;
+    h->port = port;
+}
+
+void proxy_http_set_local(struct proxy_http *h, struct evbuffer *local)
+{
+    h->local = local;
+}
+
+void proxy_http_set_serial(struct proxy_http *h, bool on)
+{
+    h->serial = on;
+}
+
+bool proxy_http_idle(const struct proxy_http *h)
+{
+    return h->finished == h->requests && !h->resp_lost;
+}
+
+void proxy_http_upstream_reset(struct proxy_http *h)
+{
+    ASSERT(h->requests - h->finished <= 1); /* at most the request just read */
+    http_parser_init(&h->rp, HTTP_RESPONSE);
+    h->rp.data = h;
+    h->resp_interim = false;
+}
+
+uint64_t proxy_http_forwarded(const struct proxy_http *h)
+{
+    return h->forwarded;
+}
+
+uint64_t proxy_http_responded(const struct proxy_http *h)
+{
+    return h->responded;
 }
 
 enum proxy_http_status proxy_http_feed(struct proxy_http *h, const char *data, size_t len,
@@ -560,6 +817,11 @@ enum proxy_http_status proxy_http_feed(struct proxy_http *h, const char *data, s
         enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
         if (e == HPE_PAUSED) { /* at the end of a message */
             http_parser_pause(&h->p, 0);
+            if (h->reinit) { /* an Upgrade request answered here: HTTP goes on */
+                h->reinit = false;
+                http_parser_init(&h->p, HTTP_REQUEST);
+                h->p.data = h;
+            }
             continue;
         }
         if (e != HPE_OK) {
@@ -613,6 +875,9 @@ size_t proxy_http_status_response(int status, const char *reason, char *out, siz
         {405, "Method Not Allowed", "method not allowed"},
         {421, "Misdirected Request", "Host does not match the TLS server name"},
         {431, "Request Header Fields Too Large", "request head too large"},
+        {502, "Bad Gateway", "upstream failed"},
+        {503, "Service Unavailable", "unavailable"},
+        {504, "Gateway Timeout", "upstream timed out"},
     };
     size_t i = 0;
     while (i < ARRAY_LEN(table) && table[i].code != status)

@@ -25,6 +25,16 @@
  * that gets headers set (the upstream would echo them back). And whatever the
  * decide callback refuses (e.g. a Host other than the TLS server name: 421).
  *
+ * Per-request routing (policy.h): a request the policy answers is read to its end and
+ * not forwarded; its response is appended to the local output (proxy_http_set_local)
+ * when its body has been read. A forwarded request is re-targeted: the forward URL's
+ * path prefix before the original path and query, Host set to the forward URL's
+ * authority, vercel-forwarded-{host,scheme,port,path} added (the sandbox's own copies,
+ * and vercel-sandbox-oidc-token, dropped). In serial mode (proxy_http_set_serial, for
+ * connections whose upstream changes per request) the rewriter takes no more bytes
+ * after a forwarded request until that request's response has ended, so the proxy may
+ * switch upstreams between requests and local answers are never out of order.
+ *
  * Responses are not rewritten: they flow back untouched. They are parsed for their
  * framing only (proxy_http_response), which is what lets the rewriter honour an
  * Upgrade: after an Upgrade request it takes no more client bytes (feed answers
@@ -51,14 +61,16 @@
 #define PROXY_HTTP_DENIED (-1) /* refuse without any response: reset the connection */
 
 /*
- * Called once per request head with the normalized Host (port removed). Return 0
- * and set *set to the headers to set (NULL for none), PROXY_HTTP_DENIED, or a 4xx
- * status to refuse, with *why a static reason for the response body and the log
- * (never a header value; NULL for a default). The headers must stay valid until
- * the next call or free.
+ * Called once per request head with the normalized Host (port removed) and the
+ * request as the policy's per-request rules see it. Return 0 with *act filled
+ * (proxy_policy_eval's outcome: the headers to set, and whether to forward the request
+ * elsewhere or answer it here), PROXY_HTTP_DENIED, or a 4xx/5xx status to refuse, with
+ * *why a static reason for the response body and the log (never a header value; NULL
+ * for a default). act arrives as "upstream, no headers"; what it points to must stay
+ * valid until the next call or free.
  */
-typedef int (*proxy_http_decide_fn)(void *arg, const char *host, const struct proxy_headers **set,
-                                    const char **why);
+typedef int (*proxy_http_decide_fn)(void *arg, const char *host, const struct proxy_request *rq,
+                                    struct proxy_action *act, const char **why);
 
 enum proxy_http_status {
     PROXY_HTTP_OK,    /* all input consumed */
@@ -78,6 +90,20 @@ struct proxy_http;
 struct proxy_http *proxy_http_new(proxy_http_decide_fn decide, void *arg);
 void proxy_http_free(struct proxy_http *h);
 
+/* Where the client's requests were sent (for vercel-forwarded-scheme/-port): TLS or
+ * not, and the original port. Default: plain, 80. */
+void proxy_http_set_origin(struct proxy_http *h, bool tls, uint16_t port);
+/* Where local answers go (the client's plaintext queue). Needed before a policy can
+ * answer a request. */
+void proxy_http_set_local(struct proxy_http *h, struct evbuffer *local);
+/* One request at a time: see above. */
+void proxy_http_set_serial(struct proxy_http *h, bool on);
+/* Every forwarded request's response has ended (serial mode; the upstream may go). */
+bool proxy_http_idle(const struct proxy_http *h);
+/* A new upstream connection follows: start its response parsing afresh. Only when
+ * every response before the request just read has ended. */
+void proxy_http_upstream_reset(struct proxy_http *h);
+
 /* Parse data[0..len), appending the rewritten stream to out. */
 enum proxy_http_status proxy_http_feed(struct proxy_http *h, const char *data, size_t len,
                                        struct evbuffer *out, size_t *consumed);
@@ -85,7 +111,8 @@ enum proxy_http_status proxy_http_feed(struct proxy_http *h, const char *data, s
 bool proxy_http_waiting(const struct proxy_http *h);
 
 /* The upstream's bytes, in order, as they are relayed back (len 0: the upstream
- * finished). Never fails: responses it cannot follow only end its tracking (a
+ * finished; in serial mode an upstream that ends after complete responses is fine,
+ * see proxy_http_idle). Never fails: responses it cannot follow only end its tracking (a
  * later Upgrade request is then refused, and a wait ends as RESUME). */
 enum proxy_http_resp proxy_http_response(struct proxy_http *h, const char *data, size_t len);
 
@@ -96,6 +123,9 @@ const char *proxy_http_error_reason(const struct proxy_http *h);
 /* Requests whose head was forwarded, and how many of them had headers set. */
 uint64_t proxy_http_requests(const struct proxy_http *h);
 uint64_t proxy_http_injected(const struct proxy_http *h);
+/* Requests sent to a forward URL, and requests answered by the policy. */
+uint64_t proxy_http_forwarded(const struct proxy_http *h);
+uint64_t proxy_http_responded(const struct proxy_http *h);
 
 /* Write the whole response for a refusal status ("HTTP/1.1 421 Misdirected Request ...",
  * Connection: close, body "egress proxy: <reason>") into out; returns its length. reason

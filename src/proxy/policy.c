@@ -7,7 +7,9 @@
  * label boundary) plus a flag for "*". Matching scans the array once: a few
  * hundred entries cost less than one TLS record, and a connection is matched once.
  * Several rules for one domain merge their headers in order; a later header of
- * the same name (any case) replaces an earlier one.
+ * the same name (any case) replaces an earlier one. The rules without "match" are
+ * merged once at parse time (the verdict's headers); a request is evaluated against
+ * the rule list only when some rule has a "match" or routes (forward, response).
  */
 #include "proxy/policy.h"
 
@@ -20,12 +22,48 @@
 #include <string.h>
 #include <strings.h>
 
+enum str_op { STR_ANY, STR_EXACT, STR_PREFIX };
+
+struct str_match {
+    enum str_op op;
+    char *s;
+    size_t len;
+};
+
+struct kv_match {
+    struct str_match key, value;
+};
+
+struct rule_match {
+    struct str_match path;
+    char *methods[PROXY_POLICY_MAX_MATCHERS];
+    size_t nmethods;
+    struct kv_match query[PROXY_POLICY_MAX_MATCHERS];
+    size_t nquery;
+    struct kv_match headers[PROXY_POLICY_MAX_MATCHERS];
+    size_t nheaders;
+};
+
+struct proxy_rule {
+    struct rule_match *match; /* NULL: every request */
+    enum proxy_action_kind kind; /* UPSTREAM: a transform */
+    bool plain_http;
+    struct proxy_headers headers; /* transform */
+    struct proxy_forward fwd;
+    struct proxy_response resp;
+};
+
 struct proxy_domain {
     char *key;   /* as matched: "github.com" or "example.com" for "*.example.com" */
     char *label; /* as written in the policy, normalized ("*.example.com") */
     bool wildcard;
-    bool plain_http; /* some rule asked for its headers on port 80 too */
-    struct proxy_headers headers;
+    bool plain_http; /* some rule without match asked for its headers on port 80 too */
+    bool per_request; /* some rule has a match or routes: evaluate each request */
+    bool routes;      /* some rule forwards or answers */
+    bool acts;        /* some rule sets a header, forwards or answers: intercept */
+    struct proxy_headers headers; /* merged headers of the rules without match */
+    struct proxy_rule *rules;
+    size_t nrules;
 };
 
 struct proxy_policy {
@@ -119,13 +157,51 @@ static void headers_wipe(struct proxy_headers *h)
     h->n = 0;
 }
 
+static void str_match_free(struct str_match *m)
+{
+    free(m->s);
+    m->s = NULL;
+}
+
+static void rule_free(struct proxy_rule *r)
+{
+    if (r->match) {
+        str_match_free(&r->match->path);
+        for (size_t i = 0; i < r->match->nmethods; i++)
+            free(r->match->methods[i]);
+        for (size_t i = 0; i < r->match->nquery; i++) {
+            str_match_free(&r->match->query[i].key);
+            str_match_free(&r->match->query[i].value);
+        }
+        for (size_t i = 0; i < r->match->nheaders; i++) {
+            str_match_free(&r->match->headers[i].key);
+            str_match_free(&r->match->headers[i].value);
+        }
+        free(r->match);
+    }
+    headers_wipe(&r->headers);
+    free(r->fwd.path);
+    free(r->fwd.url);
+    free(r->resp.content_type);
+    headers_wipe(&r->resp.headers);
+    free(r->resp.body);
+    memset(r, 0, sizeof *r);
+}
+
+static void domain_fini(struct proxy_domain *d)
+{
+    free(d->key);
+    free(d->label);
+    headers_wipe(&d->headers);
+    for (size_t j = 0; j < d->nrules; j++)
+        rule_free(&d->rules[j]);
+    free(d->rules);
+}
+
 static void policy_free(struct proxy_policy *p)
 {
-    for (size_t i = 0; i < p->n; i++) {
-        free(p->d[i].key);
-        free(p->d[i].label);
-        headers_wipe(&p->d[i].headers);
-    }
+    for (size_t i = 0; i < p->n; i++)
+        domain_fini(&p->d[i]);
     free(p->d);
     free(p);
 }
@@ -175,33 +251,43 @@ static int invalid(struct err *err, const char *field, const char *fmt, ...)
     return -1;
 }
 
-/* Merge one {"headers": {...}} transform into h. */
-static int add_transform(struct proxy_headers *h, const json_t *t, const char *path,
-                         struct err *err)
+/* Set name: value in h, replacing a header of the same name (any case). */
+static int header_put(struct proxy_headers *h, const char *k, size_t kl, const char *val,
+                      size_t vl, const char *f, struct err *err)
+{
+    size_t j = 0;
+    while (j < h->n && strcasecmp(h->v[j].name, k) != 0)
+        j++;
+    if (j == h->n) {
+        if (h->n >= PROXY_POLICY_MAX_HEADERS)
+            return invalid(err, f, "%s: more than 64 headers for one domain", f);
+        h->v = xrealloc(h->v, (h->n + 1) * sizeof *h->v);
+        h->n++;
+    } else {
+        free(h->v[j].name);
+        explicit_bzero(h->v[j].value, h->v[j].value_len);
+        free(h->v[j].value);
+    }
+    h->v[j].name = xstrndup(k, kl);
+    h->v[j].name_len = kl;
+    h->v[j].value = xstrndup(val, vl);
+    h->v[j].value_len = vl;
+    return 0;
+}
+
+/* Merge a {"Name": "value", ...} object into h (path names it, for errors). */
+static int add_headers(struct proxy_headers *h, const json_t *hs, const char *path,
+                       struct err *err)
 {
     char f[400];
-    if (!json_is_object(t))
-        return invalid(err, path,
-                       "%s: a transform must be an object like "
-                       "{\"headers\": {\"Authorization\": \"...\"}}",
-                       path);
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)t, k, v)
-    {
-        if (strcmp(k, "headers") != 0) {
-            snprintf(f, sizeof f, "%.200s.%.64s", path, k);
-            return invalid(err, f, "%s: unknown key; a transform takes only \"headers\"", f);
-        }
-    }
-    const json_t *hs = json_object_get(t, "headers");
-    snprintf(f, sizeof f, "%.200s.headers", path);
     if (!hs || !json_is_object(hs))
-        return invalid(err, f, "%s: must be an object of header name to value", f);
+        return invalid(err, path, "%s: must be an object of header name to value", path);
     json_object_foreach((json_t *)hs, k, v)
     {
         size_t kl = strlen(k);
-        snprintf(f, sizeof f, "%.200s.headers.%.64s", path, k);
+        snprintf(f, sizeof f, "%.200s.%.64s", path, k);
         if (kl > PROXY_POLICY_MAX_HNAME || !proxy_header_name_valid(k, kl))
             return invalid(err, f,
                            "%s: not a valid header name (letters, digits and "
@@ -225,29 +311,314 @@ static int add_transform(struct proxy_headers *h, const json_t *t, const char *p
                                "(CR, LF, NUL, ...); header values must be one line",
                                f);
         }
-        size_t j = 0;
-        while (j < h->n && strcasecmp(h->v[j].name, k) != 0)
-            j++;
-        if (j == h->n) {
-            if (h->n >= PROXY_POLICY_MAX_HEADERS)
-                return invalid(err, f, "%s: more than 64 headers for one domain", f);
-            h->v = xrealloc(h->v, (h->n + 1) * sizeof *h->v);
-            h->n++;
-        } else {
-            free(h->v[j].name);
-            explicit_bzero(h->v[j].value, h->v[j].value_len);
-            free(h->v[j].value);
-        }
-        h->v[j].name = xstrndup(k, kl);
-        h->v[j].name_len = kl;
-        h->v[j].value = xstrndup(val, vl);
-        h->v[j].value_len = vl;
+        if (header_put(h, k, kl, val, vl, f, err) < 0) return -1;
     }
     return 0;
 }
 
-static int add_rules(struct proxy_headers *h, bool *plain_http, const json_t *rules,
-                     const char *key, struct err *err)
+/* Merge one {"headers": {...}} transform into h. */
+static int add_transform(struct proxy_headers *h, const json_t *t, const char *path,
+                         struct err *err)
+{
+    char f[400];
+    if (!json_is_object(t))
+        return invalid(err, path,
+                       "%s: a transform must be an object like "
+                       "{\"headers\": {\"Authorization\": \"...\"}}",
+                       path);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)t, k, v)
+    {
+        if (strcmp(k, "headers") != 0) {
+            snprintf(f, sizeof f, "%.200s.%.64s", path, k);
+            return invalid(err, f, "%s: unknown key; a transform takes only \"headers\"", f);
+        }
+    }
+    snprintf(f, sizeof f, "%.200s.headers", path);
+    return add_headers(h, json_object_get(t, "headers"), f, err);
+}
+
+/* {"exact": s} | {"startsWith": s}: one of them, a string of at most
+ * PROXY_POLICY_MAX_MATCH bytes. */
+static int parse_str_match(struct str_match *m, const json_t *j, const char *path,
+                           struct err *err)
+{
+    char f[400];
+    if (!json_is_object(j) || json_object_size(j) != 1)
+        return invalid(err, path,
+                       "%s: a matcher is an object with one of \"exact\" or \"startsWith\"", path);
+    const char *k = json_object_iter_key(json_object_iter((json_t *)j));
+    const json_t *v = json_object_iter_value(json_object_iter((json_t *)j));
+    snprintf(f, sizeof f, "%.300s.%.32s", path, k);
+    if (!strcmp(k, "regex"))
+        return invalid(err, f,
+                       "%s: regular expressions are not supported by this egress proxy; use "
+                       "\"exact\" or \"startsWith\"",
+                       f);
+    if (strcmp(k, "exact") && strcmp(k, "startsWith"))
+        return invalid(err, f, "%s: unknown matcher; use \"exact\" or \"startsWith\"", f);
+    if (!json_is_string(v) || json_string_length(v) > PROXY_POLICY_MAX_MATCH)
+        return invalid(err, f, "%s: must be a string of at most 1024 bytes", f);
+    const char *sv = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (memchr(sv, '\0', n)) return invalid(err, f, "%s: must not contain NUL", f);
+    m->op = strcmp(k, "exact") ? STR_PREFIX : STR_EXACT;
+    m->s = xstrndup(sv, n);
+    m->len = n;
+    return 0;
+}
+
+static int parse_kv_list(struct kv_match *out, size_t *n, const json_t *j, const char *path,
+                         struct err *err)
+{
+    char f[400];
+    if (!json_is_array(j) || json_array_size(j) > PROXY_POLICY_MAX_MATCHERS)
+        return invalid(err, path, "%s: must be a list of at most 16 {\"key\", \"value\"} matchers",
+                       path);
+    size_t i;
+    json_t *x;
+    json_array_foreach(j, i, x)
+    {
+        snprintf(f, sizeof f, "%.300s[%zu]", path, i);
+        if (!json_is_object(x) || json_object_size(x) == 0)
+            return invalid(err, f, "%s: must be {\"key\": matcher, \"value\": matcher} (either "
+                                   "may be left out, not both)",
+                           f);
+        const char *k;
+        json_t *v;
+        json_object_foreach(x, k, v)
+        {
+            char g[420];
+            snprintf(g, sizeof g, "%.300s.%.32s", f, k);
+            if (strcmp(k, "key") && strcmp(k, "value"))
+                return invalid(err, g, "%s: unknown key; a matcher entry takes \"key\" and "
+                                       "\"value\"",
+                               g);
+            struct str_match *m = !strcmp(k, "key") ? &out[i].key : &out[i].value;
+            if (parse_str_match(m, v, g, err) < 0) return -1;
+        }
+        *n = i + 1;
+    }
+    return 0;
+}
+
+static int parse_match(struct rule_match *m, const json_t *j, const char *path, struct err *err)
+{
+    char f[400];
+    if (!json_is_object(j))
+        return invalid(err, path,
+                       "%s: must be an object of \"path\", \"method\", \"queryString\" and "
+                       "\"headers\"",
+                       path);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)j, k, v)
+    {
+        snprintf(f, sizeof f, "%.300s.%.32s", path, k);
+        if (!strcmp(k, "path")) {
+            if (parse_str_match(&m->path, v, f, err) < 0) return -1;
+            if (m->path.len == 0 || m->path.s[0] != '/')
+                return invalid(err, f, "%s: a path starts with '/'", f);
+        } else if (!strcmp(k, "method")) {
+            if (!json_is_array(v) || json_array_size(v) == 0 ||
+                json_array_size(v) > PROXY_POLICY_MAX_MATCHERS)
+                return invalid(err, f, "%s: must be a list of 1 to 16 methods", f);
+            size_t i;
+            json_t *x;
+            json_array_foreach(v, i, x)
+            {
+                const char *ms = json_string_value(x);
+                size_t ml = ms ? json_string_length(x) : 0;
+                if (!ms || ml > 32 || !proxy_header_name_valid(ms, ml))
+                    return invalid(err, f, "%s[%zu]: must be an HTTP method such as \"GET\"", f,
+                                   i);
+                m->methods[m->nmethods++] = xstrndup(ms, ml);
+            }
+        } else if (!strcmp(k, "queryString")) {
+            if (parse_kv_list(m->query, &m->nquery, v, f, err) < 0) return -1;
+        } else if (!strcmp(k, "headers")) {
+            if (parse_kv_list(m->headers, &m->nheaders, v, f, err) < 0) return -1;
+        } else {
+            return invalid(err, f,
+                           "%s: unknown key; a match takes \"path\", \"method\", "
+                           "\"queryString\" and \"headers\"",
+                           f);
+        }
+    }
+    return 0;
+}
+
+/* http(s)://host[:port][/path], no user info, query or fragment. */
+static int parse_forward(struct proxy_forward *fw, const json_t *j, const char *f,
+                         struct err *err)
+{
+    const char *u = json_string_value(j);
+    size_t n = u ? json_string_length(j) : 0;
+    if (!u || n > PROXY_POLICY_MAX_URL)
+        return invalid(err, f, "%s: must be an http:// or https:// URL of at most 2048 bytes",
+                       f);
+    size_t off;
+    if (!strncasecmp(u, "https://", 8)) {
+        fw->tls = true;
+        off = 8;
+    } else if (!strncasecmp(u, "http://", 7)) {
+        fw->tls = false;
+        off = 7;
+    } else {
+        return invalid(err, f, "%s: must start with http:// or https://", f);
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)u[i];
+        if (c <= 0x20 || c >= 0x7f)
+            return invalid(err, f, "%s: spaces, control and non-ASCII bytes must be "
+                                   "percent-encoded",
+                           f);
+        if (c == '?' || c == '#')
+            return invalid(err, f, "%s: must not have a query string or fragment", f);
+    }
+    const char *auth = u + off, *slash = memchr(auth, '/', n - off);
+    size_t al = slash ? (size_t)(slash - auth) : n - off;
+    if (memchr(auth, '@', al)) return invalid(err, f, "%s: must not carry user info", f);
+    if (al == 0 || auth[0] == '[')
+        return invalid(err, f, "%s: needs a host name or IPv4 address (IPv6 literals are not "
+                               "supported)",
+                       f);
+    if (proxy_host_normalize(auth, al, true, fw->host) < 0)
+        return invalid(err, f, "%s: not a valid host[:port]", f);
+    fw->port = fw->tls ? 443 : 80;
+    const char *colon = memchr(auth, ':', al);
+    if (colon) fw->port = (uint16_t)strtoul(colon + 1, NULL, 10); /* checked by normalize */
+    size_t pl = slash ? n - off - al : 0;
+    while (pl && slash[pl - 1] == '/')
+        pl--;
+    fw->path = xstrndup(slash ? slash : "", pl);
+    fw->path_len = pl;
+    fw->url = xstrndup(u, n);
+    return 0;
+}
+
+static int parse_response(struct proxy_response *r, const json_t *j, const char *path,
+                          struct err *err)
+{
+    char f[400];
+    if (!json_is_object(j))
+        return invalid(err, path,
+                       "%s: must be {\"statusCode\": n, \"headers\"?, \"body\"?, "
+                       "\"contentType\"?}",
+                       path);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)j, k, v)
+    {
+        snprintf(f, sizeof f, "%.300s.%.32s", path, k);
+        if (!strcmp(k, "statusCode")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 200 || json_integer_value(v) > 599)
+                return invalid(err, f, "%s: must be a status from 200 to 599", f);
+            r->status = (int)json_integer_value(v);
+        } else if (!strcmp(k, "headers")) {
+            if (add_headers(&r->headers, v, f, err) < 0) return -1;
+        } else if (!strcmp(k, "body")) {
+            if (!json_is_string(v) || json_string_length(v) > PROXY_POLICY_MAX_BODY)
+                return invalid(err, f, "%s: must be a string of at most 65536 bytes", f);
+            r->body = xmalloc(json_string_length(v) + 1);
+            memcpy(r->body, json_string_value(v), json_string_length(v) + 1);
+            r->body_len = json_string_length(v);
+        } else if (!strcmp(k, "contentType")) {
+            const char *ct = json_string_value(v);
+            size_t cl = ct ? json_string_length(v) : 0;
+            bool okay = ct && cl > 0 && cl <= PROXY_POLICY_MAX_HNAME;
+            for (size_t i = 0; okay && i < cl; i++)
+                okay = (unsigned char)ct[i] >= 0x20 && (unsigned char)ct[i] < 0x7f;
+            if (!okay)
+                return invalid(err, f, "%s: must be a media type such as \"application/json\"",
+                               f);
+            r->content_type = xstrndup(ct, cl);
+        } else {
+            return invalid(err, f,
+                           "%s: unknown key; a response takes \"statusCode\", \"headers\", "
+                           "\"body\" and \"contentType\"",
+                           f);
+        }
+    }
+    snprintf(f, sizeof f, "%.300s.statusCode", path);
+    if (!r->status) return invalid(err, f, "%s: is required", f);
+    for (size_t i = 0; r->content_type && i < r->headers.n; i++)
+        if (!strcasecmp(r->headers.v[i].name, "content-type"))
+            return invalid(err, path, "%s: give Content-Type either in headers or as "
+                                      "contentType, not both",
+                           path);
+    return 0;
+}
+
+/* One rule into r; all is the domain's merged headers (their count is capped). */
+static int parse_rule(struct proxy_rule *r, struct proxy_headers *all, const json_t *j,
+                      const char *f, struct err *err)
+{
+    char g[300];
+    if (!json_is_object(j))
+        return invalid(err, f,
+                       "%s: a rule must be an object like "
+                       "{\"transform\": [{\"headers\": {...}}]}",
+                       f);
+    const char *k;
+    json_t *v;
+    int actions = 0;
+    json_object_foreach((json_t *)j, k, v)
+    {
+        snprintf(g, sizeof g, "%.200s.%.64s", f, k);
+        if (!strcmp(k, "transform")) {
+            actions++;
+            if (!json_is_array(v)) return invalid(err, g, "%s: must be a list of transforms", g);
+            if (json_array_size(v) > PROXY_POLICY_MAX_RULES)
+                return invalid(err, g, "%s: more than 32 transforms", g);
+            size_t ti;
+            json_t *t;
+            json_array_foreach(v, ti, t)
+            {
+                char h[340];
+                snprintf(h, sizeof h, "%.300s[%zu]", g, ti);
+                if (add_transform(&r->headers, t, h, err) < 0) return -1;
+                if (add_transform(all, t, h, err) < 0) return -1;
+            }
+        } else if (!strcmp(k, "plain_http")) {
+            if (!json_is_boolean(v))
+                return invalid(err, g,
+                               "%s: must be true or false (true also sets the headers on "
+                               "plain HTTP, port 80, where they cross the network in "
+                               "cleartext)",
+                               g);
+            r->plain_http = json_is_true(v);
+        } else if (!strcmp(k, "match")) {
+            r->match = xcalloc(1, sizeof *r->match);
+            if (parse_match(r->match, v, g, err) < 0) return -1;
+        } else if (!strcmp(k, "forwardURL")) {
+            actions++;
+            r->kind = PROXY_ACT_FORWARD;
+            if (parse_forward(&r->fwd, v, g, err) < 0) return -1;
+        } else if (!strcmp(k, "response")) {
+            actions++;
+            r->kind = PROXY_ACT_RESPOND;
+            if (parse_response(&r->resp, v, g, err) < 0) return -1;
+        } else {
+            return invalid(err, g,
+                           "%s: unknown key; a rule takes \"match\", \"plain_http\" and one "
+                           "of \"transform\", \"forwardURL\" or \"response\"",
+                           g);
+        }
+    }
+    if (actions > 1)
+        return invalid(err, f,
+                       "%s: give one of \"transform\", \"forwardURL\" or \"response\" per rule", f);
+    if (r->plain_http && r->kind != PROXY_ACT_UPSTREAM)
+        return invalid(err, f, "%s: \"plain_http\" applies to the headers a rule sets, and this "
+                               "rule forwards or answers",
+                       f);
+    return 0;
+}
+
+static int add_rules(struct proxy_domain *d, const json_t *rules, const char *key,
+                     struct err *err)
 {
     char f[200];
     if (!json_is_array(rules))
@@ -257,55 +628,35 @@ static int add_rules(struct proxy_headers *h, bool *plain_http, const json_t *ru
                        key);
     if (json_array_size(rules) > PROXY_POLICY_MAX_RULES)
         return invalid(err, key, "%s: more than 32 rules", key);
-    size_t i, ti;
-    json_t *r, *t;
-    json_array_foreach(rules, i, r)
+    struct proxy_headers all = {NULL, 0};
+    d->rules = xcalloc(json_array_size(rules) + 1, sizeof *d->rules);
+    size_t i;
+    json_t *j;
+    int rc = 0;
+    json_array_foreach(rules, i, j)
     {
         snprintf(f, sizeof f, "%.100s[%zu]", key, i);
-        if (!json_is_object(r))
-            return invalid(err, f,
-                           "%s: a rule must be an object like "
-                           "{\"transform\": [{\"headers\": {...}}]}",
-                           f);
-        const char *k;
-        json_t *v;
-        json_object_foreach(r, k, v)
-        {
-            if (strcmp(k, "transform") == 0) continue;
-            char g[300];
-            snprintf(g, sizeof g, "%.200s.%.64s", f, k);
-            if (strcmp(k, "plain_http") == 0) {
-                if (!json_is_boolean(v))
-                    return invalid(err, g,
-                                   "%s: must be true or false (true also sets the headers on "
-                                   "plain HTTP, port 80, where they cross the network in "
-                                   "cleartext)",
-                                   g);
-                if (json_is_true(v)) *plain_http = true;
-                continue;
-            }
-            if (!strcmp(k, "match") || !strcmp(k, "forwardURL") || !strcmp(k, "response"))
-                return invalid(err, g,
-                               "%s: not supported by this egress proxy; rules take "
-                               "only \"transform\" and \"plain_http\"",
-                               g);
-            return invalid(
-                err, g, "%s: unknown key; a rule takes only \"transform\" and \"plain_http\"", g);
-        }
-        const json_t *tr = json_object_get(r, "transform");
-        if (!tr) continue;
-        snprintf(f, sizeof f, "%.100s[%zu].transform", key, i);
-        if (!json_is_array(tr)) return invalid(err, f, "%s: must be a list of transforms", f);
-        if (json_array_size(tr) > PROXY_POLICY_MAX_RULES)
-            return invalid(err, f, "%s: more than 32 transforms", f);
-        json_array_foreach(tr, ti, t)
-        {
-            char g[300];
-            snprintf(g, sizeof g, "%.200s[%zu]", f, ti);
-            if (add_transform(h, t, g, err) < 0) return -1;
+        struct proxy_rule *r = &d->rules[d->nrules++];
+        if ((rc = parse_rule(r, &all, j, f, err)) < 0) break;
+        if (r->kind != PROXY_ACT_UPSTREAM) d->routes = d->per_request = d->acts = true;
+        if (r->headers.n) d->acts = true;
+        if (r->match) d->per_request = true;
+        if (!r->match && r->kind == PROXY_ACT_UPSTREAM) {
+            for (size_t h = 0; h < r->headers.n && rc == 0; h++)
+                rc = header_put(&d->headers, r->headers.v[h].name, r->headers.v[h].name_len,
+                                r->headers.v[h].value, r->headers.v[h].value_len, f, err);
+            if (rc < 0) break;
+            if (r->plain_http) d->plain_http = true; /* for the whole domain, as before */
         }
     }
-    return 0;
+    size_t nall = all.n;
+    headers_wipe(&all);
+    if (rc == 0 && d->plain_http && nall == 0)
+        return invalid(err, key,
+                       "%s: \"plain_http\" applies to the headers a rule sets, and no rule "
+                       "of this domain sets any",
+                       key);
+    return rc;
 }
 
 /* Add one domain key with its rules (rules NULL = the list form: no rules). */
@@ -335,24 +686,17 @@ static int add_domain(struct proxy_policy *p, const char *key, const json_t *rul
         if (p->d[i].wildcard == wild && !strcmp(p->d[i].key, norm))
             return invalid(err, f, "%s: listed twice (names are case-insensitive)", f);
     if (p->n >= PROXY_POLICY_MAX_DOMAINS) return invalid(err, f, "%s: more than 4096 domains", f);
-    struct proxy_headers h = {NULL, 0};
-    bool plain_http = false;
-    if (rules && add_rules(&h, &plain_http, rules, f, err) < 0) {
-        headers_wipe(&h);
+    struct proxy_domain d;
+    memset(&d, 0, sizeof d);
+    if (rules && add_rules(&d, rules, f, err) < 0) {
+        domain_fini(&d);
         return -1;
     }
-    if (plain_http && h.n == 0)
-        return invalid(err, f,
-                       "%s: \"plain_http\" applies to the headers a rule sets, and no rule "
-                       "of this domain sets any",
-                       f);
     p->d = xrealloc(p->d, (p->n + 1) * sizeof *p->d);
-    struct proxy_domain *d = &p->d[p->n++];
-    d->key = xstrdup(norm);
-    d->label = wild ? xasprintf("*.%s", norm) : xstrdup(norm);
-    d->wildcard = wild;
-    d->plain_http = plain_http;
-    d->headers = h;
+    d.key = xstrdup(norm);
+    d.label = wild ? xasprintf("*.%s", norm) : xstrdup(norm);
+    d.wildcard = wild;
+    p->d[p->n++] = d;
     return 0;
 }
 
@@ -498,6 +842,8 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
     out->headers = NULL;
     out->rule = "";
     out->plain_http = false;
+    out->routes = false;
+    out->domain = NULL;
     char h[PROXY_HOST_MAX + 1];
     if (!host || proxy_host_normalize(host, strlen(host), false, h) < 0) return;
     if (p->mode == PROXY_POLICY_ALLOW_ALL) {
@@ -527,10 +873,12 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
     }
     if (best) {
         out->rule = best->label;
-        if (best->headers.n) {
+        if (best->acts) {
             out->kind = PROXY_INTERCEPT;
             out->headers = &best->headers;
             out->plain_http = best->plain_http;
+            out->routes = best->routes;
+            out->domain = best;
         } else {
             out->kind = PROXY_PASS;
         }
@@ -542,11 +890,157 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
     }
 }
 
+/* ------------------------------------------------------------------ per-request rules */
+
+static bool str_matches(const struct str_match *m, const char *s, size_t n, bool icase)
+{
+    int (*cmp)(const char *, const char *, size_t) = icase ? strncasecmp : strncmp;
+    switch (m->op) {
+    case STR_ANY:
+        return true;
+    case STR_EXACT:
+        return n == m->len && (n == 0 || cmp(s, m->s, n) == 0);
+    case STR_PREFIX:
+        return n >= m->len && (m->len == 0 || cmp(s, m->s, m->len) == 0);
+    }
+    return false;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode a query component (%XX, '+' as space, as URLSearchParams does). Only the first
+ * PROXY_POLICY_MAX_MATCH + 1 bytes are kept: no matcher is longer, so a longer value
+ * compares the same. A '%' not followed by two hex digits stays as it is. */
+static size_t query_decode(const char *in, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o <= PROXY_POLICY_MAX_MATCH; i++) {
+        char c = in[i];
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
+            c = (char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
+            i += 2;
+        }
+        out[o++] = c;
+    }
+    return o;
+}
+
+static bool query_has(const struct kv_match *m, const char *q, size_t qn)
+{
+    char k[PROXY_POLICY_MAX_MATCH + 1], v[PROXY_POLICY_MAX_MATCH + 1];
+    size_t i = 0;
+    while (i < qn) {
+        size_t e = i;
+        while (e < qn && q[e] != '&')
+            e++;
+        if (e > i) {
+            const char *eq = memchr(q + i, '=', e - i);
+            size_t kl = eq ? (size_t)(eq - (q + i)) : e - i;
+            size_t dk = query_decode(q + i, kl, k);
+            size_t dv = eq ? query_decode(eq + 1, (size_t)(q + e - eq - 1), v) : 0;
+            if (str_matches(&m->key, k, dk, false) && str_matches(&m->value, v, dv, false))
+                return true;
+        }
+        i = e + 1;
+    }
+    return false;
+}
+
+static bool header_has(const struct kv_match *m, const struct proxy_request *rq)
+{
+    for (size_t i = 0; i < rq->nh; i++) {
+        const char *v = rq->h[i].value;
+        size_t vl = rq->h[i].value_len;
+        while (vl && (v[0] == ' ' || v[0] == '\t'))
+            v++, vl--;
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+            vl--;
+        if (str_matches(&m->key, rq->h[i].name, rq->h[i].name_len, true) &&
+            str_matches(&m->value, v, vl, false))
+            return true;
+    }
+    return false;
+}
+
+static bool rule_matches(const struct rule_match *m, const struct proxy_request *rq)
+{
+    if (!str_matches(&m->path, rq->path, rq->path_len, false)) return false;
+    if (m->nmethods) {
+        size_t i = 0;
+        while (i < m->nmethods && strcasecmp(m->methods[i], rq->method) != 0)
+            i++;
+        if (i == m->nmethods) return false;
+    }
+    for (size_t i = 0; i < m->nquery; i++)
+        if (!query_has(&m->query[i], rq->query ? rq->query : "", rq->query ? rq->query_len : 0))
+            return false;
+    for (size_t i = 0; i < m->nheaders; i++)
+        if (!header_has(&m->headers[i], rq)) return false;
+    return true;
+}
+
+static void scratch_put(struct proxy_headers *h, const struct proxy_header *x)
+{
+    size_t j = 0;
+    while (j < h->n && strcasecmp(h->v[j].name, x->name) != 0)
+        j++;
+    if (j == h->n) {
+        if (h->n >= PROXY_POLICY_MAX_HEADERS) return; /* cannot happen: capped at parse */
+        h->n++;
+    }
+    h->v[j] = *x;
+}
+
+void proxy_policy_eval(const struct proxy_verdict *v, const struct proxy_request *rq,
+                       struct proxy_header *scratch, struct proxy_action *out)
+{
+    out->kind = PROXY_ACT_UPSTREAM;
+    out->headers.v = scratch;
+    out->headers.n = 0;
+    out->plain_http = false;
+    out->forward = NULL;
+    out->response = NULL;
+    out->rule = -1;
+    const struct proxy_domain *d = v->domain;
+    if (v->kind != PROXY_INTERCEPT || !d) return;
+    if (!d->per_request) {
+        for (size_t i = 0; i < d->headers.n; i++)
+            scratch_put(&out->headers, &d->headers.v[i]);
+        out->plain_http = d->plain_http;
+        return;
+    }
+    out->plain_http = d->plain_http;
+    for (size_t i = 0; i < d->nrules; i++) {
+        const struct proxy_rule *r = &d->rules[i];
+        if (r->match && !rule_matches(r->match, rq)) continue;
+        if (r->kind == PROXY_ACT_UPSTREAM) {
+            for (size_t k = 0; k < r->headers.n; k++)
+                scratch_put(&out->headers, &r->headers.v[k]);
+            if (r->plain_http) out->plain_http = true;
+        } else if (out->rule < 0) {
+            out->kind = r->kind;
+            out->rule = (int)i;
+            out->forward = r->kind == PROXY_ACT_FORWARD ? &r->fwd : NULL;
+            out->response = r->kind == PROXY_ACT_RESPOND ? &r->resp : NULL;
+        }
+    }
+}
+
 bool proxy_verdict_same(const struct proxy_verdict *a, const struct proxy_verdict *b)
 {
     if (a->kind != b->kind) return false;
     if (a->kind != PROXY_INTERCEPT) return true;
-    if (a->plain_http != b->plain_http || a->headers->n != b->headers->n) return false;
+    if (a->plain_http != b->plain_http || a->routes != b->routes ||
+        a->headers->n != b->headers->n)
+        return false;
     for (size_t i = 0; i < a->headers->n; i++) {
         const struct proxy_header *x = &a->headers->v[i], *y = &b->headers->v[i];
         if (strcmp(x->name, y->name) || x->value_len != y->value_len ||

@@ -9,17 +9,47 @@
  *                "*.example.com": []}
  *               (also accepted wrapped as {"allow": {...}} or {"allow": ["a.com", ...]})
  *
+ * A domain's rules are an ordered list. Each rule has an optional "match" and one action:
+ *
+ *   {"transform": [{"headers": {...}}]}   set these headers on the request
+ *   {"forwardURL": "https://proxy.example/prefix"}
+ *                                         send the request there instead (see below)
+ *   {"response": {"statusCode": 403, "headers": {...}, "body": "...", "contentType": "..."}}
+ *                                         answer it here; no upstream is contacted
+ *
+ * "match" (Vercel's L7 matcher): {"path": M, "method": ["GET", ...], "queryString": [KV],
+ * "headers": [KV]} where M is {"exact": s} or {"startsWith": s} ("regex" is refused: no
+ * RE2 here) and KV is {"key": M?, "value": M?}. Every dimension given must match; the
+ * methods are ORed (any case), the KV lists ANDed, and a KV matches when one entry has
+ * both its key and value matching. The path is the request target's path as sent (no
+ * query, not decoded); query keys and values are compared decoded (%XX, '+'); header
+ * names compare in any case, values exactly after trimming whitespace. No "match" =
+ * every request.
+ *
+ * Per request: the headers of every matching transform rule are set (a later rule wins
+ * a header name, as when rules merge); the first matching forward or response rule
+ * decides where the request goes; a request that no forward/response rule matches goes
+ * to the host it named, with the matched transforms (none: unchanged).
+ *
+ * forwardURL: http or https, no user info, query or fragment. The request keeps its
+ * method, headers and body; its target becomes the URL's path (trailing '/' removed)
+ * followed by the original path and query ("https://p.example/fwd" + "/a?b" = "/fwd/a?b"),
+ * Host becomes the URL's authority, and the original request is described the way
+ * Vercel's defineSandboxProxy reads it: vercel-forwarded-host, -scheme, -port and -path
+ * (path and query); copies of those the sandbox sent are dropped. The forwarding server
+ * must be reachable and (https) present a certificate the proxy trusts.
+ *
  * A rule may also say "plain_http": true: its headers are then set on plain HTTP
  * (port 80) requests too. Without it they are set only inside TLS, and a port-80
- * request to that host is refused, so a credential never crosses the network in
+ * request that would get them is refused, so a credential never crosses the network in
  * cleartext unless the policy asks for it by name.
  *
  * A host is matched exactly first, then against the longest "*.suffix" wildcard
  * (subdomains at any depth, never the apex itself), then "*" (any host, no rules).
  * Matching is case-insensitive and ignores one trailing dot. The result is one of
  *   deny       - refuse the connection (TCP reset before any byte is sent)
- *   pass       - allowed, no header rules: bytes pass untouched (end-to-end TLS)
- *   intercept  - allowed with header rules: terminate TLS, set these headers
+ *   pass       - allowed, no rules that act: bytes pass untouched (end-to-end TLS)
+ *   intercept  - allowed with rules: terminate TLS, evaluate the rules per request
  * "*" may not carry rules (a credential for every host is never what anyone means).
  *
  * A policy is immutable once built and reference-counted, so a connection keeps
@@ -33,6 +63,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -44,9 +75,14 @@
 #define PROXY_POLICY_MAX_HNAME 256   /* header name bytes */
 #define PROXY_POLICY_MAX_HVALUE 8192 /* header value bytes */
 #define PROXY_HOST_MAX 253           /* a DNS name without the trailing dot */
+#define PROXY_POLICY_MAX_MATCHERS 16 /* methods, query or header matchers of one rule */
+#define PROXY_POLICY_MAX_MATCH 1024  /* bytes of one matcher's string */
+#define PROXY_POLICY_MAX_URL 2048    /* bytes of a forwardURL */
+#define PROXY_POLICY_MAX_BODY (64 * 1024) /* a response rule's body */
 
 enum proxy_policy_mode { PROXY_POLICY_ALLOW_ALL, PROXY_POLICY_DENY_ALL, PROXY_POLICY_CUSTOM };
 enum proxy_verdict_kind { PROXY_DENY, PROXY_PASS, PROXY_INTERCEPT };
+enum proxy_action_kind { PROXY_ACT_UPSTREAM, PROXY_ACT_FORWARD, PROXY_ACT_RESPOND };
 
 struct proxy_header {
     char *name;  /* as configured (case kept for the wire) */
@@ -60,12 +96,62 @@ struct proxy_headers {
     size_t n;
 };
 
+/* Where a forward rule sends a request. */
+struct proxy_forward {
+    bool tls;                      /* https */
+    char host[PROXY_HOST_MAX + 1]; /* normalized */
+    uint16_t port;
+    char *path;     /* prefix without trailing '/' ("" for none) */
+    size_t path_len;
+    char *url;      /* as written (not secret) */
+};
+
+/* What a response rule answers. */
+struct proxy_response {
+    int status;
+    char *content_type; /* NULL: none */
+    struct proxy_headers headers;
+    char *body;
+    size_t body_len;
+};
+
+struct proxy_domain;
+
 struct proxy_verdict {
     enum proxy_verdict_kind kind;
-    const struct proxy_headers *headers; /* PROXY_INTERCEPT only; owned by the policy */
+    const struct proxy_headers *headers; /* PROXY_INTERCEPT only: the headers of the rules
+                                            without "match"; owned by the policy */
     const char *rule;                    /* the matching key ("github.com", "*.x.com", "*",
                                             "allow-all"), owned by the policy; "" on deny */
     bool plain_http;                     /* PROXY_INTERCEPT: the headers may go over port 80 */
+    bool routes;                         /* some rule forwards or answers: the upstream is
+                                            chosen per request (none at all for answers) */
+    const struct proxy_domain *domain;   /* for proxy_policy_eval; NULL unless intercept */
+};
+
+/* One request as the per-request rules see it (all borrowed). */
+struct proxy_req_header {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+struct proxy_request {
+    const char *method;
+    const char *path; /* the target's path, without the query ("/" for "*" or none) */
+    size_t path_len;
+    const char *query; /* after '?', without a fragment; NULL for none */
+    size_t query_len;
+    const struct proxy_req_header *h;
+    size_t nh;
+};
+
+/* The outcome for one request. */
+struct proxy_action {
+    enum proxy_action_kind kind;
+    struct proxy_headers headers;          /* to set; v is the caller's scratch */
+    bool plain_http;                       /* every header set may go over port 80 */
+    const struct proxy_forward *forward;   /* PROXY_ACT_FORWARD; owned by the policy */
+    const struct proxy_response *response; /* PROXY_ACT_RESPOND; owned by the policy */
+    int rule;                              /* the deciding rule's index; -1: none */
 };
 
 struct proxy_policy;
@@ -91,6 +177,12 @@ size_t proxy_policy_domain_count(const struct proxy_policy *p);
 /* Decide for a host name (any case, optional trailing dot, no port). A name that is
  * not a valid host name is denied. Pure; never allocates. */
 void proxy_policy_match(const struct proxy_policy *p, const char *host, struct proxy_verdict *out);
+
+/* Evaluate an intercept verdict's rules for one request (see the top of this file).
+ * scratch holds PROXY_POLICY_MAX_HEADERS entries (shallow copies; the names and values
+ * stay the policy's). Pure; valid while the policy is. */
+void proxy_policy_eval(const struct proxy_verdict *v, const struct proxy_request *rq,
+                       struct proxy_header *scratch, struct proxy_action *out);
 
 /* Two verdicts from (possibly different) policies treat a connection the same way:
  * same kind and, for intercept, the same header names and values and plain_http. */

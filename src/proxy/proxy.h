@@ -84,6 +84,8 @@ struct proxy_stats {
     uint64_t plain_http;        /* port-80 connections relayed */
     uint64_t requests;          /* HTTP requests forwarded (80 and intercepted) */
     uint64_t injected;          /* ... of which had headers set */
+    uint64_t forwarded;         /* ... of which went to a rule's forwardURL */
+    uint64_t responded;         /* requests a response rule answered (no upstream) */
     uint64_t host_mismatch;     /* 421: Host other than the SNI / first Host */
     uint64_t upstream_failed;   /* lookup, connect or refused address */
     uint64_t verify_failed;     /* upstream TLS handshake / certificate check failed */

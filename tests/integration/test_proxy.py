@@ -1019,3 +1019,168 @@ def test_git_push_succeeds_only_through_the_injected_credential(start_proxy, ups
     assert st["injected"] >= 2 and st["intercepted"] >= 1
     posts = [r for r in gitsrv.requests if r["method"] == "POST"]
     assert posts and max(r["len"] for r in posts) > 2 * 1024 * 1024
+
+
+# ---------------------------------------------------------------- tests: per-request rules
+
+def _hdr(req, name):
+    return [v for k, v in req["headers"] if k.lower() == name.lower()]
+
+
+def _silent_listener():
+    """A TCP socket that would take a connection if anything were sent its way."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
+def _accepted(s):
+    try:
+        c, _ = s.accept()
+        c.close()
+        return True
+    except BlockingIOError:
+        return False
+
+
+ROUTED = {
+    "api.example": [
+        {"match": {"path": {"startsWith": "/fwd/"}}, "forwardURL": "http://fwd.example/base/"},
+        {"match": {"method": ["DELETE"]},
+         "response": {"statusCode": 403, "body": "blocked here", "contentType": "text/plain",
+                      "headers": {"X-Policy": "deny-delete"}}},
+        {"match": {"queryString": [{"key": {"exact": "mode"}, "value": {"exact": "local"}}]},
+         "response": {"statusCode": 200, "body": "{\"local\":true}",
+                      "contentType": "application/json"}},
+        {"match": {"headers": [{"key": {"exact": "x-use-key"}}]},
+         "transform": [{"headers": {"Authorization": CREDENTIAL}}]},
+    ],
+    "only.example": [{"response": {"statusCode": 200, "body": "canned"}}],
+    "dead.example": [{"forwardURL": "http://gone.example/"}],
+}
+
+
+def _closing(h, body):
+    """Answer, then close the connection (the proxy must connect again for the next)."""
+    reply = f"ok {h.command} {h.path} {len(body)}\n".encode()
+    h.send_response(200)
+    h.send_header("Content-Length", str(len(reply)))
+    h.send_header("Connection", "close")
+    h.end_headers()
+    h.wfile.write(reply)
+    h.close_connection = True
+
+
+def test_per_request_rules_forward_answer_and_match(start_proxy, upstreams, pki):
+    up, fwd = upstreams(pki), upstreams(handler=_closing)
+    silent = _silent_listener()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    try:
+        px = start_proxy(ROUTED, overrides=[
+            f"api.example=127.0.0.1:{up.port}", f"fwd.example:80=127.0.0.1:{fwd.port}",
+            f"only.example=127.0.0.1:{silent.getsockname()[1]}",
+            f"gone.example:80=127.0.0.1:{closed.getsockname()[1]}"])
+        # one keep-alive TLS connection: each request is decided on its own
+        s = tls_connect(px.tls, "api.example", px.ca)
+        r, body = send_request(s, "api.example", "/plain", headers=[("X-Api-Key", "mine")])
+        assert (r.status, body) == (200, b"ok GET /plain 0\n")
+        r, body = send_request(s, "api.example", "/fwd/x?y=1&z",
+                               headers=[("vercel-forwarded-host", "spoofed.example")])
+        assert (r.status, body) == (200, b"ok GET /base/fwd/x?y=1&z 0\n")
+        r, body = send_request(s, "api.example", "/thing", method="DELETE", body=b"gone?")
+        assert (r.status, body, r.getheader("X-Policy")) == (403, b"blocked here", "deny-delete")
+        assert r.getheader("Content-Type") == "text/plain"
+        r, body = send_request(s, "api.example", "/q?mode=local")
+        assert (r.status, json.loads(body)) == (200, {"local": True})
+        r, body = send_request(s, "api.example", "/q?mode=remote")  # no rule matches: upstream
+        assert body == b"ok GET /q?mode=remote 0\n"
+        r, body = send_request(s, "api.example", "/k", headers=[("X-Use-Key", "1")])
+        assert body == b"ok GET /k 0\n"
+        r, body = send_request(s, "api.example", "/fwd/y", method="POST", body=b"p" * 70000)
+        assert body == b"ok POST /base/fwd/y 70000\n"
+        r, body = send_request(s, "api.example", "/again")
+        assert body == b"ok GET /again 0\n"
+        s.close()
+
+        assert [q["path"] for q in up.requests] == ["/plain", "/q?mode=remote", "/k", "/again"]
+        assert [_hdr(q, "Authorization") for q in up.requests] == [[], [], [CREDENTIAL], []]
+        assert [q["path"] for q in fwd.requests] == ["/base/fwd/x?y=1&z", "/base/fwd/y"]
+        f = fwd.requests[0]
+        assert _hdr(f, "Host") == ["fwd.example"]
+        assert _hdr(f, "vercel-forwarded-host") == ["api.example"]
+        assert _hdr(f, "vercel-forwarded-scheme") == ["https"]
+        assert _hdr(f, "vercel-forwarded-port") == ["443"]
+        assert _hdr(f, "vercel-forwarded-path") == ["/fwd/x?y=1&z"]
+        assert fwd.requests[1]["len"] == 70000
+
+        # a domain whose every request is answered: no upstream connection at all
+        s = tls_connect(px.tls, "only.example", px.ca)
+        for path in ("/", "/a?b"):
+            r, body = send_request(s, "only.example", path)
+            assert (r.status, body) == (200, b"canned")
+            assert r.getheader("Content-Type") == "text/plain; charset=utf-8"
+        s.close()
+        c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+        c.request("POST", "/x", body=b"data", headers={"Host": "only.example"})
+        assert c.getresponse().read() == b"canned"
+        c.request("HEAD", "/x", headers={"Host": "only.example"})
+        r = c.getresponse()
+        assert (r.status, r.getheader("Content-Length"), r.read()) == (200, "6", b"")
+        c.close()
+        # port 80: forwarded with the plain scheme and port
+        c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+        c.request("GET", "/fwd/plain", headers={"Host": "api.example"})
+        assert c.getresponse().read() == b"ok GET /base/fwd/plain 0\n"
+        c.close()
+        assert _hdr(fwd.requests[-1], "vercel-forwarded-scheme") == ["http"]
+        assert _hdr(fwd.requests[-1], "vercel-forwarded-port") == ["80"]
+        assert not _accepted(silent), "an answered request contacted the upstream"
+
+        # the forwarding server is unreachable: that request gets a 502, in order
+        s = tls_connect(px.tls, "dead.example", px.ca)
+        r, body = send_request(s, "dead.example", "/")
+        assert r.status == 502 and b"unreachable" in body
+        s.close()
+
+        st = px.stats()
+        assert st["forwarded"] == 4 and st["responded"] == 6, st  # dead.example's counts
+        assert "egress request routed" in px.read_log()
+    finally:
+        silent.close()
+        closed.close()
+
+
+def test_per_request_rules_are_validated_and_follow_live_updates(start_proxy, upstreams, pki):
+    up, fwd = upstreams(pki), upstreams()
+    px = start_proxy({"api.example": []}, overrides=[
+        f"api.example=127.0.0.1:{up.port}", f"fwd.example:80=127.0.0.1:{fwd.port}"])
+    st, out = px.control("PUT", "/v0/policy", {"api.example": [
+        {"match": {"path": {"regex": "^/a"}}, "forwardURL": "http://fwd.example/"}]})
+    assert st == 400 and out["error"]["field"] == "api.example[0].match.path.regex", out
+    st, out = px.control("PUT", "/v0/policy", {"api.example": [
+        {"forwardURL": "http://fwd.example/?q=1"}]})
+    assert st == 400 and out["error"]["field"] == "api.example[0].forwardURL", out
+    st, out = px.control("PUT", "/v0/policy", {"api.example": [
+        {"response": {"statusCode": 200, "body": "x" * 70000}}]})
+    assert st == 400 and out["error"]["field"] == "api.example[0].response.body", out
+    # a passthrough connection open when the domain gets routing rules is closed; the
+    # next one follows them
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    r, body = send_request(s, "api.example", "/before")
+    assert body == b"ok GET /before 0\n"
+    st, _ = px.control("PUT", "/v0/policy", {"api.example": [
+        {"match": {"method": ["GET"]}, "forwardURL": "http://fwd.example/"}]})
+    assert st == 200
+    px.wait_stat("policy_closed", 1)
+    s.close()
+    s = tls_connect(px.tls, "api.example", px.ca)
+    r, body = send_request(s, "api.example", "/after")
+    assert body == b"ok GET /after 0\n"
+    r, body = send_request(s, "api.example", "/after", method="PUT", body=b"1")
+    assert body == b"ok PUT /after 1\n"
+    s.close()
+    assert [q["path"] for q in fwd.requests] == ["/after"]
+    assert [q["path"] for q in up.requests] == ["/before", "/after"]

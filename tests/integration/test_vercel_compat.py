@@ -10,6 +10,7 @@ around the SDK to the daemon's /v1 API, to see that the SDK's view is the real s
 import json
 import os
 import shutil
+import socket
 import subprocess
 
 import pytest
@@ -298,6 +299,91 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
         assert r["forward"]["status"] == 400
     finally:
         up.close()
+
+
+def test_network_policy_per_request_rules_at_local_upstreams(make_sandboxd, sdk, tmp_path):
+    """Issue 17: forwardURL, response and match rules through the official SDK (and the
+    wire route for `response`, which SDK 3.5.0's types lack), at two local servers."""
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    if not shutil.which("nft"):
+        pytest.skip("sandbox networking needs nft")
+    token = "ghs_" + "R0ut1ngT0ken" * 3
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    up, fwd = Upstream(pki), Upstream()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    silent.setblocking(False)
+    try:
+        port = free_port()
+        d = make_sandboxd(args=[
+            "--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+            "--upstream-override", f"api.example:443=127.0.0.1:{up.port}",
+            "--upstream-override", f"fwd.example:80=127.0.0.1:{fwd.port}",
+            "--upstream-override", f"only.example:443=127.0.0.1:{silent.getsockname()[1]}"]).start()
+        d.vercel_port = port
+        os.environ["NET_TOKEN"] = token
+        try:
+            r = run_case(d, "routing")
+        finally:
+            del os.environ["NET_TOKEN"]
+
+        def out(k):
+            body, _, code = r[k]["out"].rpartition("\n")
+            return int(code), body.rstrip("\n")
+
+        # the SDK reads its rules back from the legacy form (transform values redacted;
+        # injection rules before forward rules, which changes nothing: transforms merge
+        # whatever their place, and forward rules keep their order)
+        assert r["policy"] == {"allow": {"api.example": [
+            {"match": {"queryString": [{"key": {"exact": "tok"}, "value": {"exact": "yes"}}],
+                       "headers": [{"key": {"exact": "x-want"}, "value": {"startsWith": "cred"}}]},
+             "transform": [{"headers": {"Authorization": "<redacted>"}}]},
+            {"match": {"path": {"startsWith": "/fwd/"}, "method": ["GET", "POST"]},
+             "forwardURL": "http://fwd.example/base"}]}}, r["policy"]
+        assert out("fwdGet") == (200, "ok GET /base/fwd/a?x=1 0")
+        assert out("fwdPost") == (200, "ok POST /base/fwd/b 5")
+        assert out("putPasses") == (200, "ok PUT /fwd/c 1")  # method not matched: the host
+        assert out("cred") == (200, "ok GET /plain?tok=yes 0")
+        assert out("noCred") == (200, "ok GET /plain?tok=no 0")
+        auth = {q["path"]: [v for k, v in q["headers"] if k.lower() == "authorization"]
+                for q in up.requests}
+        assert auth == {"/fwd/c": [], "/plain?tok=yes": [token], "/plain?tok=no": []}, auth
+        f = fwd.requests[0]
+        assert ("vercel-forwarded-host", "api.example") in f["headers"]
+        assert ("vercel-forwarded-path", "/fwd/a?x=1") in f["headers"]
+        assert ("vercel-forwarded-scheme", "https") in f["headers"]
+
+        # the response rule: answered by the proxy, neither server saw it
+        assert r["update"]["status"] == 200
+        assert r["update"]["policy"]["forwardRules"] == [
+            {"domain": "api.example", "forwardURL": "http://fwd.example/all/"}]
+        assert r["update"]["policy"]["responseRules"][0]["response"]["statusCode"] == 418
+        code, teapot = out("teapot")
+        assert code == 418 and teapot.startswith("HTTP/1.1 418"), teapot
+        assert "X-Teapot: yes" in teapot and teapot.endswith("short and stout")
+        assert out("canned") == (200, '{"canned":1}')
+        assert out("all") == (200, "ok GET /all/other?q=1 0")
+        paths = [q["path"] for q in up.requests + fwd.requests]
+        assert not [p for p in paths if "answer" in p or "anything" in p], paths
+        try:
+            silent.accept()
+            raise AssertionError("a response rule's domain was contacted")
+        except BlockingIOError:
+            pass
+        assert r["view"] == {"allow": {"api.example": [{"forwardURL": "http://fwd.example/all/"}],
+                                       "only.example": []}}, r["view"]
+        assert r["bad"]["status"] == 400
+        assert "statusCode" in r["bad"]["json"]["error"]["message"], r["bad"]
+        for where in (json.dumps(r), d.read_log()):
+            assert token not in where
+    finally:
+        up.close()
+        fwd.close()
+        silent.close()
 
 
 def test_git_source_cloned_through_the_injected_credential(make_sandboxd, sdk, tmp_path):

@@ -16,6 +16,7 @@
 
 #include "base/xalloc.h"
 #include "proxy/http_rw.h"
+#include "proxy/policy.h"
 
 struct ctx {
     const char *expect_host;  /* NULL: any */
@@ -25,14 +26,15 @@ struct ctx {
     int refuse_with; /* 0: allow */
 };
 
-static int decide(void *arg, const char *host, const struct proxy_headers **set, const char **why)
+static int decide(void *arg, const char *host, const struct proxy_request *rq,
+                  struct proxy_action *act, const char **why)
 {
     struct ctx *c = arg;
     c->decisions++;
     snprintf(c->last_host, sizeof c->last_host, "%s", host);
     if (c->refuse_with) return c->refuse_with;
     if (c->expect_host && strcmp(host, c->expect_host) != 0) return 421;
-    *set = c->set.n ? &c->set : NULL;
+    if (c->set.n) act->headers = c->set;
     return 0;
 }
 
@@ -683,4 +685,208 @@ Test(proxy_http, status_responses)
     }
     proxy_http_status_response(421, NULL, buf, sizeof buf);
     cr_assert(!strncmp(buf, "HTTP/1.1 421 Misdirected Request\r\n", 34));
+}
+
+/* ------------------------------------------------------------------ per-request routing */
+
+/* The real policy decides (policy.c's per-request rules), as the proxy's connection does. */
+struct pctx {
+    struct proxy_policy *p;
+    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
+    int decisions;
+};
+
+static int policy_decide(void *arg, const char *host, const struct proxy_request *rq,
+                         struct proxy_action *act, const char **why)
+{
+    struct pctx *c = arg;
+    c->decisions++;
+    struct proxy_verdict v;
+    proxy_policy_match(c->p, host, &v);
+    if (v.kind == PROXY_DENY) return PROXY_HTTP_DENIED;
+    proxy_policy_eval(&v, rq, c->scratch, act);
+    return 0;
+}
+
+#define ROUTES                                                                                     \
+    "{\"api.example\": ["                                                                          \
+    "{\"match\": {\"path\": {\"startsWith\": \"/fwd\"}}, \"forwardURL\": "                         \
+    "\"https://proxy.example:8443/base/\"},"                                                       \
+    "{\"match\": {\"method\": [\"DELETE\"]}, \"response\": {\"statusCode\": 403, \"body\": "       \
+    "\"nope\", \"headers\": {\"X-Why\": \"policy\"}}},"                                            \
+    "{\"match\": {\"path\": {\"exact\": \"/empty\"}}, \"response\": {\"statusCode\": 204}},"       \
+    "{\"match\": {\"headers\": [{\"key\": {\"exact\": \"x-key\"}}]}, \"transform\": "              \
+    "[{\"headers\": {\"Authorization\": \"Bearer S\"}}]}"                                          \
+    "]}"
+
+struct routed {
+    struct pctx c;
+    struct proxy_http *h;
+    struct evbuffer *out, *local;
+};
+
+static void routed_init(struct routed *r)
+{
+    memset(r, 0, sizeof *r);
+    struct err e = ERR_INIT;
+    r->c.p = proxy_policy_parse(ROUTES, strlen(ROUTES), &e);
+    cr_assert_not_null(r->c.p, "%s", e.msg);
+    r->h = proxy_http_new(policy_decide, &r->c);
+    r->out = evbuffer_new();
+    r->local = evbuffer_new();
+    proxy_http_set_origin(r->h, true, 443);
+    proxy_http_set_local(r->h, r->local);
+    proxy_http_set_serial(r->h, true);
+}
+
+static void routed_fini(struct routed *r)
+{
+    proxy_http_free(r->h);
+    evbuffer_free(r->out);
+    evbuffer_free(r->local);
+    proxy_policy_unref(r->c.p);
+}
+
+/* Forward: the prefix before the original path and query, Host the forward URL's
+ * authority, the original described in vercel-forwarded-*, the sandbox's copies gone. */
+Test(proxy_http, forward_rewrites_target_and_host)
+{
+    const char *in = "POST /fwd/a?b=1 HTTP/1.1\r\nHost: api.example\r\n"
+                     "Vercel-Forwarded-Host: evil.example\r\nvercel-sandbox-oidc-token: x\r\n"
+                     "Content-Length: 3\r\n\r\nabc";
+    const char *want = "POST /base/fwd/a?b=1 HTTP/1.1\r\nContent-Length: 3\r\n"
+                       "Host: proxy.example:8443\r\nvercel-forwarded-host: api.example\r\n"
+                       "vercel-forwarded-scheme: https\r\nvercel-forwarded-port: 443\r\n"
+                       "vercel-forwarded-path: /fwd/a?b=1\r\n\r\nabc";
+    for (size_t k = 0; k < ARRAY_LEN(steps); k++) {
+        struct routed r;
+        routed_init(&r);
+        size_t used;
+        cr_assert_eq(feed_steps(r.h, in, strlen(in), steps[k], r.out, &used), PROXY_HTTP_WAIT);
+        cr_assert_eq(used, strlen(in));
+        char *o = take(r.out);
+        cr_assert_str_eq(o, want, "step %zu", steps[k]);
+        free(o);
+        cr_assert_eq(proxy_http_forwarded(r.h), 1);
+        cr_assert_not(proxy_http_idle(r.h));
+        routed_fini(&r);
+    }
+}
+
+/* Serial mode: nothing more is taken until the forwarded request's response has ended
+ * (not just its head), and a response ended by the upstream's EOF counts. */
+Test(proxy_http, serial_waits_for_the_whole_response)
+{
+    const char *two = "GET /fwd HTTP/1.1\r\nHost: api.example\r\n\r\n"
+                      "GET /x HTTP/1.1\r\nHost: api.example\r\nX-Key: 1\r\n\r\n";
+    struct routed r;
+    routed_init(&r);
+    size_t used, more;
+    cr_assert_eq(proxy_http_feed(r.h, two, strlen(two), r.out, &used), PROXY_HTTP_WAIT);
+    cr_assert_eq(used, strlen("GET /fwd HTTP/1.1\r\nHost: api.example\r\n\r\n"));
+    cr_assert_eq(respond(r.h, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab", 0),
+                 PROXY_HTTP_RESP_NONE);
+    cr_assert(proxy_http_waiting(r.h));
+    cr_assert_eq(respond(r.h, "cd", 0), PROXY_HTTP_RESP_RESUME);
+    cr_assert(proxy_http_idle(r.h));
+    proxy_http_upstream_reset(r.h); /* the next one may go elsewhere */
+    evbuffer_drain(r.out, evbuffer_get_length(r.out));
+    cr_assert_eq(proxy_http_feed(r.h, two + used, strlen(two) - used, r.out, &more),
+                 PROXY_HTTP_WAIT);
+    char *o = take(r.out);
+    cr_assert_str_eq(o, "GET /x HTTP/1.1\r\nHost: api.example\r\nX-Key: 1\r\n"
+                        "Authorization: Bearer S\r\n\r\n");
+    free(o);
+    /* no Content-Length: the body ends with the connection */
+    cr_assert_eq(respond(r.h, "HTTP/1.1 200 OK\r\n\r\nall of it", 0), PROXY_HTTP_RESP_NONE);
+    cr_assert_eq(proxy_http_response(r.h, NULL, 0), PROXY_HTTP_RESP_RESUME);
+    cr_assert(proxy_http_idle(r.h));
+    routed_fini(&r);
+}
+
+/* A response rule: nothing goes upstream (not even the body, chunked or not), the
+ * answer goes to the local output in order, HEAD gets no body, 204 no length, and the
+ * connection goes on with the next request. */
+Test(proxy_http, respond_answers_locally)
+{
+    const char *in = "DELETE /a HTTP/1.1\r\nHost: api.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "3\r\nabc\r\n0\r\n\r\n"
+                     "HEAD /empty HTTP/1.1\r\nHost: api.example\r\n\r\n"
+                     "DELETE /b HTTP/1.1\r\nHost: api.example\r\nContent-Length: 2\r\n\r\nxy"
+                     "GET /up HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    const char *want_local = "HTTP/1.1 403 Forbidden\r\nX-Why: policy\r\n"
+                             "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 4\r\n\r\n"
+                             "nope"
+                             "HTTP/1.1 204 No Content\r\n\r\n"
+                             "HTTP/1.1 403 Forbidden\r\nX-Why: policy\r\n"
+                             "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 4\r\n\r\n"
+                             "nope";
+    for (size_t k = 0; k < ARRAY_LEN(steps); k++) {
+        struct routed r;
+        routed_init(&r);
+        size_t used;
+        cr_assert_eq(feed_steps(r.h, in, strlen(in), steps[k], r.out, &used), PROXY_HTTP_WAIT);
+        char *l = take(r.local), *o = take(r.out);
+        cr_assert_str_eq(l, want_local, "step %zu", steps[k]);
+        cr_assert_str_eq(o, "GET /up HTTP/1.1\r\nHost: api.example\r\n\r\n", "step %zu", steps[k]);
+        free(l);
+        free(o);
+        cr_assert_eq(proxy_http_responded(r.h), 3);
+        cr_assert_eq(proxy_http_requests(r.h), 1);
+        routed_fini(&r);
+    }
+}
+
+/* An Upgrade request the policy answers: no switch, HTTP goes on. HEAD to a body rule:
+ * the length, not the body. */
+Test(proxy_http, respond_to_upgrade_and_head)
+{
+    struct routed r;
+    routed_init(&r);
+    const char *in = "DELETE /ws HTTP/1.1\r\nHost: api.example\r\nConnection: Upgrade\r\n"
+                     "Upgrade: websocket\r\n\r\n"
+                     "GET /after HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    size_t used;
+    cr_assert_eq(proxy_http_feed(r.h, in, strlen(in), r.out, &used), PROXY_HTTP_WAIT);
+    cr_assert_eq(used, strlen(in));
+    char *o = take(r.out);
+    cr_assert_str_eq(o, "GET /after HTTP/1.1\r\nHost: api.example\r\n\r\n");
+    free(o);
+    cr_assert_eq(proxy_http_responded(r.h), 1);
+    routed_fini(&r);
+}
+
+/* Hostile heads on a routed connection: the strict checks still come first, and an
+ * answer is never produced for a refused head. */
+Test(proxy_http, routed_refusals)
+{
+    const char *bad[] = {
+        "DELETE /a HTTP/1.1\r\nHost: api.example\r\nHost: api.example\r\n\r\n",
+        "DELETE /a HTTP/1.1\r\nHost: api.example\r\nContent-Length: 1\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n",
+        "DELETE /a HTTP/1.1\r\nHost : api.example\r\n\r\n",
+        "DELETE http://other.example/a HTTP/1.1\r\nHost: api.example\r\n\r\n",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        struct routed r;
+        routed_init(&r);
+        size_t used;
+        cr_assert_eq(proxy_http_feed(r.h, bad[i], strlen(bad[i]), r.out, &used),
+                     PROXY_HTTP_ERROR, "case %zu", i);
+        cr_assert_eq(proxy_http_error(r.h), 400, "case %zu", i);
+        cr_assert_eq(evbuffer_get_length(r.local), 0, "case %zu", i);
+        cr_assert_eq(evbuffer_get_length(r.out), 0, "case %zu", i);
+        routed_fini(&r);
+    }
+    /* absolute-form: the path and query are matched and forwarded, not the authority */
+    struct routed r;
+    routed_init(&r);
+    const char *abs = "GET http://api.example/fwd?q HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    size_t used;
+    cr_assert_eq(proxy_http_feed(r.h, abs, strlen(abs), r.out, &used), PROXY_HTTP_WAIT);
+    char *o = take(r.out);
+    cr_assert(strstr(o, "GET /base/fwd?q HTTP/1.1\r\n") == o, "%s", o);
+    cr_assert(strstr(o, "vercel-forwarded-path: /fwd?q\r\n"), "%s", o);
+    free(o);
+    routed_fini(&r);
 }

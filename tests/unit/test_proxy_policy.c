@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "proxy/policy.h"
@@ -221,9 +222,10 @@ Test(proxy_policy, validation_errors)
     e = bad("{\"a.example\": [], \"A.EXAMPLE\": []}");
     cr_assert(strstr(e.msg, "twice"));
     e = bad("{\"a.example\": {}}");
-    e = bad("{\"a.example\": [{\"match\": {}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"path\": {\"regex\": \"^/a\"}}, "
+            "\"forwardURL\": \"https://f.example\"}]}");
     cr_assert(strstr(e.msg, "not supported"));
-    cr_assert_str_eq(e.field, "a.example[0].match");
+    cr_assert_str_eq(e.field, "a.example[0].match.path.regex");
     e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"X\": 1}}]}]}");
     e = bad("{\"a.example\": [{\"transform\": [{\"headers\": {\"X Y\": \"1\"}}]}]}");
     cr_assert_str_eq(e.field, "a.example[0].transform[0].headers.X Y");
@@ -380,4 +382,241 @@ Test(proxy_host, header_names)
     cr_assert_not(proxy_header_name_valid("A\0B", 3));
     cr_assert_not(proxy_header_name_valid("A\r", 2));
     cr_assert_not(proxy_header_name_valid("Ä", 2));
+}
+
+/* ------------------------------------------------------------------ per-request rules */
+
+static struct proxy_request req(const char *method, const char *target,
+                                const struct proxy_req_header *h, size_t nh)
+{
+    struct proxy_request r = {method, target, strlen(target), NULL, 0, h, nh};
+    const char *q = strchr(target, '?');
+    if (q) {
+        r.path_len = (size_t)(q - target);
+        r.query = q + 1;
+        r.query_len = strlen(q + 1);
+    }
+    return r;
+}
+
+/* The action for one request to host under policy p; hdr: the value set for name (or NULL). */
+static struct proxy_action eval(const struct proxy_policy *p, const char *host,
+                                const struct proxy_request *r, struct proxy_header *scratch)
+{
+    struct proxy_verdict v;
+    struct proxy_action a;
+    proxy_policy_match(p, host, &v);
+    proxy_policy_eval(&v, r, scratch, &a);
+    return a;
+}
+
+static const char *set_value(const struct proxy_action *a, const char *name)
+{
+    for (size_t i = 0; i < a->headers.n; i++)
+        if (!strcasecmp(a->headers.v[i].name, name)) return a->headers.v[i].value;
+    return NULL;
+}
+
+#define ROUTED_POLICY                                                                              \
+    "{\"allow\": {\"api.example\": ["                                                              \
+    "{\"match\": {\"path\": {\"startsWith\": \"/fwd/\"}, \"method\": [\"post\", \"PUT\"]},"        \
+    " \"forwardURL\": \"http://proxy.example:8080/base/\"},"                                       \
+    "{\"match\": {\"path\": {\"exact\": \"/blocked\"}}, \"response\": {\"statusCode\": 451,"       \
+    " \"body\": \"no\", \"contentType\": \"text/plain\", \"headers\": {\"X-Why\": \"policy\"}}},"  \
+    "{\"match\": {\"queryString\": [{\"key\": {\"exact\": \"a b\"}, \"value\": {\"startsWith\": "  \
+    "\"x&\"}}]}, \"response\": {\"statusCode\": 204}},"                                            \
+    "{\"match\": {\"headers\": [{\"key\": {\"exact\": \"x-api-key\"}, \"value\": {\"exact\": "     \
+    "\"placeholder\"}}]}, \"transform\": [{\"headers\": {\"Authorization\": \"Bearer real\"}}]},"  \
+    "{\"transform\": [{\"headers\": {\"X-Always\": \"1\"}}]},"                                     \
+    "{\"response\": {\"statusCode\": 200, \"body\": \"fallback\"}, \"match\": {\"method\": "       \
+    "[\"DELETE\"]}}"                                                                               \
+    "], \"plain.example\": []}}"
+
+Test(proxy_policy, per_request_rules_first_route_wins_transforms_merge)
+{
+    struct proxy_policy *p = ok(ROUTED_POLICY);
+    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
+    struct proxy_verdict v;
+    proxy_policy_match(p, "api.example", &v);
+    cr_assert_eq(v.kind, PROXY_INTERCEPT);
+    cr_assert(v.routes);
+    proxy_policy_match(p, "plain.example", &v);
+    cr_assert_eq(v.kind, PROXY_PASS);
+    cr_assert(!v.routes);
+
+    /* path prefix + method (any case in the policy) */
+    struct proxy_request r = req("POST", "/fwd/x?y=1", NULL, 0);
+    struct proxy_action a = eval(p, "api.example", &r, scratch);
+    cr_assert_eq(a.kind, PROXY_ACT_FORWARD);
+    cr_assert_eq(a.rule, 0);
+    cr_assert_str_eq(a.forward->host, "proxy.example");
+    cr_assert_eq(a.forward->port, 8080);
+    cr_assert(!a.forward->tls);
+    cr_assert_str_eq(a.forward->path, "/base"); /* trailing '/' dropped */
+    cr_assert_str_eq(set_value(&a, "X-Always"), "1"); /* transforms still apply */
+    r = req("GET", "/fwd/x", NULL, 0); /* method not listed */
+    a = eval(p, "api.example", &r, scratch);
+    cr_assert_eq(a.kind, PROXY_ACT_UPSTREAM);
+    cr_assert_eq(a.rule, -1);
+    r = req("POST", "/fwd", NULL, 0); /* "/fwd" does not start with "/fwd/" */
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+
+    /* exact path: not a prefix, and the query is not part of the path */
+    r = req("GET", "/blocked?z=1", NULL, 0);
+    a = eval(p, "api.example", &r, scratch);
+    cr_assert_eq(a.kind, PROXY_ACT_RESPOND);
+    cr_assert_eq(a.response->status, 451);
+    cr_assert_str_eq(a.response->body, "no");
+    cr_assert_str_eq(a.response->content_type, "text/plain");
+    cr_assert_eq(a.response->headers.n, 1);
+    r = req("GET", "/blocked/more", NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+
+    /* query: decoded key and value ("a+b" and "a%20b" are "a b"; %26 is '&') */
+    r = req("GET", "/q?z=0&a+b=x%26y", NULL, 0);
+    a = eval(p, "api.example", &r, scratch);
+    cr_assert_eq(a.kind, PROXY_ACT_RESPOND);
+    cr_assert_eq(a.response->status, 204);
+    r = req("GET", "/q?a%20b=x%26", NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_RESPOND);
+    r = req("GET", "/q?a+b=x&y", NULL, 0); /* raw '&' splits: value "x" */
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+    r = req("GET", "/q?a+b", NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+
+    /* header: the name in any case, the value exactly (surrounding whitespace ignored) */
+    struct proxy_req_header h[] = {{"Accept", "*/*", 6, 3}, {"X-API-Key", " placeholder ", 9, 13}};
+    r = req("GET", "/h", h, 2);
+    a = eval(p, "api.example", &r, scratch);
+    cr_assert_eq(a.kind, PROXY_ACT_UPSTREAM);
+    cr_assert_str_eq(set_value(&a, "Authorization"), "Bearer real");
+    cr_assert_str_eq(set_value(&a, "X-Always"), "1");
+    struct proxy_req_header h2[] = {{"x-api-key", "Placeholder", 9, 11}};
+    r = req("GET", "/h", h2, 1);
+    a = eval(p, "api.example", &r, scratch);
+    cr_assert_null(set_value(&a, "Authorization"));
+    cr_assert_str_eq(set_value(&a, "X-Always"), "1");
+
+    /* the first route wins: DELETE /blocked answers 451, not the DELETE fallback */
+    r = req("DELETE", "/blocked", NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).response->status, 451);
+    r = req("DELETE", "/other", NULL, 0);
+    cr_assert_str_eq(eval(p, "api.example", &r, scratch).response->body, "fallback");
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, per_request_rules_validation)
+{
+    struct err e;
+    e = bad("{\"a.example\": [{\"forwardURL\": \"ftp://x.example/\"}]}");
+    cr_assert_str_eq(e.field, "a.example[0].forwardURL");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example/p?q=1\"}]}");
+    cr_assert(strstr(e.msg, "query"));
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://u:p@x.example/\"}]}");
+    cr_assert(strstr(e.msg, "user info"));
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example:0/\"}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example:99999/\"}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://[::1]/\"}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example/a b\"}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https:///p\"}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": 7}]}");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example\", "
+            "\"transform\": [{\"headers\": {\"A\": \"1\"}}]}]}");
+    cr_assert(strstr(e.msg, "one of"));
+    cr_assert_str_eq(e.field, "a.example[0]");
+    e = bad("{\"a.example\": [{\"forwardURL\": \"https://x.example\", \"response\": "
+            "{\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"response\": {}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].response.statusCode");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 101}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 600}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": \"200\"}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200, \"headers\": "
+            "{\"Content-Length\": \"5\"}}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].response.headers.Content-Length");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200, \"headers\": "
+            "{\"X\": \"a\\r\\nY: b\"}}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200, \"contentType\": "
+            "\"text/html\\r\\nX: 1\"}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].response.contentType");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200, \"contentType\": \"a/b\", "
+            "\"headers\": {\"content-type\": \"c/d\"}}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200, \"status\": 1}}]}");
+    e = bad("{\"a.example\": [{\"response\": {\"statusCode\": 200}, \"plain_http\": true}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"path\": {\"exact\": \"a\"}}, "
+            "\"response\": {\"statusCode\": 200}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].match.path");
+    e = bad("{\"a.example\": [{\"match\": {\"path\": {\"exact\": \"/a\", \"startsWith\": \"/\"}}, "
+            "\"response\": {\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"path\": {}}, \"response\": {\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"method\": []}, \"response\": {\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"method\": [\"G T\"]}, \"response\": "
+            "{\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"headers\": [{}]}, \"response\": "
+            "{\"statusCode\": 200}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].match.headers[0]");
+    e = bad("{\"a.example\": [{\"match\": {\"headers\": [{\"name\": {\"exact\": \"a\"}}]}, "
+            "\"response\": {\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"queryString\": [{\"key\": {\"regex\": \".*\"}}]}, "
+            "\"response\": {\"statusCode\": 200}}]}");
+    cr_assert_str_eq(e.field, "a.example[0].match.queryString[0].key.regex");
+    e = bad("{\"a.example\": [{\"match\": {\"host\": {\"exact\": \"a\"}}, \"response\": "
+            "{\"statusCode\": 200}}]}");
+    e = bad("{\"a.example\": [{\"match\": {\"path\": {\"exact\": \"/a\\u0000b\"}}, "
+            "\"response\": {\"statusCode\": 200}}]}");
+
+    /* bounds: body size, matcher size and count */
+    size_t big = PROXY_POLICY_MAX_BODY + 1;
+    char *j = malloc(big + 200);
+    int n = snprintf(j, 200, "{\"a.example\": [{\"response\": {\"statusCode\": 200, \"body\": \"");
+    memset(j + n, 'x', big);
+    strcpy(j + n + big, "\"}}]}");
+    e = bad(j);
+    cr_assert_str_eq(e.field, "a.example[0].response.body");
+    strcpy(j + n + big - 1, "\"}}]}"); /* exactly the limit */
+    proxy_policy_unref(ok(j));
+    n = snprintf(j, 200, "{\"a.example\": [{\"match\": {\"path\": {\"startsWith\": \"/");
+    memset(j + n, 'p', PROXY_POLICY_MAX_MATCH);
+    strcpy(j + n + PROXY_POLICY_MAX_MATCH, "\"}}, \"response\": {\"statusCode\": 200}}]}");
+    e = bad(j);
+    free(j);
+    char m[4096] = "{\"a.example\": [{\"match\": {\"headers\": [";
+    for (int i = 0; i < PROXY_POLICY_MAX_MATCHERS + 1; i++)
+        strcat(m, i ? ", {\"key\": {\"exact\": \"a\"}}" : "{\"key\": {\"exact\": \"a\"}}");
+    strcat(m, "]}, \"response\": {\"statusCode\": 200}}]}");
+    e = bad(m);
+    cr_assert_str_eq(e.field, "a.example[0].match.headers");
+}
+
+Test(proxy_policy, per_request_hostile_requests)
+{
+    struct proxy_policy *p = ok(ROUTED_POLICY);
+    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
+    /* a huge query value: decoding is capped, matching still decides */
+    size_t n = 200000;
+    char *t = malloc(n + 32);
+    strcpy(t, "/q?a+b=x%26");
+    memset(t + 11, '%', n);
+    t[11 + n] = '\0';
+    struct proxy_request r = req("GET", t, NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_RESPOND);
+    /* a lone '%' at the end, '%' with one digit, '&&&&' */
+    strcpy(t, "/q?&&&a+b=x%2&b=%");
+    r = req("GET", t, NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+    strcpy(t, "/q?&&&a+b=x%26%");
+    r = req("GET", t, NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_RESPOND);
+    /* an empty path and a request without a query */
+    r = req("GET", "", NULL, 0);
+    cr_assert_eq(eval(p, "api.example", &r, scratch).kind, PROXY_ACT_UPSTREAM);
+    free(t);
+    /* a verdict that is not intercept yields the plain upstream action */
+    struct proxy_verdict v;
+    struct proxy_action a;
+    proxy_policy_match(p, "plain.example", &v);
+    proxy_policy_eval(&v, &r, scratch, &a);
+    cr_assert_eq(a.kind, PROXY_ACT_UPSTREAM);
+    cr_assert_eq(a.headers.n, 0);
+    proxy_policy_unref(p);
 }

@@ -429,6 +429,8 @@ void sbx_net_json(const struct sbx *s, json_t *o, bool full)
         STAT(plain_http);
         STAT(requests);
         STAT(injected);
+        STAT(forwarded);
+        STAT(responded);
         STAT(host_mismatch);
         STAT(upstream_failed);
         STAT(verify_failed);

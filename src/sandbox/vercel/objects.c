@@ -175,6 +175,7 @@ json_t *vc_policy_out(struct sbx *s)
     } else {
         json_t *map = json_is_object(json_object_get(p, "allow")) ? json_object_get(p, "allow") : p;
         json_t *domains = json_array(), *inj = json_array(), *cidrs = NULL;
+        json_t *fw = json_array(), *answers = json_array();
         json_t *list = json_object_get(p, "allow");
         if (json_is_array(list)) {
             json_array_extend(domains, list);
@@ -187,10 +188,25 @@ json_t *vc_policy_out(struct sbx *s)
                     continue;
                 }
                 json_array_append_new(domains, json_string(k));
-                json_t *names = json_array();
                 size_t i;
                 json_t *rule;
                 json_array_foreach(rules, i, rule) {
+                    json_t *match = json_object_get(rule, "match");
+                    json_t *fwd = json_object_get(rule, "forwardURL");
+                    json_t *resp = json_object_get(rule, "response");
+                    json_t *r = json_pack("{s:s}", "domain", k);
+                    if (json_is_object(match)) json_object_set(r, "match", match);
+                    if (json_is_string(fwd)) { /* the URL is no secret: as given */
+                        json_object_set(r, "forwardURL", fwd);
+                        json_array_append_new(fw, r);
+                        continue;
+                    }
+                    if (json_is_object(resp)) { /* ours; the SDK's validator passes it */
+                        json_object_set(r, "response", resp);
+                        json_array_append_new(answers, r);
+                        continue;
+                    }
+                    json_t *names = json_array();
                     size_t j;
                     json_t *t;
                     json_array_foreach(json_object_get(rule, "transform"), j, t) {
@@ -200,16 +216,26 @@ json_t *vc_policy_out(struct sbx *s)
                             json_array_append_new(names, json_string(h));
                         }
                     }
+                    if (json_array_size(names)) {
+                        json_object_set_new(r, "headerNames", names);
+                        json_array_append_new(inj, r);
+                    } else {
+                        json_decref(names);
+                        json_decref(r);
+                    }
                 }
-                if (json_array_size(names))
-                    json_array_append_new(inj, json_pack("{s:s, s:o}", "domain", k,
-                                                         "headerNames", names));
-                else
-                    json_decref(names);
             }
         }
         out = json_pack("{s:s, s:o, s:o}", "mode", "custom", "allowedDomains", domains,
                         "injectionRules", inj);
+        if (json_array_size(fw))
+            json_object_set_new(out, "forwardRules", fw);
+        else
+            json_decref(fw);
+        if (json_array_size(answers))
+            json_object_set_new(out, "responseRules", answers);
+        else
+            json_decref(answers);
         if (cidrs) json_object_set_new(out, "allowedCIDRs", cidrs);
     }
     json_decref(o);
