@@ -380,9 +380,10 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     assert "typed-42" in result["terminal"]
     st, out = post(port, "/v1/sandboxes/kui-1/commands", {"cmd": "cat", "args": ["/tmp/from-ui"], "wait": True})
     assert out["stdout"] == "typed-42\n"
-    # the refused wrong token is the only failed request
-    assert result["errors"] == ["Failed to load resource: the server responded with a status of 401 (Unauthorized)"], \
-        result["errors"]
+    # the refused wrong token is the only failed request (until the sandbox deleted behind
+    # the page's back, whose 404s are the point there)
+    assert result["errors_before_gone"] == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["errors"]
     # the actions: a snapshot of kui-1, a sandbox made from it, a fork of that one
     from test_dev_sandboxes import get
     st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
@@ -390,8 +391,26 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
     assert st == 200 and restored["source"]["type"] == "snapshot", restored
     assert restored["source"]["snapshot_id"] == result["snapshot"], restored
-    st, forked = get(port, f"/v1/sandboxes/{result['forked']}")
-    assert st == 200 and result["forked"] not in ("kui-1", result["restored"]), forked
+    assert result["forked"] not in ("kui-1", result["restored"]), result["forked"]
+    # the fork paused, resumed (by keyboard), stopped and deleted from the page: each state as
+    # the page showed it and as /v1 had it right then
+    lc = result["lifecycle"]
+    assert lc["before"] == ["running", "running"], lc
+    assert lc["paused"] == ["paused", "paused"] and lc["focus_after_pause"] == "resume", lc
+    assert lc["resumed"] == ["running", "running"], lc
+    assert lc["stopped"] == ["stopped", "stopped"], lc
+    assert lc["disabled_when_stopped"] == ["stop", "pause"], lc  # what a stopped sandbox cannot do
+    # the confirmation: a modal dialog named for the sandbox, focus on Cancel, Escape keeps it
+    assert lc["dialog"]["modal"] and result["forked"] in lc["dialog"]["title"], lc
+    assert "cannot be undone" in lc["dialog"]["text"], lc
+    assert lc["focus_in_dialog"] == "cancel-delete" and lc["after_escape"] == 200, lc
+    assert lc["focus_after_escape"] == "delete" and lc["focus_after_tab"] == "confirm-delete", lc
+    assert lc["after_delete"] == 404 and result["forked"] not in lc["listed_after_delete"], lc
+    st, body = get(port, f"/v1/sandboxes/{result['forked']}")
+    assert st == 404 and "sandbox_not_found" in json.dumps(body), (st, body)
+    # an action on a sandbox deleted behind the page's back shows sandboxd's reason
+    assert "kui-gone" in result["gone_error"] and ("no sandbox" in result["gone_error"]
+                                                   or "was deleted" in result["gone_error"]), result["gone_error"]
     post(port, "/v1/sandboxes/kui-1/stop", {})
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         for p in result["shots"]:
