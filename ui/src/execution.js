@@ -1,7 +1,11 @@
 // execution.js - one execution: its header, a live timeline of every event grouped by step,
-// its output or failure, and the other turns of its session. Events are read in pages of
-// 1000, then followed over the event stream from the last one (Last-Event-ID), so nothing is
-// missed or shown twice.
+// its output or failure, and the other turns of its session. The timeline reads the log
+// from its start in pages of 1000 (after_seq), the next page when the reader scrolls to its
+// end (an IntersectionObserver on a "load more" button, which keyboard users press), and
+// follows the event stream from the event the view was read at (Last-Event-ID), so nothing
+// is missed or shown twice. What is shown is always the log's first N events with no gap:
+// live events past the pages read wait until the pages reach them, and a step whose
+// events straddle a page boundary is one entry that grows when the next page comes.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
@@ -9,30 +13,66 @@ import { ApprovalCard, usePending } from "./approvals.js";
 import { ForkPanel, ForkTree } from "./forks.js";
 
 const PAGE = 1000;
-const WINDOW = 300; // timeline items rendered at first; more on request
-
-const pageStarts = (last) => Array.from({ length: Math.max(1, Math.ceil(last / PAGE)) }, (_, i) => i * PAGE);
 
 function useExecution(id) {
   const [ex, setEx] = useState(null);
   const [events, setEvents] = useState([]);
+  const [total, setTotal] = useState(0); // events the log has, as far as the page knows
   const [error, setError] = useState(null);
   const [live, setLive] = useState(false);
-  const [partial, setPartial] = useState(false);
+  const [loading, setLoading] = useState(false);
   const refetch = useRef(null);
+  const more = useRef(() => {});
   useEffect(() => {
     let alive = true;
     let stop = null;
     let pendingRefetch = null;
-    const all = [];
-    const seen = new Set();
+    let busy = false;
+    let last = 0; // the newest event_seq known to exist
+    const all = []; // events 1..all.length, in order (event_seq has no gaps)
+    const ahead = new Map(); // event_seq -> event, past all.length (the stream's, or a page's overlap)
+    const known = (n) => {
+      if (n > last) (last = n), setTotal(n);
+    };
+    // take in events from anywhere; extend the gap-free prefix; show it if it grew
+    const take = (evs) => {
+      for (const ev of evs) {
+        if (ev.event_seq > all.length) ahead.set(ev.event_seq, ev);
+        known(ev.event_seq);
+      }
+      const had = all.length;
+      while (ahead.has(all.length + 1)) {
+        all.push(ahead.get(all.length + 1));
+        ahead.delete(all.length);
+      }
+      if (all.length !== had) setEvents(all.slice());
+    };
+    const fetchPage = (after) =>
+      get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
+    more.current = async () => {
+      if (busy || all.length >= last) return;
+      busy = true;
+      setLoading(true);
+      try {
+        const page = await fetchPage(all.length);
+        if (!alive) return;
+        if (!page.length) last = all.length; // the log is shorter than it said: stop asking
+        take(page);
+        setTotal(last);
+      } catch (err) {
+        if (alive) setError(err);
+      } finally {
+        busy = false;
+        if (alive) setLoading(false);
+      }
+    };
     refetch.current = () => {
       if (pendingRefetch) return;
       pendingRefetch = setTimeout(async () => {
         pendingRefetch = null;
         try {
           const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
-          if (alive) setEx(e);
+          if (alive) (setEx(e), known(e.last_seq));
         } catch (err) {
           if (alive) setError(err);
         }
@@ -43,35 +83,13 @@ function useExecution(id) {
         const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
         if (!alive) return;
         setEx(e);
-        // the newest two pages first (what the timeline shows at first), then all the older
-        // ones at once (the view says how many events there are); merged in seq order
-        const starts = pageStarts(e.last_seq);
-        const fetchPage = (after) =>
-          get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
-        const add = (pages) => {
-          for (const page of pages)
-            for (const ev of page) if (!seen.has(ev.event_seq)) (seen.add(ev.event_seq), all.push(ev));
-          all.sort((x, y) => x.event_seq - y.event_seq);
-        };
-        const newest = starts.slice(-2);
-        const older = starts.slice(0, -2);
-        add(await Promise.all(newest.map(fetchPage)));
-        if (!alive) return;
-        if (older.length) {
-          setPartial(true);
-          setEvents(all.slice());
-          // only now: the kernel serves one request at a time, the older pages would delay these
-          add(await Promise.all(older.map(fetchPage)));
-          if (!alive) return;
-          setPartial(false);
-        }
-        // events that committed after the view was read arrive over the stream below
-        setEvents(all.slice());
-        const last = all.length ? all[all.length - 1].event_seq : 0;
-        if (TERMINAL.has(e.status)) return;
+        known(e.last_seq);
+        await more.current(); // the first page; the rest as the reader scrolls
+        if (!alive || TERMINAL.has(e.status)) return;
+        // events committed after the view was read; kept until the pages reach them
         setLive(true);
         stop = stream(`/v0/executions/${encodeURIComponent(id)}/events/stream`, {
-          lastId: last,
+          lastId: e.last_seq,
           onEvent: (m) => {
             let ev;
             try {
@@ -79,10 +97,8 @@ function useExecution(id) {
             } catch {
               return;
             }
-            if (!alive || seen.has(ev.event_seq)) return;
-            seen.add(ev.event_seq);
-            all.push(ev);
-            setEvents(all.slice());
+            if (!alive || ev.event_seq <= all.length || ahead.has(ev.event_seq)) return;
+            take([ev]);
             if (!ev.type.startsWith("step.") || ev.type === "step.awaiting_approval") refetch.current();
           },
           onEnd: () => alive && (setLive(false), refetch.current()),
@@ -98,7 +114,24 @@ function useExecution(id) {
       stop && stop();
     };
   }, [id]);
-  return { ex, events, error, live, partial };
+  return { ex, events, total, error, live, loading, loadMore: () => more.current() };
+}
+
+// The end of the timeline while the log has more: a button (Enter or a click reads the next
+// page) that also reads it by itself once it comes within a screen of view. The observer is
+// made anew after every page, so a screen tall enough to still show the button reads on.
+function More({ shown, total, loading, onMore }) {
+  const ref = useRef(null);
+  useEffect(() => {
+    if (loading || !ref.current || typeof IntersectionObserver === "undefined") return;
+    const io = new IntersectionObserver((es) => es.some((x) => x.isIntersecting) && onMore(), { rootMargin: "0px 0px 100% 0px" });
+    io.observe(ref.current);
+    return () => io.disconnect();
+  }, [loading, shown]);
+  const next = Math.min(PAGE, total - shown);
+  return html`<p class="more-wrap"><button ref=${ref} class="more" name="more-events" aria-disabled=${loading ? "true" : undefined}
+      onClick=${() => !loading && onMore()}>${loading ? `Reading events ${shown + 1}-${shown + next}…` : `Show the next ${next} events`}</button>
+    <span class="help"> ${shown} of ${total} events shown</span></p>`;
 }
 
 // One timeline item per step (all events carrying its step_id, at its first event's place),
@@ -162,7 +195,7 @@ function StepItem({ g, onFork }) {
   const isLlm = kind === "llm_call";
   const q = isLlm ? lastMessage(args) : null;
   const a = isLlm && done ? answer(done.payload.result) : null;
-  return html`<li class="item step">
+  return html`<li class="item step" data-step=${g.step_id} data-first=${g.events[0].event_seq} data-last=${lastEv.event_seq} data-events=${g.events.length}>
     <${Lazy} summary=${html`<summary>
         <span class="seq">#${g.events[0].event_seq}</span>
         <span class="kind">${kind.replace("_", " ")}</span>
@@ -211,7 +244,7 @@ function EventItem({ ev, onFork }) {
   const cls = ev.type.split(".")[0];
   const d = describe(ev);
   const hasPayload = ev.payload && Object.keys(ev.payload).length > 0;
-  return html`<li class=${`item ev ev-${cls}`}>
+  return html`<li class=${`item ev ev-${cls}`} data-seq=${ev.event_seq}>
     <${Lazy} summary=${html`<summary>
         <span class="seq">#${ev.event_seq}</span>
         <span class="type">${ev.type}</span>
@@ -271,11 +304,10 @@ function Pending({ id }) {
 }
 
 export function Execution({ id }) {
-  const { ex, events, error, live, partial } = useExecution(id);
+  const { ex, events, total, error, live, loading, loadMore } = useExecution(id);
   const items = useMemo(() => group(events), [events]);
   const [forkAt, setForkAt] = useState(null);
-  const [shown, setShown] = useState(WINDOW);
-  const hidden = Math.max(0, items.length - shown);
+  const steps = useMemo(() => items.filter((i) => i.kind === "step").length, [items]);
   const openFork = (seq) => {
     setForkAt(seq);
     setTimeout(() => document.getElementById("fork-panel")?.scrollIntoView({ block: "start" }), 0);
@@ -296,11 +328,11 @@ export function Execution({ id }) {
       ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
       : html`<p><button class="forkopen" onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
     <section aria-labelledby="tl-h">
-      <h2 id="tl-h">Timeline <span class="help">${partial ? `(newest ${events.length} of ${ex.last_seq} events; reading the earlier ones…)` : `(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)`}</span></h2>
-      ${hidden > 0 && html`<p><button class="more" onClick=${() => setShown(shown + 1000)}>Show ${Math.min(1000, hidden)} earlier of ${hidden} hidden entries</button></p>`}
-      <ol class="timeline" aria-live="polite" aria-relevant="additions" start=${hidden + 1}>
-        ${(hidden ? items.slice(hidden) : items).map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
+      <h2 id="tl-h">Timeline <span class="help">${events.length < total ? `(the first ${events.length} of ${total} events, ${steps} steps so far; the rest as you scroll)` : `(${events.length} events, ${steps} steps)`}</span></h2>
+      <ol class="timeline" aria-live=${live && events.length >= total ? "polite" : "off"} aria-relevant="additions">
+        ${items.map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
       </ol>
+      ${events.length < total && html`<${More} shown=${events.length} total=${total} loading=${loading} onMore=${loadMore} />`}
     </section>
   </article>`;
 }
