@@ -527,6 +527,8 @@ def test_dashboard_timeline_pages_in_chromium(make_kernel, tmpdir_path):
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, CHROMIUM=CHROMIUM))
     assert proc.stdout.strip(), proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "error" in r:
+        print(r["error"])  # whole, where the assertion's message is cut
     assert "error" not in r, (r["error"], r.get("errors"), r.get("page"))
 
     # the first screen: one page read, the log's first 1,000 events on it, and no more
@@ -543,6 +545,8 @@ def test_dashboard_timeline_pages_in_chromium(make_kernel, tmpdir_path):
     # Enter on the button read page 2
     kb = r["after_keyboard"]
     assert kb["pages_read"][:2] == [[0, 1000], [1000, 1000]] and kb["events"] >= 2000, kb
+    # and focus went on to the first new entry: the first event of page 2 not in a step already shown
+    assert kb["focus"]["index"] == kb["entries_before"] and kb["focus"]["first"] > 1000, kb
 
     total = last_seq + 3  # with the live step's proposed, allowed and executing
     done = r["all"]

@@ -6,7 +6,8 @@
 // is missed or shown twice. What is shown is always the log's first N events with no gap:
 // live events past the pages read wait until the pages reach them, and a step whose
 // events straddle a page boundary is one entry that grows when the next page comes.
-import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { Component } from "preact";
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
 import { ApprovalCard, usePending } from "./approvals.js";
@@ -21,13 +22,14 @@ function useExecution(id) {
   const [error, setError] = useState(null);
   const [live, setLive] = useState(false);
   const [loading, setLoading] = useState(false);
+  const [failed, setFailed] = useState(null); // why the last page could not be read
   const refetch = useRef(null);
   const more = useRef(() => {});
   useEffect(() => {
     let alive = true;
     let stop = null;
     let pendingRefetch = null;
-    let busy = false;
+    let inflight = null; // the page being read
     let last = 0; // the newest event_seq known to exist
     const all = []; // events 1..all.length, in order (event_seq has no gaps)
     const ahead = new Map(); // event_seq -> event, past all.length (the stream's, or a page's overlap)
@@ -49,22 +51,27 @@ function useExecution(id) {
     };
     const fetchPage = (after) =>
       get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
-    more.current = async () => {
-      if (busy || all.length >= last) return;
-      busy = true;
+    // read the next page; while one is being read, the same promise (a press of the button
+    // while the observer's read is under way waits for that one rather than doing nothing)
+    more.current = () => {
+      if (inflight || all.length >= last) return inflight || Promise.resolve();
       setLoading(true);
-      try {
-        const page = await fetchPage(all.length);
-        if (!alive) return;
-        if (!page.length) last = all.length; // the log is shorter than it said: stop asking
-        take(page);
-        setTotal(last);
-      } catch (err) {
-        if (alive) setError(err);
-      } finally {
-        busy = false;
-        if (alive) setLoading(false);
-      }
+      inflight = (async () => {
+        try {
+          const page = await fetchPage(all.length);
+          if (!alive) return;
+          if (!page.length) last = all.length; // the log is shorter than it said: stop asking
+          take(page);
+          setTotal(last);
+          setFailed(null);
+        } catch (err) {
+          if (alive) setFailed(err.message);
+        } finally {
+          inflight = null;
+          if (alive) setLoading(false);
+        }
+      })();
+      return inflight;
     };
     refetch.current = () => {
       if (pendingRefetch) return;
@@ -114,44 +121,71 @@ function useExecution(id) {
       stop && stop();
     };
   }, [id]);
-  return { ex, events, total, error, live, loading, loadMore: () => more.current() };
+  return { ex, events, total, error, live, loading, failed, loadMore: () => more.current() };
 }
 
 // The end of the timeline while the log has more: a button (Enter or a click reads the next
-// page) that also reads it by itself once it comes within a screen of view. The observer is
-// made anew after every page, so a screen tall enough to still show the button reads on.
-function More({ shown, total, loading, onMore }) {
+// page, then focus goes to the first new entry, where the reader goes on) that also reads
+// it by itself once it comes within a screen of view. The observer is made anew after every
+// page, so a screen tall enough to still show the button reads on; not after a failed read
+// (a click retries), so a kernel that fails is not asked again and again.
+function More({ shown, total, entries, loading, failed, onMore }) {
   const ref = useRef(null);
   useEffect(() => {
-    if (loading || !ref.current || typeof IntersectionObserver === "undefined") return;
+    if (loading || failed || !ref.current || typeof IntersectionObserver === "undefined") return;
     const io = new IntersectionObserver((es) => es.some((x) => x.isIntersecting) && onMore(), { rootMargin: "0px 0px 100% 0px" });
     io.observe(ref.current);
     return () => io.disconnect();
-  }, [loading, shown]);
+  }, [loading, failed, shown]);
+  async function click() {
+    const n = entries;
+    await onMore();
+    setTimeout(() => document.querySelector(`.timeline > li:nth-child(${n + 1}) summary`)?.focus(), 0);
+  }
   const next = Math.min(PAGE, total - shown);
   return html`<p class="more-wrap"><button ref=${ref} class="more" name="more-events" aria-disabled=${loading ? "true" : undefined}
-      onClick=${() => !loading && onMore()}>${loading ? `Reading events ${shown + 1}-${shown + next}…` : `Show the next ${next} events`}</button>
-    <span class="help"> ${shown} of ${total} events shown</span></p>`;
+      onClick=${click}>${loading ? `Reading events ${shown + 1}-${shown + next}…` : failed ? `Try again: the next ${next} events` : `Show the next ${next} events`}</button>
+    <span class="help" aria-live="polite"> ${shown} of ${total} events shown</span>
+    ${failed && html` <span role="alert" class="error inline">Cannot read events ${shown + 1}-${shown + next}: ${failed}</span>`}</p>`;
 }
 
 // One timeline item per step (all events carrying its step_id, at its first event's place),
-// and one per other event.
-function group(events) {
-  const items = [];
-  const steps = new Map();
-  for (const ev of events) {
-    const sid = ev.payload && ev.payload.step_id;
-    if (sid && ev.type.startsWith("step.")) {
-      let g = steps.get(sid);
-      if (!g) {
-        g = { kind: "step", step_id: sid, events: [] };
-        steps.set(sid, g);
-        items.push(g);
-      }
-      g.events.push(ev);
-    } else items.push({ kind: "event", ev });
+// and one per other event. Built as events arrive (the list only grows at its end, so each
+// page or live event costs its own events, not the whole log again): a step's item is
+// replaced by a new object when it gains events, every other item stays the same object,
+// so Entry re-renders only the items that changed.
+function useGroups(events) {
+  const st = useRef(null);
+  return useMemo(() => {
+    let s = st.current;
+    if (!s || events.length < s.n || (s.n && events[s.n - 1] !== s.lastEv))
+      s = st.current = { n: 0, items: [], at: new Map(), lastEv: null }; // another execution
+    for (let i = s.n; i < events.length; i++) {
+      const ev = events[i];
+      const sid = ev.payload && ev.payload.step_id;
+      if (sid && ev.type.startsWith("step.")) {
+        const k = s.at.get(sid);
+        if (k === undefined) {
+          s.at.set(sid, s.items.length);
+          s.items.push({ kind: "step", step_id: sid, events: [ev] });
+        } else s.items[k] = { ...s.items[k], events: [...s.items[k].events, ev] };
+      } else s.items.push({ kind: "event", ev });
+    }
+    s.n = events.length;
+    s.lastEv = events[s.n - 1] || null;
+    return s.items.slice();
+  }, [events]);
+}
+
+// One timeline entry, rendered again only when its item changed (its "ago" times are as of
+// then; the exact time is in their title).
+class Entry extends Component {
+  shouldComponentUpdate(next) {
+    return next.it !== this.props.it || next.onFork !== this.props.onFork;
   }
-  return items;
+  render({ it, onFork }) {
+    return it.kind === "step" ? html`<${StepItem} g=${it} onFork=${onFork} />` : html`<${EventItem} ev=${it.ev} onFork=${onFork} />`;
+  }
 }
 
 function lastMessage(args) {
@@ -304,14 +338,14 @@ function Pending({ id }) {
 }
 
 export function Execution({ id }) {
-  const { ex, events, total, error, live, loading, loadMore } = useExecution(id);
-  const items = useMemo(() => group(events), [events]);
+  const { ex, events, total, error, live, loading, failed, loadMore } = useExecution(id);
+  const items = useGroups(events);
   const [forkAt, setForkAt] = useState(null);
-  const steps = useMemo(() => items.filter((i) => i.kind === "step").length, [items]);
-  const openFork = (seq) => {
+  const steps = useMemo(() => items.reduce((n, i) => n + (i.kind === "step"), 0), [items]);
+  const openFork = useCallback((seq) => {
     setForkAt(seq);
     setTimeout(() => document.getElementById("fork-panel")?.scrollIntoView({ block: "start" }), 0);
-  };
+  }, []);
   if (error && !ex) return html`<p role="alert" class="error">Cannot load execution ${id}: ${error.message}</p>`;
   if (!ex) return html`<p aria-live="polite">Loading…</p>`;
   return html`<article>
@@ -330,9 +364,9 @@ export function Execution({ id }) {
     <section aria-labelledby="tl-h">
       <h2 id="tl-h">Timeline <span class="help">${events.length < total ? `(the first ${events.length} of ${total} events, ${steps} steps so far; the rest as you scroll)` : `(${events.length} events, ${steps} steps)`}</span></h2>
       <ol class="timeline" aria-live=${live && events.length >= total ? "polite" : "off"} aria-relevant="additions">
-        ${items.map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
+        ${items.map((it) => html`<${Entry} it=${it} key=${it.kind === "step" ? it.step_id : it.ev.event_seq} onFork=${openFork} />`)}
       </ol>
-      ${events.length < total && html`<${More} shown=${events.length} total=${total} loading=${loading} onMore=${loadMore} />`}
+      ${events.length < total && html`<${More} shown=${events.length} total=${total} entries=${items.length} loading=${loading} failed=${failed} onMore=${loadMore} />`}
     </section>
   </article>`;
 }

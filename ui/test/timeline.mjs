@@ -79,6 +79,13 @@ try {
   await page.keyboard.press("Enter");
   await page.waitForFunction((n) => document.querySelectorAll(".timeline > li").length > n, { timeout: T }, before);
   out.after_keyboard = await seen();
+  // focus went to the first new entry, where a keyboard reader goes on
+  await page.waitForFunction(() => document.activeElement?.tagName === "SUMMARY", { timeout: T });
+  out.after_keyboard.focus = await page.evaluate(() => {
+    const li = document.activeElement.closest(".timeline > li");
+    return { index: [...li.parentNode.children].indexOf(li), first: +(li.dataset.first || li.dataset.seq) };
+  });
+  out.after_keyboard.entries_before = before;
   out.after_keyboard.pages_read = out.pages_read.slice();
   // then scroll to the end until there is nothing more to read
   for (let i = 0; i < 20 && (await page.$("button.more")); i++) {
