@@ -1,8 +1,11 @@
 // measure.mjs - time to first render and bytes transferred of dashboard pages in headless
 // Chromium (cold cache each time). Usage: node measure.mjs <spec.json>; spec: {url, token,
-// pages: [{name, hash, ready, identity?}]} where ready is a JS expression true once the page
-// shows its data; identity: ask for uncompressed replies (Accept-Encoding: identity), to compare. Prints one JSON line per page: {name, ms, bytes, requests, dom_nodes}, bytes and
-// requests being those finished when the data was on screen.
+// pages: [{name, hash, ready, scroll?, identity?}]} where ready is a JS expression true once
+// the page shows its data; scroll: a JS expression, and once ready the page is scrolled to its
+// end at every frame (as a reader holding End would) until it is true; identity: ask for
+// uncompressed replies (Accept-Encoding: identity), to compare. Prints one JSON line per page:
+// {name, ms, bytes, requests, dom_nodes}, bytes and requests being those finished when the
+// data was on screen.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 
@@ -33,6 +36,9 @@ try {
       await page.goto(`${spec.url}/ui/${p.hash}`, { waitUntil: "domcontentloaded" });
       try {
         await page.waitForFunction(p.ready, { timeout: 60000, polling: "raf" });
+        if (p.scroll)
+          await page.waitForFunction(`(window.scrollTo(0, document.documentElement.scrollHeight), ${p.scroll})`,
+            { timeout: 60000, polling: "raf" });
       } catch (e) {
         const seen = await page.evaluate(() => document.body.innerText.slice(0, 400)).catch(() => "");
         console.log(JSON.stringify({ name: p.name, run, error: String(e.message), seen }));

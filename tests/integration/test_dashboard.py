@@ -380,9 +380,10 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     assert "typed-42" in result["terminal"]
     st, out = post(port, "/v1/sandboxes/kui-1/commands", {"cmd": "cat", "args": ["/tmp/from-ui"], "wait": True})
     assert out["stdout"] == "typed-42\n"
-    # the refused wrong token is the only failed request
-    assert result["errors"] == ["Failed to load resource: the server responded with a status of 401 (Unauthorized)"], \
-        result["errors"]
+    # the refused wrong token is the only failed request (until the sandbox deleted behind
+    # the page's back, whose 404s are the point there)
+    assert result["errors_before_gone"] == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"], result["errors"]
     # the actions: a snapshot of kui-1, a sandbox made from it, a fork of that one
     from test_dev_sandboxes import get
     st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
@@ -390,8 +391,26 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
     assert st == 200 and restored["source"]["type"] == "snapshot", restored
     assert restored["source"]["snapshot_id"] == result["snapshot"], restored
-    st, forked = get(port, f"/v1/sandboxes/{result['forked']}")
-    assert st == 200 and result["forked"] not in ("kui-1", result["restored"]), forked
+    assert result["forked"] not in ("kui-1", result["restored"]), result["forked"]
+    # the fork paused, resumed (by keyboard), stopped and deleted from the page: each state as
+    # the page showed it and as /v1 had it right then
+    lc = result["lifecycle"]
+    assert lc["before"] == ["running", "running"], lc
+    assert lc["paused"] == ["paused", "paused"] and lc["focus_after_pause"] == "resume", lc
+    assert lc["resumed"] == ["running", "running"], lc
+    assert lc["stopped"] == ["stopped", "stopped"], lc
+    assert lc["disabled_when_stopped"] == ["stop", "pause"], lc  # what a stopped sandbox cannot do
+    # the confirmation: a modal dialog named for the sandbox, focus on Cancel, Escape keeps it
+    assert lc["dialog"]["modal"] and result["forked"] in lc["dialog"]["title"], lc
+    assert "cannot be undone" in lc["dialog"]["text"], lc
+    assert lc["focus_in_dialog"] == "cancel-delete" and lc["after_escape"] == 200, lc
+    assert lc["focus_after_escape"] == "delete" and lc["focus_after_tab"] == "confirm-delete", lc
+    assert lc["after_delete"] == 404 and result["forked"] not in lc["listed_after_delete"], lc
+    st, body = get(port, f"/v1/sandboxes/{result['forked']}")
+    assert st == 404 and "sandbox_not_found" in json.dumps(body), (st, body)
+    # an action on a sandbox deleted behind the page's back shows sandboxd's reason
+    assert "kui-gone" in result["gone_error"] and ("no sandbox" in result["gone_error"]
+                                                   or "was deleted" in result["gone_error"]), result["gone_error"]
     post(port, "/v1/sandboxes/kui-1/stop", {})
     if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
         for p in result["shots"]:
@@ -444,3 +463,112 @@ def test_sandboxd_ui_public_and_ws_token_subprotocol(sandboxd):
     good = handshake(token)
     assert good.startswith("HTTP/1.1 101"), good
     assert "sec-websocket-protocol: rebuno\r\n" in good.lower()
+
+
+def long_execution(k, events, boundary=1000):
+    """An execution of `long` with about `events` events, run through the worker API and left
+    running: steps of 4 events (proposed, allowed, executing, succeeded), one of them opened
+    a little before event `boundary` and completed a little after it (other steps between),
+    so its events straddle the dashboard's page boundary. Returns (id, straddle step id,
+    the dispatch headers, every step id)."""
+    ex = k.create("long", {"task": "many steps"})
+    w = k.worker("long")
+    claim = k.claim("long", w, wait=10)
+    assert claim and claim["execution"]["id"] == ex["id"], claim
+    h = {"Rebuno-Dispatch-Id": claim["dispatch"]["id"], "Rebuno-Dispatch-Attempt": str(claim["dispatch"]["attempt"])}
+    path = f"/v0/executions/{ex['id']}"
+    last, i, straddle, steps = 4, 0, None, []
+
+    def propose(target):
+        sid = k.ok("POST", f"{path}/steps", {"kind": "tool_call", "target": target,
+                                             "args": {"path": f"src/file_{i}.py"}}, headers=h)["step_id"]
+        steps.append(sid)
+        return sid
+    while last < events:
+        if straddle is None and last >= boundary - 12:
+            straddle = propose("straddle")
+            last += 3
+        sid = propose("write_file")
+        k.ok("POST", f"{path}/steps/{sid}/complete", {"result": {"ok": True, "i": i}}, headers=h)
+        last += 4
+        i += 1
+        if straddle and last >= boundary + 12 and straddle not in ("done",):
+            k.ok("POST", f"{path}/steps/{straddle}/complete", {"result": {"ok": True}}, headers=h)
+            last += 1
+            straddle_id, straddle = straddle, "done"
+    assert k.ok("GET", path)["last_seq"] == last
+    return ex["id"], straddle_id, h, steps
+
+
+def test_dashboard_timeline_pages_in_chromium(make_kernel, tmpdir_path):
+    """A running execution of ~2,500 events: the first screen reads one page (1,000 events)
+    and shows its start; a keyboard press on "load more" and then scrolling read the next
+    pages up to the last event; a step whose events straddle a page boundary is one entry
+    with all its events; a live event committed while pages are unread waits for them, and
+    ones committed after the end is reached are appended live."""
+    need_browser()
+    k = make_kernel("agents:\n  - name: long\n").start()
+    exec_id, straddle, headers, steps = long_execution(k, 2500)
+    last_seq = k.ok("GET", f"/v0/executions/{exec_id}")["last_seq"]
+    evs = []
+    while len(evs) < last_seq:
+        evs += k.ok("GET", f"/v0/executions/{exec_id}/events?after_seq={len(evs)}&limit=1000")
+    straddle_seqs = [e["event_seq"] for e in evs if (e.get("payload") or {}).get("step_id") == straddle]
+    assert min(straddle_seqs) <= 1000 < max(straddle_seqs), straddle_seqs  # the set-up did straddle
+
+    shots = os.environ.get("REBUNO_ARTIFACTS") or tempfile.mkdtemp(prefix="rebuno-dashboard-shots-")
+    os.makedirs(shots, exist_ok=True)
+    print(f"dashboard screenshots in {shots}")
+    spec_path = os.path.join(tmpdir_path, "timeline-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"url": k.url, "token": local_auth(k.port)["Authorization"][7:], "shots": shots, "id": exec_id,
+                   "headers": headers, "straddle": straddle, "last_seq": last_seq}, f)
+    proc = subprocess.run(["node", os.path.join(UI, "test", "timeline.mjs"), spec_path],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, CHROMIUM=CHROMIUM))
+    assert proc.stdout.strip(), proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "error" in r:
+        print(r["error"])  # whole, where the assertion's message is cut
+    assert "error" not in r, (r["error"], r.get("errors"), r.get("page"))
+
+    # the first screen: one page read, the log's first 1,000 events on it, and no more
+    first = r["first"]
+    assert first["pages_read"] == [[0, 1000]], first["pages_read"]
+    assert first["events"] == 1000 and first["max"] == 1000, first
+    assert f"the first 1000 of {last_seq} events" in first["heading"], first["heading"]
+    assert first["more"] == "Show the next 1000 events", first["more"]
+    # the straddling step is there with the events page 1 holds, and only once
+    [part] = [s for s in first["steps"] if s["id"] == straddle]
+    assert part["events"] == len([q for q in straddle_seqs if q <= 1000]) and part["last"] <= 1000, part
+    # a live step proposed while pages are unread: counted, not shown past the gap
+    assert r["while_unread"]["events"] == 1000 and r["while_unread"]["max"] == 1000
+    # Enter on the button read page 2
+    kb = r["after_keyboard"]
+    assert kb["pages_read"][:2] == [[0, 1000], [1000, 1000]] and kb["events"] >= 2000, kb
+    # and focus went on to the first new entry: the first event of page 2 not in a step already shown
+    assert kb["focus"]["index"] == kb["entries_before"] and kb["focus"]["first"] > 1000, kb
+
+    total = last_seq + 3  # with the live step's proposed, allowed and executing
+    done = r["all"]
+    # every event once, in order, up to the live step's; each page read once, in order
+    assert done["events"] == total and done["max"] == total and done["more"] is None, done
+    assert done["pages_read"] == [[a, 1000] for a in range(0, total, 1000)], done["pages_read"]
+    ids = [s["id"] for s in done["steps"]]
+    assert len(ids) == len(set(ids)) == len(steps) + 1, (len(ids), len(set(ids)), len(steps))
+    [whole] = [s for s in done["steps"] if s["id"] == straddle]
+    assert (whole["first"], whole["last"], whole["events"]) == (min(straddle_seqs), max(straddle_seqs), 4), whole
+    assert [t for _, t in r["straddle_sub"]] == ["step.proposed", "step.allowed", "step.executing", "step.succeeded"]
+    assert [int(q.lstrip("#")) for q, _ in r["straddle_sub"]] == straddle_seqs
+    assert [s for s in done["steps"] if s["id"] == r["live_step"]][0]["events"] == 3
+    # after the end was reached: the live step's completion and the execution's end, appended
+    final = k.ok("GET", f"/v0/executions/{exec_id}")
+    assert final["status"] == "completed"
+    end = r["end"]
+    assert end["events"] == final["last_seq"] and end["max"] == final["last_seq"], (end, final["last_seq"])
+    assert end["pages_read"] == done["pages_read"]  # the stream brought them, no page read again
+    assert f"({final['last_seq']} events, {len(steps) + 1} steps)" in end["heading"], end["heading"]
+    assert [s for s in end["steps"] if s["id"] == r["live_step"]][0]["events"] == 4
+    assert r["errors"] == [], r["errors"]
+    if os.environ.get("REBUNO_UPDATE_DOCS_IMG") == "1":
+        for p in r["shots"]:
+            shutil.copy(p, os.path.join(ROOT, "docs", "img", "dashboard-" + os.path.basename(p)))

@@ -40,9 +40,12 @@ async function toError(res) {
   } catch {
     /* not JSON */
   }
-  const e = body && typeof body === "object" ? body : {};
+  // the kernel's envelope is {code, message, details: {field}}, sandboxd's /v1 one
+  // {error: {code, message, field}}
+  const o = body && typeof body === "object" ? body : {};
+  const e = o.error && typeof o.error === "object" ? o.error : o;
   return new ApiError(res.status, e.code || `http_${res.status}`, e.message || `${res.status} ${res.statusText}`,
-    e.details && e.details.field);
+    (e.details && e.details.field) || e.field);
 }
 
 export async function api(method, path, body, opts = {}) {
@@ -91,6 +94,7 @@ export const sbx = {
   },
   get: (path, opts) => sbx.call("GET", path, undefined, opts),
   post: (path, body, opts) => sbx.call("POST", path, body ?? {}, opts),
+  del: (path, opts) => sbx.call("DELETE", path, undefined, opts),
   // a URL of the service (for fetch of raw output) and its WebSocket origin
   url: (path) => sbx.base + path,
   wsBase() {

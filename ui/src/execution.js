@@ -1,38 +1,85 @@
 // execution.js - one execution: its header, a live timeline of every event grouped by step,
-// its output or failure, and the other turns of its session. Events are read in pages of
-// 1000, then followed over the event stream from the last one (Last-Event-ID), so nothing is
-// missed or shown twice.
-import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+// its output or failure, and the other turns of its session. The timeline reads the log
+// from its start in pages of 1000 (after_seq), the next page when the reader scrolls to its
+// end (an IntersectionObserver on a "load more" button, which keyboard users press), and
+// follows the event stream from the event the view was read at (Last-Event-ID), so nothing
+// is missed or shown twice. What is shown is always the log's first N events with no gap:
+// live events past the pages read wait until the pages reach them, and a step whose
+// events straddle a page boundary is one entry that grows when the next page comes.
+import { Component } from "preact";
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { get, qs, stream } from "./api.js";
 import { html, Json, pretty, short, Status, TERMINAL, time } from "./util.js";
 import { ApprovalCard, usePending } from "./approvals.js";
 import { ForkPanel, ForkTree } from "./forks.js";
 
 const PAGE = 1000;
-const WINDOW = 300; // timeline items rendered at first; more on request
-
-const pageStarts = (last) => Array.from({ length: Math.max(1, Math.ceil(last / PAGE)) }, (_, i) => i * PAGE);
 
 function useExecution(id) {
   const [ex, setEx] = useState(null);
   const [events, setEvents] = useState([]);
+  const [total, setTotal] = useState(0); // events the log has, as far as the page knows
   const [error, setError] = useState(null);
   const [live, setLive] = useState(false);
-  const [partial, setPartial] = useState(false);
+  const [loading, setLoading] = useState(false);
+  const [failed, setFailed] = useState(null); // why the last page could not be read
   const refetch = useRef(null);
+  const more = useRef(() => {});
   useEffect(() => {
     let alive = true;
     let stop = null;
     let pendingRefetch = null;
-    const all = [];
-    const seen = new Set();
+    let inflight = null; // the page being read
+    let last = 0; // the newest event_seq known to exist
+    const all = []; // events 1..all.length, in order (event_seq has no gaps)
+    const ahead = new Map(); // event_seq -> event, past all.length (the stream's, or a page's overlap)
+    const known = (n) => {
+      if (n > last) (last = n), setTotal(n);
+    };
+    // take in events from anywhere; extend the gap-free prefix; show it if it grew
+    const take = (evs) => {
+      for (const ev of evs) {
+        if (ev.event_seq > all.length) ahead.set(ev.event_seq, ev);
+        known(ev.event_seq);
+      }
+      const had = all.length;
+      while (ahead.has(all.length + 1)) {
+        all.push(ahead.get(all.length + 1));
+        ahead.delete(all.length);
+      }
+      if (all.length !== had) setEvents(all.slice());
+    };
+    const fetchPage = (after) =>
+      get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
+    // read the next page; while one is being read, the same promise (a press of the button
+    // while the observer's read is under way waits for that one rather than doing nothing)
+    more.current = () => {
+      if (inflight || all.length >= last) return inflight || Promise.resolve();
+      setLoading(true);
+      inflight = (async () => {
+        try {
+          const page = await fetchPage(all.length);
+          if (!alive) return;
+          if (!page.length) last = all.length; // the log is shorter than it said: stop asking
+          take(page);
+          setTotal(last);
+          setFailed(null);
+        } catch (err) {
+          if (alive) setFailed(err.message);
+        } finally {
+          inflight = null;
+          if (alive) setLoading(false);
+        }
+      })();
+      return inflight;
+    };
     refetch.current = () => {
       if (pendingRefetch) return;
       pendingRefetch = setTimeout(async () => {
         pendingRefetch = null;
         try {
           const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
-          if (alive) setEx(e);
+          if (alive) (setEx(e), known(e.last_seq));
         } catch (err) {
           if (alive) setError(err);
         }
@@ -43,35 +90,13 @@ function useExecution(id) {
         const e = await get(`/v0/executions/${encodeURIComponent(id)}`);
         if (!alive) return;
         setEx(e);
-        // the newest two pages first (what the timeline shows at first), then all the older
-        // ones at once (the view says how many events there are); merged in seq order
-        const starts = pageStarts(e.last_seq);
-        const fetchPage = (after) =>
-          get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
-        const add = (pages) => {
-          for (const page of pages)
-            for (const ev of page) if (!seen.has(ev.event_seq)) (seen.add(ev.event_seq), all.push(ev));
-          all.sort((x, y) => x.event_seq - y.event_seq);
-        };
-        const newest = starts.slice(-2);
-        const older = starts.slice(0, -2);
-        add(await Promise.all(newest.map(fetchPage)));
-        if (!alive) return;
-        if (older.length) {
-          setPartial(true);
-          setEvents(all.slice());
-          // only now: the kernel serves one request at a time, the older pages would delay these
-          add(await Promise.all(older.map(fetchPage)));
-          if (!alive) return;
-          setPartial(false);
-        }
-        // events that committed after the view was read arrive over the stream below
-        setEvents(all.slice());
-        const last = all.length ? all[all.length - 1].event_seq : 0;
-        if (TERMINAL.has(e.status)) return;
+        known(e.last_seq);
+        await more.current(); // the first page; the rest as the reader scrolls
+        if (!alive || TERMINAL.has(e.status)) return;
+        // events committed after the view was read; kept until the pages reach them
         setLive(true);
         stop = stream(`/v0/executions/${encodeURIComponent(id)}/events/stream`, {
-          lastId: last,
+          lastId: e.last_seq,
           onEvent: (m) => {
             let ev;
             try {
@@ -79,10 +104,8 @@ function useExecution(id) {
             } catch {
               return;
             }
-            if (!alive || seen.has(ev.event_seq)) return;
-            seen.add(ev.event_seq);
-            all.push(ev);
-            setEvents(all.slice());
+            if (!alive || ev.event_seq <= all.length || ahead.has(ev.event_seq)) return;
+            take([ev]);
             if (!ev.type.startsWith("step.") || ev.type === "step.awaiting_approval") refetch.current();
           },
           onEnd: () => alive && (setLive(false), refetch.current()),
@@ -98,27 +121,71 @@ function useExecution(id) {
       stop && stop();
     };
   }, [id]);
-  return { ex, events, error, live, partial };
+  return { ex, events, total, error, live, loading, failed, loadMore: () => more.current() };
+}
+
+// The end of the timeline while the log has more: a button (Enter or a click reads the next
+// page, then focus goes to the first new entry, where the reader goes on) that also reads
+// it by itself once it comes within a screen of view. The observer is made anew after every
+// page, so a screen tall enough to still show the button reads on; not after a failed read
+// (a click retries), so a kernel that fails is not asked again and again.
+function More({ shown, total, entries, loading, failed, onMore }) {
+  const ref = useRef(null);
+  useEffect(() => {
+    if (loading || failed || !ref.current || typeof IntersectionObserver === "undefined") return;
+    const io = new IntersectionObserver((es) => es.some((x) => x.isIntersecting) && onMore(), { rootMargin: "0px 0px 100% 0px" });
+    io.observe(ref.current);
+    return () => io.disconnect();
+  }, [loading, failed, shown]);
+  async function click() {
+    const n = entries;
+    await onMore();
+    setTimeout(() => document.querySelector(`.timeline > li:nth-child(${n + 1}) summary`)?.focus(), 0);
+  }
+  const next = Math.min(PAGE, total - shown);
+  return html`<p class="more-wrap"><button ref=${ref} class="more" name="more-events" aria-disabled=${loading ? "true" : undefined}
+      onClick=${click}>${loading ? `Reading events ${shown + 1}-${shown + next}…` : failed ? `Try again: the next ${next} events` : `Show the next ${next} events`}</button>
+    <span class="help" aria-live="polite"> ${shown} of ${total} events shown</span>
+    ${failed && html` <span role="alert" class="error inline">Cannot read events ${shown + 1}-${shown + next}: ${failed}</span>`}</p>`;
 }
 
 // One timeline item per step (all events carrying its step_id, at its first event's place),
-// and one per other event.
-function group(events) {
-  const items = [];
-  const steps = new Map();
-  for (const ev of events) {
-    const sid = ev.payload && ev.payload.step_id;
-    if (sid && ev.type.startsWith("step.")) {
-      let g = steps.get(sid);
-      if (!g) {
-        g = { kind: "step", step_id: sid, events: [] };
-        steps.set(sid, g);
-        items.push(g);
-      }
-      g.events.push(ev);
-    } else items.push({ kind: "event", ev });
+// and one per other event. Built as events arrive (the list only grows at its end, so each
+// page or live event costs its own events, not the whole log again): a step's item is
+// replaced by a new object when it gains events, every other item stays the same object,
+// so Entry re-renders only the items that changed.
+function useGroups(events) {
+  const st = useRef(null);
+  return useMemo(() => {
+    let s = st.current;
+    if (!s || events.length < s.n || (s.n && events[s.n - 1] !== s.lastEv))
+      s = st.current = { n: 0, items: [], at: new Map(), lastEv: null }; // another execution
+    for (let i = s.n; i < events.length; i++) {
+      const ev = events[i];
+      const sid = ev.payload && ev.payload.step_id;
+      if (sid && ev.type.startsWith("step.")) {
+        const k = s.at.get(sid);
+        if (k === undefined) {
+          s.at.set(sid, s.items.length);
+          s.items.push({ kind: "step", step_id: sid, events: [ev] });
+        } else s.items[k] = { ...s.items[k], events: [...s.items[k].events, ev] };
+      } else s.items.push({ kind: "event", ev });
+    }
+    s.n = events.length;
+    s.lastEv = events[s.n - 1] || null;
+    return s.items.slice();
+  }, [events]);
+}
+
+// One timeline entry, rendered again only when its item changed (its "ago" times are as of
+// then; the exact time is in their title).
+class Entry extends Component {
+  shouldComponentUpdate(next) {
+    return next.it !== this.props.it || next.onFork !== this.props.onFork;
   }
-  return items;
+  render({ it, onFork }) {
+    return it.kind === "step" ? html`<${StepItem} g=${it} onFork=${onFork} />` : html`<${EventItem} ev=${it.ev} onFork=${onFork} />`;
+  }
 }
 
 function lastMessage(args) {
@@ -162,7 +229,7 @@ function StepItem({ g, onFork }) {
   const isLlm = kind === "llm_call";
   const q = isLlm ? lastMessage(args) : null;
   const a = isLlm && done ? answer(done.payload.result) : null;
-  return html`<li class="item step">
+  return html`<li class="item step" data-step=${g.step_id} data-first=${g.events[0].event_seq} data-last=${lastEv.event_seq} data-events=${g.events.length}>
     <${Lazy} summary=${html`<summary>
         <span class="seq">#${g.events[0].event_seq}</span>
         <span class="kind">${kind.replace("_", " ")}</span>
@@ -211,7 +278,7 @@ function EventItem({ ev, onFork }) {
   const cls = ev.type.split(".")[0];
   const d = describe(ev);
   const hasPayload = ev.payload && Object.keys(ev.payload).length > 0;
-  return html`<li class=${`item ev ev-${cls}`}>
+  return html`<li class=${`item ev ev-${cls}`} data-seq=${ev.event_seq}>
     <${Lazy} summary=${html`<summary>
         <span class="seq">#${ev.event_seq}</span>
         <span class="type">${ev.type}</span>
@@ -271,15 +338,14 @@ function Pending({ id }) {
 }
 
 export function Execution({ id }) {
-  const { ex, events, error, live, partial } = useExecution(id);
-  const items = useMemo(() => group(events), [events]);
+  const { ex, events, total, error, live, loading, failed, loadMore } = useExecution(id);
+  const items = useGroups(events);
   const [forkAt, setForkAt] = useState(null);
-  const [shown, setShown] = useState(WINDOW);
-  const hidden = Math.max(0, items.length - shown);
-  const openFork = (seq) => {
+  const steps = useMemo(() => items.reduce((n, i) => n + (i.kind === "step"), 0), [items]);
+  const openFork = useCallback((seq) => {
     setForkAt(seq);
     setTimeout(() => document.getElementById("fork-panel")?.scrollIntoView({ block: "start" }), 0);
-  };
+  }, []);
   if (error && !ex) return html`<p role="alert" class="error">Cannot load execution ${id}: ${error.message}</p>`;
   if (!ex) return html`<p aria-live="polite">Loading…</p>`;
   return html`<article>
@@ -296,11 +362,11 @@ export function Execution({ id }) {
       ? html`<${ForkPanel} ex=${ex} at=${forkAt} setAt=${setForkAt} onClose=${() => setForkAt(null)} />`
       : html`<p><button class="forkopen" onClick=${() => openFork(ex.last_seq)}>Fork this execution…</button> <span class="help">or pick an event's "fork…" in the timeline</span></p>`}
     <section aria-labelledby="tl-h">
-      <h2 id="tl-h">Timeline <span class="help">${partial ? `(newest ${events.length} of ${ex.last_seq} events; reading the earlier ones…)` : `(${events.length} events, ${items.filter((i) => i.kind === "step").length} steps)`}</span></h2>
-      ${hidden > 0 && html`<p><button class="more" onClick=${() => setShown(shown + 1000)}>Show ${Math.min(1000, hidden)} earlier of ${hidden} hidden entries</button></p>`}
-      <ol class="timeline" aria-live="polite" aria-relevant="additions" start=${hidden + 1}>
-        ${(hidden ? items.slice(hidden) : items).map((it) => (it.kind === "step" ? html`<${StepItem} g=${it} key=${it.step_id} onFork=${openFork} />` : html`<${EventItem} ev=${it.ev} key=${it.ev.event_seq} onFork=${openFork} />`))}
+      <h2 id="tl-h">Timeline <span class="help">${events.length < total ? `(the first ${events.length} of ${total} events, ${steps} steps so far; the rest as you scroll)` : `(${events.length} events, ${steps} steps)`}</span></h2>
+      <ol class="timeline" aria-live=${live && events.length >= total ? "polite" : "off"} aria-relevant="additions">
+        ${items.map((it) => html`<${Entry} it=${it} key=${it.kind === "step" ? it.step_id : it.ev.event_seq} onFork=${openFork} />`)}
       </ol>
+      ${events.length < total && html`<${More} shown=${events.length} total=${total} entries=${items.length} loading=${loading} failed=${failed} onMore=${loadMore} />`}
     </section>
   </article>`;
 }

@@ -2,7 +2,8 @@
 // as its /v1) and in the kernel's under `rebuno dev` (sandboxd's /v1 from the browser, its
 // origin let in by sandboxd's CORS, its token asked once: SandboxGate): the list with state,
 // image, metadata and resources; one sandbox with its snapshots, commands and their output,
-// actions (fork it, take a snapshot, a new sandbox from a snapshot); and a terminal (xterm.js) over the
+// actions (stop, pause, resume, delete after a confirmation dialog, in the list and on the
+// sandbox's page; fork it, take a snapshot, a new sandbox from a snapshot); and a terminal (xterm.js) over the
 // PTY WebSocket, authenticated with the "rebuno.bearer.<token>" subprotocol because a
 // browser's WebSocket cannot send an Authorization header.
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -34,26 +35,102 @@ function usePoll(path, ms = REFRESH_MS) {
       clearTimeout(timer);
     };
   }, [path, tick]);
-  return { data, error, reload: () => setTick((t) => t + 1) };
+  return { data, error, setData, reload: () => setTick((t) => t + 1) };
 }
 
 // A button that runs one sandbox action (busy while it runs; its error shown beside it).
-function Action({ label, run, name }) {
+// While busy it is aria-disabled rather than disabled, so keyboard focus stays on it.
+// report(message | null), when given, takes the error instead (a group shows it once, after itself).
+function Action({ label, run, name, aria, disabled, why, report }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState(null);
   async function go() {
+    if (busy) return;
     setBusy(true);
-    setError(null);
+    (report || setError)(null);
     try {
       await run();
     } catch (e) {
-      setError(e.message);
+      (report || setError)(e.message);
     } finally {
       setBusy(false);
     }
   }
-  return html`<span class="action"><button name=${name} disabled=${busy} onClick=${go}>${busy ? `${label}…` : label}</button>
+  return html`<span class="action"><button name=${name} aria-label=${aria} aria-disabled=${busy ? "true" : undefined}
+      disabled=${disabled && !busy} title=${disabled ? why : undefined} onClick=${go}>${busy ? `${label}…` : label}</button>
     ${error && html` <span role="alert" class="error inline">${error}</span>`}</span>`;
+}
+
+// Delete, after a confirmation: a modal <dialog> (focus moves into it, on Cancel first;
+// Escape or Cancel closes it and focus returns to the button; Tab stays inside).
+function DeleteButton({ sb, onDeleted, compact }) {
+  const dlg = useRef(null);
+  const opener = useRef(null);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  const id = `del-${sb.id}`;
+  async function confirm(e) {
+    e.preventDefault();
+    if (busy) return;
+    setBusy(true);
+    setError(null);
+    try {
+      await sbx.del(`/v1/sandboxes/${encodeURIComponent(sb.name)}`);
+      dlg.current.close();
+      onDeleted(sb);
+    } catch (err) {
+      setError(err.message);
+    } finally {
+      setBusy(false);
+    }
+  }
+  const closed = () => {
+    const a = document.activeElement;
+    if (opener.current && (!a || a === document.body)) opener.current.focus();
+  };
+  return html`<span class="action"><button name="delete" class="danger" aria-haspopup="dialog" ref=${opener}
+      aria-label=${compact ? `Delete ${sb.name}…` : undefined}
+      onClick=${() => (setError(null), dlg.current.showModal())}>Delete…</button>
+    <dialog ref=${dlg} class="confirm" onClose=${closed} aria-labelledby=${`${id}-h`} aria-describedby=${`${id}-d`}>
+      <form onSubmit=${confirm}>
+        <h2 id=${`${id}-h`}>Delete sandbox ${sb.name}?</h2>
+        <p id=${`${id}-d`}>It stops (every process ends) and its files are removed. Its snapshots stay. This cannot be undone.</p>
+        ${error && html`<p role="alert" class="error">Cannot delete ${sb.name}: ${error}</p>`}
+        <div class="buttons">
+          <button type="button" name="cancel-delete" autofocus onClick=${() => dlg.current.close()}>Cancel</button>
+          <button type="submit" name="confirm-delete" class="danger" aria-disabled=${busy ? "true" : undefined}>${busy ? "Deleting…" : `Delete ${sb.name}`}</button>
+        </div>
+      </form>
+    </dialog></span>`;
+}
+
+// Stop, pause, resume and delete. A button the state does not allow is disabled (pausing a
+// stopped sandbox would be 409 sandbox_stopped). Each call answers the sandbox, so
+// onChange(sb) shows its new state at once (the 3 s poll follows changes made elsewhere).
+// When the focused button turns disabled, focus moves to the one that undoes the action
+// (Resume after Pause or Stop, Pause after Resume), not to Stop by chance.
+function Lifecycle({ sb, onChange, onDeleted, compact }) {
+  const box = useRef(null);
+  const [error, setError] = useState(null);
+  const s = sb.state;
+  const undo = { stop: "resume", pause: "resume", resume: "pause" };
+  const op = (o) => async () => {
+    onChange(await sbx.post(`/v1/sandboxes/${encodeURIComponent(sb.name)}/${o}`, {}));
+    setTimeout(() => {
+      const a = document.activeElement;
+      if (!box.current || (a && a !== document.body && !a.disabled)) return;
+      (box.current.querySelector(`button[name=${undo[o]}]:not([disabled])`) || box.current.querySelector("button:not([disabled])"))?.focus();
+    }, 0);
+  };
+  const one = (verb, o, ok) => html`<${Action} label=${verb} name=${o} aria=${compact ? `${verb} ${sb.name}` : undefined}
+    disabled=${!ok} why=${`${sb.name} is ${s}`} run=${op(o)} report=${(m) => setError(m && `${verb} ${sb.name}: ${m}`)} />`;
+  return html`<span class="lifecycle" role="group" aria-label=${`Actions on sandbox ${sb.name}`} ref=${box}>
+    ${one("Stop", "stop", s === "running" || s === "paused")}
+    ${one("Pause", "pause", s === "running")}
+    ${one("Resume", "resume", s === "paused" || s === "stopped")}
+    <${DeleteButton} sb=${sb} onDeleted=${onDeleted} compact=${compact} />
+    ${error && html`<span role="alert" class="error inline">${error}</span>`}
+  </span>`;
 }
 
 const openSandbox = (name) => (location.hash = `#/sandboxes/${encodeURIComponent(name)}`);
@@ -63,20 +140,24 @@ const meta = (m) => Object.entries(m || {}).map(([k, v]) => html`<span class="ta
 const State = ({ s }) => html`<span class=${`status sb-${s}`}>${s}</span>`;
 
 export function Sandboxes() {
-  const { data, error } = usePoll("/v1/sandboxes?limit=1000");
+  const { data, error, setData } = usePoll("/v1/sandboxes?limit=1000");
   const rows = data ? data.sandboxes : [];
+  const patch = (f) => setData((d) => d && { ...d, sandboxes: f(d.sandboxes) });
+  const changed = (sb) => patch((l) => l.map((x) => (x.name === sb.name ? sb : x)));
+  const deleted = (sb) => patch((l) => l.filter((x) => x.name !== sb.name));
   return html`<section aria-labelledby="sb-h">
     <h1 id="sb-h">Sandboxes</h1>
     ${error && html`<p role="alert" class="error">Cannot list sandboxes: ${error.message}</p>`}
     <p class="summary" aria-live="polite">${data ? `${rows.length} sandboxes, live` : "Loading…"}</p>
     <table class="list">
-      <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Image</th><th scope="col">Metadata</th><th scope="col">Resources</th><th scope="col">Created</th><th scope="col">Expires</th></tr></thead>
+      <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Image</th><th scope="col">Metadata</th><th scope="col">Resources</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Actions</th></tr></thead>
       <tbody>
-        ${rows.map((s) => html`<tr data-name=${s.name}>
+        ${rows.map((s) => html`<tr key=${s.name} data-name=${s.name}>
           <td><a href=${`#/sandboxes/${encodeURIComponent(s.name)}`}>${s.name}</a></td>
           <td><${State} s=${s.state} /></td><td>${s.image}</td><td>${meta(s.metadata)}</td>
-          <td>${res(s.resources)}</td><td>${time(s.created_at)}</td><td>${time(s.expires_at)}</td></tr>`)}
-        ${data && !rows.length && html`<tr><td colspan="7" class="empty">No sandboxes.</td></tr>`}
+          <td>${res(s.resources)}</td><td>${time(s.created_at)}</td><td>${time(s.expires_at)}</td>
+          <td><${Lifecycle} sb=${s} onChange=${changed} onDeleted=${deleted} compact=${true} /></td></tr>`)}
+        ${data && !rows.length && html`<tr><td colspan="8" class="empty">No sandboxes.</td></tr>`}
       </tbody>
     </table>
   </section>`;
@@ -193,11 +274,12 @@ function Term({ name }) {
 }
 
 export function Sandbox({ name }) {
-  const { data: sb, error } = usePoll(`/v1/sandboxes/${encodeURIComponent(name)}`);
+  const { data: sb, error, setData } = usePoll(`/v1/sandboxes/${encodeURIComponent(name)}`);
   if (error && !sb) return html`<p role="alert" class="error">Cannot load sandbox ${name}: ${error.message}</p>`;
   if (!sb) return html`<p>Loading…</p>`;
   return html`<article>
     <p><a href="#/sandboxes">← Sandboxes</a></p>
+    ${error && html`<p role="alert" class="error">Cannot refresh sandbox ${name} (shown as last read): ${error.message}</p>`}
     <header class="exhead"><h1>Sandbox ${sb.name}</h1>
       <dl class="fields">
         <div class="field"><dt>State</dt><dd><${State} s=${sb.state} /></dd></div>
@@ -210,6 +292,7 @@ export function Sandbox({ name }) {
         <div class="field"><dt>Expires</dt><dd>${time(sb.expires_at)}</dd></div>
       </dl>
     </header>
+    <p><${Lifecycle} sb=${sb} onChange=${setData} onDeleted=${() => (location.hash = "#/sandboxes")} /></p>
     <p><${Action} label="Fork this sandbox" name="fork" run=${async () => openSandbox((await sbx.post(`/v1/sandboxes/${encodeURIComponent(sb.name)}/fork`, {})).name)} />
       <span class="help">a new sandbox from its files as they are now</span></p>
     <${Term} name=${sb.name} />

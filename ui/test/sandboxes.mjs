@@ -3,7 +3,11 @@
 // type a command into it. Either in the dashboard `rebuno sandboxd` serves (spec.url, signed
 // in with its token), or, with spec.kernel = {url, token}, in the kernel's dashboard under
 // `rebuno dev`: signed in with the kernel's token, then the sandbox service's token asked
-// by the Sandboxes view (a wrong one first), the page calling sandboxd's /v1 cross-origin.
+// by the Sandboxes view (a wrong one first), the page calling sandboxd's /v1 cross-origin;
+// there it also takes a snapshot, makes a sandbox from it, forks that one, then pauses,
+// resumes (by keyboard), stops and deletes the fork (the confirmation dialog by keyboard:
+// Escape first, then Tab and Enter), checking each state through /v1 itself, and shows the
+// error of an action on a sandbox deleted behind the page's back.
 // Usage: node sandboxes.mjs <spec.json>; spec: {url, token, shots, name, command_text, kernel?}.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -83,6 +87,65 @@ try {
       document.querySelector(".exhead h1")?.textContent.includes(decodeURIComponent(location.hash.split("/")[2])),
       { timeout: T }, out.restored);
     out.forked = decodeURIComponent(await page.evaluate(() => location.hash.split("/")[2]));
+
+    // lifecycle of the fork: each state as the page shows it and as /v1 has it then
+    const v1 = async (method, path) => {
+      const r = await fetch(spec.url + path, { method, headers: { Authorization: `Bearer ${spec.token}`, "Content-Type": "application/json" },
+        body: method === "POST" ? "{}" : undefined });
+      const text = await r.text();
+      return { status: r.status, body: text ? JSON.parse(text) : null };
+    };
+    const shown = () => page.$eval(".exhead .field .status", (e) => e.textContent);
+    const stateIs = (s) => page.waitForFunction((st) => document.querySelector(".exhead .field .status")?.textContent === st, { timeout: T }, s);
+    const focused = () => page.evaluate(() => document.activeElement?.getAttribute("name"));
+    const f = `/v1/sandboxes/${encodeURIComponent(out.forked)}`;
+    out.lifecycle = { before: [await shown(), (await v1("GET", f)).body.state] };
+    await page.click(".lifecycle button[name=pause]");
+    await stateIs("paused");
+    out.lifecycle.paused = [await shown(), (await v1("GET", f)).body.state];
+    out.lifecycle.focus_after_pause = await focused();
+    await page.keyboard.press("Enter"); // Resume, the button focus moved to
+    await stateIs("running");
+    out.lifecycle.resumed = [await shown(), (await v1("GET", f)).body.state];
+    await page.click(".lifecycle button[name=stop]");
+    await stateIs("stopped");
+    out.lifecycle.stopped = [await shown(), (await v1("GET", f)).body.state];
+    out.lifecycle.disabled_when_stopped = await page.$$eval(".lifecycle button[disabled]", (els) => els.map((e) => e.name));
+    // delete: a modal dialog, focus on Cancel; Escape keeps the sandbox
+    await page.focus(".lifecycle button[name=delete]");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("dialog.confirm[open]", { timeout: T });
+    out.lifecycle.dialog = await page.$eval("dialog.confirm[open]", (d) => ({
+      title: document.getElementById(d.getAttribute("aria-labelledby")).textContent,
+      text: document.getElementById(d.getAttribute("aria-describedby")).textContent, modal: d.matches(":modal") }));
+    out.lifecycle.focus_in_dialog = await focused();
+    await page.keyboard.press("Escape");
+    await page.waitForSelector("dialog.confirm:not([open])", { timeout: T });
+    out.lifecycle.after_escape = (await v1("GET", f)).status;
+    out.lifecycle.focus_after_escape = await focused();
+    await page.keyboard.press("Enter"); // the Delete… button again
+    await page.waitForSelector("dialog.confirm[open]", { timeout: T });
+    await page.keyboard.press("Tab");
+    out.lifecycle.focus_after_tab = await focused();
+    await shot("kernel-sandbox-delete");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => location.hash === "#/sandboxes", { timeout: T });
+    await page.waitForSelector(`tr[data-name="${spec.name}"]`, { timeout: T });
+    out.lifecycle.listed_after_delete = await page.$$eval("tr[data-name]", (r) => r.map((x) => x.dataset.name));
+    out.lifecycle.after_delete = (await v1("GET", f)).status;
+    out.errors_before_gone = errors.slice();
+
+    // an action on a sandbox deleted behind the page's back: the page says why
+    const gone = await fetch(`${spec.url}/v1/sandboxes`, { method: "POST", headers: { Authorization: `Bearer ${spec.token}`,
+      "Content-Type": "application/json" }, body: JSON.stringify({ name: "kui-gone" }) });
+    if (gone.status !== 201) throw new Error(`create kui-gone: ${gone.status} ${await gone.text()}`);
+    await page.goto(`${spec.kernel.url}/ui/#/sandboxes/kui-gone`);
+    await page.waitForSelector(".lifecycle button[name=pause]:not([disabled])", { timeout: T });
+    if ((await v1("DELETE", "/v1/sandboxes/kui-gone")).status !== 204) throw new Error("delete kui-gone");
+    await page.click(".lifecycle button[name=pause]");
+    await page.waitForSelector(".lifecycle [role=alert]", { timeout: T });
+    out.gone_error = await page.$eval(".lifecycle [role=alert]", (e) => e.textContent.trim());
+    await shot("kernel-sandbox-action-error");
   }
   out.errors = errors;
 } catch (e) {
