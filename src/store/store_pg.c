@@ -5,9 +5,10 @@
  * layer groups each loop turn's writes into one transaction (group commit): BEGIN,
  * one savepoint per request, one COMMIT whose WAL flush covers the whole batch, so
  * a reply is sent only after its writes are durable. Statements are prepared once
- * per connection and sent with libpq's blocking calls; the database is expected
- * close by (a round trip is tens of microseconds on one host, under a millisecond
- * in one data centre), and a lost connection fails fast (-ENOTCONN, which the API
+ * per connection and sent with libpq's blocking calls, those whose rows are not needed at
+ * once queued and sent in one pipeline with the next read (see "Deferred writes"); the
+ * database is expected close by (a round trip is tens of microseconds on one host, under
+ * a millisecond in one data centre), and a lost connection fails fast (-ENOTCONN, which the API
  * answers with 503) instead of waiting: reconnecting is tried at most once a
  * second, never inside a batch (a batch whose connection broke can only roll back).
  *
@@ -119,7 +120,7 @@ enum stmt_id {
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
     S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
-    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT, S_NOTIFY,
     S_COUNT
 };
 
@@ -246,6 +247,7 @@ static const char *stmt_sql[S_COUNT] = {
                      " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
     [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
                       " AND status = 'running' AND lease_deadline > 0",
+    [S_NOTIFY] = "SELECT pg_notify('rebuno', $1)",
 };
 
 struct pg {
@@ -262,15 +264,18 @@ struct pg {
     char *notes;
     size_t notes_len, notes_cap;
     bool notes_any, notes_overflow;
-    /* Statements not sent yet (see "Deferred writes" below): SQL text, and per statement
-     * what its result must be */
-    char *q;
+    /* Statements not sent yet (see "Deferred writes" below): per statement its prepared
+     * statement (or SQL text) and parameters, whose text is kept in one arena, and what its
+     * result must be */
+    char *q; /* the arena: NUL-terminated SQL texts and parameter values */
     size_t q_len, q_cap;
+    struct qent *qe;  /* [n_expect], parallel to expect */
+    size_t *qv;       /* parameter values: offsets in q, QV_NULL for SQL NULL */
+    int n_qv, cap_qv;
     unsigned char *expect;
     int n_expect, cap_expect;
-    uint64_t sends;                     /* q_send calls, to tell whether an operation sent anything */
-    size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
-    int op_x0, op_x1;
+    uint64_t sends; /* q_send calls, to tell whether an operation sent anything */
+    int op_x0, op_x1; /* the queue before and after the operation's SAVEPOINT */
     uint64_t op_sends;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
@@ -294,6 +299,14 @@ struct pg {
     size_t ev_bytes;
     bool op_sent_done; /* the current operation sent earlier operations' events after its SAVEPOINT */
 };
+
+struct qent {
+    int id;    /* prepared statement "r<id>", or -1: SQL text at off */
+    int np;    /* parameters, from qv[v0] */
+    int v0;
+    size_t off;
+};
+#define QV_NULL ((size_t)-1)
 
 struct pev {
     char exec_id[UUID_STR_LEN];
@@ -551,62 +564,58 @@ static void bind_row(struct params *ps, const void *obj, const struct field *f, 
 /* --- deferred writes ---
  *
  * Inside a batch, statements whose result the kernel does not read (inserts, updates,
- * BEGIN, SAVEPOINT/RELEASE/ROLLBACK TO, the row lock before a read) are not sent one by
- * one: they are queued as SQL text (EXECUTE of the prepared statement with quoted
- * literals) and go out in one simple-query message with the next statement whose rows are
- * needed, which may be the next request's first read, or with the COMMIT. Each queued
+ * BEGIN, SAVEPOINT/ROLLBACK TO, the row lock before a read) are not sent one by one: they
+ * are queued (the prepared statement and copies of its parameters) and go out in one
+ * pipeline (libpq's pipeline mode: Bind/Execute of each prepared statement, one Sync, one
+ * write) with the next statement whose rows are needed, which may be the next request's
+ * first read, or with the COMMIT. Nothing is parsed per statement on the server (an
+ * EXECUTE in a simple query was: its text, every parameter as a literal). Each queued
  * statement's result is still checked (success, and exactly one row for an update that
  * must find its row). A failure after the current request's SAVEPOINT is that request's
  * (it rolls back to it); one before it belongs to a request already answered as done,
  * so the batch is marked broken: its COMMIT fails and every reply in it becomes an error,
  * never a wrong 2xx. A round trip per read instead of one per statement. */
-static void q_add(struct pg *p, const char *text, size_t n)
+static size_t q_add(struct pg *p, const char *text, size_t n)
 {
     if (p->q_len + n + 1 > p->q_cap) {
         size_t cap = p->q_cap ? p->q_cap : 4096;
         while (cap < p->q_len + n + 1) cap *= 2;
         p->q = xrealloc(p->q, p->q_cap = cap);
     }
-    memcpy(p->q + p->q_len, text, n);
-    p->q_len += n;
-    p->q[p->q_len] = 0;
+    size_t off = p->q_len;
+    memcpy(p->q + off, text, n);
+    p->q[off + n] = 0;
+    p->q_len += n + 1;
+    return off;
 }
 
-static void q_expect(struct pg *p, enum expect x)
+static void q_push(struct pg *p, int id, size_t off, int np, int v0, enum expect x)
 {
-    if (p->n_expect == p->cap_expect)
-        p->expect = xrealloc(p->expect, (size_t)(p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64));
+    if (p->n_expect == p->cap_expect) {
+        p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64;
+        p->expect = xrealloc(p->expect, (size_t)p->cap_expect);
+        p->qe = xrealloc(p->qe, (size_t)p->cap_expect * sizeof *p->qe);
+    }
+    p->qe[p->n_expect] = (struct qent){.id = id, .np = np, .v0 = v0, .off = off};
     p->expect[p->n_expect++] = (unsigned char)x;
 }
 
 /* Queue one statement of plain SQL (no parameters). */
 static void q_sql(struct pg *p, const char *sql, enum expect x)
 {
-    q_add(p, sql, strlen(sql));
-    q_add(p, ";", 1);
-    q_expect(p, x);
+    q_push(p, -1, q_add(p, sql, strlen(sql)), 0, 0, x);
 }
 
-/* Queue EXECUTE of prepared statement id with ps as literals; -ENOMEM if quoting failed. */
+/* Queue prepared statement id with (copies of) the parameters ps. */
 static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
 {
-    char head[24];
-    int n = snprintf(head, sizeof head, "EXECUTE r%d", id);
-    q_add(p, head, (size_t)n);
-    for (int i = 0; ps && i < ps->n; i++) {
-        q_add(p, i ? "," : "(", 1);
-        if (!ps->v[i]) {
-            q_add(p, "NULL", 4);
-            continue;
-        }
-        char *lit = PQescapeLiteral(p->c, ps->v[i], strlen(ps->v[i]));
-        if (!lit) return -ENOMEM;
-        q_add(p, lit, strlen(lit));
-        PQfreemem(lit);
+    int np = ps ? ps->n : 0, v0 = p->n_qv;
+    if (p->n_qv + np > p->cap_qv) {
+        while (p->n_qv + np > p->cap_qv) p->cap_qv = p->cap_qv ? p->cap_qv * 2 : 256;
+        p->qv = xrealloc(p->qv, (size_t)p->cap_qv * sizeof *p->qv);
     }
-    if (ps && ps->n) q_add(p, ")", 1);
-    q_add(p, ";", 1);
-    q_expect(p, x);
+    for (int i = 0; i < np; i++) p->qv[p->n_qv++] = ps->v[i] ? q_add(p, ps->v[i], strlen(ps->v[i])) : QV_NULL;
+    q_push(p, id, 0, np, v0, x);
     return 0;
 }
 
@@ -627,8 +636,28 @@ static void pf_drop(struct pg *p)
 static void q_reset(struct pg *p)
 {
     p->q_len = 0;
-    if (p->q) p->q[0] = 0;
+    p->n_qv = 0;
     p->n_expect = 0;
+}
+
+/* Send statements [0, n_expect) in pipeline mode, then the Sync; 0 or a libpq failure. */
+static int q_pipeline(struct pg *p)
+{
+    if (!PQenterPipelineMode(p->c)) return -1;
+    for (int i = 0; i < p->n_expect; i++) {
+        const struct qent *e = &p->qe[i];
+        const char *v[26];
+        for (int k = 0; k < e->np && k < 26; k++) {
+            size_t off = p->qv[e->v0 + k];
+            v[k] = off == QV_NULL ? NULL : p->q + off;
+        }
+        char name[16];
+        snprintf(name, sizeof name, "r%d", e->id);
+        int ok = e->id >= 0 ? PQsendQueryPrepared(p->c, name, e->np, v, NULL, NULL, 0)
+                            : PQsendQueryParams(p->c, p->q + e->off, 0, NULL, NULL, NULL, NULL, 0);
+        if (!ok) return -1;
+    }
+    return PQpipelineSync(p->c) ? 0 : -1;
 }
 
 /* Send what is queued (and whatever the caller queued last); *last = the last statement's
@@ -645,13 +674,23 @@ static int q_send(struct pg *p, PGresult **last)
     }
     int rc = 0, i = 0, failed_at = -1, sp = p->op_sp;
     p->op_sp = -1;
-    if (!PQsendQuery(p->c, p->q)) {
+    if (q_pipeline(p) < 0) { /* the connection is gone, or was never in a state to pipeline */
+        rc = result_errno(p, NULL);
         q_reset(p);
-        return result_errno(p, NULL);
+        PQfinish(p->c);
+        p->c = NULL;
+        return rc == -EIO ? -ENOTCONN : rc;
     }
     PGresult *r, *keep = NULL;
-    while ((r = PQgetResult(p->c)) != NULL) {
+    bool synced = false;
+    /* per statement: its result (an error, or PIPELINE_ABORTED after one), then NULL */
+    while (i < p->n_expect && (r = PQgetResult(p->c)) != NULL) {
         ExecStatusType s = PQresultStatus(r);
+        if (s == PGRES_PIPELINE_SYNC) { /* fewer results than statements */
+            synced = true;
+            PQclear(r);
+            break;
+        }
         if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             rc = result_errno(p, r);
             failed_at = i;
@@ -676,10 +715,21 @@ static int q_send(struct pg *p, PGresult **last)
         } else {
             PQclear(r);
         }
+        while ((r = PQgetResult(p->c)) != NULL) PQclear(r); /* the end of this statement's results */
     }
     if (rc == 0 && i < p->n_expect) { /* fewer results than statements: cut off */
         rc = result_errno(p, NULL);
         if (rc == 0) rc = -EIO;
+    }
+    while (!synced && p->c && PQstatus(p->c) == CONNECTION_OK && (r = PQgetResult(p->c)) != NULL) {
+        synced = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+    }
+    if (!PQexitPipelineMode(p->c)) { /* results still pending: this connection cannot go on */
+        if (rc == 0) rc = -ENOTCONN;
+        set_err(p, "the connection to PostgreSQL is out of step; it is reopened");
+        PQfinish(p->c);
+        p->c = NULL;
     }
     q_reset(p);
     if (rc == 0 && last) *last = keep;
@@ -802,17 +852,15 @@ static int ev_queue(struct pg *p, int from, int to)
     return rc;
 }
 
-/* Move the statement just queued to queue offset q0 (statement index x0). */
-static void q_move_last(struct pg *p, size_t q_before, size_t q0, int x0)
+/* Move the statement just queued to queue index x0. */
+static void q_move_last(struct pg *p, int x0)
 {
-    size_t len = p->q_len - q_before;
-    char *tmp = xmalloc(len);
-    memcpy(tmp, p->q + q_before, len);
-    memmove(p->q + q0 + len, p->q + q0, q_before - q0);
-    memcpy(p->q + q0, tmp, len);
-    free(tmp);
-    unsigned char x = p->expect[p->n_expect - 1];
-    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(p->n_expect - 1 - x0));
+    int n = p->n_expect - 1;
+    struct qent e = p->qe[n];
+    unsigned char x = p->expect[n];
+    memmove(p->qe + x0 + 1, p->qe + x0, (size_t)(n - x0) * sizeof *p->qe);
+    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(n - x0));
+    p->qe[x0] = e;
     p->expect[x0] = x;
 }
 
@@ -821,11 +869,10 @@ static int ev_flush(struct pg *p)
 {
     int rc = 0;
     if (p->ev_done > 0) {
-        size_t q_before = p->q_len;
         if ((rc = ev_queue(p, 0, p->ev_done)) < 0) return rc;
         if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
-            q_move_last(p, q_before, p->op_q0, p->op_x0);
-            p->op_q1 += p->q_len - q_before, p->op_x1++, p->op_sp++;
+            q_move_last(p, p->op_x0);
+            p->op_x1++, p->op_sp++;
         } else if (p->in_op) {
             p->op_sent_done = true;
         }
@@ -1011,6 +1058,8 @@ static void pg_close(struct store *st)
     PQfinish(p->lc);
     free(p->notes);
     free(p->q);
+    free(p->qe);
+    free(p->qv);
     free(p->expect);
     free(p->uri);
     free(p);
@@ -1058,14 +1107,10 @@ static int pg_commit(struct store *st)
     if ((r = ev_queue(p, 0, p->n_ev)) < 0) return r; /* the batch's events: one INSERT */
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
-        const char *text = payload ? payload : p->notes;
-        char *lit = PQescapeLiteral(p->c, text, strlen(text));
+        struct params ps = {0};
+        p_str(&ps, payload ? payload : p->notes);
+        q_stmt(p, S_NOTIFY, &ps, X_OK); /* copied */
         free(payload);
-        if (!lit) return -ENOMEM;
-        char *sql = xasprintf("SELECT pg_notify('rebuno', %s)", lit);
-        PQfreemem(lit);
-        q_sql(p, sql, X_OK);
-        free(sql);
     }
     q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
     if ((r = q_send(p, NULL)) < 0) return r;
@@ -1104,9 +1149,9 @@ static int pg_op_begin(struct store *st)
     /* One SAVEPOINT per operation and no RELEASE: the next operation's savepoint nests in
      * this one, ROLLBACK TO finds the innermost, and the COMMIT ends them all (a RELEASE
      * per operation was a statement each to the server, for nothing). */
-    p->op_q0 = p->q_len, p->op_x0 = p->n_expect;
+    p->op_x0 = p->n_expect;
     q_sql(p, "SAVEPOINT op", X_OK);
-    p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
+    p->op_x1 = p->n_expect, p->op_sends = p->sends;
     p->op_sp = p->n_expect - 1;
     p->op_sent_done = false;
     p->in_op = true;
@@ -1116,10 +1161,8 @@ static int pg_op_begin(struct store *st)
 /* The operation reached the store with nothing: forget its SAVEPOINT. */
 static bool op_untouched(struct pg *p)
 {
-    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1 || p->n_ev > p->ev_done)
-        return false;
-    p->q_len = p->op_q0, p->n_expect = p->op_x0;
-    if (p->q) p->q[p->q_len] = 0;
+    if (p->sends != p->op_sends || p->n_expect != p->op_x1 || p->n_ev > p->ev_done) return false;
+    p->n_expect = p->op_x0; /* its entries' text stays in the arena until the next send */
     return true;
 }
 
@@ -1139,8 +1182,7 @@ static int pg_op_end(struct store *st, bool ok)
     ev_free(p, p->ev_done, p->n_ev);
     p->n_ev = p->ev_done;
     if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
-        p->q_len = p->op_q0, p->n_expect = p->op_x0;
-        if (p->q) p->q[p->q_len] = 0;
+        p->n_expect = p->op_x0;
     } else {
         q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
         q_sql(p, "RELEASE SAVEPOINT op", X_OK);
