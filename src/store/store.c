@@ -158,6 +158,11 @@ int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
     return st->vt->api_keys_each(st, fn, arg);
 }
 
+int store_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg)
+{
+    return st->vt->api_key_find(st, hash, fn, arg);
+}
+
 int store_exec_insert(struct store *st, const struct execution *e)
 {
     return st->vt->exec_insert(st, e);

@@ -96,6 +96,8 @@ int store_api_key_put(struct store *st, const struct api_key_row *k);
 typedef int (*store_api_key_fn)(const struct api_key_row *k, void *arg); /* k borrowed for the call */
 /* Oldest first. */
 int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg);
+/* The key whose token hashes to hash (one indexed read), reported to fn; -ENOENT if none. */
+int store_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg);
 
 /* executions */
 int store_exec_insert(struct store *st, const struct execution *e);

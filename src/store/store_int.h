@@ -32,6 +32,7 @@ struct store_vt {
     int (*exec_parked_next)(struct store *st, int64_t *at);
     int (*api_key_put)(struct store *st, const struct api_key_row *k);
     int (*api_keys_each)(struct store *st, store_api_key_fn fn, void *arg);
+    int (*api_key_find)(struct store *st, const char *hash, store_api_key_fn fn, void *arg);
     int (*exec_insert)(struct store *st, const struct execution *e);
     int (*exec_get)(struct store *st, const char *id, struct execution *out);
     int (*exec_update)(struct store *st, const struct execution *e);

@@ -114,7 +114,7 @@ enum stmt_id {
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
-    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
+    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS, S_API_KEY_FIND,
     S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
     S_COUNT
 };
@@ -214,6 +214,7 @@ static const char *stmt_sql[S_COUNT] = {
                       " revoked_at = excluded.revoked_at",
     [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
                    " ORDER BY created_at, id",
+    [S_API_KEY_FIND] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys WHERE hash = $1",
     [S_RULE_STEPS_EXEC] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                           " WHERE rule_id = $1 AND created_at >= $2 AND execution_id = $3"
                           " ORDER BY created_at LIMIT $4) x",
@@ -1892,6 +1893,26 @@ static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
     return rc;
 }
 
+static int pg_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, hash);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEY_FIND, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 1) {
+        struct api_key_row k = {.name = PQgetvalue(r, 0, 1), .hash = PQgetvalue(r, 0, 2),
+                                .prefix = PQgetvalue(r, 0, 3), .scopes = PQgetvalue(r, 0, 4),
+                                .created_at = g_int(r, 0, 5), .revoked_at = g_int(r, 0, 6)};
+        g_copy(r, 0, 0, k.id, sizeof k.id);
+        rc = fn(&k, arg);
+    } else {
+        rc = -ENOENT;
+    }
+    PQclear(r);
+    return rc;
+}
+
 static const struct store_vt pg_vt = {
     .close = pg_close,
     .errmsg = pg_errmsg,
@@ -1915,6 +1936,7 @@ static const struct store_vt pg_vt = {
     .exec_parked_next = pg_exec_parked_next,
     .api_key_put = pg_api_key_put,
     .api_keys_each = pg_api_keys_each,
+    .api_key_find = pg_api_key_find,
     .exec_insert = pg_exec_insert,
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,
