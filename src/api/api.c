@@ -235,7 +235,9 @@ static bool op_end(struct api *a, bool ok, struct err *err)
                 err_internal(err, "storage error: %s", store_errmsg(a->st));
         }
     }
-    if (++a->batch_ops >= MAX_BATCH) flush(a);
+    /* A batch holding a rate limit's lock ends here, so it never waits while holding it
+     * (store_rule_steps_since). */
+    if (++a->batch_ops >= MAX_BATCH || store_batch_should_end(a->st)) flush(a);
     return done;
 }
 
@@ -1760,6 +1762,8 @@ static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
 {
     struct err err = ERR_INIT;
     json_t *out = NULL;
+    bool again = false;
+run:
     if (op_begin(a, &err) < 0) {
         reply_err(a, r, &err);
         return;
@@ -1769,6 +1773,15 @@ static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
         json_decref(out);
         out = NULL;
         rc = -1;
+    }
+    if (rc < 0 && !strcmp(err.code, "storage_conflict") && !again) {
+        /* another replica held what this needs (a rate limit another replica decides under,
+         * or a deadlock) while this batch holds other operations' locks: commit them, then
+         * run this again first in a new batch, where it may wait (store_rule_steps_since) */
+        flush(a);
+        err = (struct err)ERR_INIT;
+        again = true;
+        goto run;
     }
     if (rc < 0 && !strcmp(err.code, "judge_pending") && a->judge_url) judge_ask(a, r, c);
     else if (rc < 0) reply_err(a, r, &err);

@@ -138,6 +138,11 @@ int store_rule_steps_since(struct store *st, const char *rule_id, const char *ex
     return st->vt->rule_steps_since(st, rule_id, exec_id, agent, since_ms, cap, n, oldest);
 }
 
+bool store_batch_should_end(const struct store *st)
+{
+    return st->vt->batch_should_end && st->vt->batch_should_end(st);
+}
+
 int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
 {
     return st->vt->exec_parked_due(st, now, ids, max, n);

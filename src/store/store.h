@@ -74,9 +74,18 @@ int store_agent_delete(struct store *st, const char *name);
 /* Upstream's rate_limit: how many steps rule_id decided since since_ms (created_at), of
  * one execution (exec_id), of one agent's executions (agent), or of all (both NULL);
  * counting stops at cap (the oldest cap of them); *oldest = the earliest created_at counted
- * (0 when none). */
+ * (0 when none). Inside an operation the count and the step it decides are exact across
+ * replicas sharing the store: per execution the execution's lock serialises them; per
+ * agent or global (exec_id NULL) the deciders of (rule_id, agent) queue behind each other
+ * until their batch commits (PostgreSQL; SQLite has one writer). -EBUSY: another replica
+ * is deciding for that key and this batch holds earlier operations' locks, so waiting
+ * could deadlock: end the operation (rolled back), commit the batch, and run it again
+ * first in a new batch, where it waits. After a count that took the lock,
+ * store_batch_should_end is true: commit once the operation ends. */
 int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                            int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest);
+/* The batch should be committed after the current operation (see above). */
+bool store_batch_should_end(const struct store *st);
 /* Executions a rate limit parked (running, dispatch released with a wake time in
  * lease_deadline): those due by now (at most max ids), and the earliest wake time (0: none). */
 int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);

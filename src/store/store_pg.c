@@ -19,7 +19,9 @@
  * until it ends (nobody else can change them). Claims and expiry sweeps take rows
  * with FOR UPDATE SKIP LOCKED, so replicas never queue behind each other's work and
  * re-check every row under its lock. A session's admission is serialised with a
- * transaction-scoped advisory lock on its name. Replicas tell each other what a
+ * transaction-scoped advisory lock on its name, and so is deciding a step under a rate
+ * limit shared by executions (per agent or global: see pg_rule_steps_since for how that
+ * lock cannot deadlock with the execution row locks). Replicas tell each other what a
  * commit changed with NOTIFY on channel "rebuno" (sent in the batch, so delivered
  * only if it commits), heard on a second connection that LISTENs.
  *
@@ -43,7 +45,7 @@
 #define RECONNECT_MS 1000
 #define NOTIFY_MAX 7000 /* a NOTIFY payload is limited to 8000 bytes */
 #define MIGRATE_LOCK 7405182001LL
-#define SESSION_LOCK_SPACE 7405
+#define SESSION_LOCK_SPACE 7405 /* advisory lock spaces; rate limits' is 7406 (in S_RULE_LOCK's text) */
 
 /* Migrations, applied in order to databases older than their version (1-based). */
 static const char *migrations[] = {
@@ -115,7 +117,8 @@ enum stmt_id {
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
     S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS, S_API_KEY_FIND,
-    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_RULE_LOCK, S_RULE_TRY_LOCK, S_PARKED_DUE,
+    S_PARKED_NEXT,
     S_COUNT
 };
 
@@ -224,6 +227,8 @@ static const char *stmt_sql[S_COUNT] = {
                            " ORDER BY created_at LIMIT $4) x",
     [S_RULE_STEPS_ALL] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                          " WHERE rule_id = $1 AND created_at >= $2 ORDER BY created_at LIMIT $3) x",
+    [S_RULE_LOCK] = "SELECT pg_advisory_xact_lock(7406, hashtext($1))",
+    [S_RULE_TRY_LOCK] = "SELECT pg_try_advisory_xact_lock(7406, hashtext($1))",
     [S_PARKED_DUE] = "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
                      " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
     [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
@@ -257,6 +262,8 @@ struct pg {
     bool op_release_was;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
+    int batch_ops;   /* operations begun in this batch */
+    bool rule_locked; /* the batch holds a rate limit's lock: end it after this operation */
     /* executions this batch has locked, as it last wrote or read them */
     struct execution *locked;
     bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
@@ -278,7 +285,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */ };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP /* rows kept in p->pf */, X_LOCKED /* 't', else -EBUSY */ };
 
 struct params {
     const char *v[26];
@@ -625,6 +632,11 @@ static int q_send(struct pg *p, PGresult **last)
             set_err(p, "a row to update was not found");
             rc = -ENOENT;
             failed_at = i;
+        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_LOCKED &&
+                   (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t") != 0)) {
+            set_err(p, "another replica holds the rate limit's lock");
+            rc = -EBUSY;
+            failed_at = i;
         }
         PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
                         : p->expect[i] == X_PF_COUNTER ? &p->pf.counter
@@ -876,6 +888,8 @@ static int pg_begin(struct store *st)
     pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
+    p->batch_ops = 0;
+    p->rule_locked = false;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
     p->release_pending = false;
@@ -901,7 +915,7 @@ static int pg_commit(struct store *st)
     }
     q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
     if ((r = q_send(p, NULL)) < 0) return r;
-    p->in_tx = p->in_op = false;
+    p->in_tx = p->in_op = p->rule_locked = false;
     unlock_all(p);
     pf_drop(p);
     notes_reset(p);
@@ -915,7 +929,7 @@ static int pg_rollback(struct store *st)
     pf_drop(p);
     notes_reset(p);
     q_reset(p);
-    p->in_tx = p->in_op = p->broken = false;
+    p->in_tx = p->in_op = p->broken = p->rule_locked = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
 }
@@ -939,6 +953,7 @@ static int pg_op_begin(struct store *st)
     p->op_sp = p->n_expect - 1;
     p->release_pending = false;
     p->in_op = true;
+    p->batch_ops++;
     return 0;
 }
 
@@ -1821,15 +1836,42 @@ static int pg_agent_delete(struct store *st, const char *name)
     return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
 }
 
+/* A count shared by executions (per agent, or global) must see every replica's decisions:
+ * deciders of one (rule, agent) key queue on a transaction-scoped advisory lock, taken
+ * after the execution's row lock and held to the batch's COMMIT, then count in a new
+ * statement (READ COMMITTED: it sees what the previous holder committed). A batch holds
+ * locks of all its operations until it commits, so to rule out a deadlock with row locks:
+ * only the batch's first operation (holding just its execution's row) waits for the lock;
+ * a later one only tries it and, when another replica has it, fails with -EBUSY (the
+ * caller commits the batch and runs the operation again, first in a new one); and a batch
+ * that got the lock ends after that operation (store_batch_should_end), so a holder never
+ * waits for anything. The lock rides with the count: no extra round trip. Per execution,
+ * the execution's row lock already serialises the deciders. */
+static int rule_lock(struct pg *p, const char *rule_id, const char *agent)
+{
+    if (!p->in_tx || !p->in_op) return 0;
+    int rc = ensure(p);
+    if (rc < 0) return rc;
+    char *key = xasprintf("%s\x1f%s", rule_id, agent ? agent : "");
+    struct params ps = {0};
+    p_str(&ps, key);
+    bool first = p->batch_ops <= 1;
+    rc = q_stmt(p, first ? S_RULE_LOCK : S_RULE_TRY_LOCK, &ps, first ? X_OK : X_LOCKED);
+    free(key);
+    if (rc == 0) p->rule_locked = true;
+    return rc;
+}
+
 static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                                int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
+    int rc = exec_id ? 0 : rule_lock(PG(st), rule_id, agent);
+    if (rc < 0) return rc;
     struct params ps = {0};
     p_str(&ps, rule_id);
     p_int(&ps, since_ms);
     if (exec_id || agent) p_str(&ps, exec_id ? exec_id : agent);
     p_int(&ps, cap);
-    int rc;
     PGresult *r = exec_stmt(PG(st), exec_id ? S_RULE_STEPS_EXEC : agent ? S_RULE_STEPS_AGENT : S_RULE_STEPS_ALL,
                             &ps, &rc);
     if (!r) return rc;
@@ -1837,6 +1879,11 @@ static int pg_rule_steps_since(struct store *st, const char *rule_id, const char
     *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
     PQclear(r);
     return 0;
+}
+
+static bool pg_batch_should_end(const struct store *st)
+{
+    return ((const struct pg *)st)->rule_locked;
 }
 
 static int pg_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
@@ -1932,6 +1979,7 @@ static const struct store_vt pg_vt = {
     .agent_settings_each = pg_agent_settings_each,
     .agent_delete = pg_agent_delete,
     .rule_steps_since = pg_rule_steps_since,
+    .batch_should_end = pg_batch_should_end,
     .exec_parked_due = pg_exec_parked_due,
     .exec_parked_next = pg_exec_parked_next,
     .api_key_put = pg_api_key_put,
