@@ -2553,6 +2553,11 @@ static void h_metrics(struct api *a, struct http_req *r)
                    "rebuno_webhook_deliveries_total{result=\"ok\"} %lld\n"
                    "rebuno_webhook_deliveries_total{result=\"failed\"} %lld\n",
                a->deliveries_ok, a->deliveries_failed);
+    long long kread, kunread;
+    api_keys_stats(a->rkeys, &kread, &kunread);
+    buf_printf(&m, "# TYPE rebuno_unknown_api_keys_total counter\n"
+                   "rebuno_unknown_api_keys_total{result=\"read\"} %lld\n"
+                   "rebuno_unknown_api_keys_total{result=\"refused_unread\"} %lld\n", kread, kunread);
     buf_printf(&m, "# TYPE rebuno_webhook_in_flight gauge\n# TYPE rebuno_dispatch_stream_consumers gauge\n");
     for (struct pusher *p = a->pushers; p; p = p->next) {
         int n = 0;

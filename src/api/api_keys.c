@@ -63,6 +63,7 @@ struct api_keys {
     int miss_next;
     int64_t miss_second; /* monotonic second of miss_reads */
     int miss_reads;      /* store reads for unknown tokens in that second */
+    long long unknown_read, unknown_unread; /* for /metrics */
 };
 
 const char *api_scope_names(unsigned scopes, char *buf, size_t n)
@@ -226,10 +227,17 @@ const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token)
     if (!well_formed(token)) return NULL;
     char h[STEP_ID_LEN];
     identity_sha256_hex(token, strlen(token), h);
-    if (missed(ks, h)) return NULL;
+    if (missed(ks, h)) {
+        ks->unknown_unread++;
+        return NULL;
+    }
     struct rkey *k = match(ks, h);
     if (k && k->e.revoked) return &k->e; /* final: refused without a read */
-    if (!k && !miss_budget(ks)) return NULL;
+    if (!k && !miss_budget(ks)) {
+        ks->unknown_unread++;
+        return NULL;
+    }
+    if (!k) ks->unknown_read++;
     struct found f = {ks, NULL};
     int r = store_api_key_find(ks->st, h, found_row, &f);
     if (r == -ENOENT) { /* never made, or rotated away (on another replica: read them again) */
@@ -248,6 +256,12 @@ void api_keys_refresh(struct api_keys *ks, bool force)
 {
     if ((force || ks->dirty || clock_mono_ms() - ks->loaded_at >= RELOAD_EVERY_MS) && !store_in_tx(ks->st))
         reload(ks);
+}
+
+void api_keys_stats(const struct api_keys *ks, long long *unknown_read, long long *unknown_unread)
+{
+    *unknown_read = ks->unknown_read;
+    *unknown_unread = ks->unknown_unread;
 }
 
 void api_keys_changed(struct api_keys *ks)

@@ -53,6 +53,9 @@ void api_keys_refresh(struct api_keys *ks, bool force);
 /* Another replica changed a key (store_watch kind 'k'): read them again before the next
  * lookup that misses or the next refresh. */
 void api_keys_changed(struct api_keys *ks);
+/* Tokens this replica did not know: how many it read from the store, and how many it
+ * refused unread (remembered as unknown, or past the reads allowed per second). */
+void api_keys_stats(const struct api_keys *ks, long long *unknown_read, long long *unknown_unread);
 /* "executions:read, ..." of a mask, into buf. */
 const char *api_scope_names(unsigned scopes, char *buf, size_t n);
 

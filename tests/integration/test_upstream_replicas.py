@@ -2,6 +2,7 @@
 its policy and its deletion made on one replica hold on another at once, and an API key
 made on one works on the other at once, and one revoked or rotated there is refused at once;
 per-agent and global rate limits let exactly max_calls through however the replicas race."""
+import re
 import threading
 import time
 
@@ -33,6 +34,15 @@ def test_runtime_changes_reach_other_replicas(make_kernel, pg):  # noqa: F811
     assert eventually(lambda: b.request("GET", "/v0/agents/late", key=CLIENT)[0] == 404)
 
 
+def unknown_keys(k):
+    """(read, refused_unread) of rebuno_unknown_api_keys_total on kernel k."""
+    st, text = k.request("GET", "/metrics", auth=False)
+    assert st == 200, text
+    got = [int(re.search(rf'rebuno_unknown_api_keys_total{{result="{r}"}} (\d+)', text).group(1))
+           for r in ("read", "refused_unread")]
+    return tuple(got)
+
+
 def test_api_keys_hold_on_every_replica_at_once(make_kernel, pg):  # noqa: F811
     """No waiting for the other replica to hear of it: each judges a run-time key as the
     store has it. Every assertion here is the first request after the change."""
@@ -50,12 +60,21 @@ def test_api_keys_hold_on_every_replica_at_once(make_kernel, pg):  # noqa: F811
     new = a.ok("POST", f"/v0/api-keys/{key['id']}/rotate", key=ADMIN)
     assert b.request("GET", "/v0/agents", key=key["token"])[0] == 401
     assert b.request("GET", "/v0/agents", key=new["token"])[0] == 200
-    # a flood of made-up tokens is refused (and bounded in what it costs the store); the
-    # real key still works on both replicas afterwards
+    # a flood of made-up tokens is refused, and costs the store at most 100 reads a second;
+    # one seen before costs none; the real key still works on both replicas afterwards
+    read0, unread0 = unknown_keys(b)
+    t0 = time.monotonic()
     for i in range(300):
         st, _ = b.request("GET", "/v0/agents", key="rbk_" + f"{i:048x}")
         assert st == 401
-    assert b.request("GET", "/v0/agents", key="rbk_" + f"{7:048x}")[0] == 401  # remembered: no read
+    seconds = time.monotonic() - t0
+    read, unread = unknown_keys(b)
+    assert read - read0 + unread - unread0 == 300
+    assert read - read0 <= 100 * (int(seconds) + 2), (read - read0, seconds)
+    assert b.request("GET", "/v0/agents", key="rbk_" + f"{7:048x}")[0] == 401
+    assert unknown_keys(b) == (read, unread + 1)  # remembered: refused unread
+    assert b.request("GET", "/v0/agents", key="rbk_short")[0] == 401
+    assert unknown_keys(b) == (read, unread + 1)  # not a token at all: never looked up
     assert b.request("GET", "/v0/agents", key=new["token"])[0] == 200
     assert a.request("GET", "/v0/agents", key=new["token"])[0] == 200
 
