@@ -107,7 +107,7 @@ static const char *migrations[] = {
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
-    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_NOWAIT, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
@@ -128,6 +128,7 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
     [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+    [S_EXEC_LOCK_NOWAIT] = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE NOWAIT",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -1158,7 +1159,9 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
      * abort the whole batch, not one savepoint. */
     bool lock = p->in_tx && p->in_op;
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
-        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+        /* holding a rate limit's lock, never wait (pg_rule_steps_since): 55P03 is -EAGAIN */
+        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, p->rule_locked ? S_EXEC_LOCK_NOWAIT : S_EXEC_LOCK, &ps, X_OK)) < 0)
+            return rc;
         if (p->pf.armed && strcmp(p->pf.exec_id, id) == 0) { /* after the lock: sees its holder's commit */
             p->pf.armed = false;
             struct params pc = {0}, pst = {0};
@@ -1843,10 +1846,13 @@ static int pg_agent_delete(struct store *st, const char *name)
  * locks of all its operations until it commits, so to rule out a deadlock with row locks:
  * only the batch's first operation (holding just its execution's row) waits for the lock;
  * a later one only tries it and, when another replica has it, fails with -EBUSY (the
- * caller commits the batch and runs the operation again, first in a new one); and a batch
- * that got the lock ends after that operation (store_batch_should_end), so a holder never
- * waits for anything. The lock rides with the count: no extra round trip. Per execution,
- * the execution's row lock already serialises the deciders. */
+ * caller commits the batch and runs the operation again, first in a new one); and once
+ * the batch holds it, it never waits for anything: row locks are taken NOWAIT (failing
+ * with -EAGAIN, run again the same way), and only step submissions join the batch (the
+ * caller commits it before any other operation: store_batch_should_end), which take no
+ * other lock. So rate-limited submissions still share a commit. The lock rides with the
+ * count: no extra round trip. Per execution, the execution's row lock already serialises
+ * the deciders. */
 static int rule_lock(struct pg *p, const char *rule_id, const char *agent)
 {
     if (!p->in_tx || !p->in_op) return 0;

@@ -113,10 +113,12 @@ def test_rate_limit_is_exact_across_replicas(make_kernel, pg):  # noqa: F811
 
             def racer(i, target=f"{scope}-{rnd}"):
                 # the first RACERS submit the limited call; as many more submit an unlimited
-                # one beside them, so limited decisions also come late in a replica's batch
+                # one beside them on the same executions through another replica, so limited
+                # decisions also come late in a replica's batch, and a batch holding a limit's
+                # lock meets execution rows another replica holds
                 eid, dref = runs[i % RACERS]
                 gate.wait()
-                st, out = apis[i % 3].request("POST", f"/v0/executions/{eid}/steps",
+                st, out = apis[(i + i // RACERS) % 3].request("POST", f"/v0/executions/{eid}/steps",
                                               {"kind": "tool_call", "target": target if i < RACERS else "free",
                                                "args": {"round": f"{scope}-{rnd}"}}, dispatch=dref)
                 got[i] = out["decision"] if st == 200 else (st, out)
