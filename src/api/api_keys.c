@@ -7,9 +7,10 @@
  * Entries are allocated one by one and never freed before api_keys_free, because a
  * request in flight holds a pointer to its key's entry.
  *
- * The store is the truth, for every replica sharing it: a lookup of a live key reads its
- * row by hash (one indexed read), so a key made on another replica is accepted and a key
- * revoked or rotated there is refused at once, announcement or not. What stays final is
+ * The store is the truth, for every replica sharing it: on PostgreSQL a lookup of a live
+ * key reads its row by hash (one indexed read), so a key made on another replica is
+ * accepted and a key revoked or rotated there is refused at once, announcement or not.
+ * SQLite has one kernel, which made every change itself: it judges known keys from memory. What stays final is
  * answered from memory: a revoked key never comes back, and a token the store did not
  * have never will (tokens are random and shown only after their key committed), so such
  * tokens are remembered in a small ring (MISS_SLOTS) and refused without a read. New
@@ -59,6 +60,7 @@ struct api_keys {
     int n;
     int64_t loaded_at; /* monotonic ms of the last read from the store */
     bool dirty;        /* another replica changed a key: read them again at the next chance */
+    bool shared;       /* other replicas share the store: a live key is read at each lookup */
     char (*miss)[STEP_ID_LEN]; /* hashes of tokens the store did not have (ring of MISS_SLOTS) */
     int miss_next;
     int64_t miss_second; /* monotonic second of miss_reads */
@@ -153,6 +155,7 @@ struct api_keys *api_keys_new(struct store *st)
     struct api_keys *ks = xcalloc(1, sizeof *ks);
     ks->st = st;
     ks->miss = xcalloc(MISS_SLOTS, sizeof *ks->miss);
+    ks->shared = strcmp(store_kind(st), "sqlite") != 0;
     reload(ks);
     return ks;
 }
@@ -232,7 +235,7 @@ const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token)
         return NULL;
     }
     struct rkey *k = match(ks, h);
-    if (k && k->e.revoked) return &k->e; /* final: refused without a read */
+    if (k && (k->e.revoked || !ks->shared)) return &k->e; /* final, or nobody else changes it */
     if (!k && !miss_budget(ks)) {
         ks->unknown_unread++;
         return NULL;
