@@ -9,14 +9,15 @@
  *
  * The store is the truth, for every replica sharing it: on PostgreSQL a lookup of a live
  * key reads its row by hash (one indexed read), so a key made on another replica is
- * accepted and a key revoked or rotated there is refused at once, announcement or not.
- * SQLite has one kernel, which made every change itself: it judges known keys from memory. What stays final is
- * answered from memory: a revoked key never comes back, and a token the store did not
- * have never will (tokens are random and shown only after their key committed), so such
- * tokens are remembered in a small ring (MISS_SLOTS) and refused without a read. New
- * unknown tokens are read at most MISS_READS_PER_S a second: a flood of made-up tokens
- * costs the database that and no more (past it they are refused unread, which may refuse
- * a key made elsewhere in the last instant; the client retries). Well-formed tokens only.
+ * accepted and a key revoked or rotated there is refused at once, announcement or not
+ * (SQLite has one kernel, which made every change itself: it judges known keys from
+ * memory). What stays final is answered from memory: a revoked key never comes back,
+ * and a token the store did not have never will (tokens are random and shown only after
+ * their key committed), so such tokens are remembered in a small ring (MISS_SLOTS) and
+ * refused without a read. New unknown tokens are read at most MISS_READS_PER_S a second:
+ * a flood of made-up tokens costs the database that and no more (past it they are
+ * refused unread, which may refuse a key made elsewhere in the last instant; the client
+ * retries). Well-formed tokens only.
  */
 #include "api/api_keys.h"
 

@@ -45,8 +45,9 @@ struct api_keys *api_keys_new(struct store *st);
 void api_keys_free(struct api_keys *ks);
 /* The run-time key whose token this is (revoked ones too: check ->revoked), or NULL.
  * On a shared store (PostgreSQL) a live key's row is read each time, so a key made,
- * revoked or rotated on another replica is judged as the store has it at once; unknown tokens are read at
- * most 100 a second and remembered (api_keys.c). Entries stay valid until api_keys_free. */
+ * revoked or rotated on another replica is judged as the store has it at once; unknown
+ * tokens are read at most 100 a second and remembered (api_keys.c). Entries stay valid
+ * until api_keys_free. */
 const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token);
 /* Read every key again (revocations on other replicas); at most every few seconds. */
 void api_keys_refresh(struct api_keys *ks, bool force);

@@ -83,11 +83,12 @@ int store_agent_delete(struct store *st, const char *name);
  * first in a new batch, where it waits. After a count that took the lock,
  * store_batch_should_end is true: until the batch commits it must not wait for anything,
  * so store_exec_get locks NOWAIT (-EAGAIN when another holds the row: again, as for
- * -EBUSY) and only step submissions may join it; commit it before any other operation. */
+ * -EBUSY) and only a step's submission or outcome may join it (they touch only their
+ * execution's rows); commit it before any other operation. */
 int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                            int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest);
-/* The batch holds a rate limit's lock: commit it before an operation that is not a step
- * submission (see above). */
+/* The batch holds a rate limit's lock: commit it before an operation that is not a step's
+ * submission or outcome (see above). */
 bool store_batch_should_end(const struct store *st);
 /* Executions a rate limit parked (running, dispatch released with a wake time in
  * lease_deadline): those due by now (at most max ids), and the earliest wake time (0: none). */
