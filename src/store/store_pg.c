@@ -20,7 +20,9 @@
  * until it ends (nobody else can change them). Claims and expiry sweeps take rows
  * with FOR UPDATE SKIP LOCKED, so replicas never queue behind each other's work and
  * re-check every row under its lock. A session's admission is serialised with a
- * transaction-scoped advisory lock on its name. Replicas tell each other what a
+ * transaction-scoped advisory lock on its name, and so is deciding a step under a rate
+ * limit shared by executions (per agent or global: see pg_rule_steps_since for how that
+ * lock cannot deadlock with the execution row locks). Replicas tell each other what a
  * commit changed with NOTIFY on channel "rebuno" (sent in the batch, so delivered
  * only if it commits), heard on a second connection that LISTENs.
  *
@@ -45,7 +47,7 @@
 #define RECONNECT_MS 1000
 #define NOTIFY_MAX 7000 /* a NOTIFY payload is limited to 8000 bytes */
 #define MIGRATE_LOCK 7405182001LL
-#define SESSION_LOCK_SPACE 7405
+#define SESSION_LOCK_SPACE 7405 /* advisory lock spaces; rate limits' is 7406 (in S_RULE_LOCK's text) */
 
 /* Migrations, applied in order to databases older than their version (1-based). */
 static const char *migrations[] = {
@@ -110,7 +112,8 @@ static const char *migrations[] = {
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
-    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_ROW, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_NOWAIT, S_EXEC_LOCK_ROW, S_EXEC_LOCK_ROW_NOWAIT, S_EXEC_GET,
+    S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
@@ -119,8 +122,9 @@ enum stmt_id {
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
-    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
-    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT, S_NOTIFY,
+    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS, S_API_KEY_FIND,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_RULE_LOCK, S_RULE_TRY_LOCK, S_PARKED_DUE,
+    S_PARKED_NEXT, S_NOTIFY,
     S_COUNT
 };
 
@@ -130,6 +134,7 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
     [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    [S_EXEC_LOCK_NOWAIT] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
     /* The lock and the row in one statement, for an operation that said what it reads next
      * (store_prefetch_step): FOR NO KEY UPDATE returns the row as its last holder left it,
      * but a subquery would see the snapshot from before the wait, so last_seq (and whether
@@ -138,6 +143,11 @@ static const char *stmt_sql[S_COUNT] = {
                         " updated_at, deadline_at, 0, dispatch_id, attempt, dstate, queued_at, worker_id,"
                         " lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq, restoration"
                         " FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    [S_EXEC_LOCK_ROW_NOWAIT] = "SELECT id, agent, session, input, status, output, state, failure_reason,"
+                               " created_at, updated_at, deadline_at, 0, dispatch_id, attempt, dstate,"
+                               " queued_at, worker_id, lease_deadline, lease_ms, max_attempts, parent_id,"
+                               " forked_from, fork_seq, restoration"
+                               " FROM executions WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -234,6 +244,7 @@ static const char *stmt_sql[S_COUNT] = {
                       " revoked_at = excluded.revoked_at",
     [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
                    " ORDER BY created_at, id",
+    [S_API_KEY_FIND] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys WHERE hash = $1",
     [S_RULE_STEPS_EXEC] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                           " WHERE rule_id = $1 AND created_at >= $2 AND execution_id = $3"
                           " ORDER BY created_at LIMIT $4) x",
@@ -243,6 +254,8 @@ static const char *stmt_sql[S_COUNT] = {
                            " ORDER BY created_at LIMIT $4) x",
     [S_RULE_STEPS_ALL] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                          " WHERE rule_id = $1 AND created_at >= $2 ORDER BY created_at LIMIT $3) x",
+    [S_RULE_LOCK] = "SELECT pg_advisory_xact_lock(7406, hashtext($1))",
+    [S_RULE_TRY_LOCK] = "SELECT pg_try_advisory_xact_lock(7406, hashtext($1))",
     [S_PARKED_DUE] = "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
                      " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
     [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
@@ -279,6 +292,8 @@ struct pg {
     uint64_t op_sends;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
+    int batch_ops;   /* operations begun in this batch */
+    bool rule_locked; /* the batch holds a rate limit's lock: end it after this operation */
     /* executions this batch has locked, as it last wrote or read them */
     struct execution *locked;
     bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
@@ -321,7 +336,8 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */ };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */,
+              X_LOCKED /* 't', else -EBUSY */ };
 
 struct params {
     const char *v[26];
@@ -698,6 +714,11 @@ static int q_send(struct pg *p, PGresult **last)
                    strtoll(PQcmdTuples(r), NULL, 10) != 1) {
             set_err(p, "a row to update was not found");
             rc = -ENOENT;
+            failed_at = i;
+        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_LOCKED &&
+                   (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t") != 0)) {
+            set_err(p, "another replica holds the rate limit's lock");
+            rc = -EBUSY;
             failed_at = i;
         }
         PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
@@ -1093,6 +1114,8 @@ static int pg_begin(struct store *st)
     p->broken = false;
     p->op_sp = -1;
     ev_clear(p);
+    p->batch_ops = 0;
+    p->rule_locked = false;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
     notes_reset(p);
@@ -1114,7 +1137,7 @@ static int pg_commit(struct store *st)
     }
     q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
     if ((r = q_send(p, NULL)) < 0) return r;
-    p->in_tx = p->in_op = false;
+    p->in_tx = p->in_op = p->rule_locked = false;
     unlock_all(p);
     pf_drop(p);
     notes_reset(p);
@@ -1129,7 +1152,7 @@ static int pg_rollback(struct store *st)
     notes_reset(p);
     q_reset(p);
     ev_clear(p);
-    p->in_tx = p->in_op = p->broken = false;
+    p->in_tx = p->in_op = p->broken = p->rule_locked = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
 }
@@ -1155,6 +1178,7 @@ static int pg_op_begin(struct store *st)
     p->op_sp = p->n_expect - 1;
     p->op_sent_done = false;
     p->in_op = true;
+    p->batch_ops++;
     return 0;
 }
 
@@ -1354,7 +1378,7 @@ static int exec_get_prefetched(struct pg *p, const char *id, struct execution *o
     p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
     p_str(&pst, id), p_str(&pst, p->pf.step_id);
     p->pf.armed = false;
-    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
+    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, p->rule_locked ? S_EXEC_LOCK_ROW_NOWAIT : S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
         (p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
         (rc = q_stmt(p, S_STEP_GET_FRESH, &pst, X_PF_STEP)) < 0 || (rc = q_send(p, NULL)) < 0)
         return rc;
@@ -1396,7 +1420,9 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     bool lock = p->in_tx && p->in_op;
     if (lock && p->pf.armed && strcmp(p->pf.exec_id, id) == 0) return exec_get_prefetched(p, id, out);
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
-        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+        /* holding a rate limit's lock, never wait (pg_rule_steps_since): 55P03 is -EAGAIN */
+        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, p->rule_locked ? S_EXEC_LOCK_NOWAIT : S_EXEC_LOCK, &ps, X_OK)) < 0)
+            return rc;
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -2072,15 +2098,45 @@ static int pg_agent_delete(struct store *st, const char *name)
     return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
 }
 
+/* A count shared by executions (per agent, or global) must see every replica's decisions:
+ * deciders of one (rule, agent) key queue on a transaction-scoped advisory lock, taken
+ * after the execution's row lock and held to the batch's COMMIT, then count in a new
+ * statement (READ COMMITTED: it sees what the previous holder committed). A batch holds
+ * locks of all its operations until it commits, so to rule out a deadlock with row locks:
+ * only the batch's first operation (holding just its execution's row) waits for the lock;
+ * a later one only tries it and, when another replica has it, fails with -EBUSY (the
+ * caller commits the batch and runs the operation again, first in a new one); and once
+ * the batch holds it, it never waits for anything: row locks are taken NOWAIT (failing
+ * with -EAGAIN, run again the same way), and only step submissions join the batch (the
+ * caller commits it before any other operation: store_batch_should_end), which take no
+ * other lock. So rate-limited submissions still share a commit. The lock rides with the
+ * count: no extra round trip. Per execution, the execution's row lock already serialises
+ * the deciders. */
+static int rule_lock(struct pg *p, const char *rule_id, const char *agent)
+{
+    if (!p->in_tx || !p->in_op) return 0;
+    int rc = ensure(p);
+    if (rc < 0) return rc;
+    char *key = xasprintf("%s\x1f%s", rule_id, agent ? agent : "");
+    struct params ps = {0};
+    p_str(&ps, key);
+    bool first = p->batch_ops <= 1;
+    rc = q_stmt(p, first ? S_RULE_LOCK : S_RULE_TRY_LOCK, &ps, first ? X_OK : X_LOCKED);
+    free(key);
+    if (rc == 0) p->rule_locked = true;
+    return rc;
+}
+
 static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                                int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
+    int rc = exec_id ? 0 : rule_lock(PG(st), rule_id, agent);
+    if (rc < 0) return rc;
     struct params ps = {0};
     p_str(&ps, rule_id);
     p_int(&ps, since_ms);
     if (exec_id || agent) p_str(&ps, exec_id ? exec_id : agent);
     p_int(&ps, cap);
-    int rc;
     PGresult *r = exec_stmt(PG(st), exec_id ? S_RULE_STEPS_EXEC : agent ? S_RULE_STEPS_AGENT : S_RULE_STEPS_ALL,
                             &ps, &rc);
     if (!r) return rc;
@@ -2088,6 +2144,11 @@ static int pg_rule_steps_since(struct store *st, const char *rule_id, const char
     *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
     PQclear(r);
     return 0;
+}
+
+static bool pg_batch_should_end(const struct store *st)
+{
+    return ((const struct pg *)st)->rule_locked;
 }
 
 static int pg_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
@@ -2144,6 +2205,26 @@ static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
     return rc;
 }
 
+static int pg_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, hash);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEY_FIND, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 1) {
+        struct api_key_row k = {.name = PQgetvalue(r, 0, 1), .hash = PQgetvalue(r, 0, 2),
+                                .prefix = PQgetvalue(r, 0, 3), .scopes = PQgetvalue(r, 0, 4),
+                                .created_at = g_int(r, 0, 5), .revoked_at = g_int(r, 0, 6)};
+        g_copy(r, 0, 0, k.id, sizeof k.id);
+        rc = fn(&k, arg);
+    } else {
+        rc = -ENOENT;
+    }
+    PQclear(r);
+    return rc;
+}
+
 static const struct store_vt pg_vt = {
     .close = pg_close,
     .errmsg = pg_errmsg,
@@ -2163,10 +2244,12 @@ static const struct store_vt pg_vt = {
     .agent_settings_each = pg_agent_settings_each,
     .agent_delete = pg_agent_delete,
     .rule_steps_since = pg_rule_steps_since,
+    .batch_should_end = pg_batch_should_end,
     .exec_parked_due = pg_exec_parked_due,
     .exec_parked_next = pg_exec_parked_next,
     .api_key_put = pg_api_key_put,
     .api_keys_each = pg_api_keys_each,
+    .api_key_find = pg_api_key_find,
     .exec_insert = pg_exec_insert,
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,
