@@ -100,9 +100,13 @@ struct opts {
     double slow_seconds; /* slowloris load */
     bool quick, no_replay, no_baseline, no_slowloris, no_dispatch, verbose;
     bool postgres; /* --store postgres */
+    const char *rate_limit; /* --rate-limit SCOPE: every step under a rate_limit rule of that scope */
 };
 
 static struct opts O;
+
+/* --rate-limit: the config of the step round-trip kernels, else NULL (make_limit_config). */
+static char *limit_config;
 
 /* ------------------------------------------------------------------ cleanup */
 
@@ -1008,7 +1012,7 @@ static struct level_result run_level(int n)
 {
     struct level_result lr = {.agents = n};
     struct kproc k;
-    kernel_start(&k, NULL);
+    kernel_start(&k, limit_config);
     struct agent *ag = xcalloc((size_t)n, sizeof *ag);
     for (int i = 0; i < n; i++) agent_start(&ag[i], i, k.port);
     struct run_stats rs = {0};
@@ -1562,6 +1566,25 @@ static struct dispatch_result run_dispatch_mode(bool webhook)
     return r;
 }
 
+/* The agents a1..aN of the runs, each with one rule that limits every tool call, far
+ * above what a run reaches. */
+static void make_limit_config(void)
+{
+    int agents = 32; /* the PostgreSQL runs' */
+    for (int i = 0; i < O.n_levels; i++)
+        if (O.levels[i] > agents) agents = O.levels[i];
+    size_t cap = (size_t)agents * 320 + 16;
+    limit_config = xmalloc(cap);
+    size_t n = (size_t)snprintf(limit_config, cap, "agents:\n");
+    for (int i = 1; i <= agents && n < cap; i++)
+        n += (size_t)snprintf(limit_config + n, cap - n,
+                              "  - id: a%d\n    policy: |\n      default_action: allow\n      rules:\n"
+                              "        - id: bench-limit\n          when: {step_kind: tool_call}\n"
+                              "          then: {decision: allow, rate_limit: {max_calls: 1000000000, window: 1s,"
+                              " per_what: %s}}\n", i, O.rate_limit);
+    if (n >= cap) die("--rate-limit: the config does not fit");
+}
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -1589,6 +1612,8 @@ static void usage(FILE *f)
         "  --store postgres      instead: a real PostgreSQL (started here), a naive loop of one\n"
         "                        durable transaction per write, 32 agents on SQLite and on 1, 2\n"
         "                        and 3 kernel replicas sharing the PostgreSQL\n"
+        "  --rate-limit SCOPE    every step round trip under a rate_limit rule (per_what SCOPE:\n"
+        "                        execution, agent or global; window 1 s, never reached)\n"
         "  --verbose             print each kernel's pid, port and state folder (to attach a "
         "profiler)\n",
         MAX_AGENTS);
@@ -1637,6 +1662,12 @@ static void parse_args(int argc, char **argv)
                 exit(2);
             }
             O.postgres = !strcmp(v, "postgres"), i++;
+        } else if (!strcmp(a, "--rate-limit") && v) {
+            if (strcmp(v, "execution") && strcmp(v, "agent") && strcmp(v, "global")) {
+                fprintf(stderr, "bench/kernel: --rate-limit is execution, agent or global\n");
+                exit(2);
+            }
+            O.rate_limit = v, i++;
         } else if (!strcmp(a, "--no-dispatch")) {
             O.no_dispatch = true;
         } else if (!strcmp(a, "--no-slowloris")) {
@@ -1683,6 +1714,7 @@ static void parse_args(int argc, char **argv)
         if (!set_replays) O.replays = 500;
         if (!set_slow) O.slow_seconds = 5;
     }
+    if (O.rate_limit) make_limit_config();
     if (access(O.bin, X_OK) != 0) {
         fprintf(stderr,
                 "bench/kernel: cannot run %s (build it with `make build/rebuno`, or pass --bin)\n",
@@ -1721,6 +1753,7 @@ int main(int argc, char **argv)
     printf("kernel: %s dev, fresh state per run; clients: one epoll loop, 1 keep-alive connection "
            "per agent\n",
            O.bin);
+    if (O.rate_limit) printf("every step under a rate_limit rule, per_what: %s (never reached)\n", O.rate_limit);
     printf("round trip = POST .../steps (proceed) + POST .../steps/{id}/complete (recorded); %.2g "
            "s warm-up, %.3g s measured\n\n",
            O.warmup, O.seconds);
@@ -2049,7 +2082,7 @@ static struct level_result run_pg_level(int n, int replicas)
     snprintf(kernel_store_uri, sizeof kernel_store_uri,
              "postgres://rebuno@/postgres?host=%s&port=%d&options=-csearch_path%%3D%s", pg_dir, pg_port, schema);
     struct kproc k[PG_MAX_REPLICAS];
-    for (int i = 0; i < replicas; i++) kernel_start(&k[i], NULL);
+    for (int i = 0; i < replicas; i++) kernel_start(&k[i], limit_config);
     kernel_store_uri[0] = '\0';
     struct agent *ag = xcalloc((size_t)n, sizeof *ag);
     for (int i = 0; i < n; i++) agent_start(&ag[i], i, k[i % replicas].port);
@@ -2106,6 +2139,7 @@ static int run_postgres(void)
     printf("rebuno kernel benchmark, PostgreSQL store (%ld cores shared by the database, the replicas "
            "and the client;\n  PostgreSQL from %s, fsync=on, synchronous_commit=on, data in %s%s)\n",
            sysconf(_SC_NPROCESSORS_ONLN), pg_bindir, pg_dir, fs_note());
+    if (O.rate_limit) printf("every step under a rate_limit rule, per_what: %s (never reached)\n", O.rate_limit);
     printf("round trip = POST .../steps (proceed) + POST .../steps/{id}/complete (recorded); %d agents, "
            "%.2g s warm-up, %.3g s measured\n\n", agents, O.warmup, O.seconds);
     struct baseline naive = run_pg_naive(O.baseline_seconds);

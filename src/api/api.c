@@ -202,8 +202,13 @@ static void reply_err(struct api *a, struct http_req *r, const struct err *e)
     h->err = *e;
 }
 
-static int op_begin(struct api *a, struct err *err)
+/* joins: a step's submission or outcome, which touches only its execution's rows and so,
+ * taking that row NOWAIT, may join a batch holding a rate limit's lock; any other
+ * operation commits such a batch first, as it may wait for a lock (store.h,
+ * store_rule_steps_since). */
+static int op_begin_as(struct api *a, bool joins, struct err *err)
 {
+    if (!joins && store_batch_should_end(a->st)) flush(a);
     if (!store_in_tx(a->st)) {
         int r = store_begin(a->st);
         if (r < 0)
@@ -214,6 +219,11 @@ static int op_begin(struct api *a, struct err *err)
     if (store_op_begin(a->st) < 0)
         return err_set(err, 503, "storage_unavailable", "", "storage error: %s; retry shortly", store_errmsg(a->st));
     return 0;
+}
+
+static int op_begin(struct api *a, struct err *err)
+{
+    return op_begin_as(a, false, err);
 }
 
 /* End the operation; false when it succeeded but the store could not keep it (it was
@@ -301,19 +311,28 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg)
 /* Run one kernel operation in the batch and reply with its result. */
 typedef int (*kop_fn)(struct api *a, struct http_req *r, void *ctx, json_t **out, struct err *err);
 
-static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, void *ctx)
+/* joins: an operation on one execution's own rows (a step's submission or outcome), which
+ * may join a batch holding a rate limit's lock (op_begin_as) and, refused a lock there
+ * (storage_conflict), runs again once first in a new batch (see submit_run). */
+static void run_op_as(struct api *a, struct http_req *r, int status, kop_fn fn, void *ctx, bool joins)
 {
     struct err err = ERR_INIT;
     json_t *out = NULL;
-    if (op_begin(a, &err) < 0) {
-        reply_err(a, r, &err);
-        return;
-    }
-    int rc = fn(a, r, ctx, &out, &err);
-    if (!op_end(a, rc == 0, &err)) {
-        json_decref(out);
-        out = NULL;
-        rc = -1;
+    int rc;
+    for (int pass = 0;; pass++) {
+        if (op_begin_as(a, joins, &err) < 0) {
+            reply_err(a, r, &err);
+            return;
+        }
+        rc = fn(a, r, ctx, &out, &err);
+        if (!op_end(a, rc == 0, &err)) {
+            json_decref(out);
+            out = NULL;
+            rc = -1;
+        }
+        if (!joins || rc == 0 || pass > 0 || strcmp(err.code, "storage_conflict") != 0) break;
+        flush(a);
+        err = (struct err)ERR_INIT;
     }
     if (status == 204) { /* upstream answers these with no body */
         json_decref(out);
@@ -321,6 +340,11 @@ static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, voi
     }
     if (rc < 0) reply_err(a, r, &err);
     else reply(a, r, out ? status : 204, out);
+}
+
+static void run_op(struct api *a, struct http_req *r, int status, kop_fn fn, void *ctx)
+{
+    run_op_as(a, r, status, fn, ctx, false);
 }
 
 /* The array member of a kernel result (upstream's lists are bare arrays); frees the rest. */
@@ -1760,7 +1784,9 @@ static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
 {
     struct err err = ERR_INIT;
     json_t *out = NULL;
-    if (op_begin(a, &err) < 0) {
+    bool again = false;
+run:
+    if (op_begin_as(a, true, &err) < 0) {
         reply_err(a, r, &err);
         return;
     }
@@ -1769,6 +1795,16 @@ static void submit_run(struct api *a, struct http_req *r, struct agent_ctx *c)
         json_decref(out);
         out = NULL;
         rc = -1;
+    }
+    if (rc < 0 && !strcmp(err.code, "storage_conflict") && !again) {
+        /* another replica held what this needs (a rate limit another replica decides under,
+         * a row while this batch holds a rate limit's lock, or a deadlock) while this batch
+         * holds other operations' locks: commit them, then run this again first in a new
+         * batch, where it may wait (store_rule_steps_since) */
+        flush(a);
+        err = (struct err)ERR_INIT;
+        again = true;
+        goto run;
     }
     if (rc < 0 && !strcmp(err.code, "judge_pending") && a->judge_url) judge_ask(a, r, c);
     else if (rc < 0) reply_err(a, r, &err);
@@ -1849,7 +1885,7 @@ static void finish_step(struct api *a, struct http_req *r, bool ok)
         json_decref(c.body);
         return;
     }
-    run_op(a, r, 200, op_finish_step, &c);
+    run_op_as(a, r, 200, op_finish_step, &c, true);
     json_decref(c.body);
 }
 
@@ -2540,6 +2576,11 @@ static void h_metrics(struct api *a, struct http_req *r)
                    "rebuno_webhook_deliveries_total{result=\"ok\"} %lld\n"
                    "rebuno_webhook_deliveries_total{result=\"failed\"} %lld\n",
                a->deliveries_ok, a->deliveries_failed);
+    long long kread, kunread;
+    api_keys_stats(a->rkeys, &kread, &kunread);
+    buf_printf(&m, "# TYPE rebuno_unknown_api_keys_total counter\n"
+                   "rebuno_unknown_api_keys_total{result=\"read\"} %lld\n"
+                   "rebuno_unknown_api_keys_total{result=\"refused_unread\"} %lld\n", kread, kunread);
     buf_printf(&m, "# TYPE rebuno_webhook_in_flight gauge\n# TYPE rebuno_dispatch_stream_consumers gauge\n");
     for (struct pusher *p = a->pushers; p; p = p->next) {
         int n = 0;

@@ -6,9 +6,22 @@
  * SHA-256 and the first 12 characters (prefix) so a listing can tell keys apart.
  * Entries are allocated one by one and never freed before api_keys_free, because a
  * request in flight holds a pointer to its key's entry.
+ *
+ * The store is the truth, for every replica sharing it: on PostgreSQL a lookup of a live
+ * key reads its row by hash (one indexed read), so a key made on another replica is
+ * accepted and a key revoked or rotated there is refused at once, announcement or not
+ * (SQLite has one kernel, which made every change itself: it judges known keys from
+ * memory). What stays final is answered from memory: a revoked key never comes back,
+ * and a token the store did not have never will (tokens are random and shown only after
+ * their key committed), so such tokens are remembered in a small ring (MISS_SLOTS) and
+ * refused without a read. New unknown tokens are read at most MISS_READS_PER_S a second:
+ * a flood of made-up tokens costs the database that and no more (past it they are
+ * refused unread, which may refuse a key made elsewhere in the last instant; the client
+ * retries). Well-formed tokens only.
  */
 #include "api/api_keys.h"
 
+#include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -24,7 +37,9 @@
 #define TOKEN_RANDOM 24
 #define PREFIX_LEN 12
 #define NAME_MAX_LEN 128
-#define RELOAD_MISS_MS 1000
+#define TOKEN_LEN (4 + 2 * TOKEN_RANDOM)
+#define MISS_SLOTS 1024
+#define MISS_READS_PER_S 100
 #define RELOAD_EVERY_MS 5000
 
 static const char *const scope_names[] = {"executions:read", "executions:write", "approvals:read",
@@ -46,6 +61,12 @@ struct api_keys {
     int n;
     int64_t loaded_at; /* monotonic ms of the last read from the store */
     bool dirty;        /* another replica changed a key: read them again at the next chance */
+    bool shared;       /* other replicas share the store: a live key is read at each lookup */
+    char (*miss)[STEP_ID_LEN]; /* hashes of tokens the store did not have (ring of MISS_SLOTS) */
+    int miss_next;
+    int64_t miss_second; /* monotonic second of miss_reads */
+    int miss_reads;      /* store reads for unknown tokens in that second */
+    long long unknown_read, unknown_unread; /* for /metrics */
 };
 
 const char *api_scope_names(unsigned scopes, char *buf, size_t n)
@@ -134,6 +155,8 @@ struct api_keys *api_keys_new(struct store *st)
 {
     struct api_keys *ks = xcalloc(1, sizeof *ks);
     ks->st = st;
+    ks->miss = xcalloc(MISS_SLOTS, sizeof *ks->miss);
+    ks->shared = strcmp(store_kind(st), "sqlite") != 0;
     reload(ks);
     return ks;
 }
@@ -146,34 +169,103 @@ void api_keys_free(struct api_keys *ks)
         free(ks->v[i]);
     }
     free(ks->v);
+    free(ks->miss);
     free(ks);
 }
 
-static const struct key_entry *match(struct api_keys *ks, const char *h)
+static struct rkey *match(struct api_keys *ks, const char *h)
 {
-    const struct key_entry *found = NULL;
+    struct rkey *found = NULL;
     for (int i = 0; i < ks->n; i++) /* constant time per entry, and every entry compared */
-        if (CRYPTO_memcmp(h, ks->v[i]->e.hash, 64) == 0) found = &ks->v[i]->e;
+        if (CRYPTO_memcmp(h, ks->v[i]->e.hash, 64) == 0) found = ks->v[i];
     return found;
+}
+
+static bool missed(const struct api_keys *ks, const char *h)
+{
+    for (int i = 0; i < MISS_SLOTS; i++)
+        if (ks->miss[i][0] && memcmp(ks->miss[i], h, 64) == 0) return true;
+    return false;
+}
+
+static void remember_miss(struct api_keys *ks, const char *h)
+{
+    memcpy(ks->miss[ks->miss_next], h, STEP_ID_LEN);
+    ks->miss_next = (ks->miss_next + 1) % MISS_SLOTS;
+}
+
+/* May an unknown token cost a store read now? */
+static bool miss_budget(struct api_keys *ks)
+{
+    int64_t sec = clock_mono_ms() / 1000;
+    if (sec != ks->miss_second) {
+        ks->miss_second = sec;
+        ks->miss_reads = 0;
+    }
+    return ks->miss_reads++ < MISS_READS_PER_S;
+}
+
+static bool well_formed(const char *token)
+{
+    if (strncmp(token, "rbk_", 4) != 0 || strlen(token) != TOKEN_LEN) return false;
+    for (const char *c = token + 4; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+    return true;
+}
+
+struct found {
+    struct api_keys *ks;
+    struct rkey *k;
+};
+
+static int found_row(const struct api_key_row *row, void *arg)
+{
+    struct found *f = arg;
+    load_row(row, f->ks);
+    f->k = find_id(f->ks, row->id);
+    return 0;
 }
 
 const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token)
 {
-    if (strncmp(token, "rbk_", 4) != 0) return NULL;
+    if (!well_formed(token)) return NULL;
     char h[STEP_ID_LEN];
     identity_sha256_hex(token, strlen(token), h);
-    const struct key_entry *k = match(ks, h);
-    if (!k && (ks->dirty || clock_mono_ms() - ks->loaded_at >= RELOAD_MISS_MS) && !store_in_tx(ks->st)) {
-        reload(ks);
-        k = match(ks, h);
+    if (missed(ks, h)) {
+        ks->unknown_unread++;
+        return NULL;
     }
-    return k;
+    struct rkey *k = match(ks, h);
+    if (k && (k->e.revoked || !ks->shared)) return &k->e; /* final, or nobody else changes it */
+    if (!k && !miss_budget(ks)) {
+        ks->unknown_unread++;
+        return NULL;
+    }
+    if (!k) ks->unknown_read++;
+    struct found f = {ks, NULL};
+    int r = store_api_key_find(ks->st, h, found_row, &f);
+    if (r == -ENOENT) { /* never made, or rotated away (on another replica: read them again) */
+        if (k) ks->dirty = true;
+        remember_miss(ks, h);
+        return NULL;
+    }
+    if (r < 0) { /* the store cannot say: what this replica knew (its calls need the store anyway) */
+        log_warn("cannot read an API key from the store", "error=\"%s\"", store_errmsg(ks->st));
+        return k ? &k->e : NULL;
+    }
+    return f.k && CRYPTO_memcmp(f.k->e.hash, h, 64) == 0 ? &f.k->e : NULL;
 }
 
 void api_keys_refresh(struct api_keys *ks, bool force)
 {
     if ((force || ks->dirty || clock_mono_ms() - ks->loaded_at >= RELOAD_EVERY_MS) && !store_in_tx(ks->st))
         reload(ks);
+}
+
+void api_keys_stats(const struct api_keys *ks, long long *unknown_read, long long *unknown_unread)
+{
+    *unknown_read = ks->unknown_read;
+    *unknown_unread = ks->unknown_unread;
 }
 
 void api_keys_changed(struct api_keys *ks)

@@ -43,15 +43,20 @@ struct api_keys;
 
 struct api_keys *api_keys_new(struct store *st);
 void api_keys_free(struct api_keys *ks);
-/* The run-time key whose token this is (revoked ones too: check ->revoked), or NULL. On
- * a miss the keys are read again from the store (at most once a second), so a key made
- * on another replica works at once. Entries stay valid until api_keys_free. */
+/* The run-time key whose token this is (revoked ones too: check ->revoked), or NULL.
+ * On a shared store (PostgreSQL) a live key's row is read each time, so a key made,
+ * revoked or rotated on another replica is judged as the store has it at once; unknown
+ * tokens are read at most 100 a second and remembered (api_keys.c). Entries stay valid
+ * until api_keys_free. */
 const struct key_entry *api_keys_lookup(struct api_keys *ks, const char *token);
 /* Read every key again (revocations on other replicas); at most every few seconds. */
 void api_keys_refresh(struct api_keys *ks, bool force);
 /* Another replica changed a key (store_watch kind 'k'): read them again before the next
  * lookup that misses or the next refresh. */
 void api_keys_changed(struct api_keys *ks);
+/* Tokens this replica did not know: how many it read from the store, and how many it
+ * refused unread (remembered as unknown, or past the reads allowed per second). */
+void api_keys_stats(const struct api_keys *ks, long long *unknown_read, long long *unknown_unread);
 /* "executions:read, ..." of a mask, into buf. */
 const char *api_scope_names(unsigned scopes, char *buf, size_t n);
 

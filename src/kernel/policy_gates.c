@@ -5,7 +5,10 @@
  * without asking again.
  *
  * - rate_limit counts the steps this rule decided in the last window, from the store
- *   (per execution, per agent or over all), so replicas and restarts agree. Over the
+ *   (per execution, per agent or over all), so replicas and restarts agree; the store
+ *   serialises deciders of one limit across replicas, so the count is exact (a
+ *   storage_conflict asks the API layer to run the submission again, first in a new
+ *   batch: store_rule_steps_since). Over the
  *   limit the step is refused as rate_limited: a step.rate_limited event, no step row,
  *   the occurrence not used. With max_wait, the first time in an execution, it parks
  *   instead (k_park): blocked, and a fresh dispatch once the window allows the call.
@@ -20,6 +23,7 @@
  */
 #include "kernel/kernel_int.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +119,9 @@ int k_policy_gates(struct kernel *k, struct execution *e, struct step *s, const 
         int r = store_rule_steps_since(k->st, pr->rule_id, rl->per == POLICY_PER_EXECUTION ? e->id : NULL,
                                        rl->per == POLICY_PER_AGENT ? e->agent : NULL, now - rl->window_ms,
                                        rl->max_calls, &n, &oldest);
+        if (r == -EBUSY) /* another replica decides under this limit: again, first in a new batch */
+            return err_set(err, 503, "storage_conflict", "", "another kernel replica is deciding a step under "
+                           "rule %s; retry", pr->rule_id);
         const char *why = NULL;
         if (r < 0) why = rl->deny_on_error ? "rate_limiter_unavailable" : NULL;
         else if (n >= rl->max_calls) why = "rate_limit_exceeded";

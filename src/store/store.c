@@ -138,6 +138,11 @@ int store_rule_steps_since(struct store *st, const char *rule_id, const char *ex
     return st->vt->rule_steps_since(st, rule_id, exec_id, agent, since_ms, cap, n, oldest);
 }
 
+bool store_batch_should_end(const struct store *st)
+{
+    return st->vt->batch_should_end && st->vt->batch_should_end(st);
+}
+
 int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
 {
     return st->vt->exec_parked_due(st, now, ids, max, n);
@@ -156,6 +161,11 @@ int store_api_key_put(struct store *st, const struct api_key_row *k)
 int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
 {
     return st->vt->api_keys_each(st, fn, arg);
+}
+
+int store_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg)
+{
+    return st->vt->api_key_find(st, hash, fn, arg);
 }
 
 int store_exec_insert(struct store *st, const struct execution *e)

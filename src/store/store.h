@@ -74,9 +74,22 @@ int store_agent_delete(struct store *st, const char *name);
 /* Upstream's rate_limit: how many steps rule_id decided since since_ms (created_at), of
  * one execution (exec_id), of one agent's executions (agent), or of all (both NULL);
  * counting stops at cap (the oldest cap of them); *oldest = the earliest created_at counted
- * (0 when none). */
+ * (0 when none). Inside an operation the count and the step it decides are exact across
+ * replicas sharing the store: per execution the execution's lock serialises them; per
+ * agent or global (exec_id NULL) the deciders of (rule_id, agent) queue behind each other
+ * until their batch commits (PostgreSQL; SQLite has one writer). -EBUSY: another replica
+ * is deciding for that key and this batch holds earlier operations' locks, so waiting
+ * could deadlock: end the operation (rolled back), commit the batch, and run it again
+ * first in a new batch, where it waits. After a count that took the lock,
+ * store_batch_should_end is true: until the batch commits it must not wait for anything,
+ * so store_exec_get locks NOWAIT (-EAGAIN when another holds the row: again, as for
+ * -EBUSY) and only a step's submission or outcome may join it (they touch only their
+ * execution's rows); commit it before any other operation. */
 int store_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                            int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest);
+/* The batch holds a rate limit's lock: commit it before an operation that is not a step's
+ * submission or outcome (see above). */
+bool store_batch_should_end(const struct store *st);
 /* Executions a rate limit parked (running, dispatch released with a wake time in
  * lease_deadline): those due by now (at most max ids), and the earliest wake time (0: none). */
 int store_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);
@@ -96,6 +109,8 @@ int store_api_key_put(struct store *st, const struct api_key_row *k);
 typedef int (*store_api_key_fn)(const struct api_key_row *k, void *arg); /* k borrowed for the call */
 /* Oldest first. */
 int store_api_keys_each(struct store *st, store_api_key_fn fn, void *arg);
+/* The key whose token hashes to hash (one indexed read), reported to fn; -ENOENT if none. */
+int store_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg);
 
 /* executions */
 int store_exec_insert(struct store *st, const struct execution *e);

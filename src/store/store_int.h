@@ -28,10 +28,12 @@ struct store_vt {
     int (*agent_delete)(struct store *st, const char *name);
     int (*rule_steps_since)(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                             int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest);
+    bool (*batch_should_end)(const struct store *st); /* NULL: never */
     int (*exec_parked_due)(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n);
     int (*exec_parked_next)(struct store *st, int64_t *at);
     int (*api_key_put)(struct store *st, const struct api_key_row *k);
     int (*api_keys_each)(struct store *st, store_api_key_fn fn, void *arg);
+    int (*api_key_find)(struct store *st, const char *hash, store_api_key_fn fn, void *arg);
     int (*exec_insert)(struct store *st, const struct execution *e);
     int (*exec_get)(struct store *st, const char *id, struct execution *out);
     int (*exec_update)(struct store *st, const struct execution *e);

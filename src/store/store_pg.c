@@ -5,9 +5,10 @@
  * layer groups each loop turn's writes into one transaction (group commit): BEGIN,
  * one savepoint per request, one COMMIT whose WAL flush covers the whole batch, so
  * a reply is sent only after its writes are durable. Statements are prepared once
- * per connection and sent with libpq's blocking calls; the database is expected
- * close by (a round trip is tens of microseconds on one host, under a millisecond
- * in one data centre), and a lost connection fails fast (-ENOTCONN, which the API
+ * per connection and sent with libpq's blocking calls, those whose rows are not needed at
+ * once queued and sent in one pipeline with the next read (see "Deferred writes"); the
+ * database is expected close by (a round trip is tens of microseconds on one host, under
+ * a millisecond in one data centre), and a lost connection fails fast (-ENOTCONN, which the API
  * answers with 503) instead of waiting: reconnecting is tried at most once a
  * second, never inside a batch (a batch whose connection broke can only roll back).
  *
@@ -19,7 +20,9 @@
  * until it ends (nobody else can change them). Claims and expiry sweeps take rows
  * with FOR UPDATE SKIP LOCKED, so replicas never queue behind each other's work and
  * re-check every row under its lock. A session's admission is serialised with a
- * transaction-scoped advisory lock on its name. Replicas tell each other what a
+ * transaction-scoped advisory lock on its name, and so is deciding a step under a rate
+ * limit shared by executions (per agent or global: see pg_rule_steps_since for how that
+ * lock cannot deadlock with the execution row locks). Replicas tell each other what a
  * commit changed with NOTIFY on channel "rebuno" (sent in the batch, so delivered
  * only if it commits), heard on a second connection that LISTENs.
  *
@@ -44,7 +47,7 @@
 #define RECONNECT_MS 1000
 #define NOTIFY_MAX 7000 /* a NOTIFY payload is limited to 8000 bytes */
 #define MIGRATE_LOCK 7405182001LL
-#define SESSION_LOCK_SPACE 7405
+#define SESSION_LOCK_SPACE 7405 /* advisory lock spaces; rate limits' is 7406 (in S_RULE_LOCK's text) */
 
 /* Migrations, applied in order to databases older than their version (1-based). */
 static const char *migrations[] = {
@@ -109,7 +112,8 @@ static const char *migrations[] = {
 
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
-    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_ROW, S_EXEC_GET, S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_NOWAIT, S_EXEC_LOCK_ROW, S_EXEC_LOCK_ROW_NOWAIT, S_EXEC_GET,
+    S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
@@ -118,8 +122,9 @@ enum stmt_id {
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
     S_CHECKPOINT_INSERT, S_CHECKPOINTS, S_CHECKPOINT_INVALIDATE, S_CHECKPOINT_COVERED, S_CHECKPOINT_FIND,
-    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS,
-    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_PARKED_DUE, S_PARKED_NEXT,
+    S_AGENT_SAVE, S_AGENT_SETTINGS, S_AGENT_DELETE, S_API_KEY_PUT, S_API_KEYS, S_API_KEY_FIND,
+    S_RULE_STEPS_EXEC, S_RULE_STEPS_AGENT, S_RULE_STEPS_ALL, S_RULE_LOCK, S_RULE_TRY_LOCK, S_PARKED_DUE,
+    S_PARKED_NEXT, S_NOTIFY,
     S_COUNT
 };
 
@@ -129,6 +134,7 @@ static const char *stmt_sql[S_COUNT] = {
     [S_EXEC_INSERT] = "INSERT INTO executions(" EXEC_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
                       "$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24)",
     [S_EXEC_LOCK] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    [S_EXEC_LOCK_NOWAIT] = "SELECT 1 FROM executions WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
     /* The lock and the row in one statement, for an operation that said what it reads next
      * (store_prefetch_step): FOR NO KEY UPDATE returns the row as its last holder left it,
      * but a subquery would see the snapshot from before the wait, so last_seq (and whether
@@ -137,6 +143,11 @@ static const char *stmt_sql[S_COUNT] = {
                         " updated_at, deadline_at, 0, dispatch_id, attempt, dstate, queued_at, worker_id,"
                         " lease_deadline, lease_ms, max_attempts, parent_id, forked_from, fork_seq, restoration"
                         " FROM executions WHERE id = $1 FOR NO KEY UPDATE",
+    [S_EXEC_LOCK_ROW_NOWAIT] = "SELECT id, agent, session, input, status, output, state, failure_reason,"
+                               " created_at, updated_at, deadline_at, 0, dispatch_id, attempt, dstate,"
+                               " queued_at, worker_id, lease_deadline, lease_ms, max_attempts, parent_id,"
+                               " forked_from, fork_seq, restoration"
+                               " FROM executions WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
     [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
@@ -233,6 +244,7 @@ static const char *stmt_sql[S_COUNT] = {
                       " revoked_at = excluded.revoked_at",
     [S_API_KEYS] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
                    " ORDER BY created_at, id",
+    [S_API_KEY_FIND] = "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys WHERE hash = $1",
     [S_RULE_STEPS_EXEC] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                           " WHERE rule_id = $1 AND created_at >= $2 AND execution_id = $3"
                           " ORDER BY created_at LIMIT $4) x",
@@ -242,10 +254,13 @@ static const char *stmt_sql[S_COUNT] = {
                            " ORDER BY created_at LIMIT $4) x",
     [S_RULE_STEPS_ALL] = "SELECT count(*), coalesce(min(c), 0) FROM (SELECT created_at c FROM steps"
                          " WHERE rule_id = $1 AND created_at >= $2 ORDER BY created_at LIMIT $3) x",
+    [S_RULE_LOCK] = "SELECT pg_advisory_xact_lock(7406, hashtext($1))",
+    [S_RULE_TRY_LOCK] = "SELECT pg_try_advisory_xact_lock(7406, hashtext($1))",
     [S_PARKED_DUE] = "SELECT id FROM executions WHERE dstate = 'released' AND status = 'running'"
                      " AND lease_deadline > 0 AND lease_deadline <= $1 ORDER BY lease_deadline LIMIT $2",
     [S_PARKED_NEXT] = "SELECT coalesce(min(lease_deadline), 0) FROM executions WHERE dstate = 'released'"
                       " AND status = 'running' AND lease_deadline > 0",
+    [S_NOTIFY] = "SELECT pg_notify('rebuno', $1)",
 };
 
 struct pg {
@@ -262,18 +277,23 @@ struct pg {
     char *notes;
     size_t notes_len, notes_cap;
     bool notes_any, notes_overflow;
-    /* Statements not sent yet (see "Deferred writes" below): SQL text, and per statement
-     * what its result must be */
-    char *q;
+    /* Statements not sent yet (see "Deferred writes" below): per statement its prepared
+     * statement (or SQL text) and parameters, whose text is kept in one arena, and what its
+     * result must be */
+    char *q; /* the arena: NUL-terminated SQL texts and parameter values */
     size_t q_len, q_cap;
+    struct qent *qe;  /* [n_expect], parallel to expect */
+    size_t *qv;       /* parameter values: offsets in q, QV_NULL for SQL NULL */
+    int n_qv, cap_qv;
     unsigned char *expect;
     int n_expect, cap_expect;
-    uint64_t sends;                     /* q_send calls, to tell whether an operation sent anything */
-    size_t op_q0, op_q1;                /* the queue before and after the operation's SAVEPOINT */
-    int op_x0, op_x1;
+    uint64_t sends; /* q_send calls, to tell whether an operation sent anything */
+    int op_x0, op_x1; /* the queue before and after the operation's SAVEPOINT */
     uint64_t op_sends;
     int op_sp;   /* index in the queue of the operation's SAVEPOINT, -1 once sent */
     bool broken; /* a write of an earlier operation failed: the batch can only roll back */
+    int batch_ops;   /* operations begun in this batch */
+    bool rule_locked; /* the batch holds a rate limit's lock: end it after this operation */
     /* executions this batch has locked, as it last wrote or read them */
     struct execution *locked;
     bool *nores; /* per locked row: it has no resources rows (none can appear while we hold it) */
@@ -295,6 +315,14 @@ struct pg {
     bool op_sent_done; /* the current operation sent earlier operations' events after its SAVEPOINT */
 };
 
+struct qent {
+    int id;    /* prepared statement "r<id>", or -1: SQL text at off */
+    int np;    /* parameters, from qv[v0] */
+    int v0;
+    size_t off;
+};
+#define QV_NULL ((size_t)-1)
+
 struct pev {
     char exec_id[UUID_STR_LEN];
     int64_t seq, at;
@@ -308,7 +336,8 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */ };
+enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */,
+              X_LOCKED /* 't', else -EBUSY */ };
 
 struct params {
     const char *v[26];
@@ -551,62 +580,58 @@ static void bind_row(struct params *ps, const void *obj, const struct field *f, 
 /* --- deferred writes ---
  *
  * Inside a batch, statements whose result the kernel does not read (inserts, updates,
- * BEGIN, SAVEPOINT/RELEASE/ROLLBACK TO, the row lock before a read) are not sent one by
- * one: they are queued as SQL text (EXECUTE of the prepared statement with quoted
- * literals) and go out in one simple-query message with the next statement whose rows are
- * needed, which may be the next request's first read, or with the COMMIT. Each queued
+ * BEGIN, SAVEPOINT/ROLLBACK TO, the row lock before a read) are not sent one by one: they
+ * are queued (the prepared statement and copies of its parameters) and go out in one
+ * pipeline (libpq's pipeline mode: Bind/Execute of each prepared statement, one Sync, one
+ * write) with the next statement whose rows are needed, which may be the next request's
+ * first read, or with the COMMIT. Nothing is parsed per statement on the server (an
+ * EXECUTE in a simple query was: its text, every parameter as a literal). Each queued
  * statement's result is still checked (success, and exactly one row for an update that
  * must find its row). A failure after the current request's SAVEPOINT is that request's
  * (it rolls back to it); one before it belongs to a request already answered as done,
  * so the batch is marked broken: its COMMIT fails and every reply in it becomes an error,
  * never a wrong 2xx. A round trip per read instead of one per statement. */
-static void q_add(struct pg *p, const char *text, size_t n)
+static size_t q_add(struct pg *p, const char *text, size_t n)
 {
     if (p->q_len + n + 1 > p->q_cap) {
         size_t cap = p->q_cap ? p->q_cap : 4096;
         while (cap < p->q_len + n + 1) cap *= 2;
         p->q = xrealloc(p->q, p->q_cap = cap);
     }
-    memcpy(p->q + p->q_len, text, n);
-    p->q_len += n;
-    p->q[p->q_len] = 0;
+    size_t off = p->q_len;
+    memcpy(p->q + off, text, n);
+    p->q[off + n] = 0;
+    p->q_len += n + 1;
+    return off;
 }
 
-static void q_expect(struct pg *p, enum expect x)
+static void q_push(struct pg *p, int id, size_t off, int np, int v0, enum expect x)
 {
-    if (p->n_expect == p->cap_expect)
-        p->expect = xrealloc(p->expect, (size_t)(p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64));
+    if (p->n_expect == p->cap_expect) {
+        p->cap_expect = p->cap_expect ? p->cap_expect * 2 : 64;
+        p->expect = xrealloc(p->expect, (size_t)p->cap_expect);
+        p->qe = xrealloc(p->qe, (size_t)p->cap_expect * sizeof *p->qe);
+    }
+    p->qe[p->n_expect] = (struct qent){.id = id, .np = np, .v0 = v0, .off = off};
     p->expect[p->n_expect++] = (unsigned char)x;
 }
 
 /* Queue one statement of plain SQL (no parameters). */
 static void q_sql(struct pg *p, const char *sql, enum expect x)
 {
-    q_add(p, sql, strlen(sql));
-    q_add(p, ";", 1);
-    q_expect(p, x);
+    q_push(p, -1, q_add(p, sql, strlen(sql)), 0, 0, x);
 }
 
-/* Queue EXECUTE of prepared statement id with ps as literals; -ENOMEM if quoting failed. */
+/* Queue prepared statement id with (copies of) the parameters ps. */
 static int q_stmt(struct pg *p, int id, const struct params *ps, enum expect x)
 {
-    char head[24];
-    int n = snprintf(head, sizeof head, "EXECUTE r%d", id);
-    q_add(p, head, (size_t)n);
-    for (int i = 0; ps && i < ps->n; i++) {
-        q_add(p, i ? "," : "(", 1);
-        if (!ps->v[i]) {
-            q_add(p, "NULL", 4);
-            continue;
-        }
-        char *lit = PQescapeLiteral(p->c, ps->v[i], strlen(ps->v[i]));
-        if (!lit) return -ENOMEM;
-        q_add(p, lit, strlen(lit));
-        PQfreemem(lit);
+    int np = ps ? ps->n : 0, v0 = p->n_qv;
+    if (p->n_qv + np > p->cap_qv) {
+        while (p->n_qv + np > p->cap_qv) p->cap_qv = p->cap_qv ? p->cap_qv * 2 : 256;
+        p->qv = xrealloc(p->qv, (size_t)p->cap_qv * sizeof *p->qv);
     }
-    if (ps && ps->n) q_add(p, ")", 1);
-    q_add(p, ";", 1);
-    q_expect(p, x);
+    for (int i = 0; i < np; i++) p->qv[p->n_qv++] = ps->v[i] ? q_add(p, ps->v[i], strlen(ps->v[i])) : QV_NULL;
+    q_push(p, id, 0, np, v0, x);
     return 0;
 }
 
@@ -627,8 +652,28 @@ static void pf_drop(struct pg *p)
 static void q_reset(struct pg *p)
 {
     p->q_len = 0;
-    if (p->q) p->q[0] = 0;
+    p->n_qv = 0;
     p->n_expect = 0;
+}
+
+/* Send statements [0, n_expect) in pipeline mode, then the Sync; 0 or a libpq failure. */
+static int q_pipeline(struct pg *p)
+{
+    if (!PQenterPipelineMode(p->c)) return -1;
+    for (int i = 0; i < p->n_expect; i++) {
+        const struct qent *e = &p->qe[i];
+        const char *v[26];
+        for (int k = 0; k < e->np && k < 26; k++) {
+            size_t off = p->qv[e->v0 + k];
+            v[k] = off == QV_NULL ? NULL : p->q + off;
+        }
+        char name[16];
+        snprintf(name, sizeof name, "r%d", e->id);
+        int ok = e->id >= 0 ? PQsendQueryPrepared(p->c, name, e->np, v, NULL, NULL, 0)
+                            : PQsendQueryParams(p->c, p->q + e->off, 0, NULL, NULL, NULL, NULL, 0);
+        if (!ok) return -1;
+    }
+    return PQpipelineSync(p->c) ? 0 : -1;
 }
 
 /* Send what is queued (and whatever the caller queued last); *last = the last statement's
@@ -645,13 +690,23 @@ static int q_send(struct pg *p, PGresult **last)
     }
     int rc = 0, i = 0, failed_at = -1, sp = p->op_sp;
     p->op_sp = -1;
-    if (!PQsendQuery(p->c, p->q)) {
+    if (q_pipeline(p) < 0) { /* the connection is gone, or was never in a state to pipeline */
+        rc = result_errno(p, NULL);
         q_reset(p);
-        return result_errno(p, NULL);
+        PQfinish(p->c);
+        p->c = NULL;
+        return rc == -EIO ? -ENOTCONN : rc;
     }
     PGresult *r, *keep = NULL;
-    while ((r = PQgetResult(p->c)) != NULL) {
+    bool synced = false;
+    /* per statement: its result (an error, or PIPELINE_ABORTED after one), then NULL */
+    while (i < p->n_expect && (r = PQgetResult(p->c)) != NULL) {
         ExecStatusType s = PQresultStatus(r);
+        if (s == PGRES_PIPELINE_SYNC) { /* fewer results than statements */
+            synced = true;
+            PQclear(r);
+            break;
+        }
         if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             rc = result_errno(p, r);
             failed_at = i;
@@ -659,6 +714,11 @@ static int q_send(struct pg *p, PGresult **last)
                    strtoll(PQcmdTuples(r), NULL, 10) != 1) {
             set_err(p, "a row to update was not found");
             rc = -ENOENT;
+            failed_at = i;
+        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_LOCKED &&
+                   (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t") != 0)) {
+            set_err(p, "another replica holds the rate limit's lock");
+            rc = -EBUSY;
             failed_at = i;
         }
         PGresult **pf = rc != 0 || i >= p->n_expect ? NULL
@@ -676,10 +736,21 @@ static int q_send(struct pg *p, PGresult **last)
         } else {
             PQclear(r);
         }
+        while ((r = PQgetResult(p->c)) != NULL) PQclear(r); /* the end of this statement's results */
     }
     if (rc == 0 && i < p->n_expect) { /* fewer results than statements: cut off */
         rc = result_errno(p, NULL);
         if (rc == 0) rc = -EIO;
+    }
+    while (!synced && p->c && PQstatus(p->c) == CONNECTION_OK && (r = PQgetResult(p->c)) != NULL) {
+        synced = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+    }
+    if (!PQexitPipelineMode(p->c)) { /* results still pending: this connection cannot go on */
+        if (rc == 0) rc = -ENOTCONN;
+        set_err(p, "the connection to PostgreSQL is out of step; it is reopened");
+        PQfinish(p->c);
+        p->c = NULL;
     }
     q_reset(p);
     if (rc == 0 && last) *last = keep;
@@ -802,17 +873,15 @@ static int ev_queue(struct pg *p, int from, int to)
     return rc;
 }
 
-/* Move the statement just queued to queue offset q0 (statement index x0). */
-static void q_move_last(struct pg *p, size_t q_before, size_t q0, int x0)
+/* Move the statement just queued to queue index x0. */
+static void q_move_last(struct pg *p, int x0)
 {
-    size_t len = p->q_len - q_before;
-    char *tmp = xmalloc(len);
-    memcpy(tmp, p->q + q_before, len);
-    memmove(p->q + q0 + len, p->q + q0, q_before - q0);
-    memcpy(p->q + q0, tmp, len);
-    free(tmp);
-    unsigned char x = p->expect[p->n_expect - 1];
-    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(p->n_expect - 1 - x0));
+    int n = p->n_expect - 1;
+    struct qent e = p->qe[n];
+    unsigned char x = p->expect[n];
+    memmove(p->qe + x0 + 1, p->qe + x0, (size_t)(n - x0) * sizeof *p->qe);
+    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(n - x0));
+    p->qe[x0] = e;
     p->expect[x0] = x;
 }
 
@@ -821,11 +890,10 @@ static int ev_flush(struct pg *p)
 {
     int rc = 0;
     if (p->ev_done > 0) {
-        size_t q_before = p->q_len;
         if ((rc = ev_queue(p, 0, p->ev_done)) < 0) return rc;
         if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
-            q_move_last(p, q_before, p->op_q0, p->op_x0);
-            p->op_q1 += p->q_len - q_before, p->op_x1++, p->op_sp++;
+            q_move_last(p, p->op_x0);
+            p->op_x1++, p->op_sp++;
         } else if (p->in_op) {
             p->op_sent_done = true;
         }
@@ -1011,6 +1079,8 @@ static void pg_close(struct store *st)
     PQfinish(p->lc);
     free(p->notes);
     free(p->q);
+    free(p->qe);
+    free(p->qv);
     free(p->expect);
     free(p->uri);
     free(p);
@@ -1044,6 +1114,8 @@ static int pg_begin(struct store *st)
     p->broken = false;
     p->op_sp = -1;
     ev_clear(p);
+    p->batch_ops = 0;
+    p->rule_locked = false;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
     p->in_tx = true;
     notes_reset(p);
@@ -1058,18 +1130,14 @@ static int pg_commit(struct store *st)
     if ((r = ev_queue(p, 0, p->n_ev)) < 0) return r; /* the batch's events: one INSERT */
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
-        const char *text = payload ? payload : p->notes;
-        char *lit = PQescapeLiteral(p->c, text, strlen(text));
+        struct params ps = {0};
+        p_str(&ps, payload ? payload : p->notes);
+        q_stmt(p, S_NOTIFY, &ps, X_OK); /* copied */
         free(payload);
-        if (!lit) return -ENOMEM;
-        char *sql = xasprintf("SELECT pg_notify('rebuno', %s)", lit);
-        PQfreemem(lit);
-        q_sql(p, sql, X_OK);
-        free(sql);
     }
     q_sql(p, "COMMIT", X_OK); /* the batch's last writes, the notification and the commit: one round trip */
     if ((r = q_send(p, NULL)) < 0) return r;
-    p->in_tx = p->in_op = false;
+    p->in_tx = p->in_op = p->rule_locked = false;
     unlock_all(p);
     pf_drop(p);
     notes_reset(p);
@@ -1084,7 +1152,7 @@ static int pg_rollback(struct store *st)
     notes_reset(p);
     q_reset(p);
     ev_clear(p);
-    p->in_tx = p->in_op = p->broken = false;
+    p->in_tx = p->in_op = p->broken = p->rule_locked = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
 }
@@ -1104,22 +1172,21 @@ static int pg_op_begin(struct store *st)
     /* One SAVEPOINT per operation and no RELEASE: the next operation's savepoint nests in
      * this one, ROLLBACK TO finds the innermost, and the COMMIT ends them all (a RELEASE
      * per operation was a statement each to the server, for nothing). */
-    p->op_q0 = p->q_len, p->op_x0 = p->n_expect;
+    p->op_x0 = p->n_expect;
     q_sql(p, "SAVEPOINT op", X_OK);
-    p->op_q1 = p->q_len, p->op_x1 = p->n_expect, p->op_sends = p->sends;
+    p->op_x1 = p->n_expect, p->op_sends = p->sends;
     p->op_sp = p->n_expect - 1;
     p->op_sent_done = false;
     p->in_op = true;
+    p->batch_ops++;
     return 0;
 }
 
 /* The operation reached the store with nothing: forget its SAVEPOINT. */
 static bool op_untouched(struct pg *p)
 {
-    if (p->sends != p->op_sends || p->q_len != p->op_q1 || p->n_expect != p->op_x1 || p->n_ev > p->ev_done)
-        return false;
-    p->q_len = p->op_q0, p->n_expect = p->op_x0;
-    if (p->q) p->q[p->q_len] = 0;
+    if (p->sends != p->op_sends || p->n_expect != p->op_x1 || p->n_ev > p->ev_done) return false;
+    p->n_expect = p->op_x0; /* its entries' text stays in the arena until the next send */
     return true;
 }
 
@@ -1139,8 +1206,7 @@ static int pg_op_end(struct store *st, bool ok)
     ev_free(p, p->ev_done, p->n_ev);
     p->n_ev = p->ev_done;
     if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
-        p->q_len = p->op_q0, p->n_expect = p->op_x0;
-        if (p->q) p->q[p->q_len] = 0;
+        p->n_expect = p->op_x0;
     } else {
         q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
         q_sql(p, "RELEASE SAVEPOINT op", X_OK);
@@ -1312,7 +1378,7 @@ static int exec_get_prefetched(struct pg *p, const char *id, struct execution *o
     p_str(&pc, id), p_str(&pc, p->pf.kind), p_str(&pc, p->pf.target), p_str(&pc, p->pf.args_hash);
     p_str(&pst, id), p_str(&pst, p->pf.step_id);
     p->pf.armed = false;
-    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
+    if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, p->rule_locked ? S_EXEC_LOCK_ROW_NOWAIT : S_EXEC_LOCK_ROW, &ps, X_PF_EXEC)) < 0 ||
         (p->pf.kind && (rc = q_stmt(p, S_COUNTER_GET, &pc, X_PF_COUNTER)) < 0) ||
         (rc = q_stmt(p, S_STEP_GET_FRESH, &pst, X_PF_STEP)) < 0 || (rc = q_send(p, NULL)) < 0)
         return rc;
@@ -1354,7 +1420,9 @@ static int pg_exec_get(struct store *st, const char *id, struct execution *out)
     bool lock = p->in_tx && p->in_op;
     if (lock && p->pf.armed && strcmp(p->pf.exec_id, id) == 0) return exec_get_prefetched(p, id, out);
     if (lock) { /* queued: the lock and the read in one round trip (no row: -ENOENT below) */
-        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, S_EXEC_LOCK, &ps, X_OK)) < 0) return rc;
+        /* holding a rate limit's lock, never wait (pg_rule_steps_since): 55P03 is -EAGAIN */
+        if ((rc = ensure(p)) < 0 || (rc = q_stmt(p, p->rule_locked ? S_EXEC_LOCK_NOWAIT : S_EXEC_LOCK, &ps, X_OK)) < 0)
+            return rc;
     }
     PGresult *r = exec_stmt(p, S_EXEC_GET, &ps, &rc);
     if (!r) return rc;
@@ -2030,15 +2098,45 @@ static int pg_agent_delete(struct store *st, const char *name)
     return pg_write_now(PG(st), S_AGENT_DELETE, &ps);
 }
 
+/* A count shared by executions (per agent, or global) must see every replica's decisions:
+ * deciders of one (rule, agent) key queue on a transaction-scoped advisory lock, taken
+ * after the execution's row lock and held to the batch's COMMIT, then count in a new
+ * statement (READ COMMITTED: it sees what the previous holder committed). A batch holds
+ * locks of all its operations until it commits, so to rule out a deadlock with row locks:
+ * only the batch's first operation (holding just its execution's row) waits for the lock;
+ * a later one only tries it and, when another replica has it, fails with -EBUSY (the
+ * caller commits the batch and runs the operation again, first in a new one); and once
+ * the batch holds it, it never waits for anything: row locks are taken NOWAIT (failing
+ * with -EAGAIN, run again the same way), and only step submissions join the batch (the
+ * caller commits it before any other operation: store_batch_should_end), which take no
+ * other lock. So rate-limited submissions still share a commit. The lock rides with the
+ * count: no extra round trip. Per execution, the execution's row lock already serialises
+ * the deciders. */
+static int rule_lock(struct pg *p, const char *rule_id, const char *agent)
+{
+    if (!p->in_tx || !p->in_op) return 0;
+    int rc = ensure(p);
+    if (rc < 0) return rc;
+    char *key = xasprintf("%s\x1f%s", rule_id, agent ? agent : "");
+    struct params ps = {0};
+    p_str(&ps, key);
+    bool first = p->batch_ops <= 1;
+    rc = q_stmt(p, first ? S_RULE_LOCK : S_RULE_TRY_LOCK, &ps, first ? X_OK : X_LOCKED);
+    free(key);
+    if (rc == 0) p->rule_locked = true;
+    return rc;
+}
+
 static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                                int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
+    int rc = exec_id ? 0 : rule_lock(PG(st), rule_id, agent);
+    if (rc < 0) return rc;
     struct params ps = {0};
     p_str(&ps, rule_id);
     p_int(&ps, since_ms);
     if (exec_id || agent) p_str(&ps, exec_id ? exec_id : agent);
     p_int(&ps, cap);
-    int rc;
     PGresult *r = exec_stmt(PG(st), exec_id ? S_RULE_STEPS_EXEC : agent ? S_RULE_STEPS_AGENT : S_RULE_STEPS_ALL,
                             &ps, &rc);
     if (!r) return rc;
@@ -2046,6 +2144,11 @@ static int pg_rule_steps_since(struct store *st, const char *rule_id, const char
     *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
     PQclear(r);
     return 0;
+}
+
+static bool pg_batch_should_end(const struct store *st)
+{
+    return ((const struct pg *)st)->rule_locked;
 }
 
 static int pg_exec_parked_due(struct store *st, int64_t now, char (*ids)[UUID_STR_LEN], int max, int *n)
@@ -2102,6 +2205,26 @@ static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
     return rc;
 }
 
+static int pg_api_key_find(struct store *st, const char *hash, store_api_key_fn fn, void *arg)
+{
+    struct params ps = {0};
+    p_str(&ps, hash);
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEY_FIND, &ps, &rc);
+    if (!r) return rc;
+    if (PQntuples(r) == 1) {
+        struct api_key_row k = {.name = PQgetvalue(r, 0, 1), .hash = PQgetvalue(r, 0, 2),
+                                .prefix = PQgetvalue(r, 0, 3), .scopes = PQgetvalue(r, 0, 4),
+                                .created_at = g_int(r, 0, 5), .revoked_at = g_int(r, 0, 6)};
+        g_copy(r, 0, 0, k.id, sizeof k.id);
+        rc = fn(&k, arg);
+    } else {
+        rc = -ENOENT;
+    }
+    PQclear(r);
+    return rc;
+}
+
 static const struct store_vt pg_vt = {
     .close = pg_close,
     .errmsg = pg_errmsg,
@@ -2121,10 +2244,12 @@ static const struct store_vt pg_vt = {
     .agent_settings_each = pg_agent_settings_each,
     .agent_delete = pg_agent_delete,
     .rule_steps_since = pg_rule_steps_since,
+    .batch_should_end = pg_batch_should_end,
     .exec_parked_due = pg_exec_parked_due,
     .exec_parked_next = pg_exec_parked_next,
     .api_key_put = pg_api_key_put,
     .api_keys_each = pg_api_keys_each,
+    .api_key_find = pg_api_key_find,
     .exec_insert = pg_exec_insert,
     .exec_get = pg_exec_get,
     .exec_update = pg_exec_update,

@@ -1552,6 +1552,30 @@ static int sq_api_keys_each(struct store *base_, store_api_key_fn fn, void *arg)
     return r;
 }
 
+static int sq_api_key_find(struct store *base_, const char *hash, store_api_key_fn fn, void *arg)
+{
+    sqlite3_stmt *s;
+    if (sq_once((struct sq *)base_, "SELECT id, name, hash, prefix, scopes, created_at, revoked_at FROM api_keys"
+                " WHERE hash = ?1", &s) < 0)
+        return -EIO;
+    bind_text(s, 1, hash);
+    int rc = sqlite3_step(s), r;
+    if (rc == SQLITE_ROW) {
+        struct api_key_row k = {.name = (const char *)sqlite3_column_text(s, 1),
+                                .hash = (const char *)sqlite3_column_text(s, 2),
+                                .prefix = (const char *)sqlite3_column_text(s, 3),
+                                .scopes = (const char *)sqlite3_column_text(s, 4),
+                                .created_at = sqlite3_column_int64(s, 5),
+                                .revoked_at = sqlite3_column_int64(s, 6)};
+        col_copy(s, 0, k.id, sizeof k.id);
+        r = fn(&k, arg);
+    } else {
+        r = rc == SQLITE_DONE ? -ENOENT : rc_errno(rc) ? rc_errno(rc) : -EIO;
+    }
+    sqlite3_finalize(s);
+    return r;
+}
+
 static const struct store_vt sqlite_vt = {
     .close = sq_close,
     .errmsg = sq_errmsg,
@@ -1571,6 +1595,7 @@ static const struct store_vt sqlite_vt = {
     .exec_parked_next = sq_exec_parked_next,
     .api_key_put = sq_api_key_put,
     .api_keys_each = sq_api_keys_each,
+    .api_key_find = sq_api_key_find,
     .exec_insert = sq_exec_insert,
     .exec_update = sq_exec_update,
     .exec_get = sq_exec_get,

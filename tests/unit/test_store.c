@@ -1,5 +1,6 @@
 /* test_store.c - the stores: SQLite's schema migrations, and what both implementations
- * must do alike (the execution cache, prefetched reads), run once on SQLite (suite store)
+ * must do alike (the execution cache, prefetched reads, API keys by hash, the lock of a
+ * shared rate limit), run once on SQLite (suite store)
  * and once on PostgreSQL (suite store_pg: when REBUNO_TEST_PG_DSN names a server, as
  * scripts/test.sh does; skipped otherwise). */
 #include <criterion/criterion.h>
@@ -758,4 +759,98 @@ BOTH_STORES(prefetched_counter_and_step_read_as_the_queries_do)
     cr_assert_eq(consumed, 1);
     cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), -ENOENT);
     store_close(st);
+}
+
+static int key_seen(const struct api_key_row *k, void *arg)
+{
+    snprintf(arg, 64, "%s %s %lld", k->name, k->scopes, (long long)k->revoked_at);
+    return 0;
+}
+
+BOTH_STORES(api_key_found_by_hash_alone)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct api_key_row k = {.id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c", .name = "ci", .hash = "aa11",
+                            .prefix = "rbk_aa", .scopes = "[\"agents:read\"]", .created_at = 5};
+    cr_assert_eq(store_api_key_put(st, &k), 0);
+    char got[64] = "";
+    cr_assert_eq(store_api_key_find(st, "aa11", key_seen, got), 0);
+    cr_assert_str_eq(got, "ci [\"agents:read\"] 0");
+    cr_assert_eq(store_api_key_find(st, "bb22", key_seen, got), -ENOENT);
+    k.revoked_at = 9; /* revoked: still found, with its revocation */
+    cr_assert_eq(store_api_key_put(st, &k), 0);
+    cr_assert_eq(store_api_key_find(st, "aa11", key_seen, got), 0);
+    cr_assert_str_eq(got, "ci [\"agents:read\"] 9");
+    store_close(st);
+}
+
+/* Deciders of one shared rate limit (per agent or global) across two stores on one
+ * database: the first operation of a batch waits for the key, a later one only tries it
+ * (-EBUSY while another holds it), and a batch holding it takes rows NOWAIT (-EAGAIN).
+ * SQLite (one writer) only counts. */
+BOTH_STORES(rate_limit_key_serialises_replicas_without_deadlock)
+{
+    char why[512];
+    struct store *a = store_open(spec, why, sizeof why);
+    cr_assert_not_null(a, "%s", why);
+    int64_t n = -1, oldest = -1;
+    if (strcmp(store_kind(a), "sqlite") == 0) { /* one writer: counts, and nothing to end early */
+        cr_assert_eq(store_begin(a), 0);
+        cr_assert_eq(store_op_begin(a), 0);
+        cr_assert_eq(store_rule_steps_since(a, "lim", NULL, "hello", 0, 5, &n, &oldest), 0);
+        cr_assert_eq(n, 0);
+        cr_assert_eq(store_batch_should_end(a), false);
+        cr_assert_eq(store_op_end(a, true), 0);
+        cr_assert_eq(store_commit(a), 0);
+        store_close(a);
+        return;
+    }
+    struct store *b = store_open(spec, why, sizeof why);
+    cr_assert_not_null(b, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(a), 0);
+    cr_assert_eq(store_exec_insert(a, &e), 0);
+    cr_assert_eq(store_commit(a), 0);
+    execution_fini(&e);
+
+    cr_assert_eq(store_begin(a), 0); /* a: first operation of its batch: takes the key */
+    cr_assert_eq(store_op_begin(a), 0);
+    cr_assert_eq(store_rule_steps_since(a, "lim", NULL, "hello", 0, 5, &n, &oldest), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(store_batch_should_end(a), true);
+    cr_assert_eq(store_op_end(a, true), 0);
+
+    cr_assert_eq(store_begin(b), 0); /* b: an earlier operation holds the execution's row */
+    cr_assert_eq(store_op_begin(b), 0);
+    cr_assert_eq(store_exec_get(b, EXEC_ID, &e), 0);
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(b, true), 0);
+    cr_assert_eq(store_op_begin(b), 0); /* so b only tries the key, which a holds */
+    cr_assert_eq(store_rule_steps_since(b, "lim", NULL, "hello", 0, 5, &n, &oldest), -EBUSY);
+    cr_assert_eq(store_op_end(b, false), 0);
+    cr_assert_eq(store_op_begin(b), 0); /* another agent's key is free */
+    cr_assert_eq(store_rule_steps_since(b, "lim", NULL, "other", 0, 5, &n, &oldest), 0);
+    cr_assert_eq(store_op_end(b, true), 0);
+    cr_assert_eq(store_op_begin(a), 0); /* a, holding its key, never waits for b's row */
+    cr_assert_eq(store_exec_get(a, EXEC_ID, &e), -EAGAIN);
+    cr_assert_eq(store_op_end(a, false), 0);
+    cr_assert_eq(store_commit(b), 0);
+    cr_assert_eq(store_batch_should_end(b), false);
+    cr_assert_eq(store_commit(a), 0); /* a's commit releases the key */
+    cr_assert_eq(store_batch_should_end(a), false);
+
+    cr_assert_eq(store_begin(b), 0); /* now b gets it even as a later operation */
+    cr_assert_eq(store_op_begin(b), 0);
+    cr_assert_eq(store_exec_get(b, EXEC_ID, &e), 0);
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(b, true), 0);
+    cr_assert_eq(store_op_begin(b), 0);
+    cr_assert_eq(store_rule_steps_since(b, "lim", NULL, "hello", 0, 5, &n, &oldest), 0);
+    cr_assert_eq(store_op_end(b, true), 0);
+    cr_assert_eq(store_commit(b), 0);
+    store_close(a);
+    store_close(b);
 }
