@@ -502,6 +502,40 @@ BOTH_STORES(events_of_a_batch_survive_later_rollbacks_and_are_read_in_it)
     store_close(st);
 }
 
+/* A statement the database refuses (here a second row with the same primary key) fails its
+ * operation only: the batch goes on past it (on PostgreSQL the error arrives with the
+ * operation's next read, after its savepoint, and ROLLBACK TO takes the transaction out of
+ * its aborted state) and commits what the other operations wrote. */
+BOTH_STORES(a_refused_statement_rolls_back_only_its_operation)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    append(st, &e, "created");
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_op_begin(st), 0);
+    struct step got;
+    int r = store_exec_insert(st, &e); /* SQLite refuses it here, PostgreSQL with the next read */
+    if (r == 0) r = store_step_get(st, EXEC_ID, "no-such-step", &got);
+    cr_assert_eq(r, -EEXIST);
+    cr_assert_eq(store_op_end(st, false), 0);
+    execution_fini(&e);
+    cr_assert_eq(store_op_begin(st), 0);
+    cr_assert_eq(store_exec_get(st, EXEC_ID, &e), 0);
+    cr_assert_eq(e.last_seq, 1);
+    append(st, &e, "b");
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    events_are(st, "1:created 2:b");
+    store_close(st);
+}
+
 /* PostgreSQL only: an operation that had to send earlier operations' buffered events after
  * its own savepoint cannot roll back alone; the batch then fails as a whole (no reply of it
  * is a 2xx), never commits with those events missing. */
