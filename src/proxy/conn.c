@@ -164,7 +164,7 @@ struct proxy_conn {
     struct up_target want;
     bool want_up;          /* the request just read needs `want`: switch before sending it */
     uint64_t fwd_seen, resp_seen;
-    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
+    struct proxy_header *scratch; /* PROXY_POLICY_MAX_HEADERS, with http: the headers set */
 };
 
 static void conn_run(struct proxy_conn *c);
@@ -1138,6 +1138,7 @@ static void decide_tls(struct proxy_conn *c, const char *host)
         c->mode = M_INTERCEPT;
         st(c)->intercepted++;
         c->http = proxy_http_new(http_decide, c);
+        c->scratch = xcalloc(PROXY_POLICY_MAX_HEADERS, sizeof *c->scratch);
         proxy_http_set_origin(c->http, true, c->up_port);
         proxy_http_set_local(c->http, c->to_down);
         c->routed = v.routes;
@@ -1487,6 +1488,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     sbx->st.active++;
     if (c->mode == M_HTTP) {
         c->http = proxy_http_new(http_decide, c);
+        c->scratch = xcalloc(PROXY_POLICY_MAX_HEADERS, sizeof *c->scratch);
         proxy_http_set_local(c->http, c->to_down);
     }
 
@@ -1535,6 +1537,7 @@ static void conn_free(struct proxy_conn *c)
     evbuffer_free(c->to_down);
     if (c->held) evbuffer_free(c->held);
     proxy_http_free(c->http);
+    free(c->scratch);
     event_free(c->timer);
     free(c);
 }

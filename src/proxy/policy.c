@@ -364,6 +364,7 @@ static int parse_str_match(struct str_match *m, const json_t *j, const char *pat
     size_t n = json_string_length(v);
     if (memchr(sv, '\0', n)) return invalid(err, f, "%s: must not contain NUL", f);
     m->op = strcmp(k, "exact") ? STR_PREFIX : STR_EXACT;
+    free(m->s);
     m->s = xstrndup(sv, n);
     m->len = n;
     return 0;
@@ -381,6 +382,7 @@ static int parse_kv_list(struct kv_match *out, size_t *n, const json_t *j, const
     json_array_foreach(j, i, x)
     {
         snprintf(f, sizeof f, "%.300s[%zu]", path, i);
+        *n = i + 1; /* counted before parsing: what a failure leaves is freed with the rule */
         if (!json_is_object(x) || json_object_size(x) == 0)
             return invalid(err, f, "%s: must be {\"key\": matcher, \"value\": matcher} (either "
                                    "may be left out, not both)",
@@ -398,7 +400,6 @@ static int parse_kv_list(struct kv_match *out, size_t *n, const json_t *j, const
             struct str_match *m = !strcmp(k, "key") ? &out[i].key : &out[i].value;
             if (parse_str_match(m, v, g, err) < 0) return -1;
         }
-        *n = i + 1;
     }
     return 0;
 }
@@ -567,6 +568,13 @@ static int parse_rule(struct proxy_rule *r, struct proxy_headers *all, const jso
     json_object_foreach((json_t *)j, k, v)
     {
         snprintf(g, sizeof g, "%.200s.%.64s", f, k);
+        bool action = !strcmp(k, "transform") || !strcmp(k, "forwardURL") ||
+                      !strcmp(k, "response");
+        if ((action && actions) || (!strcmp(k, "match") && r->match))
+            return invalid(err, f,
+                           "%s: give one of \"transform\", \"forwardURL\" or \"response\" "
+                           "per rule, and one \"match\"",
+                           f);
         if (!strcmp(k, "transform")) {
             actions++;
             if (!json_is_array(v)) return invalid(err, g, "%s: must be a list of transforms", g);
@@ -607,9 +615,6 @@ static int parse_rule(struct proxy_rule *r, struct proxy_headers *all, const jso
                            g);
         }
     }
-    if (actions > 1)
-        return invalid(err, f,
-                       "%s: give one of \"transform\", \"forwardURL\" or \"response\" per rule", f);
     if (r->plain_http && r->kind != PROXY_ACT_UPSTREAM)
         return invalid(err, f, "%s: \"plain_http\" applies to the headers a rule sets, and this "
                                "rule forwards or answers",
