@@ -494,7 +494,9 @@ static bool same_target(const struct up_target *a, const struct up_target *b)
 static bool route_start(struct proxy_conn *c)
 {
     c->want_up = false;
-    if (c->up.bev && !c->up.done && c->up.ready && same_target(&c->cur, &c->want)) return false;
+    if (c->up.bev && c->up.ready && !c->up.done && !c->up.sock_eof &&
+        same_target(&c->cur, &c->want))
+        return false;
     if (!side_send(c, &c->down, c->to_down)) return true; /* closed */
     up_drop(c);
     c->cur = c->want;
@@ -651,15 +653,16 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
         up_drop(c);
         return true;
     }
-    if (d == &c->up && c->want_up) return true; /* not to this upstream: route_start first */
-    if (!side_send(c, d, q)) return false;
+    bool hold = d == &c->up && c->want_up; /* maybe not for this upstream: route_start first */
+    if (!hold && !side_send(c, d, q)) return false;
     if (!s->done && s->bev) {
         if (queued(d, q) >= max)
             bufferevent_disable(s->bev, EV_READ);
         else if (!s->sock_eof)
             bufferevent_enable(s->bev, EV_READ);
     }
-    if (s->done && evbuffer_get_length(q) == 0 && d->ready && !d->shut_sent) side_shutdown(c, d);
+    if (!hold && s->done && evbuffer_get_length(q) == 0 && d->ready && !d->shut_sent)
+        side_shutdown(c, d);
     return true;
 }
 
@@ -669,7 +672,13 @@ static void relay(struct proxy_conn *c)
     do { /* again when the upstream's answer released client bytes */
         c->kick_down = false;
         if (!relay_dir(c, &c->down, &c->up, c->to_up, http && !c->raw_up)) return;
-        if (c->want_up && route_start(c)) return; /* connecting; c may be gone */
+        if (c->want_up) {
+            if (route_start(c)) return; /* connecting; c may be gone */
+            /* the upstream is kept: send what was held, half-close if the sandbox is done */
+            if (!side_send(c, &c->up, c->to_up)) return;
+            if (c->down.done && evbuffer_get_length(c->to_up) == 0 && !c->up.shut_sent)
+                side_shutdown(c, &c->up);
+        }
         if (c->up.bev) {
             if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
         } else if (!side_send(c, &c->down, c->to_down)) {
@@ -1237,10 +1246,8 @@ static int http_decide(void *arg, const char *host, const struct proxy_request *
         t.port = c->up_port;
         t.tls = c->mode == M_INTERCEPT;
     }
-    if (!c->up.bev || !same_target(&t, &c->cur)) {
-        c->want = t;
-        c->want_up = true;
-    }
+    c->want = t;
+    c->want_up = true; /* route_start keeps a live upstream for the same target */
     return 0;
 }
 
