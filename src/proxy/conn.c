@@ -21,6 +21,14 @@
  *   RELAY                    both directions; requests rewritten in HTTP modes
  *   CLOSING                  flushing a refusal response, then close
  *
+ * Routed connections (the domain has forwardURL or response rules, policy.h) skip
+ * RESOLVE..UP_TLS at first: LEAF, DOWN_TLS, RELAY with no upstream at all. The rewriter
+ * runs serially there (one forwarded request until its response has ended), and each
+ * request names its target (the host, a forward URL, or none when the policy answers
+ * it): route_start() drops an upstream for another target, or one that has ended, and
+ * goes through RESOLVE..UP_TLS again, back to RELAY; a failure then is a 502/504 answer
+ * (up_refuse), not a reset, since the sandbox already has its channel.
+ *
  * In HTTP modes the upstream's bytes are shown to the rewriter's response tracker
  * (http_rw.h) on their way back. After an Upgrade request the client side is not read
  * until that tracker has seen the answer: a 101 makes the connection opaque both
