@@ -170,7 +170,7 @@ struct proxy_conn {
     bool routed;          /* the upstream is chosen per request; none until one is needed */
     struct up_target cur; /* the upstream side's target */
     struct up_target want;
-    bool want_up;          /* the request just read needs `want`: switch before sending it */
+    bool want_up; /* the request just read needs `want`: switch before sending it */
     uint64_t fwd_seen, resp_seen;
     struct proxy_header *scratch; /* PROXY_POLICY_MAX_HEADERS, with http: the headers set */
 };
@@ -473,9 +473,9 @@ static void up_refuse(struct proxy_conn *c, uint64_t *counter, const char *why)
         return;
     }
     if (counter) (*counter)++;
-    log_info("egress request failed upstream", "sandbox=%s conn=%llu host=%s upstream=%s reason=\"%s\"",
-             c->sbx->id, (unsigned long long)c->id, c->host, c->cur.host[0] ? c->cur.host : "-",
-             why);
+    log_info("egress request failed upstream",
+             "sandbox=%s conn=%llu host=%s upstream=%s reason=\"%s\"", c->sbx->id,
+             (unsigned long long)c->id, c->host, c->cur.host[0] ? c->cur.host : "-", why);
     answer_and_close(c, strstr(why, "timeout") ? 504 : 502, why, why);
 }
 
@@ -698,8 +698,7 @@ static void relay(struct proxy_conn *c)
     maybe_wr_shut(&c->up);
     if (c->routed && !c->up.bev && c->down.done && proxy_http_idle(c->http)) {
         /* the sandbox is done and every answer is queued: finish its side */
-        if (!c->down.shut_sent && evbuffer_get_length(c->to_down) == 0)
-            side_shutdown(c, &c->down);
+        if (!c->down.shut_sent && evbuffer_get_length(c->to_down) == 0) side_shutdown(c, &c->down);
         if (c->down.wr_shut) {
             c->why = "finished";
             conn_free(c);

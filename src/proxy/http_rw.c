@@ -78,16 +78,17 @@ struct proxy_http {
     bool raw;             /* 101 seen: nothing is parsed any more */
     enum proxy_http_resp event;
     /* per-request routing */
-    struct proxy_req_header *rqh; /* the request's headers for the policy (cap PROXY_HTTP_MAX_HEADERS) */
-    bool tls;                     /* the client's side */
+    struct proxy_req_header
+        *rqh; /* the request's headers for the policy (cap PROXY_HTTP_MAX_HEADERS) */
+    bool tls; /* the client's side */
     uint16_t port;
-    struct evbuffer *local;   /* local answers go here */
-    struct evbuffer *answer;  /* the answer to the request being read (made on first use) */
-    bool answering;           /* the current request is answered here: its body is dropped */
+    struct evbuffer *local;  /* local answers go here */
+    struct evbuffer *answer; /* the answer to the request being read (made on first use) */
+    bool answering;          /* the current request is answered here: its body is dropped */
     bool serial;
-    bool reinit;              /* an Upgrade request was answered here: parse afresh */
-    uint64_t finished;        /* forwarded requests whose response has ended */
-    bool resp_interim;        /* the response being parsed is a 1xx */
+    bool reinit;       /* an Upgrade request was answered here: parse afresh */
+    uint64_t finished; /* forwarded requests whose response has ended */
+    bool resp_interim; /* the response being parsed is a 1xx */
     uint64_t forwarded, responded;
 };
 

@@ -871,8 +871,8 @@ Test(proxy_http, routed_refusals)
         struct routed r;
         routed_init(&r);
         size_t used;
-        cr_assert_eq(proxy_http_feed(r.h, bad[i], strlen(bad[i]), r.out, &used),
-                     PROXY_HTTP_ERROR, "case %zu", i);
+        cr_assert_eq(proxy_http_feed(r.h, bad[i], strlen(bad[i]), r.out, &used), PROXY_HTTP_ERROR,
+                     "case %zu", i);
         cr_assert_eq(proxy_http_error(r.h), 400, "case %zu", i);
         cr_assert_eq(evbuffer_get_length(r.local), 0, "case %zu", i);
         cr_assert_eq(evbuffer_get_length(r.out), 0, "case %zu", i);
