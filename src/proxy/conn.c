@@ -433,9 +433,8 @@ static void http_refused(struct proxy_conn *c)
              c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code, reason);
     /* Serial (routed) connections have no response in flight when a request is read,
      * so their refusal can be answered in order, after what is queued. */
-    bool answerable = c->routed ? c->down.ready && (c->state == CS_RELAY || first)
-                                : proxy_http_requests(c->http) == 0 &&
-                                      (first || (c->state == CS_RELAY && c->down.ready));
+    bool answerable = (first || (c->state == CS_RELAY && c->down.ready)) &&
+                      (c->routed || proxy_http_requests(c->http) == 0);
     if (!answerable) {
         /* a response may be in flight (or there is no channel to answer on) */
         conn_close(c, true, "request refused");

@@ -1236,3 +1236,28 @@ def test_per_request_rules_keep_pipelined_answers_in_order(start_proxy, upstream
     assert [q["path"] for q in fwd.requests] == ["/base/fwd/1", "/base/fwd/5"] * 2
     assert [q["path"] for q in up.requests] == ["/3"]
     assert [q["path"] for q in plain.requests] == ["/3"]
+
+
+def test_per_request_rules_answer_refusals_in_order(start_proxy, upstreams, pki):
+    up, plain = upstreams(pki), upstreams()
+    px = start_proxy(ROUTED, overrides=[
+        f"api.example:443=127.0.0.1:{up.port}", f"api.example:80=127.0.0.1:{plain.port}"])
+    # a routed connection has nothing in flight when it reads a head, so a refused one
+    # is answered after the earlier answers instead of resetting them away
+    s = tls_connect(px.tls, "api.example", px.ca)
+    s.sendall(b"GET /ok HTTP/1.1\r\nHost: api.example\r\n\r\n"
+              b"DELETE /x HTTP/1.1\r\nHost: api.example\r\n\r\n"
+              b"GET /bad HTTP/1.1\r\nHost : api.example\r\n\r\n")
+    got, f = _read_responses(s, 3)
+    assert [g[0] for g in got] == [200, 403, 400], got
+    assert got[2][1].startswith(b"egress proxy: ")
+    assert f.read() == b""
+    f.close()
+    s.close()
+    # the first request on port 80 would get a credential in cleartext: 403, answered
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/k", headers={"Host": "api.example", "X-Use-Key": "1"})
+    r = c.getresponse()
+    assert r.status == 403 and b"plain_http" in r.read()
+    c.close()
+    assert [q["path"] for q in up.requests] == ["/ok"] and plain.requests == []
