@@ -444,13 +444,13 @@ static void http_refused(struct proxy_conn *c)
     answer_and_close(c, code, reason, "request refused");
 }
 
-/* Queue a status response for the sandbox after what is queued, then close once it is
- * out. */
+/* Queue a status response (code 0: none) for the sandbox after what is queued, then
+ * close once it is out. */
 static void answer_and_close(struct proxy_conn *c, int code, const char *reason, const char *why)
 {
     char resp[512];
-    size_t n = proxy_http_status_response(code, reason, resp, sizeof resp);
-    evbuffer_add(c->to_down, resp, n);
+    size_t n = code ? proxy_http_status_response(code, reason, resp, sizeof resp) : 0;
+    evbuffer_add(c->to_down, resp, n); /* code 0: only what is queued */
     c->state = CS_CLOSING;
     c->why = why;
     c->down.ready = true;
@@ -679,6 +679,10 @@ static void relay(struct proxy_conn *c)
     do { /* again when the upstream's answer released client bytes */
         c->kick_down = false;
         if (!relay_dir(c, &c->down, &c->up, c->to_up, http && !c->raw_up)) return;
+        if (c->routed && proxy_http_closing(c->http)) { /* answered, and asked to close */
+            answer_and_close(c, 0, NULL, "answered; the sandbox asked to close");
+            return;
+        }
         if (c->want_up) {
             if (route_start(c)) return; /* connecting; c may be gone */
             /* the upstream is kept: send what was held, half-close if the sandbox is done */

@@ -1189,7 +1189,10 @@ def test_per_request_rules_are_validated_and_follow_live_updates(start_proxy, up
 def _read_responses(sock, n):
     """n HTTP responses read off one socket, in order: [(status, body), ...] (every one
     here has a Content-Length)."""
-    f = sock.makefile("rb")
+    return _read_responses_from(sock.makefile("rb"), n)
+
+
+def _read_responses_from(f, n):
     out = []
     for _ in range(n):
         status = int(f.readline().split()[1])
@@ -1261,3 +1264,29 @@ def test_per_request_rules_answer_refusals_in_order(start_proxy, upstreams, pki)
     assert r.status == 403 and b"plain_http" in r.read()
     c.close()
     assert [q["path"] for q in up.requests] == ["/ok"] and plain.requests == []
+
+
+def test_per_request_answers_continue_and_close(start_proxy, pki):
+    px = start_proxy(ROUTED)
+    for tls in (False, True):
+        if tls:
+            s = tls_connect(px.tls, "only.example", px.ca)
+        else:
+            s = socket.create_connection(("127.0.0.1", px.http), timeout=5)
+        # a client that waits for 100 Continue before its body gets it from the proxy
+        s.sendall(b"POST /up HTTP/1.1\r\nHost: only.example\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 5\r\n\r\n")
+        f = s.makefile("rb")
+        assert f.readline() == b"HTTP/1.1 100 Continue\r\n" and f.readline() == b"\r\n"
+        s.sendall(b"hello")
+        got, _ = _read_responses_from(f, 1)
+        assert got == [(200, b"canned")]
+        # Connection: close: the answer, then the end of the connection
+        s.sendall(b"GET / HTTP/1.1\r\nHost: only.example\r\nConnection: close\r\n\r\n"
+                  b"GET /ignored HTTP/1.1\r\nHost: only.example\r\n\r\n")
+        got, _ = _read_responses_from(f, 1)
+        assert got == [(200, b"canned")]
+        assert f.read() == b""
+        f.close()
+        s.close()
+    assert px.stats()["responded"] == 4
