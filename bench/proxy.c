@@ -11,6 +11,10 @@
  *   injection    client -> proxy (host with a header rule: TLS terminated, header
  *                set, re-encrypted and verified) -> upstream
  *   mitmproxy    client -> mitmdump (same injection) -> upstream
+ *   forward      client -> proxy (host whose rule forwards every request to
+ *                https://api.example/: TLS terminated, re-targeted, serial) -> upstream
+ *   answer       client -> proxy (host whose rule answers every request; no upstream,
+ *                no bulk transfer)
  *
  * bulk throughput (one connection, one large response body), keep-alive request
  * rate and latency with 1 and N connections, and the rate of new connections
@@ -284,9 +288,15 @@ static pid_t spawn(char **argv, int out_fd)
 
 static int start_proxy(const char *bin, int up_port, char *sbx_ca, pid_t *pid)
 {
+    char body[SMALL_BODY + 1];
+    memset(body, 'a', SMALL_BODY);
+    body[SMALL_BODY] = '\0';
     char *policy = xasprintf("{\"api.example\": [], \"github.example\": [{\"transform\": "
-                             "[{\"headers\": {\"Authorization\": \"%s\"}}]}]}",
-                             CREDENTIAL);
+                             "[{\"headers\": {\"Authorization\": \"%s\"}}]}],"
+                             "\"fwd.example\": [{\"forwardURL\": \"https://api.example/\"}],"
+                             "\"answer.example\": [{\"response\": {\"statusCode\": 200, "
+                             "\"body\": \"%s\"}}]}",
+                             CREDENTIAL, body);
     char *o1 = xasprintf("github.example=127.0.0.1:%d", up_port);
     char *o2 = xasprintf("api.example=127.0.0.1:%d", up_port);
     char *upca = path_in("upstream-ca.pem");
@@ -433,6 +443,7 @@ struct target {
     SSL_CTX *ctx;
     pid_t pid; /* the proxy in the path, 0 for none */
     bool injecting;
+    bool answered; /* the proxy answers: no upstream request, no bulk */
 };
 
 struct conn {
@@ -659,7 +670,8 @@ static void usage(FILE *f)
         "  --conns N       concurrent keep-alive connections for the rate test (default 8)\n"
         "  --no-mitm       skip mitmproxy even if mitmdump is installed\n"
         "  --quick         --seconds 1 --bulk-mib 64 --runs 3\n"
-        "  --only PATH     measure one path: direct, passthrough, injection or mitmproxy\n"
+        "  --only PATH     measure one path: direct, passthrough, injection, mitmproxy, forward\n"
+        "                  or answer\n"
         "  --bin PATH      the rebuno binary (default $REBUNO_BIN or build/rebuno)\n"
         "  --compare PATH  a second rebuno binary, measured as path passthrough-B in the same\n"
         "                  interleaved rounds (A/B of two builds on a noisy machine)\n"
@@ -668,7 +680,7 @@ static void usage(FILE *f)
         f);
 }
 
-#define MAX_TARGETS 5
+#define MAX_TARGETS 7
 #define MAX_RUNS 50
 
 int main(int argc, char **argv)
@@ -749,11 +761,13 @@ int main(int argc, char **argv)
 
     SSL_CTX *up_trust = client_ctx(upca), *sbx_trust = client_ctx(sbx_ca), *none = client_ctx(NULL);
     struct target all[] = {
-        {"direct", up_port, "api.example", up_trust, 0, false},
-        {"passthrough", px_port, "api.example", up_trust, px_pid, false},
-        {"passthrough-B", cmp_port, "api.example", up_trust, cmp_pid, false},
-        {"injection", px_port, "github.example", sbx_trust, px_pid, true},
-        {"mitmproxy", mitm_port, "github.example", none, 0, true},
+        {"direct", up_port, "api.example", up_trust, 0, false, false},
+        {"passthrough", px_port, "api.example", up_trust, px_pid, false, false},
+        {"passthrough-B", cmp_port, "api.example", up_trust, cmp_pid, false, false},
+        {"injection", px_port, "github.example", sbx_trust, px_pid, true, false},
+        {"mitmproxy", mitm_port, "github.example", none, 0, true, false},
+        {"forward", px_port, "fwd.example", sbx_trust, px_pid, false, false},
+        {"answer", px_port, "answer.example", sbx_trust, px_pid, false, true},
     };
     struct target targets[MAX_TARGETS];
     int nt = 0;
@@ -785,19 +799,21 @@ int main(int argc, char **argv)
     long cred0 = atomic_load(&up_with_cred);
     for (int i = 0; i < nt; i++) {
         double dummy = 0;
+        if (targets[i].answered) continue;
         long long b = strcmp(targets[i].name, "mitmproxy") ? bytes : mitm_bytes;
         bulk_once(&targets[i], b / 4 ? b / 4 : b, &dummy, &dummy);
     }
     for (int r = 0; r < opt.runs; r++)
         for (int k = 0; k < nt; k++) {
             int i = (k + r) % nt;
+            if (targets[i].answered) continue;
             long long b = strcmp(targets[i].name, "mitmproxy") ? bytes : mitm_bytes;
             mbs[i][r] = bulk_once(&targets[i], b, &pcpu[i], &scpu[i]);
             moved[i] += (double)b;
         }
     for (int i = 0; i < nt; i++) {
         for (int r = 0; r < opt.runs; r++)
-            ratio[i][r] = mbs[i][r] / mbs[0][r];
+            ratio[i][r] = mbs[0][r] > 0 ? mbs[i][r] / mbs[0][r] : 0;
         ratio_med[i] = median(ratio[i], opt.runs);
         med[i] = median(mbs[i], opt.runs); /* sorts mbs[i] */
         lo[i] = mbs[i][0];
@@ -810,6 +826,10 @@ int main(int argc, char **argv)
     printf("%-14s %10s %13s %8s %10s %10s\n", "", "median", "", "median", "ms/GB", "CPU ms/GB");
     for (int i = 0; i < nt; i++) {
         char range[32], cpu[16] = "-";
+        if (targets[i].answered) {
+            printf("%-14s %10s %13s %8s %10s %10s\n", targets[i].name, "-", "", "", "-", "-");
+            continue;
+        }
         snprintf(range, sizeof range, "(%.0f-%.0f)", lo[i], hi[i]);
         if (targets[i].pid) snprintf(cpu, sizeof cpu, "%.0f", pcpu[i] * 1e3 / (moved[i] / 1e9));
         printf("%-14s %10.0f %13s %7.0f%% %10s %10.0f\n", targets[i].name, med[i], range,
@@ -830,6 +850,8 @@ int main(int argc, char **argv)
         if (t->injecting && cred != reqs)
             die("%s: only %ld of %ld requests carried the header", t->name, cred, reqs);
         if (!t->injecting && cred != 0) die("%s: a header was injected", t->name);
+        if (t->answered && reqs != 0) die("%s: %ld requests reached the upstream", t->name, reqs);
+        if (!t->answered && reqs == 0) die("%s: no request reached the upstream", t->name);
         printf("%-14s %12.0f %9.0f %9.0f %12.0f %12.0f\n", t->name, one[i].rps, one[i].p50_us,
                one[i].p99_us, many[i].rps, fresh[i].rps);
         fflush(stdout);
@@ -864,6 +886,13 @@ int main(int argc, char **argv)
                "new connections %.1fx\n",
                med[I] / med[M], one[I].rps / one[M].rps, many[I].rps / many[M].rps,
                fresh[I].rps / fresh[M].rps);
+    for (int i = 0; i < nt; i++) {
+        if (strcmp(targets[i].name, "forward") && strcmp(targets[i].name, "answer")) continue;
+        printf("%-6s vs injection: 1-conn req/s %.0f%%, N-conn req/s %.0f%%, new connections "
+               "%.0f%%; added latency p50 %+.0f us\n",
+               targets[i].name, 100 * one[i].rps / one[I].rps, 100 * many[i].rps / many[I].rps,
+               100 * fresh[i].rps / fresh[I].rps, one[i].p50_us - one[I].p50_us);
+    }
     printf("every injected request carried the header exactly once (%ld checked upstream)\n",
            (long)atomic_load(&up_with_cred));
     printf("bench.proxy.bulk_mbs.direct=%.0f bench.proxy.bulk_mbs.passthrough=%.0f "

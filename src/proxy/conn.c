@@ -21,6 +21,14 @@
  *   RELAY                    both directions; requests rewritten in HTTP modes
  *   CLOSING                  flushing a refusal response, then close
  *
+ * Routed connections (the domain has forwardURL or response rules, policy.h) skip
+ * RESOLVE..UP_TLS at first: LEAF, DOWN_TLS, RELAY with no upstream at all. The rewriter
+ * runs serially there (one forwarded request until its response has ended), and each
+ * request names its target (the host, a forward URL, or none when the policy answers
+ * it): route_start() drops an upstream for another target, or one that has ended, and
+ * goes through RESOLVE..UP_TLS again, back to RELAY; a failure then is a 502/504 answer
+ * (up_refuse), not a reset, since the sandbox already has its channel.
+ *
  * In HTTP modes the upstream's bytes are shown to the rewriter's response tracker
  * (http_rw.h) on their way back. After an Upgrade request the client side is not read
  * until that tracker has seen the answer: a 101 makes the connection opaque both
@@ -162,9 +170,9 @@ struct proxy_conn {
     bool routed;          /* the upstream is chosen per request; none until one is needed */
     struct up_target cur; /* the upstream side's target */
     struct up_target want;
-    bool want_up;          /* the request just read needs `want`: switch before sending it */
+    bool want_up; /* the request just read needs `want`: switch before sending it */
     uint64_t fwd_seen, resp_seen;
-    struct proxy_header scratch[PROXY_POLICY_MAX_HEADERS];
+    struct proxy_header *scratch; /* PROXY_POLICY_MAX_HEADERS, with http: the headers set */
 };
 
 static void conn_run(struct proxy_conn *c);
@@ -425,9 +433,8 @@ static void http_refused(struct proxy_conn *c)
              c->sbx->id, (unsigned long long)c->id, c->host[0] ? c->host : "-", code, reason);
     /* Serial (routed) connections have no response in flight when a request is read,
      * so their refusal can be answered in order, after what is queued. */
-    bool answerable = c->routed ? c->down.ready && (c->state == CS_RELAY || first)
-                                : proxy_http_requests(c->http) == 0 &&
-                                      (first || (c->state == CS_RELAY && c->down.ready));
+    bool answerable = (first || (c->state == CS_RELAY && c->down.ready)) &&
+                      (c->routed || proxy_http_requests(c->http) == 0);
     if (!answerable) {
         /* a response may be in flight (or there is no channel to answer on) */
         conn_close(c, true, "request refused");
@@ -437,13 +444,13 @@ static void http_refused(struct proxy_conn *c)
     answer_and_close(c, code, reason, "request refused");
 }
 
-/* Queue a status response for the sandbox after what is queued, then close once it is
- * out. */
+/* Queue a status response (code 0: none) for the sandbox after what is queued, then
+ * close once it is out. */
 static void answer_and_close(struct proxy_conn *c, int code, const char *reason, const char *why)
 {
     char resp[512];
-    size_t n = proxy_http_status_response(code, reason, resp, sizeof resp);
-    evbuffer_add(c->to_down, resp, n);
+    size_t n = code ? proxy_http_status_response(code, reason, resp, sizeof resp) : 0;
+    evbuffer_add(c->to_down, resp, n); /* code 0: only what is queued */
     c->state = CS_CLOSING;
     c->why = why;
     c->down.ready = true;
@@ -465,9 +472,9 @@ static void up_refuse(struct proxy_conn *c, uint64_t *counter, const char *why)
         return;
     }
     if (counter) (*counter)++;
-    log_info("egress request failed upstream", "sandbox=%s conn=%llu host=%s upstream=%s reason=\"%s\"",
-             c->sbx->id, (unsigned long long)c->id, c->host, c->cur.host[0] ? c->cur.host : "-",
-             why);
+    log_info("egress request failed upstream",
+             "sandbox=%s conn=%llu host=%s upstream=%s reason=\"%s\"", c->sbx->id,
+             (unsigned long long)c->id, c->host, c->cur.host[0] ? c->cur.host : "-", why);
     answer_and_close(c, strstr(why, "timeout") ? 504 : 502, why, why);
 }
 
@@ -494,7 +501,9 @@ static bool same_target(const struct up_target *a, const struct up_target *b)
 static bool route_start(struct proxy_conn *c)
 {
     c->want_up = false;
-    if (c->up.bev && !c->up.done && c->up.ready && same_target(&c->cur, &c->want)) return false;
+    if (c->up.bev && c->up.ready && !c->up.done && !c->up.sock_eof &&
+        same_target(&c->cur, &c->want))
+        return false;
     if (!side_send(c, &c->down, c->to_down)) return true; /* closed */
     up_drop(c);
     c->cur = c->want;
@@ -651,15 +660,16 @@ static bool relay_dir(struct proxy_conn *c, struct side *s, struct side *d, stru
         up_drop(c);
         return true;
     }
-    if (d == &c->up && c->want_up) return true; /* not to this upstream: route_start first */
-    if (!side_send(c, d, q)) return false;
+    bool hold = d == &c->up && c->want_up; /* maybe not for this upstream: route_start first */
+    if (!hold && !side_send(c, d, q)) return false;
     if (!s->done && s->bev) {
         if (queued(d, q) >= max)
             bufferevent_disable(s->bev, EV_READ);
         else if (!s->sock_eof)
             bufferevent_enable(s->bev, EV_READ);
     }
-    if (s->done && evbuffer_get_length(q) == 0 && d->ready && !d->shut_sent) side_shutdown(c, d);
+    if (!hold && s->done && evbuffer_get_length(q) == 0 && d->ready && !d->shut_sent)
+        side_shutdown(c, d);
     return true;
 }
 
@@ -669,7 +679,17 @@ static void relay(struct proxy_conn *c)
     do { /* again when the upstream's answer released client bytes */
         c->kick_down = false;
         if (!relay_dir(c, &c->down, &c->up, c->to_up, http && !c->raw_up)) return;
-        if (c->want_up && route_start(c)) return; /* connecting; c may be gone */
+        if (c->routed && proxy_http_closing(c->http)) { /* answered, and asked to close */
+            answer_and_close(c, 0, NULL, "answered; the sandbox asked to close");
+            return;
+        }
+        if (c->want_up) {
+            if (route_start(c)) return; /* connecting; c may be gone */
+            /* the upstream is kept: send what was held, half-close if the sandbox is done */
+            if (!side_send(c, &c->up, c->to_up)) return;
+            if (c->down.done && evbuffer_get_length(c->to_up) == 0 && !c->up.shut_sent)
+                side_shutdown(c, &c->up);
+        }
         if (c->up.bev) {
             if (!relay_dir(c, &c->up, &c->down, c->to_down, false)) return;
         } else if (!side_send(c, &c->down, c->to_down)) {
@@ -681,8 +701,7 @@ static void relay(struct proxy_conn *c)
     maybe_wr_shut(&c->up);
     if (c->routed && !c->up.bev && c->down.done && proxy_http_idle(c->http)) {
         /* the sandbox is done and every answer is queued: finish its side */
-        if (!c->down.shut_sent && evbuffer_get_length(c->to_down) == 0)
-            side_shutdown(c, &c->down);
+        if (!c->down.shut_sent && evbuffer_get_length(c->to_down) == 0) side_shutdown(c, &c->down);
         if (c->down.wr_shut) {
             c->why = "finished";
             conn_free(c);
@@ -1138,6 +1157,7 @@ static void decide_tls(struct proxy_conn *c, const char *host)
         c->mode = M_INTERCEPT;
         st(c)->intercepted++;
         c->http = proxy_http_new(http_decide, c);
+        c->scratch = xcalloc(PROXY_POLICY_MAX_HEADERS, sizeof *c->scratch);
         proxy_http_set_origin(c->http, true, c->up_port);
         proxy_http_set_local(c->http, c->to_down);
         c->routed = v.routes;
@@ -1236,10 +1256,8 @@ static int http_decide(void *arg, const char *host, const struct proxy_request *
         t.port = c->up_port;
         t.tls = c->mode == M_INTERCEPT;
     }
-    if (!c->up.bev || !same_target(&t, &c->cur)) {
-        c->want = t;
-        c->want_up = true;
-    }
+    c->want = t;
+    c->want_up = true; /* route_start keeps a live upstream for the same target */
     return 0;
 }
 
@@ -1487,6 +1505,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     sbx->st.active++;
     if (c->mode == M_HTTP) {
         c->http = proxy_http_new(http_decide, c);
+        c->scratch = xcalloc(PROXY_POLICY_MAX_HEADERS, sizeof *c->scratch);
         proxy_http_set_local(c->http, c->to_down);
     }
 
@@ -1535,6 +1554,7 @@ static void conn_free(struct proxy_conn *c)
     evbuffer_free(c->to_down);
     if (c->held) evbuffer_free(c->held);
     proxy_http_free(c->http);
+    free(c->scratch);
     event_free(c->timer);
     free(c);
 }

@@ -26,6 +26,7 @@
 #include "base/xalloc.h"
 
 #include <http_parser.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,16 +79,19 @@ struct proxy_http {
     bool raw;             /* 101 seen: nothing is parsed any more */
     enum proxy_http_resp event;
     /* per-request routing */
-    struct proxy_req_header *rqh; /* the request's headers for the policy (cap PROXY_HTTP_MAX_HEADERS) */
+    struct proxy_req_header *rqh; /* the request's headers for the policy
+                                     (PROXY_HTTP_MAX_HEADERS of them, made on first use) */
     bool tls;                     /* the client's side */
     uint16_t port;
-    struct evbuffer *local;   /* local answers go here */
-    struct evbuffer *answer;  /* the answer to the request being read (made on first use) */
-    bool answering;           /* the current request is answered here: its body is dropped */
+    struct evbuffer *local;  /* local answers go here */
+    struct evbuffer *answer; /* the answer to the request being read (made on first use) */
+    bool answering;          /* the current request is answered here: its body is dropped */
+    bool answer_close;       /* ... and asked to close the connection after the answer */
+    bool closing;            /* such an answer was written: the proxy closes after it */
     bool serial;
-    bool reinit;              /* an Upgrade request was answered here: parse afresh */
-    uint64_t finished;        /* forwarded requests whose response has ended */
-    bool resp_interim;        /* the response being parsed is a 1xx */
+    bool reinit;       /* an Upgrade request was answered here: parse afresh */
+    uint64_t finished; /* forwarded requests whose response has ended */
+    bool resp_interim; /* the response being parsed is a 1xx */
     uint64_t forwarded, responded;
 };
 
@@ -529,6 +533,14 @@ static int on_headers_complete(http_parser *p)
         if (!h->local || !act.response) return fail(h, 503, "cannot answer here");
         if (!h->answer) h->answer = evbuffer_new();
         write_answer(h->answer, act.response, p->method == HTTP_HEAD);
+        /* a client waiting for "100 Continue" before its body gets it from us (every
+         * earlier answer has ended: serial), or it would stall until its own timeout */
+        bool body =
+            (p->flags & F_CHUNKED) || (p->content_length > 0 && p->content_length != ULLONG_MAX);
+        for (size_t i = 0; body && i < h->nh; i++)
+            if (name_is(h, &h->h[i], "expect", 6) && value_is(h, &h->h[i], "100-continue"))
+                evbuffer_add(h->local, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        h->answer_close = !http_should_keep_alive(p);
         h->answering = true;
         h->responded++;
         h->chunked = false;
@@ -615,6 +627,10 @@ static int on_message_complete(http_parser *p)
         /* answered here, in order: in serial mode every earlier response has ended */
         evbuffer_add_buffer(h->local, h->answer);
         h->answering = false;
+        if (h->answer_close) { /* Connection: close (or HTTP/1.0): nothing more is read */
+            h->closing = true;
+            h->waiting = true;
+        }
         reset_head(h);
         h->scan = SC_START;
         h->head_raw = 0;
@@ -771,6 +787,11 @@ void proxy_http_set_local(struct proxy_http *h, struct evbuffer *local)
 void proxy_http_set_serial(struct proxy_http *h, bool on)
 {
     h->serial = on;
+}
+
+bool proxy_http_closing(const struct proxy_http *h)
+{
+    return h->closing;
 }
 
 bool proxy_http_idle(const struct proxy_http *h)

@@ -27,7 +27,8 @@
  *
  * Per-request routing (policy.h): a request the policy answers is read to its end and
  * not forwarded; its response is appended to the local output (proxy_http_set_local)
- * when its body has been read. A forwarded request is re-targeted: the forward URL's
+ * when its body has been read (a "100 Continue" first when it sent Expect:
+ * 100-continue with a body). A forwarded request is re-targeted: the forward URL's
  * path prefix before the original path and query, Host set to the forward URL's
  * authority, vercel-forwarded-{host,scheme,port,path} added (the sandbox's own copies,
  * and vercel-sandbox-oidc-token, dropped). In serial mode (proxy_http_set_serial, for
@@ -98,6 +99,9 @@ void proxy_http_set_origin(struct proxy_http *h, bool tls, uint16_t port);
 void proxy_http_set_local(struct proxy_http *h, struct evbuffer *local);
 /* One request at a time: see above. */
 void proxy_http_set_serial(struct proxy_http *h, bool on);
+/* An answered request asked to close (Connection: close, HTTP/1.0 without keep-alive):
+ * its answer is in the local output, nothing more is taken; close after sending it. */
+bool proxy_http_closing(const struct proxy_http *h);
 /* Every forwarded request's response has ended (serial mode; the upstream may go). */
 bool proxy_http_idle(const struct proxy_http *h);
 /* A new upstream connection follows: start its response parsing afresh. Only when

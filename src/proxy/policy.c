@@ -45,7 +45,7 @@ struct rule_match {
 };
 
 struct proxy_rule {
-    struct rule_match *match; /* NULL: every request */
+    struct rule_match *match;    /* NULL: every request */
     enum proxy_action_kind kind; /* UPSTREAM: a transform */
     bool plain_http;
     struct proxy_headers headers; /* transform */
@@ -57,10 +57,10 @@ struct proxy_domain {
     char *key;   /* as matched: "github.com" or "example.com" for "*.example.com" */
     char *label; /* as written in the policy, normalized ("*.example.com") */
     bool wildcard;
-    bool plain_http; /* some rule without match asked for its headers on port 80 too */
-    bool per_request; /* some rule has a match or routes: evaluate each request */
-    bool routes;      /* some rule forwards or answers */
-    bool acts;        /* some rule sets a header, forwards or answers: intercept */
+    bool plain_http;              /* some rule without match asked for its headers on port 80 too */
+    bool per_request;             /* some rule has a match or routes: evaluate each request */
+    bool routes;                  /* some rule forwards or answers */
+    bool acts;                    /* some rule sets a header, forwards or answers: intercept */
     struct proxy_headers headers; /* merged headers of the rules without match */
     struct proxy_rule *rules;
     size_t nrules;
@@ -252,8 +252,8 @@ static int invalid(struct err *err, const char *field, const char *fmt, ...)
 }
 
 /* Set name: value in h, replacing a header of the same name (any case). */
-static int header_put(struct proxy_headers *h, const char *k, size_t kl, const char *val,
-                      size_t vl, const char *f, struct err *err)
+static int header_put(struct proxy_headers *h, const char *k, size_t kl, const char *val, size_t vl,
+                      const char *f, struct err *err)
 {
     size_t j = 0;
     while (j < h->n && strcasecmp(h->v[j].name, k) != 0)
@@ -276,8 +276,7 @@ static int header_put(struct proxy_headers *h, const char *k, size_t kl, const c
 }
 
 /* Merge a {"Name": "value", ...} object into h (path names it, for errors). */
-static int add_headers(struct proxy_headers *h, const json_t *hs, const char *path,
-                       struct err *err)
+static int add_headers(struct proxy_headers *h, const json_t *hs, const char *path, struct err *err)
 {
     char f[400];
     const char *k;
@@ -341,8 +340,7 @@ static int add_transform(struct proxy_headers *h, const json_t *t, const char *p
 
 /* {"exact": s} | {"startsWith": s}: one of them, a string of at most
  * PROXY_POLICY_MAX_MATCH bytes. */
-static int parse_str_match(struct str_match *m, const json_t *j, const char *path,
-                           struct err *err)
+static int parse_str_match(struct str_match *m, const json_t *j, const char *path, struct err *err)
 {
     char f[400];
     if (!json_is_object(j) || json_object_size(j) != 1)
@@ -364,6 +362,7 @@ static int parse_str_match(struct str_match *m, const json_t *j, const char *pat
     size_t n = json_string_length(v);
     if (memchr(sv, '\0', n)) return invalid(err, f, "%s: must not contain NUL", f);
     m->op = strcmp(k, "exact") ? STR_PREFIX : STR_EXACT;
+    free(m->s);
     m->s = xstrndup(sv, n);
     m->len = n;
     return 0;
@@ -381,9 +380,11 @@ static int parse_kv_list(struct kv_match *out, size_t *n, const json_t *j, const
     json_array_foreach(j, i, x)
     {
         snprintf(f, sizeof f, "%.300s[%zu]", path, i);
+        *n = i + 1; /* counted before parsing: what a failure leaves is freed with the rule */
         if (!json_is_object(x) || json_object_size(x) == 0)
-            return invalid(err, f, "%s: must be {\"key\": matcher, \"value\": matcher} (either "
-                                   "may be left out, not both)",
+            return invalid(err, f,
+                           "%s: must be {\"key\": matcher, \"value\": matcher} (either "
+                           "may be left out, not both)",
                            f);
         const char *k;
         json_t *v;
@@ -392,13 +393,13 @@ static int parse_kv_list(struct kv_match *out, size_t *n, const json_t *j, const
             char g[420];
             snprintf(g, sizeof g, "%.300s.%.32s", f, k);
             if (strcmp(k, "key") && strcmp(k, "value"))
-                return invalid(err, g, "%s: unknown key; a matcher entry takes \"key\" and "
-                                       "\"value\"",
+                return invalid(err, g,
+                               "%s: unknown key; a matcher entry takes \"key\" and "
+                               "\"value\"",
                                g);
             struct str_match *m = !strcmp(k, "key") ? &out[i].key : &out[i].value;
             if (parse_str_match(m, v, g, err) < 0) return -1;
         }
-        *n = i + 1;
     }
     return 0;
 }
@@ -431,8 +432,7 @@ static int parse_match(struct rule_match *m, const json_t *j, const char *path, 
                 const char *ms = json_string_value(x);
                 size_t ml = ms ? json_string_length(x) : 0;
                 if (!ms || ml > 32 || !proxy_header_name_valid(ms, ml))
-                    return invalid(err, f, "%s[%zu]: must be an HTTP method such as \"GET\"", f,
-                                   i);
+                    return invalid(err, f, "%s[%zu]: must be an HTTP method such as \"GET\"", f, i);
                 m->methods[m->nmethods++] = xstrndup(ms, ml);
             }
         } else if (!strcmp(k, "queryString")) {
@@ -450,14 +450,12 @@ static int parse_match(struct rule_match *m, const json_t *j, const char *path, 
 }
 
 /* http(s)://host[:port][/path], no user info, query or fragment. */
-static int parse_forward(struct proxy_forward *fw, const json_t *j, const char *f,
-                         struct err *err)
+static int parse_forward(struct proxy_forward *fw, const json_t *j, const char *f, struct err *err)
 {
     const char *u = json_string_value(j);
     size_t n = u ? json_string_length(j) : 0;
     if (!u || n > PROXY_POLICY_MAX_URL)
-        return invalid(err, f, "%s: must be an http:// or https:// URL of at most 2048 bytes",
-                       f);
+        return invalid(err, f, "%s: must be an http:// or https:// URL of at most 2048 bytes", f);
     size_t off;
     if (!strncasecmp(u, "https://", 8)) {
         fw->tls = true;
@@ -471,8 +469,9 @@ static int parse_forward(struct proxy_forward *fw, const json_t *j, const char *
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)u[i];
         if (c <= 0x20 || c >= 0x7f)
-            return invalid(err, f, "%s: spaces, control and non-ASCII bytes must be "
-                                   "percent-encoded",
+            return invalid(err, f,
+                           "%s: spaces, control and non-ASCII bytes must be "
+                           "percent-encoded",
                            f);
         if (c == '?' || c == '#')
             return invalid(err, f, "%s: must not have a query string or fragment", f);
@@ -481,8 +480,9 @@ static int parse_forward(struct proxy_forward *fw, const json_t *j, const char *
     size_t al = slash ? (size_t)(slash - auth) : n - off;
     if (memchr(auth, '@', al)) return invalid(err, f, "%s: must not carry user info", f);
     if (al == 0 || auth[0] == '[')
-        return invalid(err, f, "%s: needs a host name or IPv4 address (IPv6 literals are not "
-                               "supported)",
+        return invalid(err, f,
+                       "%s: needs a host name or IPv4 address (IPv6 literals are not "
+                       "supported)",
                        f);
     if (proxy_host_normalize(auth, al, true, fw->host) < 0)
         return invalid(err, f, "%s: not a valid host[:port]", f);
@@ -531,8 +531,7 @@ static int parse_response(struct proxy_response *r, const json_t *j, const char 
             for (size_t i = 0; okay && i < cl; i++)
                 okay = (unsigned char)ct[i] >= 0x20 && (unsigned char)ct[i] < 0x7f;
             if (!okay)
-                return invalid(err, f, "%s: must be a media type such as \"application/json\"",
-                               f);
+                return invalid(err, f, "%s: must be a media type such as \"application/json\"", f);
             r->content_type = xstrndup(ct, cl);
         } else {
             return invalid(err, f,
@@ -545,8 +544,9 @@ static int parse_response(struct proxy_response *r, const json_t *j, const char 
     if (!r->status) return invalid(err, f, "%s: is required", f);
     for (size_t i = 0; r->content_type && i < r->headers.n; i++)
         if (!strcasecmp(r->headers.v[i].name, "content-type"))
-            return invalid(err, path, "%s: give Content-Type either in headers or as "
-                                      "contentType, not both",
+            return invalid(err, path,
+                           "%s: give Content-Type either in headers or as "
+                           "contentType, not both",
                            path);
     return 0;
 }
@@ -567,6 +567,12 @@ static int parse_rule(struct proxy_rule *r, struct proxy_headers *all, const jso
     json_object_foreach((json_t *)j, k, v)
     {
         snprintf(g, sizeof g, "%.200s.%.64s", f, k);
+        bool action = !strcmp(k, "transform") || !strcmp(k, "forwardURL") || !strcmp(k, "response");
+        if ((action && actions) || (!strcmp(k, "match") && r->match))
+            return invalid(err, f,
+                           "%s: give one of \"transform\", \"forwardURL\" or \"response\" "
+                           "per rule, and one \"match\"",
+                           f);
         if (!strcmp(k, "transform")) {
             actions++;
             if (!json_is_array(v)) return invalid(err, g, "%s: must be a list of transforms", g);
@@ -607,18 +613,15 @@ static int parse_rule(struct proxy_rule *r, struct proxy_headers *all, const jso
                            g);
         }
     }
-    if (actions > 1)
-        return invalid(err, f,
-                       "%s: give one of \"transform\", \"forwardURL\" or \"response\" per rule", f);
     if (r->plain_http && r->kind != PROXY_ACT_UPSTREAM)
-        return invalid(err, f, "%s: \"plain_http\" applies to the headers a rule sets, and this "
-                               "rule forwards or answers",
+        return invalid(err, f,
+                       "%s: \"plain_http\" applies to the headers a rule sets, and this "
+                       "rule forwards or answers",
                        f);
     return 0;
 }
 
-static int add_rules(struct proxy_domain *d, const json_t *rules, const char *key,
-                     struct err *err)
+static int add_rules(struct proxy_domain *d, const json_t *rules, const char *key, struct err *err)
 {
     char f[200];
     if (!json_is_array(rules))
@@ -1038,8 +1041,7 @@ bool proxy_verdict_same(const struct proxy_verdict *a, const struct proxy_verdic
 {
     if (a->kind != b->kind) return false;
     if (a->kind != PROXY_INTERCEPT) return true;
-    if (a->plain_http != b->plain_http || a->routes != b->routes ||
-        a->headers->n != b->headers->n)
+    if (a->plain_http != b->plain_http || a->routes != b->routes || a->headers->n != b->headers->n)
         return false;
     for (size_t i = 0; i < a->headers->n; i++) {
         const struct proxy_header *x = &a->headers->v[i], *y = &b->headers->v[i];

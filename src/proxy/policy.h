@@ -70,14 +70,14 @@
 /* Hard limits on a policy. */
 #define PROXY_POLICY_MAX_BYTES (1024 * 1024)
 #define PROXY_POLICY_MAX_DOMAINS 4096
-#define PROXY_POLICY_MAX_RULES 32    /* rules per domain, transforms per rule */
-#define PROXY_POLICY_MAX_HEADERS 64  /* headers set for one domain (after merging) */
-#define PROXY_POLICY_MAX_HNAME 256   /* header name bytes */
-#define PROXY_POLICY_MAX_HVALUE 8192 /* header value bytes */
-#define PROXY_HOST_MAX 253           /* a DNS name without the trailing dot */
-#define PROXY_POLICY_MAX_MATCHERS 16 /* methods, query or header matchers of one rule */
-#define PROXY_POLICY_MAX_MATCH 1024  /* bytes of one matcher's string */
-#define PROXY_POLICY_MAX_URL 2048    /* bytes of a forwardURL */
+#define PROXY_POLICY_MAX_RULES 32         /* rules per domain, transforms per rule */
+#define PROXY_POLICY_MAX_HEADERS 64       /* headers set for one domain (after merging) */
+#define PROXY_POLICY_MAX_HNAME 256        /* header name bytes */
+#define PROXY_POLICY_MAX_HVALUE 8192      /* header value bytes */
+#define PROXY_HOST_MAX 253                /* a DNS name without the trailing dot */
+#define PROXY_POLICY_MAX_MATCHERS 16      /* methods, query or header matchers of one rule */
+#define PROXY_POLICY_MAX_MATCH 1024       /* bytes of one matcher's string */
+#define PROXY_POLICY_MAX_URL 2048         /* bytes of a forwardURL */
 #define PROXY_POLICY_MAX_BODY (64 * 1024) /* a response rule's body */
 
 enum proxy_policy_mode { PROXY_POLICY_ALLOW_ALL, PROXY_POLICY_DENY_ALL, PROXY_POLICY_CUSTOM };
@@ -101,9 +101,9 @@ struct proxy_forward {
     bool tls;                      /* https */
     char host[PROXY_HOST_MAX + 1]; /* normalized */
     uint16_t port;
-    char *path;     /* prefix without trailing '/' ("" for none) */
+    char *path; /* prefix without trailing '/' ("" for none) */
     size_t path_len;
-    char *url;      /* as written (not secret) */
+    char *url; /* as written (not secret) */
 };
 
 /* What a response rule answers. */

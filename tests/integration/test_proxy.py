@@ -1184,3 +1184,109 @@ def test_per_request_rules_are_validated_and_follow_live_updates(start_proxy, up
     s.close()
     assert [q["path"] for q in fwd.requests] == ["/after"]
     assert [q["path"] for q in up.requests] == ["/before", "/after"]
+
+
+def _read_responses(sock, n):
+    """n HTTP responses read off one socket, in order: [(status, body), ...] (every one
+    here has a Content-Length)."""
+    return _read_responses_from(sock.makefile("rb"), n)
+
+
+def _read_responses_from(f, n):
+    out = []
+    for _ in range(n):
+        status = int(f.readline().split()[1])
+        length = 0
+        while (line := f.readline()) not in (b"\r\n", b""):
+            k, _, v = line.decode().partition(":")
+            if k.strip().lower() == "content-length":
+                length = int(v)
+        out.append((status, f.read(length)))
+    return out, f
+
+
+def test_per_request_rules_keep_pipelined_answers_in_order(start_proxy, upstreams, pki):
+    up, fwd = upstreams(pki), upstreams()
+    plain = upstreams()
+    px = start_proxy(ROUTED, overrides=[
+        f"api.example:443=127.0.0.1:{up.port}", f"api.example:80=127.0.0.1:{plain.port}",
+        f"fwd.example:80=127.0.0.1:{fwd.port}"])
+    reqs = (b"GET /fwd/1 HTTP/1.1\r\nHost: api.example\r\n\r\n"
+            b"DELETE /2 HTTP/1.1\r\nHost: api.example\r\nContent-Length: 3\r\n\r\nabc"
+            b"GET /3 HTTP/1.1\r\nHost: api.example\r\n\r\n"
+            b"GET /q?mode=local HTTP/1.1\r\nHost: api.example\r\n\r\n"
+            b"POST /fwd/5 HTTP/1.1\r\nHost: api.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2\r\nhi\r\n0\r\n\r\n")
+    want = [(200, b"ok GET /base/fwd/1 0\n"), (403, b"blocked here"), (200, b"ok GET /3 0\n"),
+            (200, b'{"local":true}'), (200, b"ok POST /base/fwd/5 2\n")]
+    # TLS: all five in one write, answered in order across three upstream switches
+    s = tls_connect(px.tls, "api.example", px.ca)
+    s.sendall(reqs)
+    got, f = _read_responses(s, 5)
+    assert got == want
+    f.close()
+    s.close()
+    # port 80, then the sandbox half-closes: every answer still comes, then the end
+    s = socket.create_connection(("127.0.0.1", px.http), timeout=5)
+    s.sendall(reqs)
+    s.shutdown(socket.SHUT_WR)
+    got, f = _read_responses(s, 5)
+    assert [g[0] for g in got] == [w[0] for w in want]
+    assert got[2] == (200, b"ok GET /3 0\n")
+    assert f.read() == b"", "the proxy closes once every answer is out"
+    f.close()
+    s.close()
+    assert [q["path"] for q in fwd.requests] == ["/base/fwd/1", "/base/fwd/5"] * 2
+    assert [q["path"] for q in up.requests] == ["/3"]
+    assert [q["path"] for q in plain.requests] == ["/3"]
+
+
+def test_per_request_rules_answer_refusals_in_order(start_proxy, upstreams, pki):
+    up, plain = upstreams(pki), upstreams()
+    px = start_proxy(ROUTED, overrides=[
+        f"api.example:443=127.0.0.1:{up.port}", f"api.example:80=127.0.0.1:{plain.port}"])
+    # a routed connection has nothing in flight when it reads a head, so a refused one
+    # is answered after the earlier answers instead of resetting them away
+    s = tls_connect(px.tls, "api.example", px.ca)
+    s.sendall(b"GET /ok HTTP/1.1\r\nHost: api.example\r\n\r\n"
+              b"DELETE /x HTTP/1.1\r\nHost: api.example\r\n\r\n"
+              b"GET /bad HTTP/1.1\r\nHost : api.example\r\n\r\n")
+    got, f = _read_responses(s, 3)
+    assert [g[0] for g in got] == [200, 403, 400], got
+    assert got[2][1].startswith(b"egress proxy: ")
+    assert f.read() == b""
+    f.close()
+    s.close()
+    # the first request on port 80 would get a credential in cleartext: 403, answered
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/k", headers={"Host": "api.example", "X-Use-Key": "1"})
+    r = c.getresponse()
+    assert r.status == 403 and b"plain_http" in r.read()
+    c.close()
+    assert [q["path"] for q in up.requests] == ["/ok"] and plain.requests == []
+
+
+def test_per_request_answers_continue_and_close(start_proxy, pki):
+    px = start_proxy(ROUTED)
+    for tls in (False, True):
+        if tls:
+            s = tls_connect(px.tls, "only.example", px.ca)
+        else:
+            s = socket.create_connection(("127.0.0.1", px.http), timeout=5)
+        # a client that waits for 100 Continue before its body gets it from the proxy
+        s.sendall(b"POST /up HTTP/1.1\r\nHost: only.example\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 5\r\n\r\n")
+        f = s.makefile("rb")
+        assert f.readline() == b"HTTP/1.1 100 Continue\r\n" and f.readline() == b"\r\n"
+        s.sendall(b"hello")
+        got, _ = _read_responses_from(f, 1)
+        assert got == [(200, b"canned")]
+        # Connection: close: the answer, then the end of the connection
+        s.sendall(b"GET / HTTP/1.1\r\nHost: only.example\r\nConnection: close\r\n\r\n"
+                  b"GET /ignored HTTP/1.1\r\nHost: only.example\r\n\r\n")
+        got, _ = _read_responses_from(f, 1)
+        assert got == [(200, b"canned")]
+        assert f.read() == b""
+        f.close()
+        s.close()
+    assert px.stats()["responded"] == 4

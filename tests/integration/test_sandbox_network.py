@@ -679,6 +679,14 @@ def test_private_networks_and_exposed_ports(env):
         "network_policy": {"github.example": rules({"Authorization": TOKEN + "\r\nX: 1"})}})
     assert st == 400 and err["error"]["field"].startswith("network_policy")
     assert TOKEN not in json.dumps(err)
+    # per-request rules (issue 17) are /v1 policy too, validated by field
+    st, err = d.request("POST", "/v1/sandboxes", {"network_policy": {"github.example": [
+        {"match": {"path": {"regex": ".*"}}, "response": {"statusCode": 200}}]}})
+    assert st == 400 and err["error"]["field"] == \
+        "network_policy.github.example[0].match.path.regex", err
+    st, err = d.request("POST", "/v1/sandboxes", {"network_policy": {"github.example": [
+        {"forwardURL": "ftp://x.example/"}]}})
+    assert st == 400 and err["error"]["field"] == "network_policy.github.example[0].forwardURL"
 
 
 def test_settings_persist_restart_and_forks_keep_them(env, make_sandboxd):

@@ -871,8 +871,8 @@ Test(proxy_http, routed_refusals)
         struct routed r;
         routed_init(&r);
         size_t used;
-        cr_assert_eq(proxy_http_feed(r.h, bad[i], strlen(bad[i]), r.out, &used),
-                     PROXY_HTTP_ERROR, "case %zu", i);
+        cr_assert_eq(proxy_http_feed(r.h, bad[i], strlen(bad[i]), r.out, &used), PROXY_HTTP_ERROR,
+                     "case %zu", i);
         cr_assert_eq(proxy_http_error(r.h), 400, "case %zu", i);
         cr_assert_eq(evbuffer_get_length(r.local), 0, "case %zu", i);
         cr_assert_eq(evbuffer_get_length(r.out), 0, "case %zu", i);
@@ -889,4 +889,45 @@ Test(proxy_http, routed_refusals)
     cr_assert(strstr(o, "vercel-forwarded-path: /fwd?q\r\n"), "%s", o);
     free(o);
     routed_fini(&r);
+}
+
+/* An answered request that waits for "100 Continue" gets it at once (before its body is
+ * read), and one that asks to close makes the rewriter stop: the proxy closes after the
+ * answer. */
+Test(proxy_http, respond_continue_and_close)
+{
+    for (size_t k = 0; k < ARRAY_LEN(steps); k++) {
+        struct routed r;
+        routed_init(&r);
+        const char *head = "DELETE /a HTTP/1.1\r\nHost: api.example\r\nExpect: 100-continue\r\n"
+                           "Content-Length: 4\r\n\r\n";
+        size_t used;
+        cr_assert_eq(feed_steps(r.h, head, strlen(head), steps[k], r.out, &used), PROXY_HTTP_OK);
+        char *l = take(r.local);
+        cr_assert_str_eq(l, "HTTP/1.1 100 Continue\r\n\r\n", "step %zu", steps[k]);
+        free(l);
+        const char *rest = "bodyDELETE /b HTTP/1.1\r\nHost: api.example\r\nConnection: close\r\n\r\n"
+                           "GET /never HTTP/1.1\r\nHost: api.example\r\n\r\n";
+        cr_assert_eq(feed_steps(r.h, rest, strlen(rest), steps[k], r.out, &used),
+                     PROXY_HTTP_WAIT);
+        cr_assert(proxy_http_closing(r.h));
+        cr_assert_eq(used, strlen(rest) - strlen("GET /never HTTP/1.1\r\nHost: api.example\r\n\r\n"));
+        cr_assert_eq(proxy_http_responded(r.h), 2);
+        cr_assert_eq(evbuffer_get_length(r.out), 0);
+        routed_fini(&r);
+    }
+    /* HTTP/1.0 without keep-alive closes too; with it, it does not; no Expect without a body */
+    const char *v10[] = {"DELETE / HTTP/1.0\r\nHost: api.example\r\nExpect: 100-continue\r\n\r\n",
+                         "DELETE / HTTP/1.0\r\nHost: api.example\r\nConnection: keep-alive\r\n\r\n"};
+    for (size_t i = 0; i < 2; i++) {
+        struct routed r;
+        routed_init(&r);
+        size_t used;
+        proxy_http_feed(r.h, v10[i], strlen(v10[i]), r.out, &used);
+        cr_assert_eq(proxy_http_closing(r.h), i == 0, "case %zu", i);
+        char *l = take(r.local);
+        cr_assert(strncmp(l, "HTTP/1.1 403 ", 13) == 0, "case %zu: %s", i, l);
+        free(l);
+        routed_fini(&r);
+    }
 }

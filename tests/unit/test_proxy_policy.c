@@ -452,9 +452,9 @@ Test(proxy_policy, per_request_rules_first_route_wins_transforms_merge)
     cr_assert_str_eq(a.forward->host, "proxy.example");
     cr_assert_eq(a.forward->port, 8080);
     cr_assert(!a.forward->tls);
-    cr_assert_str_eq(a.forward->path, "/base"); /* trailing '/' dropped */
+    cr_assert_str_eq(a.forward->path, "/base");       /* trailing '/' dropped */
     cr_assert_str_eq(set_value(&a, "X-Always"), "1"); /* transforms still apply */
-    r = req("GET", "/fwd/x", NULL, 0); /* method not listed */
+    r = req("GET", "/fwd/x", NULL, 0);                /* method not listed */
     a = eval(p, "api.example", &r, scratch);
     cr_assert_eq(a.kind, PROXY_ACT_UPSTREAM);
     cr_assert_eq(a.rule, -1);
@@ -549,7 +549,8 @@ Test(proxy_policy, per_request_rules_validation)
     e = bad("{\"a.example\": [{\"match\": {\"path\": {\"exact\": \"/a\", \"startsWith\": \"/\"}}, "
             "\"response\": {\"statusCode\": 200}}]}");
     e = bad("{\"a.example\": [{\"match\": {\"path\": {}}, \"response\": {\"statusCode\": 200}}]}");
-    e = bad("{\"a.example\": [{\"match\": {\"method\": []}, \"response\": {\"statusCode\": 200}}]}");
+    e = bad(
+        "{\"a.example\": [{\"match\": {\"method\": []}, \"response\": {\"statusCode\": 200}}]}");
     e = bad("{\"a.example\": [{\"match\": {\"method\": [\"G T\"]}, \"response\": "
             "{\"statusCode\": 200}}]}");
     e = bad("{\"a.example\": [{\"match\": {\"headers\": [{}]}, \"response\": "

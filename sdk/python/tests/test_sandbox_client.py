@@ -1110,8 +1110,42 @@ def test_network_policy_ports_and_networks(sbx_url: str) -> None:
     assert NetworkPolicy.from_api({"h.example": [old.to_api()]}).rules["h.example"][0].plain_http  # type: ignore[index]
     with pytest.raises(TypeError):
         NetworkPolicyRule(plain_http="yes")  # type: ignore[arg-type]
+    # per-request rules: match, forward_url, response (the API's shapes)
+    from rebuno.sandbox import NetworkPolicyResponse
+    routed = NetworkPolicy.custom({"api.example": [
+        NetworkPolicyRule(match={"path": {"startsWith": "/v1/"}}, forward_url="https://p.example/in"),
+        NetworkPolicyRule(match={"method": ["DELETE"]},
+                          response=NetworkPolicyResponse(403, body="read-only", content_type="text/plain")),
+        NetworkPolicyRule(match={"headers": [{"key": {"exact": "x-k"}}]},
+                          transform=[NetworkPolicyTransform(headers={"Authorization": secret})]),
+    ]})
+    routed_api = {"api.example": [
+        {"match": {"path": {"startsWith": "/v1/"}}, "forwardURL": "https://p.example/in"},
+        {"match": {"method": ["DELETE"]},
+         "response": {"statusCode": 403, "body": "read-only", "contentType": "text/plain"}},
+        {"match": {"headers": [{"key": {"exact": "x-k"}}]},
+         "transform": [{"headers": {"Authorization": secret}}]}]}
+    assert routed.to_api() == routed_api
+    assert NetworkPolicy.from_api(routed_api) == routed
+    assert secret not in repr(routed) and "p.example" in repr(routed)
+    with pytest.raises(ValueError):
+        NetworkPolicyRule(forward_url="https://p.example", response=NetworkPolicyResponse(200))
+    with pytest.raises(TypeError):
+        NetworkPolicyResponse("200")  # type: ignore[arg-type]
 
     async def main() -> None:
+        async with sandbox.create_sandbox(network_policy=routed) as box:
+            got = box.network_policy
+            assert got is not None and got.rules is not None
+            rules = got.rules["api.example"]
+            assert rules[0].forward_url == "https://p.example/in" and rules[0].match == {
+                "path": {"startsWith": "/v1/"}}
+            assert rules[1].response == NetworkPolicyResponse(403, body="read-only", content_type="text/plain")
+            assert dict(rules[2].transform[0].headers) == {"Authorization": "<redacted>"}
+            with pytest.raises(sandbox.SandboxApiError) as e:
+                await box.update(network_policy={"api.example": [
+                    {"match": {"path": {"regex": "^/"}}, "forwardURL": "https://p.example"}]})
+            assert e.value.status_code == 400 and e.value.field == "network_policy.api.example[0].match.path.regex"
         async with sandbox.create_sandbox(network_policy=policy, ports=[3000]) as box:
             got = box.network_policy
             assert got is not None and got.mode == "custom" and set(got.rules or {}) == {"*", "github.com"}

@@ -686,6 +686,41 @@ class NetworkPolicyTransform(_Model):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class NetworkPolicyResponse(_Model):
+    """What the egress proxy answers, itself, to a request a rule matches: nothing is
+    contacted. ``status_code`` 200-599; ``content_type`` defaults to text/plain for a body."""
+
+    status_code: int
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    body: str | None = None
+    content_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status_code, bool) or not isinstance(self.status_code, int):
+            raise TypeError("status_code must be an integer")
+        if not isinstance(self.headers, Mapping):
+            raise TypeError("headers must be a mapping of header name to value")
+        object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
+
+    def to_api(self) -> dict[str, Any]:
+        """``{"statusCode": n, "headers"?, "body"?, "contentType"?}``."""
+        out: dict[str, Any] = {"statusCode": self.status_code}
+        if self.headers:
+            out["headers"] = dict(self.headers)
+        if self.body is not None:
+            out["body"] = self.body
+        if self.content_type is not None:
+            out["contentType"] = self.content_type
+        return out
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> NetworkPolicyResponse:
+        """Build from the API's ``response`` object."""
+        return cls(status_code=d.get("statusCode", 0), headers=d.get("headers") or {},
+                   body=d.get("body"), content_type=d.get("contentType"))
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class NetworkPolicyRule(_Model):
     """What the egress proxy does for one allowed domain: ``transform`` is a list of
     :class:`NetworkPolicyTransform` (merged in order; a later header of the same name wins).
@@ -693,10 +728,20 @@ class NetworkPolicyRule(_Model):
 
     The headers are set only inside HTTPS; a plain HTTP (port 80) request to the domain is
     refused with 403, so a credential never crosses the network in cleartext, unless
-    ``plain_http=True`` asks for them there too."""
+    ``plain_http=True`` asks for them there too.
+
+    Per-request rules (docs/proxy.md): ``match`` limits a rule to some requests, as the API
+    takes it (``{"path": {"startsWith": "/v1/"}, "method": ["POST"], "queryString": [...],
+    "headers": [{"key": {"exact": "x-api-key"}}]}``); instead of ``transform`` a rule may
+    carry ``forward_url`` (the request is sent there, its path appended) or ``response``
+    (a :class:`NetworkPolicyResponse` the proxy answers with). Every matching transform
+    sets its headers; the first matching forward or response rule decides."""
 
     transform: Sequence[NetworkPolicyTransform] = ()
     plain_http: bool = False
+    match: Mapping[str, Any] | None = None
+    forward_url: str | None = None
+    response: NetworkPolicyResponse | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.plain_http, bool):
@@ -711,17 +756,49 @@ class NetworkPolicyRule(_Model):
                 raise TypeError("transform must contain NetworkPolicyTransform objects")
             items.append(t)
         object.__setattr__(self, "transform", tuple(items))
+        if self.match is not None and not isinstance(self.match, Mapping):
+            raise TypeError("match must be a mapping as the API takes it")
+        if self.forward_url is not None and not isinstance(self.forward_url, str):
+            raise TypeError("forward_url must be a string")
+        if isinstance(self.response, Mapping):
+            object.__setattr__(self, "response", NetworkPolicyResponse.from_api(self.response))
+        if self.response is not None and not isinstance(self.response, NetworkPolicyResponse):
+            raise TypeError("response must be a NetworkPolicyResponse")
+        if sum(1 for x in (self.transform, self.forward_url, self.response) if x) > 1:
+            raise ValueError("a rule takes one of transform, forward_url or response")
 
     def to_api(self) -> dict[str, Any]:
         """The rule as the API takes it: ``{"transform": [{"headers": {...}}, ...]}``
-        (and ``"plain_http": true`` when set)."""
-        out: dict[str, Any] = {"transform": [t.to_api() for t in self.transform]}
+        (and ``"plain_http": true`` when set), or ``{"forwardURL": ...}`` or
+        ``{"response": {...}}``, with ``"match"`` when set."""
+        out: dict[str, Any] = {}
+        if self.match is not None:
+            out["match"] = dict(self.match)
+        if self.forward_url is not None:
+            out["forwardURL"] = self.forward_url
+        elif self.response is not None:
+            out["response"] = self.response.to_api()
+        else:
+            out["transform"] = [t.to_api() for t in self.transform]
         if self.plain_http:
             out["plain_http"] = True
         return out
 
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> NetworkPolicyRule:
+        """Build from one rule of the API's policy (header values come back redacted)."""
+        return cls(transform=d.get("transform") or (), plain_http=d.get("plain_http", False),
+                   match=d.get("match"), forward_url=d.get("forwardURL"), response=d.get("response"))
+
     def __repr__(self) -> str:
         extra = ", plain_http=True" if self.plain_http else ""
+        if self.match is not None:
+            extra += f", match={dict(self.match)!r}"
+        if self.forward_url is not None:
+            return f"NetworkPolicyRule(forward_url={self.forward_url!r}{extra})"
+        if self.response is not None:
+            return f"NetworkPolicyRule(response=NetworkPolicyResponse(status_code=" \
+                   f"{self.response.status_code}){extra})"
         return f"NetworkPolicyRule(transform={list(self.transform)!r}{extra})"
 
 
@@ -766,8 +843,7 @@ class NetworkPolicy(_Model):
             items = []
             for r in rules:
                 if isinstance(r, Mapping):
-                    r = NetworkPolicyRule(transform=r.get("transform") or (),
-                                          plain_http=r.get("plain_http", False))
+                    r = NetworkPolicyRule.from_api(r)
                 if not isinstance(r, NetworkPolicyRule):
                     raise TypeError(f"{domain}: rules must be NetworkPolicyRule objects")
                 items.append(r)
