@@ -389,7 +389,7 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
     assert st == 200 and snap["sandbox_name"] == "kui-1", snap
     st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
-    assert st == 200 and restored["source"]["type"] == "snapshot", restored
+    assert st == 200 and restored["source"]["type"] == "snapshot" and restored["state"] == "stopped", restored
     assert restored["source"]["snapshot_id"] == result["snapshot"], restored
     assert result["forked"] not in ("kui-1", result["restored"]), result["forked"]
     # the fork paused, resumed (by keyboard), stopped and deleted from the page: each state as
@@ -406,6 +406,8 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     assert lc["focus_in_dialog"] == "cancel-delete" and lc["after_escape"] == 200, lc
     assert lc["focus_after_escape"] == "delete" and lc["focus_after_tab"] == "confirm-delete", lc
     assert lc["after_delete"] == 404 and result["forked"] not in lc["listed_after_delete"], lc
+    # and the restored one stopped from its row in the list
+    assert lc["row_stop_name"] == f"Stop {result['restored']}" and lc["row_stopped"] == "stopped", lc
     st, body = get(port, f"/v1/sandboxes/{result['forked']}")
     assert st == 404 and "sandbox_not_found" in json.dumps(body), (st, body)
     # an action on a sandbox deleted behind the page's back shows sandboxd's reason

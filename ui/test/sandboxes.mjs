@@ -133,6 +133,12 @@ try {
     await page.waitForSelector(`tr[data-name="${spec.name}"]`, { timeout: T });
     out.lifecycle.listed_after_delete = await page.$$eval("tr[data-name]", (r) => r.map((x) => x.dataset.name));
     out.lifecycle.after_delete = (await v1("GET", f)).status;
+    // from the list: stop the restored sandbox in its row (its buttons named for it)
+    const row = `tr[data-name="${out.restored}"]`;
+    out.lifecycle.row_stop_name = await page.$eval(`${row} button[name=stop]`, (b) => b.getAttribute("aria-label"));
+    await page.click(`${row} button[name=stop]`);
+    await page.waitForFunction((r) => document.querySelector(`${r} .status`)?.textContent === "stopped", { timeout: T }, row);
+    out.lifecycle.row_stopped = (await v1("GET", `/v1/sandboxes/${encodeURIComponent(out.restored)}`)).body.state;
     out.errors_before_gone = errors.slice();
 
     // an action on a sandbox deleted behind the page's back: the page says why
