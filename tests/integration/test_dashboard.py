@@ -5,7 +5,10 @@ Real agents (examples/python/hello.py and shell_agent.py, the SDK of this checko
 against a real `rebuno dev`; ui/test/dashboard.mjs then signs in with a wrong key (clear
 error) and the local token, filters the list by status, agent and session, opens the
 hello run's execution view, and watches an execution blocked on an approval complete live
-once the test grants the approval through the API. Screenshots are saved in a folder
+once the test grants the approval through the API. ui/test/timeline.mjs pages through a
+long running execution's timeline as a reader scrolls (live events meanwhile), and
+ui/test/sandboxes.mjs drives the sandbox views: their list, a terminal, snapshots, forks, and
+stop / pause / resume / delete. Screenshots are saved in a folder
 printed by the test ($REBUNO_ARTIFACTS if set); with REBUNO_UPDATE_DOCS_IMG=1 they are also
 copied to docs/img/ for docs/dashboard.md.
 """
