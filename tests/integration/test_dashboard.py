@@ -129,6 +129,7 @@ def test_dashboard_in_chromium(agents):
     result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     assert result is not None, err
     if "error" in result:
+        print(result["error"])  # whole, where the assertion's message is cut
         print(result.get("page"))
     assert "error" not in result, (result["error"], result.get("page"))
 
