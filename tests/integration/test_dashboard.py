@@ -5,7 +5,10 @@ Real agents (examples/python/hello.py and shell_agent.py, the SDK of this checko
 against a real `rebuno dev`; ui/test/dashboard.mjs then signs in with a wrong key (clear
 error) and the local token, filters the list by status, agent and session, opens the
 hello run's execution view, and watches an execution blocked on an approval complete live
-once the test grants the approval through the API. Screenshots are saved in a folder
+once the test grants the approval through the API. ui/test/timeline.mjs pages through a
+long running execution's timeline as a reader scrolls (live events meanwhile), and
+ui/test/sandboxes.mjs drives the sandbox views: their list, a terminal, snapshots, forks, and
+stop / pause / resume / delete. Screenshots are saved in a folder
 printed by the test ($REBUNO_ARTIFACTS if set); with REBUNO_UPDATE_DOCS_IMG=1 they are also
 copied to docs/img/ for docs/dashboard.md.
 """
@@ -126,6 +129,7 @@ def test_dashboard_in_chromium(agents):
     result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     assert result is not None, err
     if "error" in result:
+        print(result["error"])  # whole, where the assertion's message is cut
         print(result.get("page"))
     assert "error" not in result, (result["error"], result.get("page"))
 
@@ -389,7 +393,7 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     st, snap = get(port, f"/v1/snapshots/{result['snapshot']}")
     assert st == 200 and snap["sandbox_name"] == "kui-1", snap
     st, restored = get(port, f"/v1/sandboxes/{result['restored']}")
-    assert st == 200 and restored["source"]["type"] == "snapshot", restored
+    assert st == 200 and restored["source"]["type"] == "snapshot" and restored["state"] == "stopped", restored
     assert restored["source"]["snapshot_id"] == result["snapshot"], restored
     assert result["forked"] not in ("kui-1", result["restored"]), result["forked"]
     # the fork paused, resumed (by keyboard), stopped and deleted from the page: each state as
@@ -406,6 +410,8 @@ def test_kernel_dashboard_shows_sandboxes_of_rebuno_dev(make_kernel, tmpdir_path
     assert lc["focus_in_dialog"] == "cancel-delete" and lc["after_escape"] == 200, lc
     assert lc["focus_after_escape"] == "delete" and lc["focus_after_tab"] == "confirm-delete", lc
     assert lc["after_delete"] == 404 and result["forked"] not in lc["listed_after_delete"], lc
+    # and the restored one stopped from its row in the list
+    assert lc["row_stop_name"] == f"Stop {result['restored']}" and lc["row_stopped"] == "stopped", lc
     st, body = get(port, f"/v1/sandboxes/{result['forked']}")
     assert st == 404 and "sandbox_not_found" in json.dumps(body), (st, body)
     # an action on a sandbox deleted behind the page's back shows sandboxd's reason

@@ -21,15 +21,22 @@ export function usePending(executionId) {
     let timer;
     let live = false;
     let ids = new Set(); // executions with a pending approval shown
+    let seq = 0; // reads started; only the newest one's answer is shown
     async function load() {
       clearTimeout(timer);
+      const my = ++seq;
       try {
         const l = await get(`/v0/approvals${qs({ status: "pending", execution_id: executionId })}`);
-        if (alive) (setList(l), setError(null), (ids = new Set(l.map((a) => a.execution_id))));
+        // two reads can overlap (a change on the stream while the poll's read is out) and
+        // answer out of order: an older answer would take away a card just shown
+        if (!alive || my !== seq) return;
+        setList(l), setError(null), (ids = new Set(l.map((a) => a.execution_id)));
       } catch (e) {
-        if (alive) setError(e);
+        if (!alive || my !== seq) return;
+        setError(e);
       }
-      if (alive) timer = setTimeout(load, live ? SLOW_MS : document.hidden ? 4 * REFRESH_MS : REFRESH_MS);
+      clearTimeout(timer);
+      timer = setTimeout(load, live ? SLOW_MS : document.hidden ? 4 * REFRESH_MS : REFRESH_MS);
     }
     const soon = () => {
       clearTimeout(timer);

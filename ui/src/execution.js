@@ -30,6 +30,8 @@ function useExecution(id) {
     let stop = null;
     let pendingRefetch = null;
     let inflight = null; // the page being read
+    let retry = null; // after a failed read: the same page again, later and later
+    let backoff = 1000;
     let last = 0; // the newest event_seq known to exist
     const all = []; // events 1..all.length, in order (event_seq has no gaps)
     const ahead = new Map(); // event_seq -> event, past all.length (the stream's, or a page's overlap)
@@ -52,9 +54,12 @@ function useExecution(id) {
     const fetchPage = (after) =>
       get(`/v0/executions/${encodeURIComponent(id)}/events${qs({ after_seq: after, limit: PAGE })}`);
     // read the next page; while one is being read, the same promise (a press of the button
-    // while the observer's read is under way waits for that one rather than doing nothing)
+    // while the observer's read is under way waits for that one rather than doing nothing).
+    // A failed read is tried again by itself after 1, 2, 4 … 30 s (a dropped connection
+    // heals), and at once when the button is pressed.
     more.current = () => {
       if (inflight || all.length >= last) return inflight || Promise.resolve();
+      clearTimeout(retry);
       setLoading(true);
       inflight = (async () => {
         try {
@@ -64,8 +69,12 @@ function useExecution(id) {
           take(page);
           setTotal(last);
           setFailed(null);
+          backoff = 1000;
         } catch (err) {
-          if (alive) setFailed(err.message);
+          if (!alive) return;
+          setFailed(err.message);
+          retry = setTimeout(() => more.current(), backoff);
+          backoff = Math.min(30000, backoff * 2);
         } finally {
           inflight = null;
           if (alive) setLoading(false);
@@ -118,6 +127,7 @@ function useExecution(id) {
     return () => {
       alive = false;
       clearTimeout(pendingRefetch);
+      clearTimeout(retry);
       stop && stop();
     };
   }, [id]);
@@ -128,7 +138,8 @@ function useExecution(id) {
 // page, then focus goes to the first new entry, where the reader goes on) that also reads
 // it by itself once it comes within a screen of view. The observer is made anew after every
 // page, so a screen tall enough to still show the button reads on; not after a failed read
-// (a click retries), so a kernel that fails is not asked again and again.
+// (the hook tries again with a growing delay, a click at once), so a kernel that fails is
+// not asked again at every frame.
 function More({ shown, total, entries, loading, failed, onMore }) {
   const ref = useRef(null);
   useEffect(() => {

@@ -20,7 +20,9 @@ try {
   await page.setViewport({ width: 1366, height: 800 });
   const consoleErrors = [];
   page.on("pageerror", (e) => consoleErrors.push(String(e)));
-  page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  // net::ERR_NETWORK_CHANGED: Chromium drops requests in flight when the host's interfaces
+  // change, as other tests' sandboxes add and remove veths; the host's doing, not the page's
+  page.on("console", (m) => m.type() === "error" && !m.text().includes("net::ERR_NETWORK_CHANGED") && consoleErrors.push(m.text()));
   const shot = async (name) => {
     const p = join(spec.shots, `${name}.png`);
     await page.screenshot({ path: p, fullPage: false });
@@ -219,8 +221,11 @@ try {
   await page.type(`article.approval[data-execution="${askId}"] input[name=decided_by]`, "ui-tester");
   await page.type(`article.approval[data-execution="${askId}"] input[name=rationale]`, "not from the inbox");
   await page.click(`article.approval[data-execution="${askId}"] button.deny`);
-  await page.waitForSelector(`article.approval[data-execution="${askId}"] .decided`, { timeout: T });
-  out.inbox_live = { id: askId, decided: await page.$eval(`article.approval[data-execution="${askId}"] .decided`, (e) => e.textContent) };
+  // read in the same check that finds it: the inbox reads the pending list again after a
+  // decision, and the decided card leaves it then
+  const decided = await page.waitForFunction((id) => document.querySelector(`article.approval[data-execution="${id}"] .decided`)?.textContent,
+    { timeout: T }, askId);
+  out.inbox_live = { id: askId, decided: await decided.jsonValue() };
   out.console_errors = [...consoleErrors];
 
   // 9. a stored key that stops working (a restarted dev kernel has a new token) brings the

@@ -27,7 +27,9 @@ try {
   page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 800 });
   page.on("pageerror", (e) => errors.push(String(e)));
-  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+  // net::ERR_NETWORK_CHANGED: Chromium drops requests in flight when the host's interfaces
+  // change, as other tests' sandboxes add and remove veths; the host's doing, not the page's
+  page.on("console", (m) => m.type() === "error" && !m.text().includes("net::ERR_NETWORK_CHANGED") && errors.push(m.text()));
   const shot = async (name) => {
     const p = join(spec.shots, `${name}.png`);
     await page.screenshot({ path: p });
@@ -133,6 +135,12 @@ try {
     await page.waitForSelector(`tr[data-name="${spec.name}"]`, { timeout: T });
     out.lifecycle.listed_after_delete = await page.$$eval("tr[data-name]", (r) => r.map((x) => x.dataset.name));
     out.lifecycle.after_delete = (await v1("GET", f)).status;
+    // from the list: stop the restored sandbox in its row (its buttons named for it)
+    const row = `tr[data-name="${out.restored}"]`;
+    out.lifecycle.row_stop_name = await page.$eval(`${row} button[name=stop]`, (b) => b.getAttribute("aria-label"));
+    await page.click(`${row} button[name=stop]`);
+    await page.waitForFunction((r) => document.querySelector(`${r} .status`)?.textContent === "stopped", { timeout: T }, row);
+    out.lifecycle.row_stopped = (await v1("GET", `/v1/sandboxes/${encodeURIComponent(out.restored)}`)).body.state;
     out.errors_before_gone = errors.slice();
 
     // an action on a sandbox deleted behind the page's back: the page says why
