@@ -2189,11 +2189,10 @@ static int pg_api_key_put(struct store *st, const struct api_key_row *k)
     return pg_write_now(PG(st), S_API_KEY_PUT, &ps);
 }
 
-static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
+/* fn for each api_keys row of r (the columns of S_API_KEYS); fn's first non-zero stops it. */
+static int key_rows(PGresult *r, store_api_key_fn fn, void *arg)
 {
-    int rc;
-    PGresult *r = exec_stmt(PG(st), S_API_KEYS, NULL, &rc);
-    if (!r) return rc;
+    int rc = 0;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
         struct api_key_row k = {.name = PQgetvalue(r, i, 1), .hash = PQgetvalue(r, i, 2),
                                 .prefix = PQgetvalue(r, i, 3), .scopes = PQgetvalue(r, i, 4),
@@ -2201,6 +2200,15 @@ static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
         g_copy(r, i, 0, k.id, sizeof k.id);
         rc = fn(&k, arg);
     }
+    return rc;
+}
+
+static int pg_api_keys_each(struct store *st, store_api_key_fn fn, void *arg)
+{
+    int rc;
+    PGresult *r = exec_stmt(PG(st), S_API_KEYS, NULL, &rc);
+    if (!r) return rc;
+    rc = key_rows(r, fn, arg);
     PQclear(r);
     return rc;
 }
@@ -2212,15 +2220,7 @@ static int pg_api_key_find(struct store *st, const char *hash, store_api_key_fn 
     int rc;
     PGresult *r = exec_stmt(PG(st), S_API_KEY_FIND, &ps, &rc);
     if (!r) return rc;
-    if (PQntuples(r) == 1) {
-        struct api_key_row k = {.name = PQgetvalue(r, 0, 1), .hash = PQgetvalue(r, 0, 2),
-                                .prefix = PQgetvalue(r, 0, 3), .scopes = PQgetvalue(r, 0, 4),
-                                .created_at = g_int(r, 0, 5), .revoked_at = g_int(r, 0, 6)};
-        g_copy(r, 0, 0, k.id, sizeof k.id);
-        rc = fn(&k, arg);
-    } else {
-        rc = -ENOENT;
-    }
+    rc = PQntuples(r) == 1 ? key_rows(r, fn, arg) : -ENOENT;
     PQclear(r);
     return rc;
 }

@@ -1531,6 +1531,19 @@ static int sq_api_key_put(struct store *base_, const struct api_key_row *k)
     return sq_run_once(s);
 }
 
+/* fn for the api_keys row s stands on (id, name, hash, prefix, scopes, created_at, revoked_at). */
+static int key_row(sqlite3_stmt *s, store_api_key_fn fn, void *arg)
+{
+    struct api_key_row k = {.name = (const char *)sqlite3_column_text(s, 1),
+                            .hash = (const char *)sqlite3_column_text(s, 2),
+                            .prefix = (const char *)sqlite3_column_text(s, 3),
+                            .scopes = (const char *)sqlite3_column_text(s, 4),
+                            .created_at = sqlite3_column_int64(s, 5),
+                            .revoked_at = sqlite3_column_int64(s, 6)};
+    col_copy(s, 0, k.id, sizeof k.id);
+    return fn(&k, arg);
+}
+
 static int sq_api_keys_each(struct store *base_, store_api_key_fn fn, void *arg)
 {
     sqlite3_stmt *s;
@@ -1539,14 +1552,7 @@ static int sq_api_keys_each(struct store *base_, store_api_key_fn fn, void *arg)
         return -EIO;
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        struct api_key_row k = {.name = (const char *)sqlite3_column_text(s, 1),
-                                .hash = (const char *)sqlite3_column_text(s, 2),
-                                .prefix = (const char *)sqlite3_column_text(s, 3),
-                                .scopes = (const char *)sqlite3_column_text(s, 4),
-                                .created_at = sqlite3_column_int64(s, 5),
-                                .revoked_at = sqlite3_column_int64(s, 6)};
-        col_copy(s, 0, k.id, sizeof k.id);
-        r = fn(&k, arg);
+        r = key_row(s, fn, arg);
     }
     sqlite3_finalize(s);
     return r;
@@ -1561,14 +1567,7 @@ static int sq_api_key_find(struct store *base_, const char *hash, store_api_key_
     bind_text(s, 1, hash);
     int rc = sqlite3_step(s), r;
     if (rc == SQLITE_ROW) {
-        struct api_key_row k = {.name = (const char *)sqlite3_column_text(s, 1),
-                                .hash = (const char *)sqlite3_column_text(s, 2),
-                                .prefix = (const char *)sqlite3_column_text(s, 3),
-                                .scopes = (const char *)sqlite3_column_text(s, 4),
-                                .created_at = sqlite3_column_int64(s, 5),
-                                .revoked_at = sqlite3_column_int64(s, 6)};
-        col_copy(s, 0, k.id, sizeof k.id);
-        r = fn(&k, arg);
+        r = key_row(s, fn, arg);
     } else {
         r = rc == SQLITE_DONE ? -ENOENT : rc_errno(rc) ? rc_errno(rc) : -EIO;
     }
