@@ -13,7 +13,8 @@
  *
  * States, in order (a connection skips those that do not apply):
  *   SNIFF (443) / HEAD (80)  read until the SNI / first Host is known; decide
- *   RESOLVE                  override table, else getaddrinfo on the resolver pool
+ *   RESOLVE                  override table, else getaddrinfo on the resolver pool; the
+ *                            addresses the policy's ranges refuse are dropped (conn_match)
  *   CONNECT                  TCP to the upstream (next address on failure)
  *   UP_TLS                   intercept: verify the real server (host = SNI)
  *   LEAF                     intercept: wait for the minted certificate
@@ -50,6 +51,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -137,6 +139,7 @@ struct proxy_conn {
     struct evbuffer *to_up, *to_down; /* plaintext waiting for the other side */
     char host[PROXY_HOST_MAX + 1];
     enum proxy_verdict_kind admitted;
+    char orig[INET_ADDRSTRLEN]; /* the IPv4 address the sandbox dialled ("" unknown) */
     uint64_t generation;
     struct proxy_http *http;
     uint64_t req_seen, inj_seen;
@@ -981,6 +984,71 @@ static void start_up_tls(struct proxy_conn *c)
     up_handshake(c);
 }
 
+/* ------------------------------------------------------------------ address ranges */
+
+/* The address the upstream side is connected to (or connecting to) for the host the
+ * sandbox named; NULL before one is chosen or while a routed connection talks to a
+ * forward target (the policy's own choice: ranges do not apply to it). */
+static const struct sockaddr *up_addr(const struct proxy_conn *c)
+{
+    if (c->addr_i == 0 || c->addr_i > c->naddrs || strcmp(c->cur.host, c->host)) return NULL;
+    return (const struct sockaddr *)&c->addrs[c->addr_i - 1];
+}
+
+/*
+ * The policy's verdict for this connection (policy.h, address ranges): by the host's
+ * name, then by the address actually connected to. Before there is one, a name the
+ * domains deny passes for now when subnets.allow might admit its address: the
+ * resolution keeps only admitted addresses (admit_addrs), so nothing is connected
+ * that the ranges refuse.
+ */
+static void conn_match(struct proxy_conn *c, struct proxy_verdict *v)
+{
+    const struct proxy_policy *p = c->sbx->policy;
+    proxy_policy_match(p, c->host, v);
+    if (!proxy_policy_has_subnets(p)) return;
+    const struct sockaddr *a = up_addr(c);
+    if (a) {
+        struct proxy_verdict name = *v;
+        proxy_policy_match_addr(p, &name, a, v);
+    } else if (v->kind == PROXY_DENY && proxy_policy_subnets_allow(p)) {
+        v->kind = PROXY_PASS;
+        v->rule = "subnets.allow";
+    }
+}
+
+/* Drop the resolved addresses the ranges refuse (the sandbox's own host only; a
+ * forward target is the policy's choice). The number dropped. */
+static int admit_addrs(struct proxy_conn *c)
+{
+    const struct proxy_policy *p = c->sbx->policy;
+    if (!proxy_policy_has_subnets(p) || strcmp(c->cur.host, c->host)) return 0;
+    struct proxy_verdict name, v;
+    proxy_policy_match(p, c->host, &name);
+    int kept = 0, dropped = 0;
+    for (int i = 0; i < c->naddrs; i++) {
+        proxy_policy_match_addr(p, &name, (struct sockaddr *)&c->addrs[i], &v);
+        if (v.kind == PROXY_DENY) {
+            dropped++;
+            continue;
+        }
+        if (kept != i) {
+            c->addrs[kept] = c->addrs[i];
+            c->alen[kept] = c->alen[i];
+        }
+        kept++;
+    }
+    c->naddrs = kept;
+    if (dropped && !kept) {
+        char a[80];
+        proxy_addr_format((struct sockaddr *)&c->addrs[0], a, sizeof a);
+        log_info("egress connection refused",
+                 "sandbox=%s conn=%llu host=%s reason=\"address denied by subnets\" addr=%s addrs=%d",
+                 c->sbx->id, (unsigned long long)c->id, c->host, a, dropped);
+    }
+    return dropped;
+}
+
 /* ------------------------------------------------------------------ upstream connect */
 
 static void connect_next(struct proxy_conn *c);
@@ -1067,6 +1135,10 @@ static void resolve_done(void *arg)
     }
     int rc = j->rc;
     resolve_drop(j);
+    if (c->naddrs && admit_addrs(c) && c->naddrs == 0) {
+        up_refuse(c, &st(c)->denied, "address denied");
+        return;
+    }
     if (c->naddrs == 0) {
         log_info("egress upstream lookup failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
                  c->sbx->id, (unsigned long long)c->id, c->cur.host,
@@ -1089,6 +1161,10 @@ static void start_resolve(struct proxy_conn *c)
         memcpy(&c->addrs[0], &o->addr, o->len);
         c->alen[0] = o->len;
         c->naddrs = 1;
+        if (admit_addrs(c) && c->naddrs == 0) {
+            up_refuse(c, &st(c)->denied, "address denied");
+            return;
+        }
         connect_next(c);
         return;
     }
@@ -1117,11 +1193,19 @@ static void set_target(struct proxy_conn *c)
     c->cur.tls = c->mode == M_INTERCEPT;
 }
 
-static void decide_tls(struct proxy_conn *c, const char *host)
+/* literal: no SNI; host is the address the sandbox dialled (policies with ranges) */
+static void decide_tls(struct proxy_conn *c, const char *host, bool literal)
 {
     snprintf(c->host, sizeof c->host, "%s", host);
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, host, &v);
+    conn_match(c, &v);
+    if (literal && v.kind == PROXY_INTERCEPT) {
+        log_info("egress connection refused", "sandbox=%s conn=%llu port=%u host=%s reason=\"%s\"",
+                 c->sbx->id, (unsigned long long)c->id, c->up_port, host,
+                 "no SNI: the policy's rules for this address need a host name");
+        refuse(c, &st(c)->refused, "no SNI");
+        return;
+    }
     c->admitted = v.kind;
     c->generation = c->sbx->generation;
     log_decision(c, &v);
@@ -1176,7 +1260,11 @@ static void sniff(struct proxy_conn *c)
     char host[PROXY_HOST_MAX + 1];
     enum proxy_sni_result r = proxy_sni_parse(data, len, host);
     if (r == PROXY_SNI_OK) {
-        decide_tls(c, host);
+        decide_tls(c, host, false);
+        return;
+    }
+    if (r == PROXY_SNI_NONE && c->orig[0] && proxy_policy_has_subnets(c->sbx->policy)) {
+        decide_tls(c, c->orig, true); /* an IP literal: the ranges (or its key) decide */
         return;
     }
     if (r == PROXY_SNI_NEED_MORE && !c->down.sock_eof && len < SNIFF_MAX) return;
@@ -1200,7 +1288,7 @@ static int http_decide(void *arg, const char *host, const struct proxy_request *
         return 421;
     }
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, c->host, &v);
+    conn_match(c, &v);
     if (c->state == CS_HEAD) {
         c->admitted = v.kind;
         c->generation = c->sbx->generation;
@@ -1392,19 +1480,26 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------------ lifetime */
 
-static bool original_port(evutil_socket_t fd, const struct sockaddr *peer, uint16_t *port)
+/* The port the sandbox dialled, and its IPv4 address as text into orig
+ * (INET_ADDRSTRLEN bytes; "" for IPv6). */
+static bool original_dst(evutil_socket_t fd, const struct sockaddr *peer, uint16_t *port,
+                         char *orig)
 {
     struct sockaddr_storage d;
     socklen_t l = sizeof d;
     int r = peer->sa_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &d, &l)
                                         : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &d, &l);
     if (r < 0) return false;
-    if (d.ss_family == AF_INET)
+    orig[0] = '\0';
+    if (d.ss_family == AF_INET) {
         *port = ntohs(((struct sockaddr_in *)&d)->sin_port);
-    else if (d.ss_family == AF_INET6)
+        if (!inet_ntop(AF_INET, &((struct sockaddr_in *)&d)->sin_addr, orig, INET_ADDRSTRLEN))
+            orig[0] = '\0';
+    } else if (d.ss_family == AF_INET6) {
         *port = ntohs(((struct sockaddr_in6 *)&d)->sin6_port);
-    else
+    } else {
         return false;
+    }
     return true;
 }
 
@@ -1455,8 +1550,9 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
         return;
     }
     uint16_t port = l->role == PROXY_ROLE_HTTP ? 80 : 443;
+    char orig[INET_ADDRSTRLEN] = "";
     if (l->role == PROXY_ROLE_TRANSPARENT &&
-        (!original_port(fd, peer, &port) || (port != 80 && port != 443))) {
+        (!original_dst(fd, peer, &port, orig) || (port != 80 && port != 443))) {
         sbx->st.refused++;
         proxy_rst_fd(fd);
         return;
@@ -1474,6 +1570,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     c->sbx = sbx;
     c->id = ++px->next_conn_id;
     c->up_port = port;
+    memcpy(c->orig, orig, sizeof c->orig);
     c->mode = port == 80 ? M_HTTP : M_PASS;
     c->state = port == 80 ? CS_HEAD : CS_SNIFF;
     c->to_up = evbuffer_new();
@@ -1543,7 +1640,7 @@ void proxy_conn_policy_changed(struct proxy_conn *c)
 {
     if (c->host[0] == '\0') return; /* not decided yet: it will see the new policy */
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, c->host, &v);
+    conn_match(c, &v);
     bool close = v.kind == PROXY_DENY || (c->mode != M_HTTP && v.kind != c->admitted) ||
                  (v.kind == PROXY_INTERCEPT && v.routes != c->routed);
     if (!close) {

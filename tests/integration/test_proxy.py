@@ -1184,3 +1184,111 @@ def test_per_request_rules_are_validated_and_follow_live_updates(start_proxy, up
     s.close()
     assert [q["path"] for q in fwd.requests] == ["/after"]
     assert [q["path"] for q in up.requests] == ["/before", "/after"]
+
+
+# ---------------------------------------------------------------- address ranges (subnets)
+#
+# The overrides stand in for DNS: the proxy connects to the override's address, so that
+# is the address the ranges judge ("the address actually connected"). 127.0.0.2 has no
+# listener: a name sent there is refused by the ranges before any connect is tried
+# (counted as denied), or fails upstream when the ranges let it through.
+
+def _refused_tls(px, name, cafile):
+    expect_reset(lambda: tls_connect(px.tls, name, cafile))
+
+
+def test_subnets_deny_wins_and_allow_needs_no_domain(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    ov = [f"github.example=127.0.0.1:{up.port}", f"api.example=127.0.0.1:{up.port}",
+          f"far.example=127.0.0.2:{up.port}"]
+    # Vercel's precedence: subnets.deny beats an allowed domain
+    px = start_proxy({"allow": ["github.example"], "subnets": {"deny": ["127.0.0.1"]}},
+                     overrides=ov)
+    _refused_tls(px, "github.example", pki["ca.pem"])
+    st = px.wait_stat("denied", 1)
+    assert st["upstream_failed"] == 0 and up.requests == []
+    assert "address denied by subnets" in px.read_log()
+
+    # subnets.allow: a host no domain names is reached through its address alone
+    st, _ = px.control("PUT", "/v0/policy", {"allow": [], "subnets": {"allow": ["127.0.0.0/31"]}})
+    assert st == 200
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])  # passthrough: the real certificate
+    assert send_request(s, "api.example", "/by-range")[0].status == 200
+    s.close()
+    assert up.requests[-1]["path"] == "/by-range"
+    # ... but not one whose address is outside the range
+    _refused_tls(px, "far.example", pki["ca.pem"])
+    assert px.wait_stat("denied", 2)["upstream_failed"] == 0
+    # deny beats allow for the same address
+    px.control("PUT", "/v0/policy",
+               {"subnets": {"allow": ["127.0.0.0/8"], "deny": ["127.0.0.1/32"]}})
+    _refused_tls(px, "api.example", pki["ca.pem"])
+    assert px.wait_stat("denied", 3)["passthrough"] >= 1
+    # DNS still answers only names a domain allows: a range does not make names resolve
+    assert _dns_query(px.ports["dns"], "api.example")[:2] == (3, 0)
+
+
+def test_subnets_allow_precedence_is_e2b(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    ov = [f"github.example=127.0.0.1:{up.port}", f"api.example=127.0.0.1:{up.port}"]
+    # E2B: allowOut (a domain or a range) wins over denyOut; "*" does not
+    px = start_proxy({"allow": {"*": [], "github.example": []},
+                      "subnets": {"deny": ["127.0.0.0/8"], "precedence": "allow"}},
+                     overrides=ov)
+    s = tls_connect(px.tls, "github.example", pki["ca.pem"])
+    assert send_request(s, "github.example", "/named")[0].status == 200
+    s.close()
+    _refused_tls(px, "api.example", pki["ca.pem"])
+    px.control("PUT", "/v0/policy", {"allow": {"*": []},
+                                     "subnets": {"allow": ["127.0.0.1"], "deny": ["127.0.0.0/8"],
+                                                 "precedence": "allow"}})
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(s, "api.example", "/range-wins")[0].status == 200
+    s.close()
+    assert [r["path"] for r in up.requests] == ["/named", "/range-wins"]
+
+
+def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, pki):
+    up = upstreams()
+    tup = upstreams(pki)
+    px = start_proxy({"subnets": {"allow": ["127.0.0.1"]}},
+                     overrides=[f"api.example:80=127.0.0.1:{up.port}",
+                                f"api.example:443=127.0.0.1:{tup.port}"])
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/plain", headers={"Host": "api.example"})
+    r = c.getresponse()
+    assert r.status == 200 and r.read() == b"ok GET /plain 0\n"
+    # an open connection whose address a live update denies is closed at once
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(s, "api.example", "/open")[0].status == 200
+    st, _ = px.control("PUT", "/v0/policy", {"subnets": {"allow": ["127.0.0.1"],
+                                                         "deny": ["127.0.0.0/24"]}})
+    assert st == 200
+    s.settimeout(3)
+    try:
+        assert s.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    s.close()
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+        c.request("GET", "/after", headers={"Host": "api.example"})
+        c.getresponse()
+    c.close()
+    assert px.stats()["policy_closed"] == 2
+    # bad ranges: 400 naming the element
+    for body, field in [({"subnets": {"deny": ["10.0.0.0/8", "10.1.2.3/8"]}}, "subnets.deny[1]"),
+                        ({"subnets": {"allow": ["2001:db8::/32"]}}, "subnets.allow[0]"),
+                        ({"subnets": {"allow": ["1.2.3.4/33"]}}, "subnets.allow[0]"),
+                        ({"subnets": {"allow": ["a"] * 257}}, "subnets.allow")]:
+        st, out = px.control("PUT", "/v0/policy", body)
+        assert st == 400 and field in json.dumps(out), (body, out)
+
+
+def test_subnets_allow_never_opens_private_upstreams(start_proxy, pki):
+    # "localhost" resolves to loopback: the private-address refusal stands whatever the
+    # ranges say
+    px = start_proxy({"subnets": {"allow": ["127.0.0.0/8", "0.0.0.0/0"]}})
+    _refused_tls(px, "localhost", pki["ca.pem"])
+    st = px.wait_stat("upstream_failed", 1)
+    assert st["denied"] == 0
+    assert "only private or local addresses" in px.read_log()
