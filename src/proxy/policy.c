@@ -10,6 +10,8 @@
  * the same name (any case) replaces an earlier one. The rules without "match" are
  * merged once at parse time (the verdict's headers); a request is evaluated against
  * the rule list only when some rule has a "match" or routes (forward, response).
+ * Address ranges (subnets) are two flat arrays of host-order net/mask pairs, scanned
+ * once per address resolved.
  */
 #include "proxy/policy.h"
 

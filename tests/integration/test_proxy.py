@@ -77,7 +77,7 @@ def pki():
 class Upstream:
     """A local HTTP(S) server that records every request it gets."""
 
-    def __init__(self, pki=None, cert="server", handler=None):
+    def __init__(self, pki=None, cert="server", handler=None, host="127.0.0.1"):
         self.requests = []
         self.lock = threading.Lock()
         outer = self
@@ -119,7 +119,7 @@ class Upstream:
             def log_message(self, *a):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         if pki:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
