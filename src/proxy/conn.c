@@ -1263,8 +1263,10 @@ static void sniff(struct proxy_conn *c)
         decide_tls(c, host, false);
         return;
     }
-    if (r == PROXY_SNI_NONE && c->orig[0] && proxy_policy_has_subnets(c->sbx->policy)) {
-        decide_tls(c, c->orig, true); /* an IP literal: the ranges (or its key) decide */
+    if (r == PROXY_SNI_NONE && c->orig[0]) {
+        /* a client dialling an IP literal sends no SNI: that address is the name (the
+         * proxy still resolves it, to itself, and judges it like any upstream) */
+        decide_tls(c, c->orig, true);
         return;
     }
     if (r == PROXY_SNI_NEED_MORE && !c->down.sock_eof && len < SNIFF_MAX) return;

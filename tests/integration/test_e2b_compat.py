@@ -317,7 +317,9 @@ def test_allow_out_and_deny_out_addresses_are_enforced_by_the_proxy(cidr_env):
     assert r["info3"]["denyOut"] == ["127.0.0.0/8"], r["info3"]
     assert r["badV6"]["error"] == "SandboxError" and "denyOut[0]" in r["badV6"]["message"]
     assert paths(near) == ["/wins-near"], paths(near)
-    assert paths(far) == ["/deny-far", "/allow-far", "/literal", "/wins-far"], paths(far)
+    assert "ok GET /literal-all" in r["literalAll"]["ok"]["stdout"], r["literalAll"]
+    assert paths(far) == ["/deny-far", "/allow-far", "/literal", "/wins-far", "/literal-all"], \
+        paths(far)
     assert "address denied by subnets" in d.read_log()
 
 

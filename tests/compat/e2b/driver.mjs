@@ -370,6 +370,9 @@ const cases = {
       res.winsThird = await catching(() => get(third, '/wins-third'))
       res.info3 = (await sbx.getInfo()).network
       res.badV6 = await catching(() => sbx.updateNetwork({ denyOut: ['2001:db8::/32'] }))
+      // 4. everything allowed (no ranges): an IP literal without SNI passes too, as on E2B
+      await sbx.updateNetwork({})
+      res.literalAll = await catching(() => sbx.commands.run(`curl -sSk --max-time 10 https://${literal}/literal-all`))
       return res
     } finally {
       await sbx.kill()
