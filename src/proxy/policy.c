@@ -1064,8 +1064,15 @@ void proxy_policy_match_addr(const struct proxy_policy *p, const struct proxy_ve
     *out = *name;
     if (!proxy_policy_has_subnets(p)) return;
     uint32_t a = 0;
-    bool v4 = addr_v4(sa, &a);
-    bool in_allow = v4 && in_list(&p->sallow, a), in_deny = v4 && in_list(&p->sdeny, a);
+    if (!addr_v4(sa, &a)) {
+        /* the ranges are IPv4: an IPv6 upstream could never be judged, so a policy with
+         * ranges does not use one (a deny of 0.0.0.0/0 must not leak over IPv6) */
+        memset(out, 0, sizeof *out);
+        out->kind = PROXY_DENY;
+        out->rule = "subnets.ipv6";
+        return;
+    }
+    bool in_allow = in_list(&p->sallow, a), in_deny = in_list(&p->sdeny, a);
     bool named = name->kind != PROXY_DENY && strcmp(name->rule, "*"); /* a domain key */
     if (p->allow_wins && (named || in_allow)) {
         if (name->kind != PROXY_DENY) return;

@@ -200,7 +200,8 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
  * a host whose name verdict is *name (from proxy_policy_match on the same policy):
  * *name itself, or a deny (rule "subnets.deny", or "" when nothing allowed it), or a
  * pass (rule "subnets.allow") for a name denied but an address allowed. IPv4-mapped
- * IPv6 addresses count as IPv4; other IPv6 addresses are in no range. Pure. */
+ * IPv6 addresses count as IPv4; other IPv6 addresses are denied when the policy has
+ * ranges (they could not be judged). Pure. */
 void proxy_policy_match_addr(const struct proxy_policy *p, const struct proxy_verdict *name,
                              const struct sockaddr *sa, struct proxy_verdict *out);
 /* The policy has address ranges (subnets.allow or subnets.deny): the address decides
