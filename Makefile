@@ -39,7 +39,7 @@ UNIT_OBJ := $(UNIT_SRC:%.c=build/asan/%.o)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_LIB_SRC := src/base/buf.c src/base/err.c src/base/xalloc.c src/base/jtext.c src/kernel/identity.c \
                 src/sandbox/storage/oci.c src/sandbox/storage/registry.c src/base/clock.c \
-                $(wildcard src/policy/*.c)
+                src/proxy/policy.c $(wildcard src/policy/*.c)
 
 .PHONY: all asan unit test bench lint fmt clean fuzz demo ui
 all: build/rebuno
