@@ -140,6 +140,8 @@ struct proxy_conn {
     char host[PROXY_HOST_MAX + 1];
     enum proxy_verdict_kind admitted;
     char orig[INET_ADDRSTRLEN]; /* the IPv4 address the sandbox dialled ("" unknown) */
+    bool by_addr; /* admitted for its address alone (no domain allows the name): the
+                     upstream is the address dialled, the name is never looked up */
     uint64_t generation;
     struct proxy_http *http;
     uint64_t req_seen, inj_seen;
@@ -991,16 +993,19 @@ static void start_up_tls(struct proxy_conn *c)
  * forward target (the policy's own choice: ranges do not apply to it). */
 static const struct sockaddr *up_addr(const struct proxy_conn *c)
 {
-    if (c->addr_i == 0 || c->addr_i > c->naddrs || strcmp(c->cur.host, c->host)) return NULL;
+    if (c->addr_i == 0 || c->addr_i > c->naddrs || (strcmp(c->cur.host, c->host) && !c->by_addr))
+        return NULL;
     return (const struct sockaddr *)&c->addrs[c->addr_i - 1];
 }
 
 /*
  * The policy's verdict for this connection (policy.h, address ranges): by the host's
  * name, then by the address actually connected to. Before there is one, a name the
- * domains deny passes for now when subnets.allow might admit its address: the
- * resolution keeps only admitted addresses (admit_addrs), so nothing is connected
- * that the ranges refuse.
+ * domains deny passes for now (rule "subnets.allow") when subnets.allow might admit its
+ * address: the deciding caller marks the connection by_addr, its upstream is then the
+ * address the sandbox dialled (set_target; a name nobody allowed is never resolved on
+ * the host, so it cannot carry data out through DNS), and the resolution keeps only
+ * admitted addresses (admit_addrs), so nothing is connected that the ranges refuse.
  */
 static void conn_match(struct proxy_conn *c, struct proxy_verdict *v)
 {
@@ -1022,7 +1027,7 @@ static void conn_match(struct proxy_conn *c, struct proxy_verdict *v)
 static int admit_addrs(struct proxy_conn *c)
 {
     const struct proxy_policy *p = c->sbx->policy;
-    if (!proxy_policy_has_subnets(p) || strcmp(c->cur.host, c->host)) return 0;
+    if (!proxy_policy_has_subnets(p) || (strcmp(c->cur.host, c->host) && !c->by_addr)) return 0;
     struct proxy_verdict name, v;
     proxy_policy_match(p, c->host, &name);
     int kept = 0, dropped = 0;
@@ -1185,15 +1190,36 @@ static void log_decision(struct proxy_conn *c, const struct proxy_verdict *v)
              proxy_verdict_name(v->kind), v->rule[0] ? v->rule : "-");
 }
 
-/* The upstream is the host the sandbox named, on its port. */
-static void set_target(struct proxy_conn *c)
+/* Whether v (from conn_match, before any upstream) admits only by address. */
+static bool admitted_by_addr(const struct proxy_verdict *v)
 {
-    snprintf(c->cur.host, sizeof c->cur.host, "%s", c->host);
-    c->cur.port = c->up_port;
-    c->cur.tls = c->mode == M_INTERCEPT;
+    return v->kind == PROXY_PASS && !strcmp(v->rule, "subnets.allow");
 }
 
-/* literal: no SNI; host is the address the sandbox dialled (policies with ranges) */
+/* The upstream is the host the sandbox named, on its port; for a connection admitted by
+ * its address alone, the address it dialled (or the IPv4 literal it named, on a role
+ * listener). false: there is none (the name would have to be looked up): refused. */
+static bool set_target(struct proxy_conn *c)
+{
+    const char *h = c->host;
+    if (c->by_addr) {
+        struct in_addr a;
+        h = c->orig[0] ? c->orig : inet_pton(AF_INET, c->host, &a) == 1 ? c->host : NULL;
+        if (!h) {
+            log_info("egress connection refused",
+                     "sandbox=%s conn=%llu host=%s reason=\"no domain allows the name and the "
+                     "address dialled is unknown\"", c->sbx->id, (unsigned long long)c->id, c->host);
+            refuse(c, &st(c)->denied, "host denied");
+            return false;
+        }
+    }
+    snprintf(c->cur.host, sizeof c->cur.host, "%s", h);
+    c->cur.port = c->up_port;
+    c->cur.tls = c->mode == M_INTERCEPT;
+    return true;
+}
+
+/* literal: no SNI; host is the address the sandbox dialled (transparent listener) */
 static void decide_tls(struct proxy_conn *c, const char *host, bool literal)
 {
     snprintf(c->host, sizeof c->host, "%s", host);
@@ -1207,6 +1233,7 @@ static void decide_tls(struct proxy_conn *c, const char *host, bool literal)
         return;
     }
     c->admitted = v.kind;
+    c->by_addr = admitted_by_addr(&v);
     c->generation = c->sbx->generation;
     log_decision(c, &v);
     if (v.kind == PROXY_DENY) {
@@ -1247,8 +1274,7 @@ static void decide_tls(struct proxy_conn *c, const char *host, bool literal)
             return;
         }
     }
-    set_target(c);
-    start_resolve(c);
+    if (set_target(c)) start_resolve(c);
 }
 
 static void sniff(struct proxy_conn *c)
@@ -1293,6 +1319,7 @@ static int http_decide(void *arg, const char *host, const struct proxy_request *
     conn_match(c, &v);
     if (c->state == CS_HEAD) {
         c->admitted = v.kind;
+        c->by_addr = admitted_by_addr(&v);
         c->generation = c->sbx->generation;
         c->routed = v.routes;
         proxy_http_set_serial(c->http, c->routed);
@@ -1353,8 +1380,7 @@ static void head(struct proxy_conn *c)
             }
             /* pause reading until relaying; what was read is in to_up */
             bufferevent_disable(c->down.bev, EV_READ);
-            set_target(c);
-            start_resolve(c);
+            if (set_target(c)) start_resolve(c);
             return;
         }
     }

@@ -58,7 +58,8 @@
  *                                        "deny": ["10.1.0.0/16"], "precedence": "deny"}}
  * IPv4 only (sandboxes have no IPv6), at most PROXY_POLICY_MAX_SUBNETS per list, no
  * host bits set ("10.1.2.3/8" is refused). They apply to the address the proxy
- * connects to, after it resolved the name itself (proxy_policy_match_addr):
+ * connects to, after it resolved the name itself, or, for a name no domain allows, the
+ * address the sandbox dialled (never a lookup of that name) (proxy_policy_match_addr):
  *   precedence "deny" (default, Vercel): an address in subnets.deny is refused, whatever
  *       allowed its name; one in subnets.allow is allowed even when its name is not.
  *   precedence "allow" (E2B: allowOut wins over denyOut): a name allowed by an exact or

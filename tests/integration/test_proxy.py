@@ -1191,16 +1191,30 @@ def test_per_request_rules_are_validated_and_follow_live_updates(start_proxy, up
 # The overrides stand in for DNS: the proxy connects to the override's address, so that
 # is the address the ranges judge ("the address actually connected"). 127.0.0.2 has no
 # listener: a name sent there is refused by the ranges before any connect is tried
-# (counted as denied), or fails upstream when the ranges let it through.
+# (counted as denied), or fails upstream when the ranges let it through. A name that only
+# a range could admit is never looked up: its upstream is the address the sandbox dialled,
+# which these role listeners do not know, so here only IP-literal Hosts can show it (the
+# transparent flow is in test_e2b_compat.py and test_vercel_compat.py).
 
 def _refused_tls(px, name, cafile):
     expect_reset(lambda: tls_connect(px.tls, name, cafile))
 
 
+def _get80(px, host, path):
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    try:
+        c.request("GET", path, headers={"Host": host})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
 def test_subnets_deny_wins_and_allow_needs_no_domain(start_proxy, upstreams, pki):
     up = upstreams(pki)
+    plain = upstreams()
     ov = [f"github.example=127.0.0.1:{up.port}", f"api.example=127.0.0.1:{up.port}",
-          f"far.example=127.0.0.2:{up.port}"]
+          f"203.0.113.9:80=127.0.0.1:{plain.port}", f"203.0.113.10:80=127.0.0.2:{plain.port}"]
     # Vercel's precedence: subnets.deny beats an allowed domain
     px = start_proxy({"allow": ["github.example"], "subnets": {"deny": ["127.0.0.1"]}},
                      overrides=ov)
@@ -1212,18 +1226,21 @@ def test_subnets_deny_wins_and_allow_needs_no_domain(start_proxy, upstreams, pki
     # subnets.allow: a host no domain names is reached through its address alone
     st, _ = px.control("PUT", "/v0/policy", {"allow": [], "subnets": {"allow": ["127.0.0.0/31"]}})
     assert st == 200
-    s = tls_connect(px.tls, "api.example", pki["ca.pem"])  # passthrough: the real certificate
-    assert send_request(s, "api.example", "/by-range")[0].status == 200
-    s.close()
-    assert up.requests[-1]["path"] == "/by-range"
+    assert _get80(px, "203.0.113.9", "/by-range") == (200, b"ok GET /by-range 0\n")
     # ... but not one whose address is outside the range
-    _refused_tls(px, "far.example", pki["ca.pem"])
+    expect_reset(lambda: _get80(px, "203.0.113.10", "/outside"))
     assert px.wait_stat("denied", 2)["upstream_failed"] == 0
+    # a name no domain allows is never looked up (no DNS query leaves for it): without a
+    # dialled address there is nothing to judge, and it is refused
+    _refused_tls(px, "api.example", pki["ca.pem"])
+    assert px.wait_stat("denied", 3)["upstream_failed"] == 0
+    assert "address dialled is unknown" in px.read_log()
     # deny beats allow for the same address
     px.control("PUT", "/v0/policy",
                {"subnets": {"allow": ["127.0.0.0/8"], "deny": ["127.0.0.1/32"]}})
-    _refused_tls(px, "api.example", pki["ca.pem"])
-    assert px.wait_stat("denied", 3)["passthrough"] >= 1
+    expect_reset(lambda: _get80(px, "203.0.113.9", "/both"))
+    assert px.wait_stat("denied", 4)["upstream_failed"] == 0
+    assert [r["path"] for r in plain.requests] == ["/by-range"] and up.requests == []
     # DNS still answers only names a domain allows: a range does not make names resolve
     assert _dns_query(px.ports["dns"], "api.example")[:2] == (3, 0)
 
@@ -1251,17 +1268,19 @@ def test_subnets_allow_precedence_is_e2b(start_proxy, upstreams, pki):
 def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, pki):
     up = upstreams()
     tup = upstreams(pki)
-    px = start_proxy({"subnets": {"allow": ["127.0.0.1"]}},
-                     overrides=[f"api.example:80=127.0.0.1:{up.port}",
+    px = start_proxy({"allow": ["api.example"], "subnets": {"allow": ["127.0.0.1"]}},
+                     overrides=[f"203.0.113.9:80=127.0.0.1:{up.port}",
                                 f"api.example:443=127.0.0.1:{tup.port}"])
+    # port 80: an IP-literal Host no domain allows, admitted by its address
     c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
-    c.request("GET", "/plain", headers={"Host": "api.example"})
+    c.request("GET", "/plain", headers={"Host": "203.0.113.9"})
     r = c.getresponse()
     assert r.status == 200 and r.read() == b"ok GET /plain 0\n"
     # an open connection whose address a live update denies is closed at once
     s = tls_connect(px.tls, "api.example", pki["ca.pem"])
     assert send_request(s, "api.example", "/open")[0].status == 200
-    st, _ = px.control("PUT", "/v0/policy", {"subnets": {"allow": ["127.0.0.1"],
+    st, _ = px.control("PUT", "/v0/policy", {"allow": ["api.example"],
+                                             "subnets": {"allow": ["127.0.0.1"],
                                                          "deny": ["127.0.0.0/24"]}})
     assert st == 200
     s.settimeout(3)
@@ -1271,10 +1290,11 @@ def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, 
         pass
     s.close()
     with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
-        c.request("GET", "/after", headers={"Host": "api.example"})
+        c.request("GET", "/after", headers={"Host": "203.0.113.9"})
         c.getresponse()
     c.close()
     assert px.stats()["policy_closed"] == 2
+    assert [q["path"] for q in up.requests] == ["/plain"]
     # bad ranges: 400 naming the element
     for body, field in [({"subnets": {"deny": ["10.0.0.0/8", "10.1.2.3/8"]}}, "subnets.deny[1]"),
                         ({"subnets": {"allow": ["2001:db8::/32"]}}, "subnets.allow[0]"),
@@ -1285,10 +1305,10 @@ def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, 
 
 
 def test_subnets_allow_never_opens_private_upstreams(start_proxy, pki):
-    # "localhost" resolves to loopback: the private-address refusal stands whatever the
-    # ranges say
+    # the private-address refusal stands whatever the ranges say: an IP-literal Host on
+    # loopback, admitted by the range, is still refused when the proxy connects
     px = start_proxy({"subnets": {"allow": ["127.0.0.0/8", "0.0.0.0/0"]}})
-    _refused_tls(px, "localhost", pki["ca.pem"])
+    expect_reset(lambda: _get80(px, "127.0.0.1", "/"))
     st = px.wait_stat("upstream_failed", 1)
     assert st["denied"] == 0
     assert "only private or local addresses" in px.read_log()

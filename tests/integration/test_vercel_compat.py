@@ -316,7 +316,9 @@ def test_network_policy_subnets_at_local_upstreams(make_sandboxd, sdk, tmp_path)
         port = free_port()
         d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
                                 "--upstream-override", f"near.example:443=127.0.0.1:{near.port}",
-                                "--upstream-override", f"far.example:443=127.0.0.2:{far.port}"]).start()
+                                "--upstream-override", f"far.example:443=127.0.0.2:{far.port}",
+                                "--upstream-override", f"203.0.113.7:443=127.0.0.1:{near.port}",
+                                "--upstream-override", f"203.0.113.8:443=127.0.0.2:{far.port}"]).start()
         d.vercel_port = port
         r = run_case(d, "subnets")
         # the SDK's view: the legacy response form its validator accepts
@@ -326,6 +328,8 @@ def test_network_policy_subnets_at_local_upstreams(make_sandboxd, sdk, tmp_path)
         assert r["denyNear"]["exit"] != 0 and "ok GET /deny-far" in r["denyFar"]["out"], r
         # subnets.allow reaches a host no domain names; other addresses stay denied
         assert "ok GET /allow-far" in r["allowFar"]["out"] and r["allowNear"]["exit"] != 0, r
+        # a name only a range allows is never looked up: the address dialled is judged
+        assert r["farAtNear"]["exit"] != 0, r["farAtNear"]
         assert r["allowPolicy"] == {"allow": [], "subnets": {"allow": ["127.0.0.2"]}}, r["allowPolicy"]
         # ... and over an allowed range
         assert r["bothFar"]["exit"] != 0 and "ok GET /both-near" in r["bothNear"]["out"], r

@@ -340,14 +340,18 @@ const cases = {
 
   // allowOut/denyOut addresses and ranges (the proxy judges the address it connects to:
   // E2B_TEST_NEAR resolves to 127.0.0.1, E2B_TEST_FAR to 127.0.0.2, E2B_TEST_THIRD to
-  // 127.0.0.1, E2B_TEST_LITERAL is an IP literal sent to 127.0.0.2; overrides in the test)
+  // 127.0.0.1; E2B_TEST_LITERAL (an IP literal) is sent to 127.0.0.2 and
+  // E2B_TEST_NEAR_IP to 127.0.0.1: overrides in the test)
   async cidr() {
     const near = process.env.E2B_TEST_NEAR, far = process.env.E2B_TEST_FAR
     const third = process.env.E2B_TEST_THIRD, literal = process.env.E2B_TEST_LITERAL
-    // --resolve: the sandbox's DNS answers only names a domain allows; any address that
-    // leaves through the veth reaches the proxy, which resolves the name itself
+    const nearIp = process.env.E2B_TEST_NEAR_IP
+    // --resolve: the sandbox's DNS answers only names a domain allows. A name a domain
+    // (or "*") allows is resolved by the proxy itself; one only an address allows goes to
+    // the address dialled, so each name is dialled at an address standing for its upstream
+    const via = { [near]: nearIp, [third]: nearIp, [far]: literal }
     const get = (host, path) => sbx.commands.run(
-      `curl -sSk --max-time 10 --resolve ${host}:443:198.51.100.1 https://${host}${path}`)
+      `curl -sSk --max-time 10 --resolve ${host}:443:${via[host]} https://${host}${path}`)
     const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { denyOut: ['127.0.0.1'] } })
     try {
       const res = {}
@@ -359,6 +363,9 @@ const cases = {
       //    an IP literal without SNI is judged by its address too
       await sbx.updateNetwork({ denyOut: [e2b.ALL_TRAFFIC ?? '0.0.0.0/0'], allowOut: ['127.0.0.2/32'] })
       res.allowFar = await catching(() => get(far, '/allow-far'))
+      // the name is not looked up: dialled at near's address, far.example is judged there
+      res.farAtNear = await catching(() => sbx.commands.run(
+        `curl -sSk --max-time 10 --resolve ${far}:443:${nearIp} https://${far}/far-at-near`))
       res.allowNear = await catching(() => get(near, '/allow-near'))
       res.literal = await catching(() => sbx.commands.run(`curl -sSk --max-time 10 https://${literal}/literal`))
       res.info2 = (await sbx.getInfo()).network

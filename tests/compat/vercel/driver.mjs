@@ -317,11 +317,14 @@ const cases = {
   },
 
   // subnets (issue 17): the proxy judges the address it connects to. near.example resolves
-  // (overrides in the test) to 127.0.0.1, far.example to 127.0.0.2; the sandbox's DNS
-  // answers only allowed domains, so curl --resolve sends the name to any outside address
+  // (overrides in the test) to 127.0.0.1, far.example to 127.0.0.2. The sandbox's DNS
+  // answers only allowed domains, so curl --resolve dials each name at an address standing
+  // for its upstream (203.0.113.7 -> 127.0.0.1, 203.0.113.8 -> 127.0.0.2): a name only a
+  // range allows goes to the address dialled, never looked up
   async subnets() {
+    const via = { "near.example": "203.0.113.7", "far.example": "203.0.113.8" };
     const get = async (host, path) => text(await sb.runCommand("curl", ["-sSk", "--max-time", "10",
-      "--resolve", `${host}:443:198.51.100.1`, `https://${host}${path}`]));
+      "--resolve", `${host}:443:${via[host]}`, `https://${host}${path}`]));
     const sb = await Sandbox.create({ ...o, timeout: 120000,
       networkPolicy: { allow: ["near.example", "far.example"], subnets: { deny: ["127.0.0.1/32"] } } });
     const res = { created: sb.networkPolicy };
@@ -332,6 +335,9 @@ const cases = {
     await sb.updateNetworkPolicy({ allow: [], subnets: { allow: ["127.0.0.2"] } });
     res.allowFar = await get("far.example", "/allow-far");
     res.allowNear = await get("near.example", "/allow-near");
+    // the name is not looked up: dialled at near's address, far.example is judged there
+    res.farAtNear = await text(await sb.runCommand("curl", ["-sSk", "--max-time", "10",
+      "--resolve", "far.example:443:203.0.113.7", "https://far.example/far-at-near"]));
     res.allowPolicy = (await Sandbox.get({ ...o, name: sb.name })).networkPolicy;
     // deny wins over an allowed range too
     await sb.updateNetworkPolicy({ subnets: { allow: ["127.0.0.0/8"], deny: ["127.0.0.2"] } });
