@@ -1011,6 +1011,15 @@ static void conn_match(struct proxy_conn *c, struct proxy_verdict *v)
 {
     const struct proxy_policy *p = c->sbx->policy;
     proxy_policy_match(p, c->host, v);
+    if (c->by_addr && v->kind != PROXY_DENY) {
+        /* a live change allows the name itself now: it may go to its own addresses (and
+         * get its rules, credentials included) on a new connection, never on this one to
+         * the address the sandbox chose */
+        memset(v, 0, sizeof *v);
+        v->kind = PROXY_DENY;
+        v->rule = "";
+        return;
+    }
     if (!proxy_policy_has_subnets(p)) return;
     const struct sockaddr *a = up_addr(c);
     if (a) {

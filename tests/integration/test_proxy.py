@@ -1295,6 +1295,21 @@ def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, 
     c.close()
     assert px.stats()["policy_closed"] == 2
     assert [q["path"] for q in up.requests] == ["/plain"]
+    # a connection admitted by its address alone is closed when a live change allows (and
+    # sets a credential for) its name: the credential must never go to the address the
+    # sandbox chose
+    px.control("PUT", "/v0/policy", {"subnets": {"allow": ["127.0.0.1"]}})
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/by-addr", headers={"Host": "203.0.113.9"})
+    assert c.getresponse().read() == b"ok GET /by-addr 0\n"
+    px.control("PUT", "/v0/policy", {"203.0.113.9": plain_http_rules({"Authorization": CREDENTIAL}),
+                                     "subnets": []})
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+        c.request("GET", "/cred", headers={"Host": "203.0.113.9"})
+        c.getresponse()
+    c.close()
+    assert px.stats()["policy_closed"] == 3
+    assert [q["path"] for q in up.requests] == ["/plain", "/by-addr"]
     # bad ranges: 400 naming the element
     for body, field in [({"subnets": {"deny": ["10.0.0.0/8", "10.1.2.3/8"]}}, "subnets.deny[1]"),
                         ({"subnets": {"allow": ["2001:db8::/32"]}}, "subnets.allow[0]"),
