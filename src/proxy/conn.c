@@ -13,7 +13,8 @@
  *
  * States, in order (a connection skips those that do not apply):
  *   SNIFF (443) / HEAD (80)  read until the SNI / first Host is known; decide
- *   RESOLVE                  override table, else getaddrinfo on the resolver pool
+ *   RESOLVE                  override table, else getaddrinfo on the resolver pool; the
+ *                            addresses the policy's ranges refuse are dropped (conn_match)
  *   CONNECT                  TCP to the upstream (next address on failure)
  *   UP_TLS                   intercept: verify the real server (host = SNI)
  *   LEAF                     intercept: wait for the minted certificate
@@ -58,6 +59,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -145,6 +147,9 @@ struct proxy_conn {
     struct evbuffer *to_up, *to_down; /* plaintext waiting for the other side */
     char host[PROXY_HOST_MAX + 1];
     enum proxy_verdict_kind admitted;
+    char orig[INET_ADDRSTRLEN]; /* the IPv4 address the sandbox dialled ("" unknown) */
+    bool by_addr; /* admitted for its address alone (no domain allows the name): the
+                     upstream is the address dialled, the name is never looked up */
     uint64_t generation;
     struct proxy_http *http;
     uint64_t req_seen, inj_seen;
@@ -1000,6 +1005,83 @@ static void start_up_tls(struct proxy_conn *c)
     up_handshake(c);
 }
 
+/* ------------------------------------------------------------------ address ranges */
+
+/* The address the upstream side is connected to (or connecting to) for the host the
+ * sandbox named; NULL before one is chosen or while a routed connection talks to a
+ * forward target (the policy's own choice: ranges do not apply to it). */
+static const struct sockaddr *up_addr(const struct proxy_conn *c)
+{
+    if (c->addr_i == 0 || c->addr_i > c->naddrs || (strcmp(c->cur.host, c->host) && !c->by_addr))
+        return NULL;
+    return (const struct sockaddr *)&c->addrs[c->addr_i - 1];
+}
+
+/*
+ * The policy's verdict for this connection (policy.h, address ranges): by the host's
+ * name, then by the address actually connected to. Before there is one, a name the
+ * domains deny passes for now (rule "subnets.allow") when subnets.allow might admit its
+ * address: the deciding caller marks the connection by_addr, its upstream is then the
+ * address the sandbox dialled (set_target; a name nobody allowed is never resolved on
+ * the host, so it cannot carry data out through DNS), and the resolution keeps only
+ * admitted addresses (admit_addrs), so nothing is connected that the ranges refuse.
+ */
+static void conn_match(struct proxy_conn *c, struct proxy_verdict *v)
+{
+    const struct proxy_policy *p = c->sbx->policy;
+    proxy_policy_match(p, c->host, v);
+    if (c->by_addr && v->kind != PROXY_DENY) {
+        /* a live change allows the name itself now: it may go to its own addresses (and
+         * get its rules, credentials included) on a new connection, never on this one to
+         * the address the sandbox chose */
+        memset(v, 0, sizeof *v);
+        v->kind = PROXY_DENY;
+        v->rule = "";
+        return;
+    }
+    if (!proxy_policy_has_subnets(p)) return;
+    const struct sockaddr *a = up_addr(c);
+    if (a) {
+        struct proxy_verdict name = *v;
+        proxy_policy_match_addr(p, &name, a, v);
+    } else if (v->kind == PROXY_DENY && proxy_policy_subnets_allow(p)) {
+        v->kind = PROXY_PASS;
+        v->rule = "subnets.allow";
+    }
+}
+
+/* Drop the resolved addresses the ranges refuse (the sandbox's own host only; a
+ * forward target is the policy's choice). The number dropped. */
+static int admit_addrs(struct proxy_conn *c)
+{
+    const struct proxy_policy *p = c->sbx->policy;
+    if (!proxy_policy_has_subnets(p) || (strcmp(c->cur.host, c->host) && !c->by_addr)) return 0;
+    struct proxy_verdict name, v;
+    proxy_policy_match(p, c->host, &name);
+    int kept = 0, dropped = 0;
+    for (int i = 0; i < c->naddrs; i++) {
+        proxy_policy_match_addr(p, &name, (struct sockaddr *)&c->addrs[i], &v);
+        if (v.kind == PROXY_DENY) {
+            dropped++;
+            continue;
+        }
+        if (kept != i) {
+            c->addrs[kept] = c->addrs[i];
+            c->alen[kept] = c->alen[i];
+        }
+        kept++;
+    }
+    c->naddrs = kept;
+    if (dropped && !kept) {
+        char a[80];
+        proxy_addr_format((struct sockaddr *)&c->addrs[0], a, sizeof a);
+        log_info("egress connection refused",
+                 "sandbox=%s conn=%llu host=%s reason=\"address denied by subnets\" addr=%s addrs=%d",
+                 c->sbx->id, (unsigned long long)c->id, c->host, a, dropped);
+    }
+    return dropped;
+}
+
 /* ------------------------------------------------------------------ upstream connect */
 
 static void connect_next(struct proxy_conn *c);
@@ -1086,6 +1168,10 @@ static void resolve_done(void *arg)
     }
     int rc = j->rc;
     resolve_drop(j);
+    if (c->naddrs && admit_addrs(c) && c->naddrs == 0) {
+        up_refuse(c, &st(c)->denied, "address denied");
+        return;
+    }
     if (c->naddrs == 0) {
         log_info("egress upstream lookup failed", "sandbox=%s conn=%llu host=%s err=\"%s\"",
                  c->sbx->id, (unsigned long long)c->id, c->cur.host,
@@ -1108,6 +1194,10 @@ static void start_resolve(struct proxy_conn *c)
         memcpy(&c->addrs[0], &o->addr, o->len);
         c->alen[0] = o->len;
         c->naddrs = 1;
+        if (admit_addrs(c) && c->naddrs == 0) {
+            up_refuse(c, &st(c)->denied, "address denied");
+            return;
+        }
         connect_next(c);
         return;
     }
@@ -1128,20 +1218,50 @@ static void log_decision(struct proxy_conn *c, const struct proxy_verdict *v)
              proxy_verdict_name(v->kind), v->rule[0] ? v->rule : "-");
 }
 
-/* The upstream is the host the sandbox named, on its port. */
-static void set_target(struct proxy_conn *c)
+/* Whether v (from conn_match, before any upstream) admits only by address. */
+static bool admitted_by_addr(const struct proxy_verdict *v)
 {
-    snprintf(c->cur.host, sizeof c->cur.host, "%s", c->host);
-    c->cur.port = c->up_port;
-    c->cur.tls = c->mode == M_INTERCEPT;
+    return v->kind == PROXY_PASS && !strcmp(v->rule, "subnets.allow");
 }
 
-static void decide_tls(struct proxy_conn *c, const char *host)
+/* The upstream is the host the sandbox named, on its port; for a connection admitted by
+ * its address alone, the address it dialled (or the IPv4 literal it named, on a role
+ * listener). false: there is none (the name would have to be looked up): refused. */
+static bool set_target(struct proxy_conn *c)
+{
+    const char *h = c->host;
+    if (c->by_addr) {
+        struct in_addr a;
+        h = c->orig[0] ? c->orig : inet_pton(AF_INET, c->host, &a) == 1 ? c->host : NULL;
+        if (!h) {
+            log_info("egress connection refused",
+                     "sandbox=%s conn=%llu host=%s reason=\"no domain allows the name and the "
+                     "address dialled is unknown\"", c->sbx->id, (unsigned long long)c->id, c->host);
+            refuse(c, &st(c)->denied, "host denied");
+            return false;
+        }
+    }
+    snprintf(c->cur.host, sizeof c->cur.host, "%s", h);
+    c->cur.port = c->up_port;
+    c->cur.tls = c->mode == M_INTERCEPT;
+    return true;
+}
+
+/* literal: no SNI; host is the address the sandbox dialled (transparent listener) */
+static void decide_tls(struct proxy_conn *c, const char *host, bool literal)
 {
     snprintf(c->host, sizeof c->host, "%s", host);
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, host, &v);
+    conn_match(c, &v);
+    if (literal && v.kind == PROXY_INTERCEPT) {
+        log_info("egress connection refused", "sandbox=%s conn=%llu port=%u host=%s reason=\"%s\"",
+                 c->sbx->id, (unsigned long long)c->id, c->up_port, host,
+                 "no SNI: the policy's rules for this address need a host name");
+        refuse(c, &st(c)->refused, "no SNI");
+        return;
+    }
     c->admitted = v.kind;
+    c->by_addr = admitted_by_addr(&v);
     c->generation = c->sbx->generation;
     log_decision(c, &v);
     if (v.kind == PROXY_DENY) {
@@ -1183,8 +1303,7 @@ static void decide_tls(struct proxy_conn *c, const char *host)
             return;
         }
     }
-    set_target(c);
-    start_resolve(c);
+    if (set_target(c)) start_resolve(c);
 }
 
 static void sniff(struct proxy_conn *c)
@@ -1196,7 +1315,13 @@ static void sniff(struct proxy_conn *c)
     char host[PROXY_HOST_MAX + 1];
     enum proxy_sni_result r = proxy_sni_parse(data, len, host);
     if (r == PROXY_SNI_OK) {
-        decide_tls(c, host);
+        decide_tls(c, host, false);
+        return;
+    }
+    if (r == PROXY_SNI_NONE && c->orig[0]) {
+        /* a client dialling an IP literal sends no SNI: that address is the name (the
+         * proxy still resolves it, to itself, and judges it like any upstream) */
+        decide_tls(c, c->orig, true);
         return;
     }
     if (r == PROXY_SNI_NEED_MORE && !c->down.sock_eof && len < SNIFF_MAX) return;
@@ -1220,9 +1345,10 @@ static int http_decide(void *arg, const char *host, const struct proxy_request *
         return 421;
     }
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, c->host, &v);
+    conn_match(c, &v);
     if (c->state == CS_HEAD) {
         c->admitted = v.kind;
+        c->by_addr = admitted_by_addr(&v);
         c->generation = c->sbx->generation;
         c->routed = v.routes;
         proxy_http_set_serial(c->http, c->routed);
@@ -1281,8 +1407,7 @@ static void head(struct proxy_conn *c)
             }
             /* pause reading until relaying; what was read is in to_up */
             bufferevent_disable(c->down.bev, EV_READ);
-            set_target(c);
-            start_resolve(c);
+            if (set_target(c)) start_resolve(c);
             return;
         }
     }
@@ -1410,19 +1535,26 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ------------------------------------------------------------------ lifetime */
 
-static bool original_port(evutil_socket_t fd, const struct sockaddr *peer, uint16_t *port)
+/* The port the sandbox dialled, and its IPv4 address as text into orig
+ * (INET_ADDRSTRLEN bytes; "" for IPv6). */
+static bool original_dst(evutil_socket_t fd, const struct sockaddr *peer, uint16_t *port,
+                         char *orig)
 {
     struct sockaddr_storage d;
     socklen_t l = sizeof d;
     int r = peer->sa_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &d, &l)
                                         : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &d, &l);
     if (r < 0) return false;
-    if (d.ss_family == AF_INET)
+    orig[0] = '\0';
+    if (d.ss_family == AF_INET) {
         *port = ntohs(((struct sockaddr_in *)&d)->sin_port);
-    else if (d.ss_family == AF_INET6)
+        if (!inet_ntop(AF_INET, &((struct sockaddr_in *)&d)->sin_addr, orig, INET_ADDRSTRLEN))
+            orig[0] = '\0';
+    } else if (d.ss_family == AF_INET6) {
         *port = ntohs(((struct sockaddr_in6 *)&d)->sin6_port);
-    else
+    } else {
         return false;
+    }
     return true;
 }
 
@@ -1473,8 +1605,9 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
         return;
     }
     uint16_t port = l->role == PROXY_ROLE_HTTP ? 80 : 443;
+    char orig[INET_ADDRSTRLEN] = "";
     if (l->role == PROXY_ROLE_TRANSPARENT &&
-        (!original_port(fd, peer, &port) || (port != 80 && port != 443))) {
+        (!original_dst(fd, peer, &port, orig) || (port != 80 && port != 443))) {
         sbx->st.refused++;
         proxy_rst_fd(fd);
         return;
@@ -1492,6 +1625,7 @@ void proxy_conn_accept(struct proxy_listener *l, evutil_socket_t fd, const struc
     c->sbx = sbx;
     c->id = ++px->next_conn_id;
     c->up_port = port;
+    memcpy(c->orig, orig, sizeof c->orig);
     c->mode = port == 80 ? M_HTTP : M_PASS;
     c->state = port == 80 ? CS_HEAD : CS_SNIFF;
     c->to_up = evbuffer_new();
@@ -1563,7 +1697,7 @@ void proxy_conn_policy_changed(struct proxy_conn *c)
 {
     if (c->host[0] == '\0') return; /* not decided yet: it will see the new policy */
     struct proxy_verdict v;
-    proxy_policy_match(c->sbx->policy, c->host, &v);
+    conn_match(c, &v);
     bool close = v.kind == PROXY_DENY || (c->mode != M_HTTP && v.kind != c->admitted) ||
                  (v.kind == PROXY_INTERCEPT && v.routes != c->routed);
     if (!close) {

@@ -10,12 +10,16 @@
  * the same name (any case) replaces an earlier one. The rules without "match" are
  * merged once at parse time (the verdict's headers); a request is evaluated against
  * the rule list only when some rule has a "match" or routes (forward, response).
+ * Address ranges (subnets) are two flat arrays of host-order net/mask pairs, scanned
+ * once per address resolved.
  */
 #include "proxy/policy.h"
 
 #include "base/xalloc.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,12 +70,23 @@ struct proxy_domain {
     size_t nrules;
 };
 
+struct subnet {
+    uint32_t net, mask; /* host order */
+};
+
+struct subnet_list {
+    struct subnet *v;
+    size_t n;
+};
+
 struct proxy_policy {
     int refs;
     enum proxy_policy_mode mode;
     bool any; /* "*" present */
     struct proxy_domain *d;
     size_t n;
+    struct subnet_list sallow, sdeny;
+    bool allow_wins; /* subnets.precedence "allow" (E2B) */
 };
 
 /* ------------------------------------------------------------------ host names */
@@ -203,6 +218,8 @@ static void policy_free(struct proxy_policy *p)
     for (size_t i = 0; i < p->n; i++)
         domain_fini(&p->d[i]);
     free(p->d);
+    free(p->sallow.v);
+    free(p->sdeny.v);
     free(p);
 }
 
@@ -703,6 +720,112 @@ static int add_domain(struct proxy_policy *p, const char *key, const json_t *rul
     return 0;
 }
 
+
+/* ------------------------------------------------------------------ address ranges */
+
+int proxy_cidr_parse(const char *s, uint32_t *net, uint32_t *mask)
+{
+    char a[INET6_ADDRSTRLEN + 8];
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof a) return -EINVAL;
+    memcpy(a, s, n + 1);
+    char *slash = strchr(a, '/');
+    unsigned bits = 32;
+    if (slash) {
+        *slash = '\0';
+        const char *d = slash + 1;
+        size_t dl = strlen(d);
+        /* 1..2 digits, no sign, no leading zero ("/08" is a typo, not 8) */
+        if (dl < 1 || dl > 2 || (dl == 2 && d[0] == '0')) return -EINVAL;
+        bits = 0;
+        for (size_t i = 0; i < dl; i++) {
+            if (d[i] < '0' || d[i] > '9') return -EINVAL;
+            bits = bits * 10 + (unsigned)(d[i] - '0');
+        }
+    }
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (inet_pton(AF_INET, a, &v4) != 1) /* strict: four decimal octets */
+        return inet_pton(AF_INET6, a, &v6) == 1 ? -EAFNOSUPPORT : -EINVAL;
+    if (bits > 32) return -EINVAL;
+    uint32_t m = bits == 0 ? 0 : 0xffffffffu << (32 - bits);
+    uint32_t h = ntohl(v4.s_addr);
+    if (h & ~m) return -EDOM;
+    *net = h;
+    *mask = m;
+    return 0;
+}
+
+static int parse_subnet_list(struct subnet_list *l, const json_t *j, const char *key,
+                             struct err *err)
+{
+    char f[48];
+    snprintf(f, sizeof f, "subnets.%s", key);
+    if (!j || json_is_null(j)) return 0;
+    if (!json_is_array(j) || json_array_size(j) > PROXY_POLICY_MAX_SUBNETS)
+        return invalid(err, f, "%s must be a list of at most %d IPv4 addresses or CIDR ranges",
+                       f, PROXY_POLICY_MAX_SUBNETS);
+    size_t i;
+    json_t *x;
+    json_array_foreach((json_t *)j, i, x)
+    {
+        char fi[96];
+        snprintf(fi, sizeof fi, "%s[%zu]", f, i);
+        uint32_t net, mask;
+        int rc = json_is_string(x) ? proxy_cidr_parse(json_string_value(x), &net, &mask)
+                                   : -EINVAL;
+        if (rc == -EAFNOSUPPORT)
+            return invalid(err, fi,
+                           "%s: IPv6 ranges cannot apply: sandboxes have no IPv6 (it is "
+                           "dropped); give IPv4 ranges",
+                           fi);
+        if (rc == -EDOM)
+            return invalid(err, fi,
+                           "%s: the address has bits set beyond the prefix; give the "
+                           "network's first address (e.g. 10.0.0.0/8)",
+                           fi);
+        if (rc < 0)
+            return invalid(err, fi, "%s: must be an IPv4 address or CIDR range (\"10.0.0.0/8\", "
+                           "\"203.0.113.7\")", fi);
+        l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+        l->v[l->n].net = net;
+        l->v[l->n].mask = mask;
+        l->n++;
+    }
+    return 0;
+}
+
+/* {"allow": [...], "deny": [...], "precedence": "deny"|"allow"} into p. */
+static int parse_subnets(struct proxy_policy *p, const json_t *j, struct err *err)
+{
+    if (!json_is_object(j))
+        return invalid(err, "subnets", "%s",
+                       "subnets must be {\"allow\": [CIDR], \"deny\": [CIDR]}");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)j, k, v)
+    {
+        if (strcmp(k, "allow") && strcmp(k, "deny") && strcmp(k, "precedence")) {
+            char f[96];
+            snprintf(f, sizeof f, "subnets.%.70s", k);
+            return invalid(err, f, "%s: unknown key; subnets takes allow, deny and precedence",
+                           f);
+        }
+    }
+    const json_t *prec = json_object_get(j, "precedence");
+    if (prec) {
+        const char *s = json_is_string(prec) ? json_string_value(prec) : "";
+        if (strcmp(s, "deny") && strcmp(s, "allow"))
+            return invalid(err, "subnets.precedence", "%s",
+                           "subnets.precedence must be \"deny\" (subnets.deny wins over every "
+                           "allow) or \"allow\" (an allowed domain or range wins over "
+                           "subnets.deny)");
+        p->allow_wins = !strcmp(s, "allow");
+    }
+    if (parse_subnet_list(&p->sallow, json_object_get(j, "allow"), "allow", err) < 0) return -1;
+    return parse_subnet_list(&p->sdeny, json_object_get(j, "deny"), "deny", err);
+}
+
 static struct proxy_policy *parse_map(const json_t *m, struct err *err)
 {
     struct proxy_policy *p = proxy_policy_new_mode(PROXY_POLICY_CUSTOM);
@@ -729,6 +852,37 @@ static struct proxy_policy *parse_mode(const char *s, const char *field, struct 
     return NULL;
 }
 
+/* The domains of the wrapped form's "allow" (a map or a list), into a new policy. */
+static struct proxy_policy *parse_allow(const json_t *allow, struct err *err)
+{
+    if (!allow) return proxy_policy_new_mode(PROXY_POLICY_CUSTOM);
+    if (json_is_object(allow)) return parse_map(allow, err);
+    if (!json_is_array(allow)) {
+        invalid(err, "allow", "%s",
+                "allow must be a list of domains or a map of domains "
+                "to rules");
+        return NULL;
+    }
+    struct proxy_policy *p = proxy_policy_new_mode(PROXY_POLICY_CUSTOM);
+    size_t i;
+    json_t *item;
+    json_array_foreach(allow, i, item)
+    {
+        if (!json_is_string(item)) {
+            char f[32];
+            snprintf(f, sizeof f, "allow[%zu]", i);
+            invalid(err, f, "%s: must be a domain name string", f);
+            policy_free(p);
+            return NULL;
+        }
+        if (add_domain(p, json_string_value(item), NULL, err) < 0) {
+            policy_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
 struct proxy_policy *proxy_policy_from_json(const json_t *j, struct err *err)
 {
     if (json_is_string(j)) return parse_mode(json_string_value(j), "mode", err);
@@ -740,23 +894,24 @@ struct proxy_policy *proxy_policy_from_json(const json_t *j, struct err *err)
     }
     const json_t *mode = json_object_get(j, "mode");
     const json_t *allow = json_object_get(j, "allow");
-    if (mode || allow) {
+    /* A bare map's values are rule lists, so an object under "subnets" is the range form */
+    const json_t *subnets = json_object_get(j, "subnets");
+    if (subnets && !json_is_object(subnets) && !mode && !allow) subnets = NULL;
+    if (mode || allow || subnets) {
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)j, k, v)
         {
-            if (strcmp(k, "mode") && strcmp(k, "allow")) {
+            if (strcmp(k, "mode") && strcmp(k, "allow") && strcmp(k, "subnets")) {
                 char f[96];
                 snprintf(f, sizeof f, "%.80s", k);
-                invalid(err, f,
-                        "%s: unknown key beside \"mode\"/\"allow\" (subnet rules are "
-                        "not supported by the egress proxy)",
-                        f);
+                invalid(err, f, "%s: unknown key beside \"mode\"/\"allow\"/\"subnets\"", f);
                 return NULL;
             }
         }
-        if (mode && allow) {
-            invalid(err, "mode", "%s", "give either \"mode\" or \"allow\", not both");
+        if (mode && (allow || subnets)) {
+            invalid(err, "mode", "%s",
+                    "give either \"mode\" or \"allow\"/\"subnets\", not both");
             return NULL;
         }
         if (mode) {
@@ -766,29 +921,10 @@ struct proxy_policy *proxy_policy_from_json(const json_t *j, struct err *err)
             }
             return parse_mode(json_string_value(mode), "mode", err);
         }
-        if (json_is_object(allow)) return parse_map(allow, err);
-        if (!json_is_array(allow)) {
-            invalid(err, "allow", "%s",
-                    "allow must be a list of domains or a map of domains "
-                    "to rules");
+        struct proxy_policy *p = parse_allow(allow, err);
+        if (p && subnets && parse_subnets(p, subnets, err) < 0) {
+            policy_free(p);
             return NULL;
-        }
-        struct proxy_policy *p = proxy_policy_new_mode(PROXY_POLICY_CUSTOM);
-        size_t i;
-        json_t *item;
-        json_array_foreach(allow, i, item)
-        {
-            if (!json_is_string(item)) {
-                char f[32];
-                snprintf(f, sizeof f, "allow[%zu]", i);
-                invalid(err, f, "%s: must be a domain name string", f);
-                policy_free(p);
-                return NULL;
-            }
-            if (add_domain(p, json_string_value(item), NULL, err) < 0) {
-                policy_free(p);
-                return NULL;
-            }
         }
         return p;
     }
@@ -890,6 +1026,69 @@ void proxy_policy_match(const struct proxy_policy *p, const char *host, struct p
     if (p->any) {
         out->kind = PROXY_PASS;
         out->rule = "*";
+    }
+}
+
+static bool in_list(const struct subnet_list *l, uint32_t a)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if ((a & l->v[i].mask) == l->v[i].net) return true;
+    return false;
+}
+
+/* The IPv4 address of sa (plain or IPv4-mapped IPv6), host order. */
+static bool addr_v4(const struct sockaddr *sa, uint32_t *out)
+{
+    if (sa->sa_family == AF_INET) {
+        *out = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+        return true;
+    }
+    if (sa->sa_family != AF_INET6) return false;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (!IN6_IS_ADDR_V4MAPPED(a6)) return false;
+    const uint8_t *b = a6->s6_addr;
+    *out = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+    return true;
+}
+
+bool proxy_policy_has_subnets(const struct proxy_policy *p)
+{
+    return p->sallow.n || p->sdeny.n;
+}
+
+bool proxy_policy_subnets_allow(const struct proxy_policy *p)
+{
+    return p->sallow.n > 0;
+}
+
+void proxy_policy_match_addr(const struct proxy_policy *p, const struct proxy_verdict *name,
+                             const struct sockaddr *sa, struct proxy_verdict *out)
+{
+    *out = *name;
+    if (!proxy_policy_has_subnets(p)) return;
+    uint32_t a = 0;
+    if (!addr_v4(sa, &a)) {
+        /* the ranges are IPv4: an IPv6 upstream could never be judged, so a policy with
+         * ranges does not use one (a deny of 0.0.0.0/0 must not leak over IPv6) */
+        memset(out, 0, sizeof *out);
+        out->kind = PROXY_DENY;
+        out->rule = "subnets.ipv6";
+        return;
+    }
+    bool in_allow = in_list(&p->sallow, a), in_deny = in_list(&p->sdeny, a);
+    bool named = name->kind != PROXY_DENY && strcmp(name->rule, "*"); /* a domain key */
+    if (p->allow_wins && (named || in_allow)) {
+        if (name->kind != PROXY_DENY) return;
+    } else if (in_deny) {
+        memset(out, 0, sizeof *out);
+        out->kind = PROXY_DENY;
+        out->rule = "subnets.deny";
+        return;
+    }
+    if (name->kind != PROXY_DENY) return;
+    if (in_allow) {
+        out->kind = PROXY_PASS;
+        out->rule = "subnets.allow";
     }
 }
 

@@ -52,6 +52,23 @@
  *   intercept  - allowed with rules: terminate TLS, evaluate the rules per request
  * "*" may not carry rules (a credential for every host is never what anyone means).
  *
+ * Address ranges (Vercel's `subnets`, E2B's allowOut/denyOut addresses) ride beside the
+ * domains in the wrapped form:
+ *   {"allow": {...} | [...], "subnets": {"allow": ["10.0.0.0/8", "1.2.3.4"],
+ *                                        "deny": ["10.1.0.0/16"], "precedence": "deny"}}
+ * IPv4 only (sandboxes have no IPv6), at most PROXY_POLICY_MAX_SUBNETS per list, no
+ * host bits set ("10.1.2.3/8" is refused). They apply to the address the proxy
+ * connects to, after it resolved the name itself, or, for a name no domain allows, the
+ * address the sandbox dialled (never a lookup of that name) (proxy_policy_match_addr):
+ *   precedence "deny" (default, Vercel): an address in subnets.deny is refused, whatever
+ *       allowed its name; one in subnets.allow is allowed even when its name is not.
+ *   precedence "allow" (E2B: allowOut wins over denyOut): a name allowed by an exact or
+ *       wildcard domain key, or an address in subnets.allow, is allowed even when
+ *       subnets.deny covers the address; otherwise subnets.deny refuses it ("*" does not
+ *       shield an address from subnets.deny).
+ * The proxy's own refusal of private, loopback and link-local upstreams stays in force
+ * whatever subnets.allow says.
+ *
  * A policy is immutable once built and reference-counted, so a connection keeps
  * the policy it was admitted under while the sandbox's policy is replaced live.
  * Header values (credentials) are wiped from memory when the last reference goes,
@@ -64,6 +81,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "base/err.h"
 
@@ -79,6 +97,7 @@
 #define PROXY_POLICY_MAX_MATCH 1024       /* bytes of one matcher's string */
 #define PROXY_POLICY_MAX_URL 2048         /* bytes of a forwardURL */
 #define PROXY_POLICY_MAX_BODY (64 * 1024) /* a response rule's body */
+#define PROXY_POLICY_MAX_SUBNETS 256   /* ranges in subnets.allow, and in subnets.deny */
 
 enum proxy_policy_mode { PROXY_POLICY_ALLOW_ALL, PROXY_POLICY_DENY_ALL, PROXY_POLICY_CUSTOM };
 enum proxy_verdict_kind { PROXY_DENY, PROXY_PASS, PROXY_INTERCEPT };
@@ -177,6 +196,24 @@ size_t proxy_policy_domain_count(const struct proxy_policy *p);
 /* Decide for a host name (any case, optional trailing dot, no port). A name that is
  * not a valid host name is denied. Pure; never allocates. */
 void proxy_policy_match(const struct proxy_policy *p, const char *host, struct proxy_verdict *out);
+
+/* The verdict for a connection to address sa (the address actually connected to) of
+ * a host whose name verdict is *name (from proxy_policy_match on the same policy):
+ * *name itself, or a deny (rule "subnets.deny", or "" when nothing allowed it), or a
+ * pass (rule "subnets.allow") for a name denied but an address allowed. IPv4-mapped
+ * IPv6 addresses count as IPv4; other IPv6 addresses are denied when the policy has
+ * ranges (they could not be judged). Pure. */
+void proxy_policy_match_addr(const struct proxy_policy *p, const struct proxy_verdict *name,
+                             const struct sockaddr *sa, struct proxy_verdict *out);
+/* The policy has address ranges (subnets.allow or subnets.deny): the address decides
+ * too, after resolution. */
+bool proxy_policy_has_subnets(const struct proxy_policy *p);
+/* A name the domains deny may still be allowed by its address (subnets.allow is not
+ * empty): resolve before refusing. */
+bool proxy_policy_subnets_allow(const struct proxy_policy *p);
+/* Parse "a.b.c.d" or "a.b.c.d/n" (0..32, no host bits) into host-order net and mask.
+ * 0, -EINVAL (not IPv4 CIDR), -EAFNOSUPPORT (IPv6), -EDOM (host bits set). */
+int proxy_cidr_parse(const char *s, uint32_t *net, uint32_t *mask);
 
 /* Evaluate an intercept verdict's rules for one request (see the top of this file).
  * scratch holds PROXY_POLICY_MAX_HEADERS entries (shallow copies; the names and values

@@ -259,9 +259,73 @@ def test_update_network_injects_the_header_outside_the_sandbox(net_env):
     # a host not allowed is refused; the token is nowhere in any process's environment
     assert r["denied"]["error"] == "CommandExitError"
     assert r["leaked"] is False and r["insideLen"] > 100
-    # what cannot be enforced locally is refused, naming the field
-    assert r["badCidr"]["error"] == "SandboxError" and "allowOut" in r["badCidr"]["message"]
-    assert r["badDeny"]["error"] == "SandboxError" and "denyOut" in r["badDeny"]["message"]
+    # malformed ranges and denied domains are refused, naming the element
+    assert r["badCidr"]["error"] == "SandboxError" and "allowOut[0]" in r["badCidr"]["message"]
+    assert r["badDeny"]["error"] == "SandboxError" and "denyOut[0]" in r["badDeny"]["message"]
+
+
+@pytest.fixture
+def cidr_env(make_sandboxd, sdk, tmp_path):
+    """Two local upstreams at two addresses: near (127.0.0.1) and far (127.0.0.2). The
+    overrides stand in for DNS, so those are the addresses the proxy connects to and
+    judges; 203.0.113.8 (far) and 203.0.113.7 (near) are IP literals standing for them,
+    for names dialled at an address and for clients without SNI."""
+    if not shutil.which("nft"):
+        pytest.skip("needs nft")
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    near, far = Upstream(pki), Upstream(pki, host="127.0.0.2")
+    try:
+        port = free_port()
+        d = make_sandboxd(args=[
+            "--e2b-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+            "--upstream-override", f"near.example:443=127.0.0.1:{near.port}",
+            "--upstream-override", f"third.example:443=127.0.0.1:{near.port}",
+            "--upstream-override", f"far.example:443=127.0.0.2:{far.port}",
+            "--upstream-override", f"203.0.113.8:443=127.0.0.2:{far.port}",
+            "--upstream-override", f"203.0.113.7:443=127.0.0.1:{near.port}"]).start()
+        d.e2b_port = port
+        yield d, near, far
+    finally:
+        near.close()
+        far.close()
+
+
+def test_allow_out_and_deny_out_addresses_are_enforced_by_the_proxy(cidr_env):
+    d, near, far = cidr_env
+    r = run_case(d, "cidr", extra_env={"E2B_TEST_NEAR": "near.example", "E2B_TEST_FAR": "far.example",
+                                       "E2B_TEST_THIRD": "third.example",
+                                       "E2B_TEST_LITERAL": "203.0.113.8",
+                                       "E2B_TEST_NEAR_IP": "203.0.113.7"})
+    paths = lambda u: [q["path"] for q in u.requests]
+    # 1. denyOut of one address (everything else allowed): that upstream never sees a byte
+    assert r["denyNear"]["error"] == "CommandExitError", r["denyNear"]
+    assert "ok GET /deny-far" in r["denyFar"]["ok"]["stdout"]
+    assert r["info1"]["allowOut"] == [] and r["info1"]["denyOut"] == ["127.0.0.1"], r["info1"]
+    # 2. allowOut of an address: allowed with no domain rule (the name no domain allows is
+    #    never looked up: the address dialled is judged); the rest is denied; an IP literal
+    #    without SNI is judged by its address
+    assert "ok GET /allow-far" in r["allowFar"]["ok"]["stdout"]
+    assert r["allowNear"]["error"] == "CommandExitError"
+    assert r["farAtNear"]["error"] == "CommandExitError", r["farAtNear"]
+    assert "ok GET /literal" in r["literal"]["ok"]["stdout"], r["literal"]
+    assert r["info2"]["allowOut"] == ["127.0.0.2/32"] and r["info2"]["denyOut"] == ["0.0.0.0/0"]
+    # 3. allowOut wins over denyOut: the named domain and the allowed address pass inside
+    #    the denied range; a host only the base allows does not
+    assert "ok GET /wins-near" in r["winsNear"]["ok"]["stdout"], r["winsNear"]
+    assert "ok GET /wins-far" in r["winsFar"]["ok"]["stdout"], r["winsFar"]
+    assert r["winsThird"]["error"] == "CommandExitError"
+    assert sorted(r["info3"]["allowOut"]) == ["127.0.0.2", "near.example"]
+    assert r["info3"]["denyOut"] == ["127.0.0.0/8"], r["info3"]
+    assert r["badV6"]["error"] == "SandboxError" and "denyOut[0]" in r["badV6"]["message"]
+    assert paths(near) == ["/wins-near"], paths(near)
+    assert "ok GET /literal-all" in r["literalAll"]["ok"]["stdout"], r["literalAll"]
+    assert paths(far) == ["/deny-far", "/allow-far", "/literal", "/wins-far", "/literal-all"], \
+        paths(far)
+    assert "address denied by subnets" in d.read_log()
 
 
 def test_pty_create_input_resize_reconnect_exit_kill(ed):

@@ -77,7 +77,7 @@ def pki():
 class Upstream:
     """A local HTTP(S) server that records every request it gets."""
 
-    def __init__(self, pki=None, cert="server", handler=None):
+    def __init__(self, pki=None, cert="server", handler=None, host="127.0.0.1"):
         self.requests = []
         self.lock = threading.Lock()
         outer = self
@@ -119,7 +119,7 @@ class Upstream:
             def log_message(self, *a):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         if pki:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -1290,3 +1290,146 @@ def test_per_request_answers_continue_and_close(start_proxy, pki):
         f.close()
         s.close()
     assert px.stats()["responded"] == 4
+
+
+# ---------------------------------------------------------------- address ranges (subnets)
+#
+# The overrides stand in for DNS: the proxy connects to the override's address, so that
+# is the address the ranges judge ("the address actually connected"). 127.0.0.2 has no
+# listener: a name sent there is refused by the ranges before any connect is tried
+# (counted as denied), or fails upstream when the ranges let it through. A name that only
+# a range could admit is never looked up: its upstream is the address the sandbox dialled,
+# which these role listeners do not know, so here only IP-literal Hosts can show it (the
+# transparent flow is in test_e2b_compat.py and test_vercel_compat.py).
+
+def _refused_tls(px, name, cafile):
+    expect_reset(lambda: tls_connect(px.tls, name, cafile))
+
+
+def _get80(px, host, path):
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    try:
+        c.request("GET", path, headers={"Host": host})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_subnets_deny_wins_and_allow_needs_no_domain(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    plain = upstreams()
+    ov = [f"github.example=127.0.0.1:{up.port}", f"api.example=127.0.0.1:{up.port}",
+          f"203.0.113.9:80=127.0.0.1:{plain.port}", f"203.0.113.10:80=127.0.0.2:{plain.port}"]
+    # Vercel's precedence: subnets.deny beats an allowed domain
+    px = start_proxy({"allow": ["github.example"], "subnets": {"deny": ["127.0.0.1"]}},
+                     overrides=ov)
+    _refused_tls(px, "github.example", pki["ca.pem"])
+    st = px.wait_stat("denied", 1)
+    assert st["upstream_failed"] == 0 and up.requests == []
+    assert "address denied by subnets" in px.read_log()
+
+    # subnets.allow: a host no domain names is reached through its address alone
+    st, _ = px.control("PUT", "/v0/policy", {"allow": [], "subnets": {"allow": ["127.0.0.0/31"]}})
+    assert st == 200
+    assert _get80(px, "203.0.113.9", "/by-range") == (200, b"ok GET /by-range 0\n")
+    # ... but not one whose address is outside the range
+    expect_reset(lambda: _get80(px, "203.0.113.10", "/outside"))
+    assert px.wait_stat("denied", 2)["upstream_failed"] == 0
+    # a name no domain allows is never looked up (no DNS query leaves for it): without a
+    # dialled address there is nothing to judge, and it is refused
+    _refused_tls(px, "api.example", pki["ca.pem"])
+    assert px.wait_stat("denied", 3)["upstream_failed"] == 0
+    assert "address dialled is unknown" in px.read_log()
+    # deny beats allow for the same address
+    px.control("PUT", "/v0/policy",
+               {"subnets": {"allow": ["127.0.0.0/8"], "deny": ["127.0.0.1/32"]}})
+    expect_reset(lambda: _get80(px, "203.0.113.9", "/both"))
+    assert px.wait_stat("denied", 4)["upstream_failed"] == 0
+    assert [r["path"] for r in plain.requests] == ["/by-range"] and up.requests == []
+    # DNS still answers only names a domain allows: a range does not make names resolve
+    assert _dns_query(px.ports["dns"], "api.example")[:2] == (3, 0)
+
+
+def test_subnets_allow_precedence_is_e2b(start_proxy, upstreams, pki):
+    up = upstreams(pki)
+    ov = [f"github.example=127.0.0.1:{up.port}", f"api.example=127.0.0.1:{up.port}"]
+    # E2B: allowOut (a domain or a range) wins over denyOut; "*" does not
+    px = start_proxy({"allow": {"*": [], "github.example": []},
+                      "subnets": {"deny": ["127.0.0.0/8"], "precedence": "allow"}},
+                     overrides=ov)
+    s = tls_connect(px.tls, "github.example", pki["ca.pem"])
+    assert send_request(s, "github.example", "/named")[0].status == 200
+    s.close()
+    _refused_tls(px, "api.example", pki["ca.pem"])
+    px.control("PUT", "/v0/policy", {"allow": {"*": []},
+                                     "subnets": {"allow": ["127.0.0.1"], "deny": ["127.0.0.0/8"],
+                                                 "precedence": "allow"}})
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(s, "api.example", "/range-wins")[0].status == 200
+    s.close()
+    assert [r["path"] for r in up.requests] == ["/named", "/range-wins"]
+
+
+def test_subnets_on_port_80_live_updates_and_validation(start_proxy, upstreams, pki):
+    up = upstreams()
+    tup = upstreams(pki)
+    px = start_proxy({"allow": ["api.example"], "subnets": {"allow": ["127.0.0.1"]}},
+                     overrides=[f"203.0.113.9:80=127.0.0.1:{up.port}",
+                                f"api.example:443=127.0.0.1:{tup.port}"])
+    # port 80: an IP-literal Host no domain allows, admitted by its address
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/plain", headers={"Host": "203.0.113.9"})
+    r = c.getresponse()
+    assert r.status == 200 and r.read() == b"ok GET /plain 0\n"
+    # an open connection whose address a live update denies is closed at once
+    s = tls_connect(px.tls, "api.example", pki["ca.pem"])
+    assert send_request(s, "api.example", "/open")[0].status == 200
+    st, _ = px.control("PUT", "/v0/policy", {"allow": ["api.example"],
+                                             "subnets": {"allow": ["127.0.0.1"],
+                                                         "deny": ["127.0.0.0/24"]}})
+    assert st == 200
+    s.settimeout(3)
+    try:
+        assert s.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    s.close()
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+        c.request("GET", "/after", headers={"Host": "203.0.113.9"})
+        c.getresponse()
+    c.close()
+    assert px.stats()["policy_closed"] == 2
+    assert [q["path"] for q in up.requests] == ["/plain"]
+    # a connection admitted by its address alone is closed when a live change allows (and
+    # sets a credential for) its name: the credential must never go to the address the
+    # sandbox chose
+    px.control("PUT", "/v0/policy", {"subnets": {"allow": ["127.0.0.1"]}})
+    c = http.client.HTTPConnection("127.0.0.1", px.http, timeout=5)
+    c.request("GET", "/by-addr", headers={"Host": "203.0.113.9"})
+    assert c.getresponse().read() == b"ok GET /by-addr 0\n"
+    px.control("PUT", "/v0/policy", {"203.0.113.9": plain_http_rules({"Authorization": CREDENTIAL}),
+                                     "subnets": []})
+    with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+        c.request("GET", "/cred", headers={"Host": "203.0.113.9"})
+        c.getresponse()
+    c.close()
+    assert px.stats()["policy_closed"] == 3
+    assert [q["path"] for q in up.requests] == ["/plain", "/by-addr"]
+    # bad ranges: 400 naming the element
+    for body, field in [({"subnets": {"deny": ["10.0.0.0/8", "10.1.2.3/8"]}}, "subnets.deny[1]"),
+                        ({"subnets": {"allow": ["2001:db8::/32"]}}, "subnets.allow[0]"),
+                        ({"subnets": {"allow": ["1.2.3.4/33"]}}, "subnets.allow[0]"),
+                        ({"subnets": {"allow": ["a"] * 257}}, "subnets.allow")]:
+        st, out = px.control("PUT", "/v0/policy", body)
+        assert st == 400 and field in json.dumps(out), (body, out)
+
+
+def test_subnets_allow_never_opens_private_upstreams(start_proxy, pki):
+    # the private-address refusal stands whatever the ranges say: an IP-literal Host on
+    # loopback, admitted by the range, is still refused when the proxy connects
+    px = start_proxy({"subnets": {"allow": ["127.0.0.0/8", "0.0.0.0/0"]}})
+    expect_reset(lambda: _get80(px, "127.0.0.1", "/"))
+    st = px.wait_stat("upstream_failed", 1)
+    assert st["denied"] == 0
+    assert "only private or local addresses" in px.read_log()

@@ -301,6 +301,46 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
         up.close()
 
 
+def test_network_policy_subnets_at_local_upstreams(make_sandboxd, sdk, tmp_path):
+    from test_proxy import Upstream
+    from test_sandbox_network import _make_pki
+    if not shutil.which("nft"):
+        pytest.skip("sandbox networking needs nft")
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    # two upstreams at two addresses; the overrides stand in for DNS, so those are the
+    # addresses the proxy connects to and judges
+    near, far = Upstream(pki), Upstream(pki, host="127.0.0.2")
+    try:
+        port = free_port()
+        d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
+                                "--upstream-override", f"near.example:443=127.0.0.1:{near.port}",
+                                "--upstream-override", f"far.example:443=127.0.0.2:{far.port}",
+                                "--upstream-override", f"203.0.113.7:443=127.0.0.1:{near.port}",
+                                "--upstream-override", f"203.0.113.8:443=127.0.0.2:{far.port}"]).start()
+        d.vercel_port = port
+        r = run_case(d, "subnets")
+        # the SDK's view: the legacy response form its validator accepts
+        assert r["created"] == {"allow": ["near.example", "far.example"],
+                                "subnets": {"deny": ["127.0.0.1/32"]}}, r["created"]
+        # subnets.deny wins over an allowed domain
+        assert r["denyNear"]["exit"] != 0 and "ok GET /deny-far" in r["denyFar"]["out"], r
+        # subnets.allow reaches a host no domain names; other addresses stay denied
+        assert "ok GET /allow-far" in r["allowFar"]["out"] and r["allowNear"]["exit"] != 0, r
+        # a name only a range allows is never looked up: the address dialled is judged
+        assert r["farAtNear"]["exit"] != 0, r["farAtNear"]
+        assert r["allowPolicy"] == {"allow": [], "subnets": {"allow": ["127.0.0.2"]}}, r["allowPolicy"]
+        # ... and over an allowed range
+        assert r["bothFar"]["exit"] != 0 and "ok GET /both-near" in r["bothNear"]["out"], r
+        assert r["badV6"]["status"] == 400 and "subnets.allow[0]" in r["badV6"]["message"], r["badV6"]
+        assert [q["path"] for q in near.requests] == ["/both-near"]
+        assert [q["path"] for q in far.requests] == ["/deny-far", "/allow-far"]
+    finally:
+        near.close()
+        far.close()
+
+
 def test_network_policy_per_request_rules_at_local_upstreams(make_sandboxd, sdk, tmp_path):
     """Issue 17: forwardURL, response and match rules through the official SDK (and the
     wire route for `response`, which SDK 3.5.0's types lack), at two local servers."""

@@ -2,10 +2,12 @@
  * test_proxy_policy.c - unit tests for the sandbox network policy
  * (src/proxy/policy.c): the JSON forms, host matching (exact, wildcard, "*",
  * case and trailing dot), header merging, validation errors (which must never
- * quote a header value) and host-name normalization.
+ * quote a header value), host-name normalization, and address ranges (subnets:
+ * CIDR parsing, the two precedences, hostile input).
  */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -620,4 +622,174 @@ Test(proxy_policy, per_request_hostile_requests)
     cr_assert_eq(a.kind, PROXY_ACT_UPSTREAM);
     cr_assert_eq(a.headers.n, 0);
     proxy_policy_unref(p);
+}
+
+/* ------------------------------------------------------------------ address ranges */
+
+static struct sockaddr_storage v4(const char *a)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+    s->sin_family = AF_INET;
+    cr_assert_eq(inet_pton(AF_INET, a, &s->sin_addr), 1);
+    return ss;
+}
+
+static struct sockaddr_storage v6(const char *a)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+    s->sin6_family = AF_INET6;
+    cr_assert_eq(inet_pton(AF_INET6, a, &s->sin6_addr), 1);
+    return ss;
+}
+
+/* The verdict for host connected at address a. */
+static struct proxy_verdict at(const struct proxy_policy *p, const char *host,
+                               struct sockaddr_storage a)
+{
+    struct proxy_verdict name, out;
+    proxy_policy_match(p, host, &name);
+    proxy_policy_match_addr(p, &name, (struct sockaddr *)&a, &out);
+    return out;
+}
+
+Test(proxy_cidr, parse)
+{
+    uint32_t n, m;
+    cr_assert_eq(proxy_cidr_parse("10.0.0.0/8", &n, &m), 0);
+    cr_assert_eq(n, 0x0a000000u);
+    cr_assert_eq(m, 0xff000000u);
+    cr_assert_eq(proxy_cidr_parse("203.0.113.7", &n, &m), 0);
+    cr_assert_eq(m, 0xffffffffu);
+    cr_assert_eq(proxy_cidr_parse("203.0.113.7/32", &n, &m), 0);
+    cr_assert_eq(n, 0xcb007107u);
+    cr_assert_eq(proxy_cidr_parse("0.0.0.0/0", &n, &m), 0);
+    cr_assert_eq(m, 0);
+    cr_assert_eq(proxy_cidr_parse("10.1.2.3/8", &n, &m), -EDOM, "host bits set");
+    cr_assert_eq(proxy_cidr_parse("::/0", &n, &m), -EAFNOSUPPORT);
+    cr_assert_eq(proxy_cidr_parse("2001:db8::1", &n, &m), -EAFNOSUPPORT);
+    static const char *const hostile[] = {
+        "", "/", "/8", "10.0.0.0/", "10.0.0.0/33", "10.0.0.0/-1", "10.0.0.0/+8", "10.0.0.0/08",
+        "10.0.0.0/8/8", "10.0.0.0/ 8", " 10.0.0.0", "10.0.0", "10.0.0.0.0", "010.0.0.0",
+        "256.0.0.0", "0x0a.0.0.0", "10.0.0.0/999", "example.com", "10.0.0.0/8\n", "1.2.3.4 ",
+        "10.0.0.0/100000000000000000000", "::ffff:1.2.3.4/129",
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        int rc = proxy_cidr_parse(hostile[i], &n, &m);
+        cr_assert(rc == -EINVAL || rc == -EAFNOSUPPORT, "\"%s\" must be refused (%d)", hostile[i],
+                  rc);
+    }
+    char big[300];
+    memset(big, '1', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    cr_assert_eq(proxy_cidr_parse(big, &n, &m), -EINVAL);
+}
+
+Test(proxy_policy, subnets_deny_precedence_vercel)
+{
+    /* Vercel: subnets.allow bypasses the domains; subnets.deny beats every allow */
+    struct proxy_policy *p =
+        ok("{\"allow\": [\"a.example\"], \"subnets\": {\"allow\": [\"10.0.0.0/8\"], "
+           "\"deny\": [\"10.1.0.0/16\", \"198.51.100.9\"]}}");
+    cr_assert(proxy_policy_has_subnets(p));
+    cr_assert(proxy_policy_subnets_allow(p));
+    cr_assert_eq(at(p, "a.example", v4("192.0.2.1")).kind, PROXY_PASS);
+    struct proxy_verdict v = at(p, "a.example", v4("198.51.100.9"));
+    cr_assert_eq(v.kind, PROXY_DENY, "deny beats an allowed domain");
+    cr_assert_str_eq(v.rule, "subnets.deny");
+    cr_assert_eq(at(p, "a.example", v4("10.1.2.3")).kind, PROXY_DENY);
+    v = at(p, "other.example", v4("10.2.0.1"));
+    cr_assert_eq(v.kind, PROXY_PASS, "an allowed range needs no domain");
+    cr_assert_str_eq(v.rule, "subnets.allow");
+    cr_assert_eq(at(p, "other.example", v4("10.1.0.1")).kind, PROXY_DENY, "deny beats allow");
+    cr_assert_eq(at(p, "other.example", v4("11.0.0.1")).kind, PROXY_DENY);
+    cr_assert_eq(at(p, "10.2.0.1", v4("10.2.0.1")).kind, PROXY_PASS, "an IP literal");
+    /* IPv4-mapped IPv6 counts as IPv4; other IPv6 upstreams cannot be judged by IPv4
+     * ranges, so a policy with ranges uses none (a deny must not leak over IPv6) */
+    cr_assert_eq(at(p, "other.example", v6("::ffff:10.2.0.1")).kind, PROXY_PASS);
+    cr_assert_eq(at(p, "a.example", v6("::ffff:10.1.0.1")).kind, PROXY_DENY);
+    cr_assert_eq(at(p, "other.example", v6("2001:db8::1")).kind, PROXY_DENY);
+    v = at(p, "a.example", v6("2001:db8::1"));
+    cr_assert_eq(v.kind, PROXY_DENY);
+    cr_assert_str_eq(v.rule, "subnets.ipv6");
+    /* names alone are unchanged: DNS answers only allowed domains */
+    cr_assert_eq(kind(p, "other.example"), PROXY_DENY);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, subnets_allow_precedence_e2b)
+{
+    /* E2B: allowOut (domain or range) wins over denyOut; "*" does not */
+    struct proxy_policy *p = ok("{\"allow\": {\"*\": [], \"a.example\": [], \"*.w.example\": []}, "
+                                "\"subnets\": {\"allow\": [\"198.51.100.0/24\"], \"deny\": "
+                                "[\"198.51.100.0/24\", \"203.0.113.0/24\"], "
+                                "\"precedence\": \"allow\"}}");
+    cr_assert_eq(at(p, "a.example", v4("203.0.113.5")).kind, PROXY_PASS, "a domain wins");
+    cr_assert_eq(at(p, "x.w.example", v4("203.0.113.5")).kind, PROXY_PASS, "a wildcard wins");
+    cr_assert_eq(at(p, "any.example", v4("203.0.113.5")).kind, PROXY_DENY, "\"*\" does not");
+    cr_assert_eq(at(p, "any.example", v4("198.51.100.5")).kind, PROXY_PASS, "a range wins");
+    cr_assert_eq(at(p, "any.example", v4("192.0.2.5")).kind, PROXY_PASS);
+    proxy_policy_unref(p);
+    /* without "*": a name nobody allowed, at an address nobody allowed */
+    p = ok("{\"subnets\": {\"allow\": [\"198.51.100.7\"], \"deny\": [\"0.0.0.0/0\"], "
+           "\"precedence\": \"allow\"}}");
+    cr_assert_eq(proxy_policy_domain_count(p), 0);
+    cr_assert_eq(at(p, "n.example", v4("198.51.100.7")).kind, PROXY_PASS);
+    cr_assert_eq(at(p, "n.example", v4("198.51.100.8")).kind, PROXY_DENY);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, subnets_keep_domain_rules)
+{
+    /* an intercepting domain stays intercepting when its address is fine */
+    struct proxy_policy *p = ok("{\"allow\": {\"a.example\": [{\"transform\": [{\"headers\": "
+                                "{\"X-K\": \"v\"}}]}]}, \"subnets\": {\"deny\": [\"10.0.0.0/8\"]}}");
+    cr_assert(!proxy_policy_subnets_allow(p));
+    cr_assert_eq(at(p, "a.example", v4("192.0.2.1")).kind, PROXY_INTERCEPT);
+    cr_assert_eq(at(p, "a.example", v4("10.0.0.1")).kind, PROXY_DENY);
+    proxy_policy_unref(p);
+    /* no ranges: the address changes nothing */
+    p = ok("{\"a.example\": []}");
+    cr_assert(!proxy_policy_has_subnets(p));
+    cr_assert_eq(at(p, "a.example", v4("10.0.0.1")).kind, PROXY_PASS);
+    cr_assert_eq(at(p, "b.example", v4("10.0.0.1")).kind, PROXY_DENY);
+    proxy_policy_unref(p);
+    /* a bare map may still name a host "subnets" */
+    p = ok("{\"subnets\": []}");
+    cr_assert_eq(kind(p, "subnets"), PROXY_PASS);
+    proxy_policy_unref(p);
+}
+
+Test(proxy_policy, subnets_validation)
+{
+    struct err e = bad("{\"subnets\": {\"deny\": [\"10.0.0.0/8\", \"10.1.2.3/8\"]}}");
+    cr_assert_str_eq(e.field, "subnets.deny[1]");
+    cr_assert(strstr(e.msg, "10.0.0.0/8"), "%s", e.msg);
+    e = bad("{\"subnets\": {\"allow\": [\"2001:db8::/32\"]}}");
+    cr_assert_str_eq(e.field, "subnets.allow[0]");
+    cr_assert(strstr(e.msg, "IPv6"), "%s", e.msg);
+    e = bad("{\"subnets\": {\"allow\": [7]}}");
+    cr_assert_str_eq(e.field, "subnets.allow[0]");
+    e = bad("{\"subnets\": {\"allow\": \"10.0.0.0/8\"}}");
+    cr_assert_str_eq(e.field, "subnets.allow");
+    e = bad("{\"subnets\": {\"allowed\": []}}");
+    cr_assert_str_eq(e.field, "subnets.allowed");
+    e = bad("{\"subnets\": {\"precedence\": \"first\"}}");
+    cr_assert_str_eq(e.field, "subnets.precedence");
+    e = bad("{\"allow\": [], \"subnets\": []}");
+    cr_assert_str_eq(e.field, "subnets");
+    e = bad("{\"allow\": [], \"subnets\": {}, \"extra\": 1}");
+    cr_assert_str_eq(e.field, "extra");
+    /* the bound */
+    char *big = malloc(300 * 24 + 64);
+    size_t n = (size_t)sprintf(big, "{\"subnets\": {\"deny\": [");
+    for (int i = 0; i < PROXY_POLICY_MAX_SUBNETS + 1; i++)
+        n += (size_t)sprintf(big + n, "%s\"10.0.%d.%d\"", i ? "," : "", i / 256, i % 256);
+    sprintf(big + n, "]}}");
+    e = bad(big);
+    cr_assert_str_eq(e.field, "subnets.deny");
+    free(big);
 }

@@ -48,13 +48,23 @@ Test(vercel, policy_in)
     out = vc_policy_in(p, &err);
     cr_assert(json_is_array(json_object_get(out, "allow")));
     json_decref(out), json_decref(p);
-    /* subnets: every address allowed = any host beside the named ones; deny wins */
+    /* subnets: the ranges go to the proxy (which judges the address it connects to, deny
+     * winning); every address allowed also lets every name pass ("*"); ::/0 denied is a
+     * no-op (no IPv6) */
     static const char *const ok[][2] = {
         {"{\"allow\":[\"a.com\"],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}",
          "{\"allow\": {\"a.com\": [], \"*\": []}}"},
         {"{\"subnets\":{\"allow\":[\"::/0\"]}}", "\"allow-all\""},
-        {"{\"subnets\":{\"allow\":[\"0.0.0.0/0\"],\"deny\":[\"0.0.0.0/0\"]}}", "\"deny-all\""},
-        {"{\"allow\":[\"a.com\"],\"subnets\":{\"deny\":[\"0.0.0.0/0\"]}}", "{\"allow\": [\"a.com\"]}"},
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/0\"],\"deny\":[\"0.0.0.0/0\"]}}",
+         "{\"allow\": {\"*\": []}, \"subnets\": {\"deny\": [\"0.0.0.0/0\"]}}"},
+        {"{\"allow\":[\"a.com\"],\"subnets\":{\"deny\":[\"0.0.0.0/0\", \"::/0\"]}}",
+         "{\"allow\": [\"a.com\"], \"subnets\": {\"deny\": [\"0.0.0.0/0\"]}}"},
+        {"{\"subnets\":{\"deny\":[\"10.0.0.0/8\"]}}",
+         "{\"allow\": {}, \"subnets\": {\"deny\": [\"10.0.0.0/8\"]}}"},
+        {"{\"allow\":{\"a.com\":[]},\"subnets\":{\"allow\":[\"10.1.2.3/32\", \"198.51.100.0/24\"],"
+         "\"deny\":[\"198.51.100.7\"]}}",
+         "{\"allow\": {\"a.com\": []}, \"subnets\": {\"allow\": [\"10.1.2.3/32\", "
+         "\"198.51.100.0/24\"], \"deny\": [\"198.51.100.7\"]}}"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         p = json_loads(ok[i][0], 0, NULL);
@@ -63,8 +73,10 @@ Test(vercel, policy_in)
         cr_assert(out && json_equal(out, want), "%s", ok[i][0]);
         json_decref(out), json_decref(p), json_decref(want);
     }
-    static const char *const bad[] = {"{\"mode\":\"custom\"}", "{\"subnets\":{\"deny\":[\"10.0.0.0/8\"]}}",
-                                      "{\"subnets\":{\"allow\":[\"10.1.2.3/32\"]}}", "{\"subnets\":[]}",
+    static const char *const bad[] = {"{\"mode\":\"custom\"}", "{\"subnets\":{\"deny\":[\"10.0.0.1/8\"]}}",
+                                      "{\"subnets\":{\"allow\":[\"2001:db8::/32\"]}}", "{\"subnets\":[]}",
+                                      "{\"subnets\":{\"allow\":[\"10.0.0.0/33\"]}}",
+                                      "{\"subnets\":{\"deny\":[\"example.com\"]}}",
                                       "{\"subnets\":{\"allow\":[7]}}", "{\"subnets\":{\"x\":[]}}", "{}",
                                       "{\"allow\":[],\"x\":1}", "[1]", "{\"mode\":7}",
                                       "{\"allow\":\"a.com\"}"};

@@ -1453,3 +1453,39 @@ def test_readme_examples_sync(sbx_url: str, capsys: pytest.CaptureFixture[str]) 
         result = alice.run_command("whoami", capture_output=True, check=True)
         assert result.stdout == "alice\n"
         assert alice.home_dir == "/home/alice"
+
+
+def test_network_policy_subnets(sbx_url: str) -> None:
+    """Address ranges beside the domains: sent as the API's wrapped form, read back, and
+    a bad range is the daemon's 400 naming the element."""
+    from rebuno import sandbox
+    from rebuno.sandbox import NetworkPolicy
+
+    p = NetworkPolicy.custom({"github.com": []}, subnets={"allow": ["203.0.113.0/24"], "deny": ["10.0.0.0/8"]})
+    assert p.to_api() == {"allow": {"github.com": []},
+                          "subnets": {"allow": ["203.0.113.0/24"], "deny": ["10.0.0.0/8"]}}
+    assert NetworkPolicy.from_api(p.to_api()) == p
+    assert NetworkPolicy.from_api({"subnets": []}).rules == {"subnets": ()}  # a host named "subnets"
+    assert "subnets=" in repr(p)
+    with pytest.raises(TypeError):
+        NetworkPolicy.custom({}, subnets={"deny": "10.0.0.0/8"})
+    with pytest.raises(ValueError):
+        NetworkPolicy.custom({}, subnets={"precedence": "first"})
+    with pytest.raises(ValueError):
+        NetworkPolicy(mode="allow-all", subnets={"deny": []})
+
+    async def main() -> None:
+        async with sandbox.create_sandbox(network_policy=p) as box:
+            got = box.network_policy
+            assert got == p, got
+            e2b_like = NetworkPolicy.custom({"*": []}, subnets={"deny": ["198.51.100.7"], "precedence": "allow"})
+            await box.update(network_policy=e2b_like)
+            assert box.network_policy == e2b_like
+            with pytest.raises(sandbox.SandboxApiError) as e:
+                await box.update(network_policy=NetworkPolicy.custom({}, subnets={"deny": ["10.0.0.0/8", "10.1.2.3/8"]}))
+            assert e.value.status_code == 400 and e.value.field == "network_policy.subnets.deny[1]", e.value.field
+            with pytest.raises(sandbox.SandboxApiError) as e:
+                await box.update(network_policy={"allow": [], "subnets": {"allow": ["2001:db8::/32"]}})
+            assert e.value.field == "network_policy.subnets.allow[0]"
+
+    run(main())

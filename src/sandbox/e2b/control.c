@@ -82,6 +82,7 @@ static json_t *detail_json(struct e2b *e, const struct sbx *s, bool detail)
         e2b_access_token(e, s->id, tok);
         json_object_set_new(o, "envdAccessToken", json_string(tok));
         json_object_set_new(o, "domain", json_null());
+        json_object_set_new(o, "network", e2b_network_info(s));
         json_object_set_new(o, "lifecycle",
                             json_pack("{s:s, s:b}", "onTimeout",
                                       s->on_timeout_pause ? "pause" : "kill", "autoResume",

@@ -101,6 +101,9 @@ void e2b_snapshot_routes(struct e2b *e);
 /* network.c: E2B's network settings (NULL: none) -> a network_policy (*out, new);
  * internet: allow_internet_access of the create (true unless it said false). */
 int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct err *err);
+/* network.c: the sandbox's policy as E2B's network object for getInfo ({allowOut,
+ * denyOut, rules?}, header values redacted); new. */
+json_t *e2b_network_info(const struct sbx *s);
 /* control.c: the Sandbox object of create, connect and fork */
 json_t *e2b_sandbox_json(struct e2b *e, const struct sbx *s);
 void e2b_process_routes(struct e2b *e);

@@ -9,11 +9,13 @@
  */
 #include "sandbox/vercel/vc_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "proxy/policy.h"
 #include "sandbox/net/net.h"
 
 void vc_sid(const struct sbx *s, int64_t seq, char out[VC_SID_MAX])
@@ -54,50 +56,77 @@ static void set_ms(json_t *o, const char *k, int64_t ms)
 
 /* ------------------------------------------------------------------ network policy */
 
-static bool all_addresses(const char *c)
+/* subnets {allow, deny} for the egress proxy's policy (proxy/policy.h: the address the
+ * proxy connects to is judged, and deny wins over every allow, as on Vercel), into
+ * *ranges (new, or NULL when nothing is left). "Every address" in allow (0.0.0.0/0, or
+ * ::/0) also lets every name resolve and pass: *any (the proxy's "*"). IPv6 ranges
+ * cannot apply (sandboxes have no IPv6, so ::/0 denied changes nothing); others are
+ * refused (400 naming the element). */
+static int subnets_in(const json_t *sn, json_t **ranges, bool *any, struct err *err)
 {
-    return !strcmp(c, "0.0.0.0/0") || !strcmp(c, "::/0");
-}
-
-/* subnets {allow, deny} as the egress proxy can enforce them: it filters by host name,
- * so only "all addresses" (0.0.0.0/0, ::/0) is expressible: allowed, it lets any host
- * through beside the named domains (1); denied, only the named domains (0; deny wins, as
- * on Vercel). Other ranges are refused (400), never silently dropped. */
-static int subnets_any(const json_t *sn, struct err *err)
-{
+    *ranges = NULL;
+    *any = false;
     if (!sn || json_is_null(sn)) return 0;
     if (!json_is_object(sn))
         return err_invalid(err, "networkPolicy.subnets",
                            "networkPolicy.subnets must be {\"allow\": [CIDR], \"deny\": [CIDR]}");
     static const char *const keys[] = {"allow", "deny"};
-    bool has[2] = {false, false};
     size_t seen = 0;
+    json_t *out = json_object();
     for (int k = 0; k < 2; k++) {
         json_t *l = json_object_get(sn, keys[k]);
         if (!l || json_is_null(l)) continue;
         seen++;
-        if (!json_is_array(l) || json_array_size(l) > 256)
-            return err_invalid(err, "networkPolicy.subnets", "networkPolicy.subnets.%s must be a "
-                               "list of at most 256 CIDR ranges", keys[k]);
+        char f[64];
+        snprintf(f, sizeof f, "networkPolicy.subnets.%s", keys[k]);
+        if (!json_is_array(l) || json_array_size(l) > PROXY_POLICY_MAX_SUBNETS) {
+            json_decref(out);
+            return err_invalid(err, f, "%s must be a list of at most %d CIDR ranges", f,
+                               PROXY_POLICY_MAX_SUBNETS);
+        }
+        json_t *kept = json_array();
         size_t i;
         json_t *c;
         json_array_foreach(l, i, c) {
-            if (!json_is_string(c) || json_string_length(c) > 64)
-                return err_invalid(err, "networkPolicy.subnets", "networkPolicy.subnets.%s[%zu] "
-                                   "must be a CIDR range", keys[k], i);
-            if (!all_addresses(json_string_value(c)))
-                return err_set(err, 400, "unsupported", "networkPolicy.subnets",
-                               "networkPolicy.subnets.%s[%zu]: only 0.0.0.0/0 and ::/0 (every "
-                               "address) can be %s here; the egress proxy filters by host name "
-                               "(allow the domains you need)", keys[k], i,
-                               k ? "denied" : "allowed");
-            has[k] = true;
+            const char *v = json_string_value(c);
+            uint32_t nw, mask;
+            int rc = v ? proxy_cidr_parse(v, &nw, &mask) : -EINVAL;
+            bool v6_all = v && !strcmp(v, "::/0");
+            if (k == 0 && ((rc == 0 && mask == 0) || v6_all)) {
+                *any = true; /* every address: the proxy's "*" */
+                continue;
+            }
+            if (k == 1 && v6_all) continue; /* no IPv6 to deny */
+            if (rc < 0) {
+                char fi[96];
+                snprintf(fi, sizeof fi, "%.60s[%zu]", f, i);
+                json_decref(kept);
+                json_decref(out);
+                return err_invalid(err, fi,
+                                   rc == -EAFNOSUPPORT ? "%s: IPv6 ranges cannot apply: sandboxes "
+                                                         "have no IPv6 (give IPv4 ranges)"
+                                   : rc == -EDOM ? "%s: bits set beyond the prefix; give the "
+                                                   "network's first address (e.g. 10.0.0.0/8)"
+                                                 : "%s must be an IPv4 CIDR range or address",
+                                   fi);
+            }
+            json_array_append(kept, c);
         }
+        if (json_array_size(kept))
+            json_object_set_new(out, keys[k], kept);
+        else
+            json_decref(kept);
     }
-    if (seen != json_object_size(sn))
+    if (seen != json_object_size(sn)) {
+        json_decref(out);
         return err_invalid(err, "networkPolicy.subnets",
                            "networkPolicy.subnets has only \"allow\" and \"deny\"");
-    return has[0] && !has[1];
+    }
+    if (json_object_size(out))
+        *ranges = out;
+    else
+        json_decref(out);
+    return 0;
 }
 
 json_t *vc_policy_in(const json_t *p, struct err *err)
@@ -126,11 +155,13 @@ json_t *vc_policy_in(const json_t *p, struct err *err)
                                           "or \"mode\"");
         return NULL;
     }
-    int any = subnets_any(subnets, err);
-    if (any < 0) return NULL;
+    json_t *ranges;
+    bool any;
+    if (subnets_in(subnets, &ranges, &any, err) < 0) return NULL;
     json_t *map;
     if (json_is_array(allow) && json_array_size(allow) && !any)
-        return json_pack("{s:O}", "allow", allow); /* /v1 validates the domains */
+        return ranges ? json_pack("{s:O, s:o}", "allow", allow, "subnets", ranges)
+                      : json_pack("{s:O}", "allow", allow); /* /v1 validates the domains */
     if (!allow || json_is_null(allow)) {
         map = json_object();
     } else if (json_is_array(allow)) {
@@ -140,6 +171,7 @@ json_t *vc_policy_in(const json_t *p, struct err *err)
         json_array_foreach(allow, i, d) {
             if (!json_is_string(d)) {
                 json_decref(map);
+                json_decref(ranges);
                 err_invalid(err, "networkPolicy.allow", "networkPolicy.allow[%zu] must be a domain", i);
                 return NULL;
             }
@@ -148,11 +180,13 @@ json_t *vc_policy_in(const json_t *p, struct err *err)
     } else if (json_is_object(allow)) {
         map = json_deep_copy(allow); /* /v1 validates the rules */
     } else {
+        json_decref(ranges);
         err_invalid(err, "networkPolicy.allow",
                     "networkPolicy.allow must be a list of domains or a map of domains to rules");
         return NULL;
     }
     if (any && !json_object_get(map, "*")) json_object_set_new(map, "*", json_array());
+    if (ranges) return json_pack("{s:o, s:o}", "allow", map, "subnets", ranges);
     if (!json_object_size(map)) {
         json_decref(map);
         return json_string("deny-all");
@@ -173,7 +207,10 @@ json_t *vc_policy_out(struct sbx *s)
     if (json_is_string(p)) {
         out = json_pack("{s:s}", "mode", json_string_value(p));
     } else {
-        json_t *map = json_is_object(json_object_get(p, "allow")) ? json_object_get(p, "allow") : p;
+        json_t *sn = json_object_get(p, "subnets");
+        if (!json_is_object(sn)) sn = NULL; /* a bare map may name a host "subnets" */
+        json_t *map = json_is_object(json_object_get(p, "allow")) || sn ? json_object_get(p, "allow")
+                                                                         : p;
         json_t *domains = json_array(), *inj = json_array(), *cidrs = NULL;
         json_t *fw = json_array(), *answers = json_array();
         json_t *list = json_object_get(p, "allow");
@@ -236,7 +273,13 @@ json_t *vc_policy_out(struct sbx *s)
             json_object_set_new(out, "responseRules", answers);
         else
             json_decref(answers);
+        json_t *sa = json_object_get(sn, "allow"), *sd = json_object_get(sn, "deny");
+        if (json_array_size(sa)) {
+            if (!cidrs) cidrs = json_array();
+            json_array_extend(cidrs, sa);
+        }
         if (cidrs) json_object_set_new(out, "allowedCIDRs", cidrs);
+        if (json_array_size(sd)) json_object_set_new(out, "deniedCIDRs", json_deep_copy(sd));
     }
     json_decref(o);
     return out;

@@ -329,10 +329,58 @@ const cases = {
       const after = await catching(() => sbx.commands.run(`curl -sS https://${host}/after -H 'Authorization: made-up-inside'`))
       const denied = await catching(() => sbx.commands.run('curl -sS --max-time 5 https://denied.example/'))
       const inside = await sbx.commands.run("env; for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null; true")
-      const badCidr = await catching(() => sbx.updateNetwork({ allowOut: ['10.0.0.0/8'] }))
-      const badDeny = await catching(() => sbx.updateNetwork({ denyOut: ['8.8.8.8'] }))
+      const badCidr = await catching(() => sbx.updateNetwork({ allowOut: ['10.0.0.1/8'] }))
+      const badDeny = await catching(() => sbx.updateNetwork({ denyOut: ['evil.example'] }))
       return { before, after, denied, leaked: inside.stdout.includes(token), insideLen: inside.stdout.length,
         badCidr, badDeny }
+    } finally {
+      await sbx.kill()
+    }
+  },
+
+  // allowOut/denyOut addresses and ranges (the proxy judges the address it connects to:
+  // E2B_TEST_NEAR resolves to 127.0.0.1, E2B_TEST_FAR to 127.0.0.2, E2B_TEST_THIRD to
+  // 127.0.0.1; E2B_TEST_LITERAL (an IP literal) is sent to 127.0.0.2 and
+  // E2B_TEST_NEAR_IP to 127.0.0.1: overrides in the test)
+  async cidr() {
+    const near = process.env.E2B_TEST_NEAR, far = process.env.E2B_TEST_FAR
+    const third = process.env.E2B_TEST_THIRD, literal = process.env.E2B_TEST_LITERAL
+    const nearIp = process.env.E2B_TEST_NEAR_IP
+    // --resolve: the sandbox's DNS answers only names a domain allows. A name a domain
+    // (or "*") allows is resolved by the proxy itself; one only an address allows goes to
+    // the address dialled, so each name is dialled at an address standing for its upstream
+    const via = { [near]: nearIp, [third]: nearIp, [far]: literal }
+    const get = (host, path) => sbx.commands.run(
+      `curl -sSk --max-time 10 --resolve ${host}:443:${via[host]} https://${host}${path}`)
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, network: { denyOut: ['127.0.0.1'] } })
+    try {
+      const res = {}
+      // 1. denyOut of one address: that upstream is refused, the others pass
+      res.denyNear = await catching(() => get(near, '/deny-near'))
+      res.denyFar = await catching(() => get(far, '/deny-far'))
+      res.info1 = (await sbx.getInfo()).network
+      // 2. allowOut of an address allows it with no domain rule (everything else denied);
+      //    an IP literal without SNI is judged by its address too
+      await sbx.updateNetwork({ denyOut: [e2b.ALL_TRAFFIC ?? '0.0.0.0/0'], allowOut: ['127.0.0.2/32'] })
+      res.allowFar = await catching(() => get(far, '/allow-far'))
+      // the name is not looked up: dialled at near's address, far.example is judged there
+      res.farAtNear = await catching(() => sbx.commands.run(
+        `curl -sSk --max-time 10 --resolve ${far}:443:${nearIp} https://${far}/far-at-near`))
+      res.allowNear = await catching(() => get(near, '/allow-near'))
+      res.literal = await catching(() => sbx.commands.run(`curl -sSk --max-time 10 https://${literal}/literal`))
+      res.info2 = (await sbx.getInfo()).network
+      // 3. allowOut wins over denyOut: a named domain and an allowed address inside a denied
+      //    range pass; a host only "*" allows, inside it, does not
+      await sbx.updateNetwork({ denyOut: ['127.0.0.0/8'], allowOut: [near, '127.0.0.2'] })
+      res.winsNear = await catching(() => get(near, '/wins-near'))
+      res.winsFar = await catching(() => get(far, '/wins-far'))
+      res.winsThird = await catching(() => get(third, '/wins-third'))
+      res.info3 = (await sbx.getInfo()).network
+      res.badV6 = await catching(() => sbx.updateNetwork({ denyOut: ['2001:db8::/32'] }))
+      // 4. everything allowed (no ranges): an IP literal without SNI passes too, as on E2B
+      await sbx.updateNetwork({})
+      res.literalAll = await catching(() => sbx.commands.run(`curl -sSk --max-time 10 https://${literal}/literal-all`))
+      return res
     } finally {
       await sbx.kill()
     }

@@ -299,7 +299,7 @@ const cases = {
     res.deniedPolicy = (await Sandbox.get({ ...o, name: sb.name })).networkPolicy;
     const r = await raw("GET", `/v2/sandboxes/${sb.name}`);
     res.rawGet = r.text;
-    res.subnets = await errOf(sb.updateNetworkPolicy({ subnets: { deny: ["10.0.0.0/8"] } }));
+    res.subnets = await errOf(sb.updateNetworkPolicy({ subnets: { deny: ["10.0.0.1/8"] } }));
     // subnets: every address allowed lets other hosts through (passthrough, no header);
     // the same with every address denied lets only the named domain through
     const other = ["-sSk", "--max-time", "10", "https://api.example/other"];
@@ -312,6 +312,38 @@ const cases = {
     // a regex matcher has no engine here: refused by field, not ignored
     res.forward = await errOf(sb.updateNetworkPolicy({ allow: { "github.example": [
       { match: { path: { regex: "^/v[0-9]+/" } }, forwardURL: "https://127.0.0.1:1/" }] } }));
+    await sb.stop();
+    return res;
+  },
+
+  // subnets (issue 17): the proxy judges the address it connects to. near.example resolves
+  // (overrides in the test) to 127.0.0.1, far.example to 127.0.0.2. The sandbox's DNS
+  // answers only allowed domains, so curl --resolve dials each name at an address standing
+  // for its upstream (203.0.113.7 -> 127.0.0.1, 203.0.113.8 -> 127.0.0.2): a name only a
+  // range allows goes to the address dialled, never looked up
+  async subnets() {
+    const via = { "near.example": "203.0.113.7", "far.example": "203.0.113.8" };
+    const get = async (host, path) => text(await sb.runCommand("curl", ["-sSk", "--max-time", "10",
+      "--resolve", `${host}:443:${via[host]}`, `https://${host}${path}`]));
+    const sb = await Sandbox.create({ ...o, timeout: 120000,
+      networkPolicy: { allow: ["near.example", "far.example"], subnets: { deny: ["127.0.0.1/32"] } } });
+    const res = { created: sb.networkPolicy };
+    // deny wins over an allowed domain
+    res.denyNear = await get("near.example", "/deny-near");
+    res.denyFar = await get("far.example", "/deny-far");
+    // subnets.allow bypasses the domain list
+    await sb.updateNetworkPolicy({ allow: [], subnets: { allow: ["127.0.0.2"] } });
+    res.allowFar = await get("far.example", "/allow-far");
+    res.allowNear = await get("near.example", "/allow-near");
+    // the name is not looked up: dialled at near's address, far.example is judged there
+    res.farAtNear = await text(await sb.runCommand("curl", ["-sSk", "--max-time", "10",
+      "--resolve", "far.example:443:203.0.113.7", "https://far.example/far-at-near"]));
+    res.allowPolicy = (await Sandbox.get({ ...o, name: sb.name })).networkPolicy;
+    // deny wins over an allowed range too
+    await sb.updateNetworkPolicy({ subnets: { allow: ["127.0.0.0/8"], deny: ["127.0.0.2"] } });
+    res.bothFar = await get("far.example", "/both-far");
+    res.bothNear = await get("near.example", "/both-near");
+    res.badV6 = await errOf(sb.updateNetworkPolicy({ subnets: { allow: ["2001:db8::/32"] } }));
     await sb.stop();
     return res;
   },

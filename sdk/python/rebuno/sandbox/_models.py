@@ -815,6 +815,11 @@ class NetworkPolicy(_Model):
       NetworkPolicyTransform(headers={"Authorization": "Basic ..."})])]})``: only the listed
       domains (``"*.example.com"`` covers subdomains, ``"*"`` any other host without rules);
       a domain's header rules are applied by terminating TLS with the sandbox's own CA.
+    * ``NetworkPolicy.custom({"github.com": []}, subnets={"allow": ["203.0.113.0/24"],
+      "deny": ["10.0.0.0/8"]})``: IPv4 address ranges beside the domains, judged on the
+      address the proxy connects to (``"precedence": "deny"``, the default, lets a denied
+      range win over every allow; ``"allow"`` lets an allowed domain or range win). The
+      daemon validates them (docs/sandbox-api.md, Network).
 
     Pass it to ``create_sandbox(network_policy=...)`` or ``Sandbox.update(network_policy=...)``
     (applied live: connections no longer allowed are closed). The strings ``"allow-all"`` and
@@ -823,15 +828,19 @@ class NetworkPolicy(_Model):
 
     mode: str = "deny-all"
     rules: Mapping[str, Sequence[NetworkPolicyRule]] | None = None
+    subnets: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if self.mode != "custom":
-            if self.rules:
-                raise ValueError("rules are only for a custom policy: use NetworkPolicy.custom({...})")
+            if self.rules or self.subnets:
+                raise ValueError("rules and subnets are only for a custom policy: use NetworkPolicy.custom({...})")
             object.__setattr__(self, "rules", None)
+            object.__setattr__(self, "subnets", None)
             return
+        if self.subnets is not None:
+            object.__setattr__(self, "subnets", _subnets(self.subnets))
         if not isinstance(self.rules, Mapping):
             raise TypeError("a custom policy is a mapping of domain to a list of NetworkPolicyRule")
         out: dict[str, tuple[NetworkPolicyRule, ...]] = {}
@@ -861,15 +870,22 @@ class NetworkPolicy(_Model):
         return cls(mode="deny-all")
 
     @classmethod
-    def custom(cls, rules: Mapping[str, Sequence[NetworkPolicyRule]]) -> NetworkPolicy:
-        """Only the listed domains: ``{"*": [], "github.com": [NetworkPolicyRule(...)]}``."""
-        return cls(mode="custom", rules=rules)
+    def custom(cls, rules: Mapping[str, Sequence[NetworkPolicyRule]],
+               subnets: Mapping[str, Any] | None = None) -> NetworkPolicy:
+        """Only the listed domains: ``{"*": [], "github.com": [NetworkPolicyRule(...)]}``, and
+        the address ranges of ``subnets`` (``{"allow": [...], "deny": [...], "precedence": ...}``)."""
+        return cls(mode="custom", rules=rules, subnets=subnets)
 
     def to_api(self) -> Any:
-        """The policy as the API takes it: ``"allow-all"``, ``"deny-all"`` or a map."""
+        """The policy as the API takes it: ``"allow-all"``, ``"deny-all"``, a map, or
+        ``{"allow": map, "subnets": {...}}`` when it has address ranges."""
         if self.mode != "custom":
             return self.mode
-        return {d: [r.to_api() for r in rules] for d, rules in (self.rules or {}).items()}
+        domains = {d: [r.to_api() for r in rules] for d, rules in (self.rules or {}).items()}
+        if self.subnets is None:
+            return domains
+        sn = {k: (list(v) if k != "precedence" else v) for k, v in self.subnets.items()}
+        return {"allow": domains, "subnets": sn}
 
     @classmethod
     def from_api(cls, value: Any) -> NetworkPolicy | None:
@@ -882,11 +898,14 @@ class NetworkPolicy(_Model):
             mode = value.get("mode")
             if isinstance(mode, str) and mode in ("allow-all", "deny-all"):
                 return cls(mode=mode)
-            allow = value.get("allow", value)
+            subnets = value.get("subnets")
+            if not isinstance(subnets, Mapping):
+                subnets = None  # a bare map may name a host "subnets"
+            allow = value.get("allow", {} if subnets is not None else value)
             if isinstance(allow, list):
                 allow = {d: [] for d in allow}
             try:
-                return cls.custom(allow)
+                return cls.custom(allow, subnets=subnets)
             except (TypeError, ValueError):
                 return None
         return None
@@ -894,7 +913,29 @@ class NetworkPolicy(_Model):
     def __repr__(self) -> str:
         if self.mode != "custom":
             return f"NetworkPolicy.{self.mode.replace('-', '_')}()"
-        return f"NetworkPolicy.custom({dict(self.rules or {})!r})"
+        extra = f", subnets={dict(self.subnets)!r}" if self.subnets is not None else ""
+        return f"NetworkPolicy.custom({dict(self.rules or {})!r}{extra})"
+
+
+def _subnets(value: Any) -> Mapping[str, Any]:
+    """``subnets`` checked for shape (lists of strings, a precedence string); the daemon
+    checks the ranges themselves and names a bad one in its 400."""
+    if not isinstance(value, Mapping):
+        raise TypeError('subnets is a mapping: {"allow": [CIDR], "deny": [CIDR], "precedence": "deny"}')
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k == "precedence":
+            if v not in ("deny", "allow"):
+                raise ValueError('subnets precedence is "deny" or "allow"')
+            out[k] = v
+        elif k in ("allow", "deny"):
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or \
+                    not all(isinstance(x, str) for x in v):
+                raise TypeError(f"subnets {k} must be a list of CIDR strings")
+            out[k] = tuple(v)
+        else:
+            raise ValueError(f"subnets has allow, deny and precedence, not {k!r}")
+    return MappingProxyType(out)
 
 
 def network_policy_api(value: Any) -> Any:
