@@ -3,7 +3,9 @@
 # first output, and a command's round trip, through the official @vercel/sandbox SDK
 # (bench/vercel_compat.mjs) and through the project's /v1 Python client
 # (bench/vercel_compat_v1.py), against one sandboxd; prints medians, the ratios (aim: the
-# SDK within 1.2x of /v1) and Vercel's published 1.75 s create for scale.
+# SDK within 1.2x of /v1) and Vercel's published 1.75 s create for scale. Beside each wall
+# time, the CPU of each side: the client's own, and sandboxd's (read by the clients from
+# /proc of $REBUNO_BENCH_SANDBOXD), the endpoint's cost free of the machine's load.
 #
 #   bash bench/vercel_compat.sh [ROUNDS [CMDS [BATCHES]]]   as root; default 15 rounds, 20
 #                                                           commands each, in 3 batches
@@ -27,6 +29,7 @@ per=$(( (rounds + batches - 1) / batches ))
 source bench/lib_sandboxd.sh
 sandboxd_start --vercel-listen
 export REBUNO_VERCEL_COMPAT=http://127.0.0.1:$p2 CI=1
+export REBUNO_BENCH_SANDBOXD=$pid # the clients read its CPU from /proc (the server's cost)
 
 # warm-up (first sandbox builds the default image), then both clients
 python3 bench/vercel_compat_v1.py 1 1 >/dev/null
@@ -54,12 +57,16 @@ v, p = merged(sys.argv[1]), merged(sys.argv[2])
 med = lambda xs: statistics.median(xs)
 print(f"Vercel-compatible endpoint vs /v1 ({sys.argv[3]} sandboxes, {sys.argv[4]} commands each, "
       f"{sys.argv[5]} alternating batches; median ms)")
-print(f"{'':32}{'create->first output':>22}{'command round trip':>20}{'client CPU/command':>20}")
+print(f"{'':32}{'create->first output':>22}{'command round trip':>20}{'client CPU/command':>20}"
+      f"{'server CPU/create':>19}{'server CPU/command':>20}")
 for r in (v, p):
-    print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}{med(r['cpu']):>20.2f}")
-print(f"{'plain fetch, this endpoint':32}{'':>22}{med(v['raw']):>20.2f}")
+    print(f"{r['client']:32}{med(r['create']):>22.1f}{med(r['rtt']):>20.2f}{med(r['cpu']):>20.2f}"
+          f"{med(r['srvCreate']):>19.2f}{med(r['srvCmd']):>20.3f}")
+print(f"{'plain fetch, this endpoint':32}{'':>22}{med(v['raw']):>20.2f}{'':>20}{'':>19}"
+      f"{med(v['srvRaw']):>20.3f}")
 if v["rawV1"]:
-    print(f"{'plain fetch, /v1':32}{'':>22}{med(v['rawV1']):>20.2f}")
+    print(f"{'plain fetch, /v1':32}{'':>22}{med(v['rawV1']):>20.2f}{'':>20}{'':>19}"
+          f"{med(v['srvRawV1']):>20.3f}")
 cr, rr = med(v["create"]) / med(p["create"]), med(v["rtt"]) / med(p["rtt"])
 print(f"{'ratio SDK / v1 (aim <= 1.2)':32}{cr:>22.2f}{rr:>20.2f}")
 print(f"{'Vercel published create':32}{1750.0:>22.1f}{'':>20}   (ours {1750.0 / med(v['create']):.1f}x faster through the SDK)")
