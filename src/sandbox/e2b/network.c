@@ -43,6 +43,22 @@ static int string_list(const json_t *v, const char *field, struct err *err)
     return 0;
 }
 
+/* The 400 for entry i of list (allowOut, denyOut) that proxy_cidr_parse refused with prc;
+ * other is what to say when it is neither IPv6 nor a misaligned range. */
+static int range_invalid(struct err *err, const char *list, size_t i, int prc, const char *other)
+{
+    char f[32];
+    snprintf(f, sizeof f, "%s[%zu]", list, i);
+    if (prc == -EAFNOSUPPORT)
+        return err_invalid(err, f, "%s: IPv6 cannot apply: sandboxes have no IPv6", f);
+    if (prc == -EDOM)
+        return err_invalid(err, f,
+                           "%s: bits set beyond the prefix; give the network's first address "
+                           "(e.g. 10.0.0.0/8)",
+                           f);
+    return err_invalid(err, f, "%s: %s", f, other);
+}
+
 static bool has(const json_t *list, const char *s)
 {
     for (size_t i = 0; i < json_array_size(list); i++)
@@ -55,9 +71,15 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
     *out = NULL;
     if (net && !json_is_null(net) && !json_is_object(net))
         return err_invalid(err, "network", "network must be an object");
-    static const char *const known[] = {"allowOut", "denyOut", "rules", "egressProxy",
-                                        "allowPublicTraffic", "maskRequestHost", "httpsPorts",
-                                        "allow_internet_access", NULL};
+    static const char *const known[] = {"allowOut",
+                                        "denyOut",
+                                        "rules",
+                                        "egressProxy",
+                                        "allowPublicTraffic",
+                                        "maskRequestHost",
+                                        "httpsPorts",
+                                        "allow_internet_access",
+                                        NULL};
     const json_t *empty = json_object();
     if (!net || json_is_null(net)) net = empty;
     int rc = sbx_json_known(net, known, "network", err);
@@ -66,7 +88,8 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
     json_t *ai = json_object_get(net, "allow_internet_access");
     if (rc == 0 && ai && !json_is_null(ai)) {
         if (!json_is_boolean(ai))
-            rc = err_invalid(err, "allow_internet_access", "allow_internet_access must be a boolean");
+            rc = err_invalid(err, "allow_internet_access",
+                             "allow_internet_access must be a boolean");
         else
             internet = json_is_true(ai);
     }
@@ -87,25 +110,22 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
     json_t *map = json_object(), *sallow = json_array(), *sdeny = json_array();
     size_t i;
     json_t *x;
-    json_array_foreach(all_out ? NULL : deny, i, x) { /* allowOut 0.0.0.0/0 wins over all */
+    json_array_foreach(all_out ? NULL : deny, i, x)
+    { /* allowOut 0.0.0.0/0 wins over all */
         const char *c = json_string_value(x);
         uint32_t nw, mask;
         if (!strcmp(c, ALL_TRAFFIC)) continue;
         int prc = proxy_cidr_parse(c, &nw, &mask);
         if (prc < 0) {
-            char f[32];
-            snprintf(f, sizeof f, "denyOut[%zu]", i);
-            rc = err_invalid(err, f,
-                             prc == -EAFNOSUPPORT ? "%s: IPv6 cannot apply: sandboxes have no IPv6"
-                             : prc == -EDOM ? "%s: bits set beyond the prefix; give the network's "
-                                              "first address (e.g. 10.0.0.0/8)"
-                                            : "%s: must be an IPv4 address or CIDR range (domains "
-                                              "cannot be denied: allow the ones you need)", f);
+            rc = range_invalid(err, "denyOut", i, prc,
+                               "must be an IPv4 address or CIDR range (domains cannot be denied: "
+                               "allow the ones you need)");
             break;
         }
         json_array_append(sdeny, x);
     }
-    json_array_foreach(rc < 0 ? NULL : allow, i, x) {
+    json_array_foreach(rc < 0 ? NULL : allow, i, x)
+    {
         const char *h = json_string_value(x);
         uint32_t nw, mask;
         if (!strcmp(h, ALL_TRAFFIC)) continue;
@@ -117,14 +137,8 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
         /* a name has a letter somewhere (or is "*.x"); anything else meant an address */
         if (prc == -EAFNOSUPPORT || prc == -EDOM || strchr(h, '/') ||
             strspn(h, "0123456789.") == strlen(h)) {
-            char f[32];
-            snprintf(f, sizeof f, "allowOut[%zu]", i);
-            rc = err_invalid(err, f,
-                             prc == -EAFNOSUPPORT ? "%s: IPv6 cannot apply: sandboxes have no IPv6"
-                             : prc == -EDOM ? "%s: bits set beyond the prefix; give the network's "
-                                              "first address (e.g. 10.0.0.0/8)"
-                                            : "%s: must be a host name, an IPv4 address or a CIDR "
-                                              "range", f);
+            rc = range_invalid(err, "allowOut", i, prc,
+                               "must be a host name, an IPv4 address or a CIDR range");
             break;
         }
         if (!json_object_get(map, h)) json_object_set_new(map, h, json_array());
@@ -139,7 +153,8 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
     if (base_allow) json_object_set_new(map, "*", json_array());
     const char *host;
     json_t *rl;
-    json_object_foreach(rules, host, rl) {
+    json_object_foreach(rules, host, rl)
+    {
         char field[300];
         snprintf(field, sizeof field, "rules.%.250s", host);
         if (!json_is_array(rl)) {
@@ -151,7 +166,8 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
         }
         json_t *ours = json_array();
         json_t *rule;
-        json_array_foreach(rl, i, rule) {
+        json_array_foreach(rl, i, rule)
+        {
             json_t *t = json_is_object(rule) ? json_object_get(rule, "transform") : NULL;
             json_t *hd = json_is_object(t) ? json_object_get(t, "headers") : NULL;
             if (!json_is_object(rule) || json_object_size(rule) != (t ? 1u : 0u) ||
@@ -163,7 +179,8 @@ int e2b_network_policy(const json_t *net, bool internet, json_t **out, struct er
                 json_decref((json_t *)empty);
                 return err_invalid(err, field,
                                    "%s[%zu]: only {\"transform\": {\"headers\": {...}}} rules are "
-                                   "served here", field, i);
+                                   "served here",
+                                   field, i);
             }
             if (hd && json_object_size(hd))
                 json_array_append_new(ours, json_pack("{s:[{s:O}]}", "transform", "headers", hd));
@@ -197,8 +214,10 @@ static json_t *rules_out(const json_t *rl)
     json_t *out = json_array();
     size_t i, j;
     json_t *rule, *t;
-    json_array_foreach(rl, i, rule) {
-        json_array_foreach(json_object_get(rule, "transform"), j, t) {
+    json_array_foreach(rl, i, rule)
+    {
+        json_array_foreach(json_object_get(rule, "transform"), j, t)
+        {
             json_t *hd = json_object_get(t, "headers");
             if (json_is_object(hd))
                 json_array_append_new(out, json_pack("{s:{s:O}}", "transform", "headers", hd));
@@ -225,14 +244,16 @@ json_t *e2b_network_info(const struct sbx *s)
             sn = NULL;
         size_t i;
         json_t *x;
-        json_array_foreach(map, i, x) { /* the list form */
+        json_array_foreach(map, i, x)
+        { /* the list form */
             if (!strcmp(json_string_value(x), "*"))
                 any = true;
             else
                 json_array_append(allow, x);
         }
         const char *k;
-        json_object_foreach((json_t *)map, k, x) {
+        json_object_foreach((json_t *)map, k, x)
+        {
             if (!strcmp(k, "*")) {
                 any = true;
                 continue;
