@@ -272,26 +272,15 @@ def cidr_env(make_sandboxd, sdk, tmp_path):
     for names dialled at an address and for clients without SNI."""
     if not shutil.which("nft"):
         pytest.skip("needs nft")
-    from test_proxy import Upstream
-    from test_sandbox_network import _make_pki
-    pki_dir = tmp_path / "pki"
-    pki_dir.mkdir()
-    pki = _make_pki(str(pki_dir))
-    near, far = Upstream(pki), Upstream(pki, host="127.0.0.2")
-    try:
+    from test_sandbox_network import near_far_upstreams
+    with near_far_upstreams(tmp_path) as (pki, near, far, overrides):
         port = free_port()
         d = make_sandboxd(args=[
             "--e2b-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
-            "--upstream-override", f"near.example:443=127.0.0.1:{near.port}",
-            "--upstream-override", f"third.example:443=127.0.0.1:{near.port}",
-            "--upstream-override", f"far.example:443=127.0.0.2:{far.port}",
-            "--upstream-override", f"203.0.113.8:443=127.0.0.2:{far.port}",
-            "--upstream-override", f"203.0.113.7:443=127.0.0.1:{near.port}"]).start()
+            *overrides(near_names=["near.example", "third.example", "203.0.113.7"],
+                       far_names=["far.example", "203.0.113.8"])]).start()
         d.e2b_port = port
         yield d, near, far
-    finally:
-        near.close()
-        far.close()
 
 
 def test_allow_out_and_deny_out_addresses_are_enforced_by_the_proxy(cidr_env):

@@ -14,6 +14,7 @@ the host. Every daemon is stopped at the end and must leave no nftables table, v
 cgroup or process behind (conftest checks the rest).
 """
 import base64
+import contextlib
 import glob
 import json
 import os
@@ -65,6 +66,31 @@ def _make_pki(d):
              "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
              cwd=d)
     return {k: os.path.join(d, k) for k in os.listdir(d)} | {"dir": d}
+
+
+
+@contextlib.contextmanager
+def near_far_upstreams(tmp_path):
+    """Two TLS upstreams at two loopback addresses, near (127.0.0.1) and far (127.0.0.2),
+    for the address-range tests of the E2B and Vercel endpoints: yields (pki, near, far,
+    overrides), where overrides(near=[names], far=[names]) gives the sandboxd arguments
+    that send those names (or IP literals) to them, standing in for DNS."""
+    pki_dir = tmp_path / "pki"
+    pki_dir.mkdir()
+    pki = _make_pki(str(pki_dir))
+    near, far = Upstream(pki), Upstream(pki, host="127.0.0.2")
+
+    def overrides(near_names=(), far_names=()):
+        args = []
+        for names, ip, up in ((near_names, "127.0.0.1", near), (far_names, "127.0.0.2", far)):
+            for n in names:
+                args += ["--upstream-override", f"{n}:443={ip}:{up.port}"]
+        return args
+    try:
+        yield pki, near, far, overrides
+    finally:
+        near.close()
+        far.close()
 
 
 def _git_server(pki, root):

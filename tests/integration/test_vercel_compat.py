@@ -302,23 +302,16 @@ def test_network_policy_header_transform_at_a_local_upstream(make_sandboxd, sdk,
 
 
 def test_network_policy_subnets_at_local_upstreams(make_sandboxd, sdk, tmp_path):
-    from test_proxy import Upstream
-    from test_sandbox_network import _make_pki
+    from test_sandbox_network import near_far_upstreams
     if not shutil.which("nft"):
         pytest.skip("sandbox networking needs nft")
-    pki_dir = tmp_path / "pki"
-    pki_dir.mkdir()
-    pki = _make_pki(str(pki_dir))
     # two upstreams at two addresses; the overrides stand in for DNS, so those are the
     # addresses the proxy connects to and judges
-    near, far = Upstream(pki), Upstream(pki, host="127.0.0.2")
-    try:
+    with near_far_upstreams(tmp_path) as (pki, near, far, overrides):
         port = free_port()
         d = make_sandboxd(args=["--vercel-listen", f"127.0.0.1:{port}", "--upstream-ca", pki["ca.pem"],
-                                "--upstream-override", f"near.example:443=127.0.0.1:{near.port}",
-                                "--upstream-override", f"far.example:443=127.0.0.2:{far.port}",
-                                "--upstream-override", f"203.0.113.7:443=127.0.0.1:{near.port}",
-                                "--upstream-override", f"203.0.113.8:443=127.0.0.2:{far.port}"]).start()
+                                *overrides(near_names=["near.example", "203.0.113.7"],
+                                           far_names=["far.example", "203.0.113.8"])]).start()
         d.vercel_port = port
         r = run_case(d, "subnets")
         # the SDK's view: the legacy response form its validator accepts
@@ -336,9 +329,6 @@ def test_network_policy_subnets_at_local_upstreams(make_sandboxd, sdk, tmp_path)
         assert r["badV6"]["status"] == 400 and "subnets.allow[0]" in r["badV6"]["message"], r["badV6"]
         assert [q["path"] for q in near.requests] == ["/both-near"]
         assert [q["path"] for q in far.requests] == ["/deny-far", "/allow-far"]
-    finally:
-        near.close()
-        far.close()
 
 
 def test_network_policy_per_request_rules_at_local_upstreams(make_sandboxd, sdk, tmp_path):
