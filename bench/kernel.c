@@ -1969,6 +1969,9 @@ static void pg_start(void)
 {
     const char *cands[] = {"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin",
                            "/usr/lib/postgresql/15/bin", NULL};
+    /* REBUNO_BENCH_PG_BINDIR: another PostgreSQL, e.g. one whose postgres runs under callgrind */
+    const char *env = getenv("REBUNO_BENCH_PG_BINDIR");
+    if (env && *env) snprintf(pg_bindir, sizeof pg_bindir, "%s", env);
     for (int i = 0; cands[i] && !pg_bindir[0]; i++) {
         char p[PATH_MAX + 16];
         snprintf(p, sizeof p, "%s/initdb", cands[i]);

@@ -40,6 +40,18 @@ void store_exec_copy(struct execution *dst, const struct execution *src)
     dst->restoration = src->restoration ? xstrdup(src->restoration) : NULL;
 }
 
+void store_step_copy(struct step *dst, const struct step *src)
+{
+    *dst = *src;
+    dst->kind = src->kind ? xstrdup(src->kind) : NULL;
+    dst->target = src->target ? xstrdup(src->target) : NULL;
+    dst->args = src->args ? xstrdup(src->args) : NULL;
+    dst->result = src->result ? xstrdup(src->result) : NULL;
+    dst->error = src->error ? xstrdup(src->error) : NULL;
+    dst->rule_id = src->rule_id ? xstrdup(src->rule_id) : NULL;
+    dst->resources = src->resources ? xstrdup(src->resources) : NULL;
+}
+
 struct store *store_open(const char *spec, char *errbuf, size_t errlen)
 {
     if (store_spec_is_postgres(spec)) return store_pg_open(spec, errbuf, errlen);

@@ -112,5 +112,7 @@ struct store *store_pg_open(const char *uri, char *errbuf, size_t errlen);
 
 /* A deep copy of src (the caches of locked or recently read executions). */
 void store_exec_copy(struct execution *dst, const struct execution *src);
+/* A deep copy of a step (the steps a PostgreSQL batch holds back). */
+void store_step_copy(struct step *dst, const struct step *src);
 
 #endif

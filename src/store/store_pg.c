@@ -116,8 +116,8 @@ enum stmt_id {
     S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
-    S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEPS, S_STEPS_STATUS, S_STEP_INDET,
-    S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_CLEAR, S_COUNTERS,
+    S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEP_UPDATE_CHECKED, S_STEPS_INSERT, S_STEPS,
+    S_STEPS_STATUS, S_STEP_INDET, S_COUNTER_GET, S_COUNTER_SET, S_COUNTERS_UPSERT, S_COUNTERS_CLEAR, S_COUNTERS,
     S_APPROVAL_INSERT, S_APPROVAL_LOCK, S_APPROVAL_GET, S_APPROVAL_UPDATE, S_APPROVALS_EXPIRED,
     S_SESSION_LOCK, S_SESSION_ACTIVE, S_SESSION_WAITING, S_SESSION_LAST_COMPLETED, S_SESSION_EXISTS,
     S_RESOURCE_GET, S_RESOURCE_INSERT, S_RESOURCE_UPDATE, S_RESOURCES,
@@ -167,7 +167,7 @@ static const char *stmt_sql[S_COUNT] = {
                      "  AND status IN ('pending','running','blocked')),"
                      " (SELECT min(timeout_at) FROM approvals WHERE status='pending')",
     [S_EVENT_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) VALUES($1,$2,$3,$4,$5)",
-    /* a batch's events, one row per array element (see "Events of a batch") */
+    /* a batch's events, one row per array element (see "Rows of a batch") */
     [S_EVENTS_INSERT] = "INSERT INTO events(execution_id, seq, type, payload, at) SELECT * FROM"
                         " unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])",
     [S_EVENTS] = "SELECT seq, type, payload, at FROM events WHERE execution_id=$1 AND seq > $2"
@@ -179,11 +179,23 @@ static const char *stmt_sql[S_COUNT] = {
                          " FROM (SELECT 1) one LEFT JOIN steps ON execution_id = $1 AND step_id = $2",
     [S_STEP_INSERT] = "INSERT INTO steps(" STEP_COLS ") VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
                       "$12,$13,$14,$15,$16,$17,$18)",
-    [S_STEP_UPDATE] = "UPDATE steps SET status=$8, result=$10, error=$11, rule_id=$12,"
-                      " approval_id=$13, runs=$14, indeterminate=$15, completed_at=$17,"
-                      " idempotency=$7 WHERE execution_id=$2 AND step_id=$1 AND kind=$3"
-                      " AND target=$4 AND args_hash=$5 AND occurrence=$6 AND args=$9"
-                      " AND created_at=$16 AND (resources IS NOT DISTINCT FROM $18)",
+#define STEP_UPDATE                                                                                   \
+    "UPDATE steps SET status=$8, result=$10, error=$11, rule_id=$12, approval_id=$13, runs=$14,"     \
+    " indeterminate=$15, completed_at=$17, idempotency=$7 WHERE execution_id=$2 AND step_id=$1"     \
+    " AND kind=$3 AND target=$4 AND args_hash=$5 AND occurrence=$6 AND args=$9 AND created_at=$16"   \
+    " AND (resources IS NOT DISTINCT FROM $18)"
+    [S_STEP_UPDATE] = STEP_UPDATE,
+    /* The same, failing the transaction (division by zero) when it finds no row: it may run
+     * in the COMMIT's message, where a row count read afterwards would come too late. */
+    [S_STEP_UPDATE_CHECKED] = "WITH u AS (" STEP_UPDATE " RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM u)",
+#undef STEP_UPDATE
+    /* a batch's steps and counters, one row per array element (see "Rows of a batch") */
+#define STEP_ARRAYS                                                                                     \
+    "unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],"       \
+    " $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[],"       \
+    " $15::integer[], $16::bigint[], $17::bigint[], $18::text[])"
+    [S_STEPS_INSERT] = "INSERT INTO steps(" STEP_COLS ") SELECT * FROM " STEP_ARRAYS,
+#undef STEP_ARRAYS
     [S_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=$1 ORDER BY created_at, ord",
     [S_STEPS_STATUS] = "SELECT " STEP_COLS " FROM steps WHERE execution_id=$1 AND status=$2"
                        " ORDER BY created_at, ord",
@@ -195,6 +207,11 @@ static const char *stmt_sql[S_COUNT] = {
                       " VALUES($1,$2,$3,$4,$5,$6) ON CONFLICT (execution_id, kind, target, args_hash) DO UPDATE SET"
                       " consumed = greatest(step_counters.consumed, excluded.consumed),"
                       " last_request = excluded.last_request",
+    [S_COUNTERS_UPSERT] = "INSERT INTO step_counters(execution_id, kind, target, args_hash, consumed, last_request)"
+                          " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],"
+                          " $6::text[]) ON CONFLICT (execution_id, kind, target, args_hash) DO UPDATE SET"
+                          " consumed = greatest(step_counters.consumed, excluded.consumed),"
+                          " last_request = excluded.last_request",
     [S_COUNTERS_CLEAR] = "DELETE FROM step_counters WHERE execution_id=$1",
     [S_COUNTERS] = "SELECT kind, target, args_hash, consumed, last_request FROM step_counters"
                    " WHERE execution_id=$1 ORDER BY kind, target, args_hash",
@@ -263,6 +280,18 @@ static const char *stmt_sql[S_COUNT] = {
     [S_NOTIFY] = "SELECT pg_notify('rebuno', $1)",
 };
 
+/* The tables whose rows a batch holds back and writes with one statement each. */
+enum table { T_EVENTS, T_STEPS, T_COUNTERS, T_COUNT };
+#define T_BIT(t) (1u << (t))
+
+/* A table's held rows: [0, done) written by operations that ended well, [done, n) by the
+ * current one; items of the table's own struct (struct pev, pstep, pctr). */
+struct rowbuf {
+    char *v;
+    int n, cap, done;
+    size_t bytes;
+};
+
 struct pg {
     struct store base; /* first: the public handle */
     char *uri;
@@ -307,12 +336,9 @@ struct pg {
         PGresult *counter, *step, *exec;
         int step_col; /* where the step's columns start in pf.step (2 after S_STEP_GET_FRESH) */
     } pf;
-    /* Events appended inside operations, not sent yet: [0, ev_done) by operations that
-     * ended well, the rest by the current one (see "Events of a batch") */
-    struct pev *ev;
-    int n_ev, cap_ev, ev_done;
-    size_t ev_bytes;
-    bool op_sent_done; /* the current operation sent earlier operations' events after its SAVEPOINT */
+    /* Rows written inside operations, not sent yet, per table (see "Rows of a batch") */
+    struct rowbuf rb[T_COUNT];
+    bool op_sent_done; /* the current operation sent earlier operations' rows after its SAVEPOINT */
 };
 
 struct qent {
@@ -322,12 +348,6 @@ struct qent {
     size_t off;
 };
 #define QV_NULL ((size_t)-1)
-
-struct pev {
-    char exec_id[UUID_STR_LEN];
-    int64_t seq, at;
-    char *type, *payload;
-};
 
 static struct pg *PG(struct store *st)
 {
@@ -556,25 +576,36 @@ static void read_row(PGresult *r, int i, int col0, void *obj, const struct field
     (memset((obj), 0, sizeof *(obj)), read_row((r), (i), (col0), (obj), FIELDS(fields)))
 #define READ_ROW(r, i, obj, fields) READ_ROW_AT(r, i, 0, obj, fields)
 
+/* The text of field f of obj as PostgreSQL takes it (NULL: SQL NULL); num holds a number's
+ * digits. */
+static const char *field_text(const void *obj, const struct field *f, char num[24])
+{
+    const char *at = (const char *)obj + f->off;
+    switch (f->kind) {
+    case F_STR: return *(char *const *)at;
+    case F_BUF: return at;
+    case F_INT: snprintf(num, 24, "%" PRId64, *(const int64_t *)at); return num;
+    case F_BOOL: return *(const bool *)at ? "1" : "0";
+    case F_EXEC_STATUS: return exec_status_name(*(const enum exec_status *)(const void *)at);
+    case F_DSTATE: return dispatch_state_name(*(const enum dispatch_state *)(const void *)at);
+    case F_STEP_STATUS: return step_status_name(*(const enum step_status *)(const void *)at);
+    case F_IDEM: return idempotency_name(*(const enum idempotency *)(const void *)at);
+    case F_APPROVAL_STATUS: return approval_status_name(*(const enum approval_status *)(const void *)at);
+    }
+    return NULL;
+}
+
 /* The struct at obj as the next parameters of ps (it must outlive ps). */
 static void bind_row(struct params *ps, const void *obj, const struct field *f, size_t n)
 {
-    for (size_t c = 0; c < n; c++) {
-        const char *at = (const char *)obj + f[c].off;
-        switch (f[c].kind) {
-        case F_STR: p_str(ps, *(char *const *)at); break;
-        case F_BUF: p_str(ps, at); break;
-        case F_INT: p_int(ps, *(const int64_t *)at); break;
-        case F_BOOL: p_int(ps, *(const bool *)at); break;
-        case F_EXEC_STATUS: p_str(ps, exec_status_name(*(const enum exec_status *)(const void *)at)); break;
-        case F_DSTATE: p_str(ps, dispatch_state_name(*(const enum dispatch_state *)(const void *)at)); break;
-        case F_STEP_STATUS: p_str(ps, step_status_name(*(const enum step_status *)(const void *)at)); break;
-        case F_IDEM: p_str(ps, idempotency_name(*(const enum idempotency *)(const void *)at)); break;
-        case F_APPROVAL_STATUS:
-            p_str(ps, approval_status_name(*(const enum approval_status *)(const void *)at));
-            break;
-        }
-    }
+    for (size_t c = 0; c < n; c++, ps->n++) ps->v[ps->n] = field_text(obj, &f[c], ps->num[ps->n]);
+}
+
+/* Free the strings (F_STR fields) of the struct at obj. */
+static void fields_free(void *obj, const struct field *f, size_t n)
+{
+    for (size_t c = 0; c < n; c++)
+        if (f[c].kind == F_STR) free(*(char **)((char *)obj + f[c].off));
 }
 
 /* --- deferred writes ---
@@ -710,6 +741,10 @@ static int q_send(struct pg *p, PGresult **last)
         if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             rc = result_errno(p, r);
             failed_at = i;
+            if (p->qe[i].id == S_STEP_UPDATE_CHECKED && rc == -EIO) {
+                set_err(p, "a step to update was not found");
+                rc = -ENOENT;
+            }
         } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_ONE_ROW &&
                    strtoll(PQcmdTuples(r), NULL, 10) != 1) {
             set_err(p, "a row to update was not found");
@@ -775,52 +810,110 @@ static bool deferrable(enum stmt_id id)
     }
 }
 
-/* --- events of a batch ---
+/* --- rows of a batch ---
  *
- * Events are most of a step's rows (a round trip appends four), so inside operations they
- * are not queued one INSERT each: they wait in p->ev and go out as one multi-row INSERT
- * (S_EVENTS_INSERT, arrays unnested) per batch, queued just before the COMMIT. Where they
- * sit in the queue matters for the savepoints: events of operations that ended well must
- * never be inside a later operation's savepoint that may roll back. So they are sent
- * early only when a statement reads the events table (store_events_each, listings, whose
- * last_seq is max(seq)): the current operation's own events at the end of the queue, the
- * earlier ones before its SAVEPOINT when that is still queued, else after it (if that
- * operation then rolls back, the batch can only fail: p->broken). When an operation fails
- * its events are dropped and the earlier ones are queued after its rollback. Events are
- * buffered only for executions this batch holds locked, whose last_seq the cache keeps,
- * so reading such an execution never needs them. The buffer has a cap: past it the
- * earlier operations' events are queued when the next operation begins. */
-#define EV_MAX_ROWS 2048
-#define EV_MAX_BYTES (4u << 20)
+ * Most of a step round trip's rows are events (four), a step (inserted at the submission,
+ * updated at the outcome) and a step counter. Inside operations they are not queued one
+ * statement each: they wait in p->rb[table] and go out as one multi-row statement per
+ * table and batch (arrays unnested: S_EVENTS_INSERT, S_STEPS_INSERT, S_STEPS_UPDATE,
+ * S_COUNTERS_UPSERT), queued just before the COMMIT. A step inserted and then updated in
+ * one batch is one insert of its last state; a counter set twice is one upsert (the
+ * larger count, the last request: what the upserts one by one leave). Reads inside the
+ * batch see them: a step or counter read by its key is answered from the held rows
+ * first, and a statement that reads such a table some other way (a listing, a count, a
+ * rate limit's count) first sends that table's rows. Where they sit in the queue then
+ * matters for the savepoints: rows of operations that ended well must never be inside a
+ * later operation's savepoint that may roll back. So the earlier ones go before the
+ * current operation's SAVEPOINT when that is still queued, else after it (if that
+ * operation then rolls back, the batch can only fail: p->broken), and the current
+ * operation's own at the end of the queue. When an operation fails its rows are dropped.
+ * Events are held only for executions this batch holds locked, whose last_seq the cache
+ * keeps, so reading such an execution never needs them; after a rollback (which empties
+ * that cache) the earlier operations' events are queued at once. A step update's check
+ * (the row exists, with the same immutable columns) is made against a held row at once,
+ * and against the database's by the statement's row count when it runs: a late failure
+ * fails the batch, as a queued statement's does. Each table's buffer has a cap: past it
+ * the earlier operations' rows are queued when the next operation begins. */
+#define BATCH_MAX_ROWS 2048
+#define BATCH_MAX_BYTES (4u << 20)
 
-static void ev_free(struct pg *p, int from, int to)
+struct pev {
+    char exec_id[UUID_STR_LEN];
+    int64_t seq;
+    char *type, *payload;
+    int64_t at;
+};
+
+struct pstep {
+    struct step s;
+    bool insert; /* else an update of a row inserted before */
+};
+
+struct pctr {
+    char exec_id[UUID_STR_LEN];
+    char *kind, *target;
+    char args_hash[STEP_ID_LEN];
+    int64_t consumed;
+    char *last_request;
+};
+
+#define E(kind, member) FIELD(kind, struct pev, member)
+static const struct field pev_fields[] = {E(F_BUF, exec_id), E(F_INT, seq), E(F_STR, type), E(F_STR, payload),
+                                          E(F_INT, at)};
+#undef E
+#define E(kind, member) FIELD(kind, struct pctr, member)
+static const struct field pctr_fields[] = {E(F_BUF, exec_id), E(F_STR, kind),     E(F_STR, target),
+                                           E(F_BUF, args_hash), E(F_INT, consumed), E(F_STR, last_request)};
+#undef E
+
+static int queue_events(struct pg *p, int from, int to);
+static int queue_steps(struct pg *p, int from, int to);
+static int queue_counters(struct pg *p, int from, int to);
+
+/* Per table: its item, the fields of the row in it (at offset row), and what queues the
+ * statements for items [from, to). */
+static const struct table_def {
+    size_t size, row;
+    const struct field *f;
+    size_t nf;
+    int (*queue)(struct pg *p, int from, int to);
+} tables[T_COUNT] = {
+    [T_EVENTS] = {sizeof(struct pev), 0, FIELDS(pev_fields), queue_events},
+    [T_STEPS] = {sizeof(struct pstep), offsetof(struct pstep, s), FIELDS(step_fields), queue_steps},
+    [T_COUNTERS] = {sizeof(struct pctr), 0, FIELDS(pctr_fields), queue_counters},
+};
+
+static void *rb_at(struct pg *p, enum table t, int i)
 {
-    for (int i = from; i < to; i++) {
-        free(p->ev[i].type);
-        free(p->ev[i].payload);
-    }
+    return p->rb[t].v + (size_t)i * tables[t].size;
 }
 
-static void ev_clear(struct pg *p)
+/* A new zeroed item at the end of table t's buffer, counted as bytes in its cap. */
+static void *rb_push(struct pg *p, enum table t, size_t bytes)
 {
-    ev_free(p, 0, p->n_ev);
-    p->n_ev = p->ev_done = 0;
-    p->ev_bytes = 0;
+    struct rowbuf *b = &p->rb[t];
+    if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        b->v = xrealloc(b->v, (size_t)b->cap * tables[t].size);
+    }
+    b->bytes += bytes + 64;
+    return memset(rb_at(p, t, b->n++), 0, tables[t].size);
 }
 
-static void ev_push(struct pg *p, const char *exec_id, int64_t seq, const char *type, const char *payload,
-                    int64_t at)
+static void rb_free(struct pg *p, enum table t, int from, int to)
 {
-    if (p->n_ev == p->cap_ev) {
-        p->cap_ev = p->cap_ev ? p->cap_ev * 2 : 64;
-        p->ev = xrealloc(p->ev, (size_t)p->cap_ev * sizeof *p->ev);
+    for (int i = from; i < to; i++) fields_free((char *)rb_at(p, t, i) + tables[t].row, tables[t].f, tables[t].nf);
+}
+
+/* Forget the current operation's rows of every table (keep) or all rows (!keep). */
+static void rb_drop(struct pg *p, bool keep)
+{
+    for (int t = 0; t < T_COUNT; t++) {
+        struct rowbuf *b = &p->rb[t];
+        rb_free(p, t, keep ? b->done : 0, b->n);
+        b->n = b->done = keep ? b->done : 0;
+        if (b->n == 0) b->bytes = 0;
     }
-    struct pev *e = &p->ev[p->n_ev++];
-    snprintf(e->exec_id, sizeof e->exec_id, "%s", exec_id);
-    e->seq = seq, e->at = at;
-    e->type = xstrdup(type);
-    e->payload = xstrdup(payload);
-    p->ev_bytes += strlen(payload) + strlen(type) + 64;
 }
 
 /* One element of a text[] literal: quoted, backslash before '"' and '\'. */
@@ -838,67 +931,155 @@ static void arr_text(struct buf *b, const char *s)
     buf_append(b, "\"", 1);
 }
 
-/* Queue events [from, to) as one INSERT at the end of the queue and take them out of the
- * buffer (from is 0 or ev_done, to is ev_done or n_ev). */
-static int ev_queue(struct pg *p, int from, int to)
+/* Queue prepared statement id with the rows rows[0..n) of table t as one array parameter
+ * per column. */
+static int q_rows(struct pg *p, enum stmt_id id, enum table t, const void *const *rows, int n)
 {
-    if (from >= to) return 0;
-    struct buf a[5];
-    for (int k = 0; k < 5; k++) buf_init(&a[k], 0), buf_append(&a[k], "{", 1);
-    for (int i = from; i < to; i++) {
-        const struct pev *e = &p->ev[i];
-        char num[24];
-        for (int k = 0; i > from && k < 5; k++) buf_append(&a[k], ",", 1);
-        arr_text(&a[0], e->exec_id);
-        buf_append(&a[1], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->seq));
-        arr_text(&a[2], e->type);
-        arr_text(&a[3], e->payload);
-        buf_append(&a[4], num, (size_t)snprintf(num, sizeof num, "%" PRId64, e->at));
-    }
+    const struct table_def *d = &tables[t];
+    struct buf a[26];
+    for (size_t k = 0; k < d->nf; k++) buf_init(&a[k], 0), buf_append(&a[k], "{", 1);
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d->nf; k++) {
+            char num[24];
+            const char *v = field_text(rows[i], &d->f[k], num);
+            if (i > 0) buf_append(&a[k], ",", 1);
+            if (v) arr_text(&a[k], v);
+            else buf_append(&a[k], "NULL", 4);
+        }
     struct params ps = {0};
-    for (int k = 0; k < 5; k++) buf_append(&a[k], "}", 1), p_str(&ps, a[k].data);
-    int rc = q_stmt(p, S_EVENTS_INSERT, &ps, X_OK);
-    for (int k = 0; k < 5; k++) buf_fini(&a[k]);
-    /* They are gone from the buffer either way: the batch cannot commit without them. */
-    if (rc < 0 && p->in_tx) {
-        set_err(p, "cannot quote the batch's events for PostgreSQL");
-        p->broken = true;
-    }
-    ev_free(p, from, to);
-    memmove(p->ev + from, p->ev + to, (size_t)(p->n_ev - to) * sizeof *p->ev);
-    p->n_ev -= to - from;
-    if (p->ev_done >= to) p->ev_done -= to - from;
-    else if (p->ev_done > from) p->ev_done = from;
-    if (p->n_ev == 0) p->ev_bytes = 0;
+    for (size_t k = 0; k < d->nf; k++) buf_append(&a[k], "}", 1), p_str(&ps, a[k].data);
+    int rc = q_stmt(p, id, &ps, X_OK);
+    for (size_t k = 0; k < d->nf; k++) buf_fini(&a[k]);
     return rc;
 }
 
-/* Move the statement just queued to queue index x0. */
-static void q_move_last(struct pg *p, int x0)
+static int queue_events(struct pg *p, int from, int to)
 {
-    int n = p->n_expect - 1;
-    struct qent e = p->qe[n];
-    unsigned char x = p->expect[n];
-    memmove(p->qe + x0 + 1, p->qe + x0, (size_t)(n - x0) * sizeof *p->qe);
-    memmove(p->expect + x0 + 1, p->expect + x0, (size_t)(n - x0));
-    p->qe[x0] = e;
-    p->expect[x0] = x;
+    const void **rows = xcalloc((size_t)(to - from), sizeof *rows);
+    for (int i = from; i < to; i++) rows[i - from] = rb_at(p, T_EVENTS, i);
+    int rc = q_rows(p, S_EVENTS_INSERT, T_EVENTS, rows, to - from);
+    free(rows);
+    return rc;
 }
 
-/* Everything buffered must be in the database before the next statement (which reads events). */
-static int ev_flush(struct pg *p)
+static bool same_step(const struct step *a, const struct step *b)
 {
-    int rc = 0;
-    if (p->ev_done > 0) {
-        if ((rc = ev_queue(p, 0, p->ev_done)) < 0) return rc;
-        if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
-            q_move_last(p, p->op_x0);
-            p->op_x1++, p->op_sp++;
-        } else if (p->in_op) {
-            p->op_sent_done = true;
+    return strcmp(a->step_id, b->step_id) == 0 && strcmp(a->exec_id, b->exec_id) == 0;
+}
+
+/* Steps [from, to): per step its last state, in one insert with the others when the range
+ * inserted it (at the place of the insert, so steps keep their order), else as an update. */
+static int queue_steps(struct pg *p, int from, int to)
+{
+    const void **ins = xcalloc((size_t)(to - from), sizeof *ins), **upd = xcalloc((size_t)(to - from), sizeof *upd);
+    int n_ins = 0, n_upd = 0, rc = 0;
+    for (int i = from; i < to; i++) {
+        const struct pstep *x = rb_at(p, T_STEPS, i), *last = x;
+        bool covered = false; /* an update that an insert before it or a later update writes */
+        for (int j = from; j < to; j++) {
+            const struct pstep *y = rb_at(p, T_STEPS, j);
+            if (j == i || !same_step(&y->s, &x->s)) continue;
+            if (j > i) last = y, covered = true;
+            else if (y->insert) covered = true;
         }
+        if (x->insert) ins[n_ins++] = &last->s;
+        else if (!covered) upd[n_upd++] = &x->s; /* the last update of a step inserted before */
     }
-    return ev_queue(p, p->ev_done, p->n_ev);
+    if (n_ins) rc = q_rows(p, S_STEPS_INSERT, T_STEPS, ins, n_ins);
+    /* Updates go one statement each: an UPDATE ... FROM unnest(...) is a join whose plan
+     * (made once, while the table may still be small) can hash the whole steps table. */
+    for (int i = 0; rc == 0 && i < n_upd; i++) {
+        struct params ps = {0};
+        bind_row(&ps, upd[i], FIELDS(step_fields));
+        rc = q_stmt(p, S_STEP_UPDATE_CHECKED, &ps, X_OK);
+    }
+    free(ins);
+    free(upd);
+    return rc;
+}
+
+static bool same_counter(const struct pctr *a, const struct pctr *b)
+{
+    return strcmp(a->exec_id, b->exec_id) == 0 && strcmp(a->args_hash, b->args_hash) == 0 &&
+           strcmp(a->kind, b->kind) == 0 && strcmp(a->target, b->target) == 0;
+}
+
+/* Counters [from, to): one upsert per key, with the largest count and the last request. */
+static int queue_counters(struct pg *p, int from, int to)
+{
+    struct pctr *one = xcalloc((size_t)(to - from), sizeof *one);
+    const void **rows = xcalloc((size_t)(to - from), sizeof *rows);
+    int n = 0;
+    for (int i = from; i < to; i++) {
+        const struct pctr *x = rb_at(p, T_COUNTERS, i);
+        int k = 0;
+        while (k < n && !same_counter(&one[k], x)) k++;
+        if (k == n) one[n++] = *x; /* borrowed strings */
+        if (x->consumed > one[k].consumed) one[k].consumed = x->consumed;
+        one[k].last_request = x->last_request;
+    }
+    for (int k = 0; k < n; k++) rows[k] = &one[k];
+    int rc = q_rows(p, S_COUNTERS_UPSERT, T_COUNTERS, rows, n);
+    free(rows);
+    free(one);
+    return rc;
+}
+
+/* Queue table t's rows [from, to) at the end of the queue and take them out of its buffer
+ * (from is 0 or done, to is done or n). */
+static int rb_queue(struct pg *p, enum table t, int from, int to)
+{
+    struct rowbuf *b = &p->rb[t];
+    if (from >= to) return 0;
+    int rc = tables[t].queue(p, from, to);
+    /* They are gone from the buffer either way: the batch cannot commit without them. */
+    if (rc < 0 && p->in_tx) {
+        set_err(p, "cannot quote the batch's rows for PostgreSQL");
+        p->broken = true;
+    }
+    rb_free(p, t, from, to);
+    memmove(rb_at(p, t, from), rb_at(p, t, to), (size_t)(b->n - to) * tables[t].size);
+    b->n -= to - from;
+    if (b->done >= to) b->done -= to - from;
+    else if (b->done > from) b->done = from;
+    if (b->n == 0) b->bytes = 0;
+    return rc;
+}
+
+/* Move queue entry from to index to (to < from). */
+static void q_move(struct pg *p, int from, int to)
+{
+    struct qent e = p->qe[from];
+    unsigned char x = p->expect[from];
+    memmove(p->qe + to + 1, p->qe + to, (size_t)(from - to) * sizeof *p->qe);
+    memmove(p->expect + to + 1, p->expect + to, (size_t)(from - to));
+    p->qe[to] = e;
+    p->expect[to] = x;
+}
+
+/* The held rows of the tables in mask must be in the database before the next statement
+ * (which reads those tables some other way than by key). */
+static int rows_flush(struct pg *p, unsigned mask)
+{
+    for (int t = 0; t < T_COUNT; t++) {
+        struct rowbuf *b = &p->rb[t];
+        int rc;
+        if (!(mask & T_BIT(t))) continue;
+        if (b->done > 0) {
+            int x0 = p->n_expect;
+            if ((rc = rb_queue(p, t, 0, b->done)) < 0) return rc;
+            if (p->in_op && p->op_sp >= 0) { /* before the operation's SAVEPOINT, still queued */
+                for (int x = x0; x < p->n_expect; x++) {
+                    q_move(p, x, p->op_sp);
+                    p->op_x0++, p->op_sp++, p->op_x1++;
+                }
+            } else if (p->in_op) {
+                p->op_sent_done = true;
+            }
+        }
+        if ((rc = rb_queue(p, t, b->done, b->n)) < 0) return rc;
+    }
+    return 0;
 }
 
 /* --- connections, schema --- */
@@ -1071,8 +1252,8 @@ static void pg_close(struct store *st)
     struct pg *p = PG(st);
     unlock_all(p);
     pf_drop(p);
-    ev_clear(p);
-    free(p->ev);
+    rb_drop(p, false);
+    for (int t = 0; t < T_COUNT; t++) free(p->rb[t].v);
     free(p->locked);
     free(p->nores);
     PQfinish(p->c);
@@ -1113,7 +1294,7 @@ static int pg_begin(struct store *st)
     pf_drop(p);
     p->broken = false;
     p->op_sp = -1;
-    ev_clear(p);
+    rb_drop(p, false);
     p->batch_ops = 0;
     p->rule_locked = false;
     q_sql(p, "BEGIN", X_OK); /* goes out with the batch's first statement */
@@ -1127,7 +1308,8 @@ static int pg_commit(struct store *st)
     struct pg *p = PG(st);
     int r = ensure(p); /* -EIO when broken */
     if (r < 0) return r;
-    if ((r = ev_queue(p, 0, p->n_ev)) < 0) return r; /* the batch's events: one INSERT */
+    for (int t = 0; t < T_COUNT; t++) /* the batch's rows: one statement per table */
+        if ((r = rb_queue(p, t, 0, p->rb[t].n)) < 0) return r;
     if (p->notes_any || p->notes_overflow) {
         char *payload = p->notes_overflow ? xasprintf("%s\n* \n", p->replica) : NULL;
         struct params ps = {0};
@@ -1151,7 +1333,7 @@ static int pg_rollback(struct store *st)
     pf_drop(p);
     notes_reset(p);
     q_reset(p);
-    ev_clear(p);
+    rb_drop(p, false);
     p->in_tx = p->in_op = p->broken = p->rule_locked = false;
     int r = simple(p, "ROLLBACK");
     return r == -ENOTCONN ? 0 : r; /* a lost connection rolled it back already */
@@ -1168,7 +1350,10 @@ static int pg_op_begin(struct store *st)
     int r = ensure(p);
     if (r < 0) return r;
     pf_drop(p);
-    if ((p->n_ev >= EV_MAX_ROWS || p->ev_bytes >= EV_MAX_BYTES) && (r = ev_queue(p, 0, p->ev_done)) < 0) return r;
+    for (int t = 0; t < T_COUNT; t++)
+        if ((p->rb[t].n >= BATCH_MAX_ROWS || p->rb[t].bytes >= BATCH_MAX_BYTES) &&
+            (r = rb_queue(p, t, 0, p->rb[t].done)) < 0)
+            return r;
     /* One SAVEPOINT per operation and no RELEASE: the next operation's savepoint nests in
      * this one, ROLLBACK TO finds the innermost, and the COMMIT ends them all (a RELEASE
      * per operation was a statement each to the server, for nothing). */
@@ -1185,7 +1370,9 @@ static int pg_op_begin(struct store *st)
 /* The operation reached the store with nothing: forget its SAVEPOINT. */
 static bool op_untouched(struct pg *p)
 {
-    if (p->sends != p->op_sends || p->n_expect != p->op_x1 || p->n_ev > p->ev_done) return false;
+    if (p->sends != p->op_sends || p->n_expect != p->op_x1) return false;
+    for (int t = 0; t < T_COUNT; t++)
+        if (p->rb[t].n > p->rb[t].done) return false;
     p->n_expect = p->op_x0; /* its entries' text stays in the arena until the next send */
     return true;
 }
@@ -1200,22 +1387,21 @@ static int pg_op_end(struct store *st, bool ok)
     if (ok) {
         /* Its writes stay queued: they go out with the next request's first read or the
          * COMMIT, and its events with the COMMIT; a failure then fails the batch (q_send). */
-        p->ev_done = p->n_ev;
+        for (int t = 0; t < T_COUNT; t++) p->rb[t].done = p->rb[t].n;
         return 0;
     }
-    ev_free(p, p->ev_done, p->n_ev);
-    p->n_ev = p->ev_done;
+    rb_drop(p, true);
     if (p->sends == p->op_sends) { /* nothing of it reached the server: forget it all */
         p->n_expect = p->op_x0;
     } else {
         q_sql(p, "ROLLBACK TO SAVEPOINT op", X_OK);
         q_sql(p, "RELEASE SAVEPOINT op", X_OK);
-        /* earlier operations' events it sent after its savepoint are rolled back too */
+        /* earlier operations' rows it sent after its savepoint are rolled back too */
         if (p->op_sent_done) p->broken = true;
     }
     unlock_all(p); /* rows it inserted were cached; the locks taken since the savepoint are gone */
     /* Buffered events are for cached rows only: queue the earlier ones now, after the rollback. */
-    return ev_queue(p, 0, p->ev_done);
+    return rb_queue(p, T_EVENTS, 0, p->rb[T_EVENTS].done);
 }
 
 /* --- notifications between replicas --- */
@@ -1478,7 +1664,7 @@ static int pg_filter_where(const struct exec_filter *f, bool status, const char 
 static PGresult *pg_query(struct pg *p, const char *sql, const struct params *ps, int *rc)
 {
     *rc = ensure(p);
-    if (*rc == 0) *rc = ev_flush(p); /* listings read last_seq, from events */
+    if (*rc == 0) *rc = rows_flush(p, T_BIT(T_EVENTS)); /* listings read last_seq, from events */
     if (*rc == 0) *rc = q_send(p, NULL); /* what is queued runs first */
     if (*rc < 0) return NULL;
     PGresult *r = PQexecParams(p->c, sql, ps->n, NULL, ps->v, NULL, NULL, 0);
@@ -1601,9 +1787,13 @@ static int pg_event_append(struct store *st, struct execution *e, const char *ty
     struct pg *p = PG(st);
     struct execution *c = p->in_tx ? locked_find(p, e->id) : NULL;
     int r;
-    if (p->in_op && c) { /* buffered: one INSERT per batch ("Events of a batch") */
+    if (p->in_op && c) { /* buffered: one INSERT per batch ("Rows of a batch") */
         if ((r = ensure(p)) < 0) return r;
-        ev_push(p, e->id, e->last_seq + 1, type, payload, at);
+        struct pev *v = rb_push(p, T_EVENTS, strlen(type) + strlen(payload));
+        snprintf(v->exec_id, sizeof v->exec_id, "%s", e->id);
+        v->seq = e->last_seq + 1, v->at = at;
+        v->type = xstrdup(type);
+        v->payload = xstrdup(payload);
     } else {
         struct params ps = {0};
         p_str(&ps, e->id);
@@ -1625,7 +1815,7 @@ static int pg_events_each(struct store *st, const char *exec_id, int64_t after, 
     p_str(&ps, exec_id);
     p_int(&ps, after);
     p_int(&ps, limit);
-    int rc = ev_flush(PG(st));
+    int rc = rows_flush(PG(st), T_BIT(T_EVENTS));
     if (rc < 0) return rc;
     PGresult *r = exec_stmt(PG(st), S_EVENTS, &ps, &rc);
     if (!r) return rc;
@@ -1684,9 +1874,24 @@ static bool pf_step(struct pg *p, const char *exec_id, const char *step_id, stru
     return true;
 }
 
+/* The newest held row of step step_id (this batch wrote it), or NULL. */
+static struct pstep *held_step(struct pg *p, const char *exec_id, const char *step_id)
+{
+    for (int i = p->rb[T_STEPS].n - 1; i >= 0; i--) {
+        struct pstep *x = rb_at(p, T_STEPS, i);
+        if (strcmp(x->s.step_id, step_id) == 0 && strcmp(x->s.exec_id, exec_id) == 0) return x;
+    }
+    return NULL;
+}
+
 static int pg_step_get(struct store *st, const char *exec_id, const char *step_id, struct step *out)
 {
     int rc;
+    struct pstep *held = held_step(PG(st), exec_id, step_id);
+    if (held) {
+        store_step_copy(out, &held->s);
+        return 0;
+    }
     if (pf_step(PG(st), exec_id, step_id, out, &rc)) return rc;
     struct params ps = {0};
     p_str(&ps, exec_id);
@@ -1699,9 +1904,36 @@ static int pg_step_get(struct store *st, const char *exec_id, const char *step_i
     return rc;
 }
 
+static size_t step_bytes(const struct step *s)
+{
+    size_t n = 0;
+    const char *v[] = {s->kind, s->target, s->args, s->result, s->error, s->rule_id, s->resources};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) n += v[i] ? strlen(v[i]) : 0;
+    return n;
+}
+
+/* Inside an operation a step is held for the batch (one insert, or its own update: "Rows of a batch"). */
+static void hold_step(struct pg *p, const struct step *s, bool insert)
+{
+    struct pstep *x = rb_push(p, T_STEPS, step_bytes(s));
+    store_step_copy(&x->s, s);
+    x->insert = insert;
+}
+
+static bool nullable_eq(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
 static int pg_step_insert(struct store *st, const struct step *s)
 {
-    pf_drop(PG(st));
+    struct pg *p = PG(st);
+    pf_drop(p);
+    if (p->in_op) {
+        int rc = ensure(p);
+        if (rc == 0) hold_step(p, s, true);
+        return rc;
+    }
     struct params ps = {0};
     bind_row(&ps, s, FIELDS(step_fields));
     return run(PG(st), S_STEP_INSERT, &ps, NULL);
@@ -1710,7 +1942,20 @@ static int pg_step_insert(struct store *st, const struct step *s)
 static int pg_step_update(struct store *st, const struct step *s)
 {
     /* The WHERE clause pins the immutable columns, as in the SQLite store. */
-    pf_drop(PG(st));
+    struct pg *p = PG(st);
+    pf_drop(p);
+    if (p->in_op) { /* checked now against a held row, else when it runs (its row count) */
+        int rc = ensure(p);
+        if (rc < 0) return rc;
+        const struct pstep *h = held_step(p, s->exec_id, s->step_id);
+        if (h && (strcmp(h->s.kind, s->kind) || strcmp(h->s.target, s->target) ||
+                  strcmp(h->s.args_hash, s->args_hash) || h->s.occurrence != s->occurrence ||
+                  strcmp(h->s.args, s->args) || h->s.created_at != s->created_at ||
+                  !nullable_eq(h->s.resources, s->resources)))
+            return -ENOENT;
+        hold_step(p, s, false);
+        return 0;
+    }
     struct params ps = {0};
     bind_row(&ps, s, FIELDS(step_fields));
     int64_t n = 0;
@@ -1721,7 +1966,8 @@ static int pg_step_update(struct store *st, const struct step *s)
 static int steps_rows(struct pg *p, enum stmt_id id, const struct params *ps, store_step_fn fn, void *arg)
 {
     /* The whole result is read before the callbacks run, so they may update rows. */
-    int rc;
+    int rc = rows_flush(p, T_BIT(T_STEPS));
+    if (rc < 0) return rc;
     PGresult *r = exec_stmt(p, id, ps, &rc);
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++) {
@@ -1769,7 +2015,8 @@ static int pg_step_has_indeterminate(struct store *st, const char *exec_id, cons
     p_str(&ps, kind);
     p_str(&ps, target);
     p_str(&ps, args_hash);
-    return exists(PG(st), S_STEP_INDET, &ps, out);
+    int rc = rows_flush(PG(st), T_BIT(T_STEPS));
+    return rc < 0 ? rc : exists(PG(st), S_STEP_INDET, &ps, out);
 }
 
 /* --- counters --- */
@@ -1778,28 +2025,55 @@ static int pg_counter_get(struct store *st, const char *exec_id, const char *kin
                           const char *args_hash, int64_t *consumed, char *last_request, size_t lr_len)
 {
     int rc;
-    if (pf_counter(PG(st), exec_id, kind, target, args_hash, consumed, last_request, lr_len, &rc)) return rc;
-    struct params ps = {0};
-    p_str(&ps, exec_id);
-    p_str(&ps, kind);
-    p_str(&ps, target);
-    p_str(&ps, args_hash);
-    PGresult *r = exec_stmt(PG(st), S_COUNTER_GET, &ps, &rc);
-    if (!r) return rc;
-    if (PQntuples(r) == 0) {
-        rc = -ENOENT;
-    } else {
-        *consumed = g_int(r, 0, 0);
-        g_copy(r, 0, 1, last_request, lr_len);
+    if (!pf_counter(PG(st), exec_id, kind, target, args_hash, consumed, last_request, lr_len, &rc)) {
+        struct params ps = {0};
+        p_str(&ps, exec_id);
+        p_str(&ps, kind);
+        p_str(&ps, target);
+        p_str(&ps, args_hash);
+        PGresult *r = exec_stmt(PG(st), S_COUNTER_GET, &ps, &rc);
+        if (!r) return rc;
+        if (PQntuples(r) == 0) {
+            rc = -ENOENT;
+        } else {
+            *consumed = g_int(r, 0, 0);
+            g_copy(r, 0, 1, last_request, lr_len);
+        }
+        PQclear(r);
     }
-    PQclear(r);
+    if (rc < 0 && rc != -ENOENT) return rc;
+    /* what this batch set since, as the upserts one by one would leave it */
+    struct pctr key = {.kind = (char *)kind, .target = (char *)target};
+    snprintf(key.exec_id, sizeof key.exec_id, "%s", exec_id);
+    snprintf(key.args_hash, sizeof key.args_hash, "%s", args_hash);
+    for (int i = 0; i < PG(st)->rb[T_COUNTERS].n; i++) {
+        const struct pctr *x = rb_at(PG(st), T_COUNTERS, i);
+        if (!same_counter(x, &key)) continue;
+        if (rc == -ENOENT || x->consumed > *consumed) *consumed = x->consumed;
+        snprintf(last_request, lr_len, "%s", x->last_request ? x->last_request : "");
+        rc = 0;
+    }
     return rc;
 }
 
 static int pg_counter_set(struct store *st, const char *exec_id, const char *kind, const char *target,
                           const char *args_hash, int64_t consumed, const char *request_id)
 {
-    pf_drop(PG(st));
+    struct pg *p = PG(st);
+    pf_drop(p);
+    if (p->in_op) { /* held for the batch's one upsert ("Rows of a batch") */
+        int rc = ensure(p);
+        if (rc < 0) return rc;
+        if (strlen(exec_id) >= UUID_STR_LEN || strlen(args_hash) >= STEP_ID_LEN) return -EINVAL;
+        struct pctr *x = rb_push(p, T_COUNTERS, strlen(kind) + strlen(target) + (request_id ? strlen(request_id) : 0));
+        snprintf(x->exec_id, sizeof x->exec_id, "%s", exec_id);
+        snprintf(x->args_hash, sizeof x->args_hash, "%s", args_hash);
+        x->kind = xstrdup(kind);
+        x->target = xstrdup(target);
+        x->consumed = consumed;
+        x->last_request = request_id ? xstrdup(request_id) : NULL;
+        return 0;
+    }
     struct params ps = {0};
     p_str(&ps, exec_id);
     p_str(&ps, kind);
@@ -1815,14 +2089,16 @@ static int pg_counters_clear(struct store *st, const char *exec_id)
     pf_drop(PG(st));
     struct params ps = {0};
     p_str(&ps, exec_id);
-    return run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
+    int rc = rows_flush(PG(st), T_BIT(T_COUNTERS)); /* the delete goes after them */
+    return rc < 0 ? rc : run(PG(st), S_COUNTERS_CLEAR, &ps, NULL);
 }
 
 static int pg_counters_each(struct store *st, const char *exec_id, store_counter_fn fn, void *arg)
 {
     struct params ps = {0};
     p_str(&ps, exec_id);
-    int rc;
+    int rc = rows_flush(PG(st), T_BIT(T_COUNTERS));
+    if (rc < 0) return rc;
     PGresult *r = exec_stmt(PG(st), S_COUNTERS, &ps, &rc);
     if (!r) return rc;
     for (int i = 0; rc == 0 && i < PQntuples(r); i++)
@@ -2127,10 +2403,39 @@ static int rule_lock(struct pg *p, const char *rule_id, const char *agent)
     return rc;
 }
 
+/* The steps this batch holds that a rate limit's count takes (inserted with rule_id since
+ * since_ms: of exec_id, of agent's executions, or all): *n and the earliest *at. A held
+ * update changes no count (a step's rule and creation time never change). False when an
+ * execution's agent is not known here: the rows must be sent then. Sending them would
+ * put earlier operations' rows inside this operation's savepoint, which is already sent,
+ * so that a refusal of the limit's lock (which rolls it back) would fail the batch. */
+static bool held_rule_steps(struct pg *p, const char *rule_id, const char *exec_id, const char *agent,
+                            int64_t since_ms, int64_t *n, int64_t *at)
+{
+    *n = 0, *at = 0;
+    for (int i = 0; i < p->rb[T_STEPS].n; i++) {
+        const struct pstep *x = rb_at(p, T_STEPS, i);
+        if (!x->insert || !x->s.rule_id || strcmp(x->s.rule_id, rule_id) != 0 || x->s.created_at < since_ms ||
+            (exec_id && strcmp(x->s.exec_id, exec_id) != 0))
+            continue;
+        if (agent && !exec_id) {
+            const struct execution *c = locked_find(p, x->s.exec_id);
+            if (!c || !c->agent) return false;
+            if (strcmp(c->agent, agent) != 0) continue;
+        }
+        if (*n == 0 || x->s.created_at < *at) *at = x->s.created_at;
+        (*n)++;
+    }
+    return true;
+}
+
 static int pg_rule_steps_since(struct store *st, const char *rule_id, const char *exec_id, const char *agent,
                                int64_t since_ms, int64_t cap, int64_t *n, int64_t *oldest)
 {
+    int64_t held = 0, held_at = 0;
     int rc = exec_id ? 0 : rule_lock(PG(st), rule_id, agent);
+    if (rc == 0 && !held_rule_steps(PG(st), rule_id, exec_id, agent, since_ms, &held, &held_at))
+        rc = rows_flush(PG(st), T_BIT(T_STEPS)); /* the count takes this batch's steps too */
     if (rc < 0) return rc;
     struct params ps = {0};
     p_str(&ps, rule_id);
@@ -2143,6 +2448,10 @@ static int pg_rule_steps_since(struct store *st, const char *rule_id, const char
     *n = PQntuples(r) == 1 ? g_int(r, 0, 0) : 0;
     *oldest = PQntuples(r) == 1 ? g_int(r, 0, 1) : 0;
     PQclear(r);
+    if (held > 0 && *n < cap) { /* the held ones are the newest: counted after the database's */
+        if (*n == 0 || held_at < *oldest) *oldest = held_at;
+        *n = *n + held < cap ? *n + held : cap;
+    }
     return 0;
 }
 

@@ -795,6 +795,166 @@ BOTH_STORES(prefetched_counter_and_step_read_as_the_queries_do)
     store_close(st);
 }
 
+static int count_step(struct step *s, void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+static void counter_is(struct store *st, const char *target, int64_t want, const char *want_last)
+{
+    int64_t consumed = -1;
+    char last[72] = "";
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", target, "h", &consumed, last, sizeof last), 0);
+    cr_assert_eq(consumed, want);
+    cr_assert_str_eq(last, want_last);
+}
+
+static void step_status_is(struct store *st, const char *step_id, enum step_status want, int64_t completed_at)
+{
+    struct step got;
+    cr_assert_eq(store_step_get(st, EXEC_ID, step_id, &got), 0);
+    cr_assert_eq(got.status, want);
+    cr_assert_eq(got.completed_at, completed_at);
+    step_fini(&got);
+}
+
+/* The PostgreSQL store holds a batch's steps and counters for one statement per table at
+ * the commit: every read inside the batch must still see them (by key, in listings and
+ * counts), an operation that rolls back must take only its own, and what commits must be
+ * what the statements one by one leave. */
+BOTH_STORES(steps_and_counters_of_a_batch_are_read_in_it_and_survive_rollbacks)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+
+    struct step s, got;
+    int n = 0;
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, "tool_call", "greet", "h", "a1"); /* submitted */
+    new_step(&s, "a1", "greet", "h");
+    s.rule_id = strdup("lim");
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 0, "r1"), 0);
+    cr_assert_eq(store_step_insert(st, &s), 0);
+    step_status_is(st, "a1", STEP_EXECUTING, 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    op_read(st, NULL, NULL, NULL, "a1"); /* completed in the same batch */
+    step_status_is(st, "a1", STEP_EXECUTING, 0);
+    s.status = STEP_SUCCEEDED;
+    s.completed_at = 20;
+    cr_assert_eq(store_step_update(st, &s), 0);
+    step_status_is(st, "a1", STEP_SUCCEEDED, 20);
+    counter_is(st, "greet", 0, "r1");
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 1, "r2"), 0);
+    counter_is(st, "greet", 1, "r2");
+    cr_assert_eq(store_op_end(st, true), 0);
+
+    op_read(st, "tool_call", "wave", "h", "b1"); /* rolled back: its writes go, the others stay */
+    s.completed_at = 99;
+    cr_assert_eq(store_step_update(st, &s), 0);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 5, "r3"), 0);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "wave", "h", 0, "r3"), 0);
+    new_step(&got, "b1", "wave", "h");
+    cr_assert_eq(store_step_insert(st, &got), 0);
+    step_fini(&got);
+    step_status_is(st, "a1", STEP_SUCCEEDED, 99);
+    cr_assert_eq(store_op_end(st, false), 0);
+
+    op_read(st, NULL, NULL, NULL, "a1");
+    step_status_is(st, "a1", STEP_SUCCEEDED, 20);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "b1", &got), -ENOENT);
+    counter_is(st, "greet", 1, "r2");
+    int64_t consumed = -1;
+    char last[72] = "";
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "wave", "h", &consumed, last, sizeof last), -ENOENT);
+    /* A rate limit's counts take the batch's steps: of the execution, of its agent's */
+    int64_t counted = -1, oldest = -1;
+    cr_assert_eq(store_rule_steps_since(st, "lim", EXEC_ID, NULL, 0, 10, &counted, &oldest), 0);
+    cr_assert_eq(counted, 1);
+    cr_assert_eq(oldest, 10);
+    cr_assert_eq(store_rule_steps_since(st, "lim", NULL, "hello", 11, 10, &counted, &oldest), 0);
+    cr_assert_eq(counted, 0);
+    cr_assert_eq(store_rule_steps_since(st, "lim", NULL, "hello", 0, 10, &counted, &oldest), 0);
+    cr_assert_eq(counted, 1);
+    /* An update that does not name the step's immutable columns finds no row. */
+    struct step other;
+    new_step(&other, "a1", "greet", "h");
+    free(other.args);
+    other.args = strdup("{\"x\":1}");
+    cr_assert_eq(store_step_update(st, &other), -ENOENT);
+    step_fini(&other);
+    cr_assert_eq(store_steps_each(st, EXEC_ID, count_step, &n), 0); /* a listing sees the batch's */
+    cr_assert_eq(n, 1);
+    /* A smaller count does not take the counter back; the request is the last one. */
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 0, "r4"), 0);
+    counter_is(st, "greet", 1, "r4");
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+
+    step_status_is(st, "a1", STEP_SUCCEEDED, 20);
+    counter_is(st, "greet", 1, "r4");
+    n = 0;
+    cr_assert_eq(store_steps_each(st, EXEC_ID, count_step, &n), 0);
+    cr_assert_eq(n, 1);
+
+    /* A committed step updated and its counter set again in a later batch. */
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, NULL, NULL, NULL, "a1");
+    s.completed_at = 30;
+    cr_assert_eq(store_step_update(st, &s), 0);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 2, "r5"), 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    op_read(st, NULL, NULL, NULL, "a1");
+    step_status_is(st, "a1", STEP_SUCCEEDED, 30);
+    counter_is(st, "greet", 2, "r5");
+    cr_assert_eq(store_counters_clear(st, EXEC_ID), 0); /* after the held counter: none left */
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), -ENOENT);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    step_status_is(st, "a1", STEP_SUCCEEDED, 30);
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), -ENOENT);
+    step_fini(&s);
+    store_close(st);
+}
+
+/* PostgreSQL only: an update held for the batch whose row the database does not have
+ * fails the batch at its commit (never a 2xx for it), as a queued statement's failure
+ * does, and leaves nothing of the batch. */
+Test(store_pg, a_held_update_without_its_row_fails_the_batch, .fini = pg_drop)
+{
+    pg_make();
+    char why[512];
+    struct store *st = store_open(pg_uri, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    struct step s;
+    new_step(&s, "gone", "greet", "h");
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, NULL, NULL, NULL, "gone");
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 0, "r1"), 0);
+    cr_assert_eq(store_step_update(st, &s), 0); /* checked when it runs */
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_lt(store_commit(st), 0);
+    cr_assert_eq(store_rollback(st), 0);
+    int64_t consumed = -1;
+    char last[72] = "";
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), -ENOENT);
+    step_fini(&s);
+    store_close(st);
+}
+
 static int key_seen(const struct api_key_row *k, void *arg)
 {
     snprintf(arg, 64, "%s %s %lld", k->name, k->scopes, (long long)k->revoked_at);
