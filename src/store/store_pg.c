@@ -833,8 +833,10 @@ static bool deferrable(enum stmt_id id)
  * (the row exists, with the same immutable columns) is made against a held row at once,
  * and against the database's by the statement's row count when it runs: a late failure
  * fails the batch, as a queued statement's does. Each table's buffer has a cap: past it
- * the earlier operations' rows are queued when the next operation begins. */
-#define BATCH_MAX_ROWS 2048
+ * the earlier operations' rows are queued when the next operation begins, and an operation
+ * that writes more than that alone (a fork copying a long history) has its own queued as
+ * it goes. */
+#define BATCH_MAX_ROWS 512 /* also bounds the steps' coalescing (quadratic) and lookups */
 #define BATCH_MAX_BYTES (4u << 20)
 
 struct pev {
@@ -888,10 +890,13 @@ static void *rb_at(struct pg *p, enum table t, int i)
     return p->rb[t].v + (size_t)i * tables[t].size;
 }
 
+static int rb_queue(struct pg *p, enum table t, int from, int to);
+
 /* A new zeroed item at the end of table t's buffer, counted as bytes in its cap. */
 static void *rb_push(struct pg *p, enum table t, size_t bytes)
 {
     struct rowbuf *b = &p->rb[t];
+    if (b->n - b->done >= BATCH_MAX_ROWS) rb_queue(p, t, b->done, b->n); /* a failure breaks the batch */
     if (b->n == b->cap) {
         b->cap = b->cap ? b->cap * 2 : 64;
         b->v = xrealloc(b->v, (size_t)b->cap * tables[t].size);

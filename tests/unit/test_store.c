@@ -924,6 +924,46 @@ BOTH_STORES(steps_and_counters_of_a_batch_are_read_in_it_and_survive_rollbacks)
     store_close(st);
 }
 
+/* An operation that writes more rows than a batch holds (a fork copying a long history)
+ * has them sent as it goes: all are read back inside the batch and all commit. */
+BOTH_STORES(an_operation_writing_many_steps_keeps_every_one)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    enum { N = 1300 };
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, NULL, NULL, NULL, "s0");
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        struct step s;
+        snprintf(id, sizeof id, "s%d", i);
+        new_step(&s, id, "greet", "h");
+        cr_assert_eq(store_step_insert(st, &s), 0);
+        step_fini(&s);
+        cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", id, "h", i, "r"), 0);
+    }
+    step_status_is(st, "s0", STEP_EXECUTING, 0);
+    step_status_is(st, "s1299", STEP_EXECUTING, 0);
+    counter_is(st, "s7", 7, "r");
+    int n = 0;
+    cr_assert_eq(store_steps_each(st, EXEC_ID, count_step, &n), 0);
+    cr_assert_eq(n, N);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    n = 0;
+    cr_assert_eq(store_steps_each(st, EXEC_ID, count_step, &n), 0);
+    cr_assert_eq(n, N);
+    counter_is(st, "s1299", 1299, "r");
+    store_close(st);
+}
+
 /* PostgreSQL only: an update held for the batch whose row the database does not have
  * fails the batch at its commit (never a 2xx for it), as a queued statement's failure
  * does, and leaves nothing of the batch. */
