@@ -113,7 +113,7 @@ static const char *migrations[] = {
 enum stmt_id {
     S_AGENT_UPSERT, S_AGENTS,
     S_EXEC_INSERT, S_EXEC_LOCK, S_EXEC_LOCK_NOWAIT, S_EXEC_LOCK_ROW, S_EXEC_LOCK_ROW_NOWAIT, S_EXEC_GET,
-    S_EXEC_UPDATE, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
+    S_EXEC_UPDATE, S_EXEC_UPDATE_CHECKED, S_EXEC_NEXT_QUEUED, S_EXEC_EXPIRED,
     S_EXEC_PAST_DEADLINE, S_NEXT_TIMER,
     S_EVENT_INSERT, S_EVENTS_INSERT, S_EVENTS,
     S_STEP_GET, S_STEP_GET_FRESH, S_STEP_INSERT, S_STEP_UPDATE, S_STEP_UPDATE_CHECKED, S_STEPS_INSERT, S_STEPS,
@@ -127,6 +127,11 @@ enum stmt_id {
     S_PARKED_NEXT, S_NOTIFY,
     S_COUNT
 };
+
+/* An update that must change one row, failing the transaction (division by zero) when it
+ * finds none: queued, it may go out in the COMMIT's own message, where a row count read
+ * afterwards would come after the commit. */
+#define CHECKED(update) "WITH u AS (" update " RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM u)"
 
 static const char *stmt_sql[S_COUNT] = {
     [S_AGENT_UPSERT] = "INSERT INTO agents(name, created_at) VALUES($1, $2) ON CONFLICT DO NOTHING",
@@ -150,12 +155,15 @@ static const char *stmt_sql[S_COUNT] = {
                                " FROM executions WHERE id = $1 FOR NO KEY UPDATE NOWAIT",
     [S_EXEC_GET] = "SELECT " EXEC_SELECT ", EXISTS(SELECT 1 FROM resources WHERE execution_id = $1)"
                    " FROM executions WHERE id = $1",
-    [S_EXEC_UPDATE] = "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6,"
-                      " state=$7, failure_reason=$8, created_at=$9, updated_at=$10,"
-                      " deadline_at=$11, last_seq=$12, dispatch_id=$13, attempt=$14, dstate=$15,"
-                      " queued_at=$16, worker_id=$17, lease_deadline=$18, lease_ms=$19,"
-                      " max_attempts=$20, parent_id=$21, forked_from=$22, fork_seq=$23,"
-                      " restoration=$24 WHERE id=$1",
+#define EXEC_UPDATE                                                                                   \
+    "UPDATE executions SET agent=$2, session=$3, input=$4, status=$5, output=$6, state=$7,"         \
+    " failure_reason=$8, created_at=$9, updated_at=$10, deadline_at=$11, last_seq=$12,"              \
+    " dispatch_id=$13, attempt=$14, dstate=$15, queued_at=$16, worker_id=$17, lease_deadline=$18,"   \
+    " lease_ms=$19, max_attempts=$20, parent_id=$21, forked_from=$22, fork_seq=$23, restoration=$24" \
+    " WHERE id=$1"
+    [S_EXEC_UPDATE] = EXEC_UPDATE,
+    [S_EXEC_UPDATE_CHECKED] = CHECKED(EXEC_UPDATE),
+#undef EXEC_UPDATE
     [S_EXEC_NEXT_QUEUED] = "SELECT id FROM executions WHERE dstate='queued' AND agent=$1"
                            " ORDER BY queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
     [S_EXEC_EXPIRED] = "SELECT id FROM executions WHERE dstate='leased' AND lease_deadline <= $1"
@@ -185,9 +193,7 @@ static const char *stmt_sql[S_COUNT] = {
     " AND kind=$3 AND target=$4 AND args_hash=$5 AND occurrence=$6 AND args=$9 AND created_at=$16"   \
     " AND (resources IS NOT DISTINCT FROM $18)"
     [S_STEP_UPDATE] = STEP_UPDATE,
-    /* The same, failing the transaction (division by zero) when it finds no row: it may run
-     * in the COMMIT's message, where a row count read afterwards would come too late. */
-    [S_STEP_UPDATE_CHECKED] = "WITH u AS (" STEP_UPDATE " RETURNING 1) SELECT 1 / (SELECT count(*)::int FROM u)",
+    [S_STEP_UPDATE_CHECKED] = CHECKED(STEP_UPDATE),
 #undef STEP_UPDATE
     /* a batch's steps and counters, one row per array element (see "Rows of a batch") */
 #define STEP_ARRAYS                                                                                     \
@@ -279,6 +285,13 @@ static const char *stmt_sql[S_COUNT] = {
                       " AND status = 'running' AND lease_deadline > 0",
     [S_NOTIFY] = "SELECT pg_notify('rebuno', $1)",
 };
+#undef CHECKED
+
+/* The CHECKED form of an update, or -1. */
+static int checked_of(int id)
+{
+    return id == S_EXEC_UPDATE ? S_EXEC_UPDATE_CHECKED : id == S_STEP_UPDATE ? S_STEP_UPDATE_CHECKED : -1;
+}
 
 /* The tables whose rows a batch holds back and writes with one statement each. */
 enum table { T_EVENTS, T_STEPS, T_COUNTERS, T_COUNT };
@@ -356,7 +369,7 @@ static struct pg *PG(struct store *st)
 
 /* --- helpers --- */
 
-enum expect { X_OK, X_ONE_ROW, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */,
+enum expect { X_OK, X_PF_COUNTER, X_PF_STEP, X_PF_EXEC /* rows kept in p->pf */,
               X_LOCKED /* 't', else -EBUSY */ };
 
 struct params {
@@ -453,8 +466,8 @@ static int run(struct pg *p, enum stmt_id id, const struct params *ps, int64_t *
     int rc;
     if (p->in_op && deferrable(id)) { /* checked when it is sent */
         if ((rc = ensure(p)) < 0) return rc;
-        if (changed) *changed = 1;
-        return q_stmt(p, (int)id, ps, changed ? X_ONE_ROW : X_OK);
+        if (changed) *changed = 1; /* else the CHECKED form fails the transaction */
+        return q_stmt(p, changed && checked_of(id) >= 0 ? checked_of(id) : (int)id, ps, X_OK);
     }
     PGresult *r = exec_stmt(p, id, ps, &rc);
     if (!r) return rc;
@@ -741,15 +754,10 @@ static int q_send(struct pg *p, PGresult **last)
         if (rc == 0 && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
             rc = result_errno(p, r);
             failed_at = i;
-            if (p->qe[i].id == S_STEP_UPDATE_CHECKED && rc == -EIO) {
-                set_err(p, "a step to update was not found");
+            if ((p->qe[i].id == S_STEP_UPDATE_CHECKED || p->qe[i].id == S_EXEC_UPDATE_CHECKED) && rc == -EIO) {
+                set_err(p, "a row to update was not found");
                 rc = -ENOENT;
             }
-        } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_ONE_ROW &&
-                   strtoll(PQcmdTuples(r), NULL, 10) != 1) {
-            set_err(p, "a row to update was not found");
-            rc = -ENOENT;
-            failed_at = i;
         } else if (rc == 0 && i < p->n_expect && p->expect[i] == X_LOCKED &&
                    (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t") != 0)) {
             set_err(p, "another replica holds the rate limit's lock");

@@ -964,9 +964,9 @@ BOTH_STORES(an_operation_writing_many_steps_keeps_every_one)
     store_close(st);
 }
 
-/* PostgreSQL only: an update held for the batch whose row the database does not have
- * fails the batch at its commit (never a 2xx for it), as a queued statement's failure
- * does, and leaves nothing of the batch. */
+/* PostgreSQL only: an update held or queued for the batch whose row the database does not
+ * have fails the batch at its commit (never a 2xx for it) and leaves nothing of the batch,
+ * even when it goes out in the COMMIT's own message. */
 Test(store_pg, a_held_update_without_its_row_fails_the_batch, .fini = pg_drop)
 {
     pg_make();
@@ -992,6 +992,19 @@ Test(store_pg, a_held_update_without_its_row_fails_the_batch, .fini = pg_drop)
     char last[72] = "";
     cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), -ENOENT);
     step_fini(&s);
+
+    /* So does a queued execution update that finds no row, going out with the COMMIT. */
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, NULL, NULL, NULL, "gone");
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", "greet", "h", 0, "r1"), 0);
+    running_exec(&e);
+    snprintf(e.id, sizeof e.id, "%s", "01890000-0000-7000-8000-00000000dead");
+    cr_assert_eq(store_exec_update(st, &e), 0); /* checked when it runs */
+    execution_fini(&e);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_lt(store_commit(st), 0);
+    cr_assert_eq(store_rollback(st), 0);
+    cr_assert_eq(store_counter_get(st, EXEC_ID, "tool_call", "greet", "h", &consumed, last, sizeof last), -ENOENT);
     store_close(st);
 }
 
