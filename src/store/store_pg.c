@@ -630,8 +630,9 @@ static void fields_free(void *obj, const struct field *f, size_t n)
  * write) with the next statement whose rows are needed, which may be the next request's
  * first read, or with the COMMIT. Nothing is parsed per statement on the server (an
  * EXECUTE in a simple query was: its text, every parameter as a literal). Each queued
- * statement's result is still checked (success, and exactly one row for an update that
- * must find its row). A failure after the current request's SAVEPOINT is that request's
+ * statement's result is still checked; an update that must find its row goes in its
+ * CHECKED form, which fails the transaction when it does not (so also when it rides
+ * with the COMMIT). A failure after the current request's SAVEPOINT is that request's
  * (it rolls back to it); one before it belongs to a request already answered as done,
  * so the batch is marked broken: its COMMIT fails and every reply in it becomes an error,
  * never a wrong 2xx. A round trip per read instead of one per statement. */
@@ -839,8 +840,8 @@ static bool deferrable(enum stmt_id id)
  * keeps, so reading such an execution never needs them; after a rollback (which empties
  * that cache) the earlier operations' events are queued at once. A step update's check
  * (the row exists, with the same immutable columns) is made against a held row at once,
- * and against the database's by the statement's row count when it runs: a late failure
- * fails the batch, as a queued statement's does. Each table's buffer has a cap: past it
+ * and against the database's when it runs (S_STEP_UPDATE_CHECKED): a late failure fails
+ * the batch, as a queued statement's does. Each table's buffer has a cap: past it
  * the earlier operations' rows are queued when the next operation begins, and an operation
  * that writes more than that alone (a fork copying a long history) has its own queued as
  * it goes. */
@@ -1957,7 +1958,7 @@ static int pg_step_update(struct store *st, const struct step *s)
     /* The WHERE clause pins the immutable columns, as in the SQLite store. */
     struct pg *p = PG(st);
     pf_drop(p);
-    if (p->in_op) { /* checked now against a held row, else when it runs (its row count) */
+    if (p->in_op) { /* checked now against a held row, else when it runs (CHECKED) */
         int rc = ensure(p);
         if (rc < 0) return rc;
         const struct pstep *h = held_step(p, s->exec_id, s->step_id);
