@@ -39,10 +39,16 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[demo.Stack
         yield s
 
 
-def state_of(stack: demo.Stack, sandbox: str) -> str:
-    st, out = sbx(stack, "GET", f"/sandboxes/{sandbox}")
-    assert st == 200, out
-    return out["state"]
+def state_of(stack: demo.Stack, sandbox: str, settles_to: str | None = None, timeout: float = 30.0) -> str:
+    """The sandbox's state; with settles_to, once it is that (or timeout): the agent stops
+    its sandbox as its turn ends, which may finish just after the kernel shows the result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st, out = sbx(stack, "GET", f"/sandboxes/{sandbox}")
+        assert st == 200, out
+        if settles_to is None or out["state"] == settles_to or time.monotonic() > deadline:
+            return out["state"]
+        time.sleep(0.1)
 
 
 def binding(story: demo.Story, eid: str) -> dict[str, Any]:
@@ -57,14 +63,14 @@ def test_the_story(stack: demo.Stack) -> None:
     first = story.create(demo.TASK_FIX, "fix-tests")
     story.pending_approval(first)
     b1 = binding(story, first)
-    assert state_of(stack, b1["sandbox"]) == "stopped"
+    assert state_of(stack, b1["sandbox"], settles_to="stopped") == "stopped"
     branch = stack.forge_api(f"/branches/{b1['branch']}")
     assert branch["commit"]["message"] == scripted.COMMIT_FIX
     assert stack.forge_api("/pulls") == []          # open_pr has not run
     ex1 = story.approve_and_finish(first)
     assert "pull request #1 opened" in ex1.output["answer"]
     assert (ex1.output["sandbox"], ex1.output["branch"]) == (b1["sandbox"], b1["branch"])
-    assert state_of(stack, b1["sandbox"]) == "stopped"
+    assert state_of(stack, b1["sandbox"], settles_to="stopped") == "stopped"
     [pr] = stack.forge_api("/pulls")
     assert pr["head"] == b1["branch"] and pr["base"] == "main"
 
