@@ -131,6 +131,10 @@ def test_dashboard_in_chromium(agents):
     if "error" in result:
         print(result["error"])  # whole, where the assertion's message is cut
         print(result.get("page"))
+        if result.get("ask_id"):  # the live inbox's run: where it got to, and what its agent said
+            print(k.request("GET", f"/v0/executions/{result['ask_id']}"))
+            with open(os.path.join(k.state_dir, "shell_agent.py.log"), errors="replace") as f:
+                print(f.read()[-4000:])
     assert "error" not in result, (result["error"], result.get("page"))
 
     # assets: CSP everywhere, index.html never cached

@@ -216,6 +216,7 @@ try {
       body: JSON.stringify({ agent_id: "shell", input: { commands: ["touch made-by-denial"] } }) });
     return (await r.json()).id;
   }, spec.token);
+  out.ask_id = askId; // for the test's report if the card never comes
   await page.waitForSelector(`article.approval[data-execution="${askId}"] input[name=decided_by]`, { timeout: T });
   await page.$eval(`article.approval[data-execution="${askId}"] input[name=decided_by]`, (e) => (e.value = ""));
   await page.type(`article.approval[data-execution="${askId}"] input[name=decided_by]`, "ui-tester");
