@@ -824,13 +824,14 @@ static bool deferrable(enum stmt_id id)
  * Most of a step round trip's rows are events (four), a step (inserted at the submission,
  * updated at the outcome) and a step counter. Inside operations they are not queued one
  * statement each: they wait in p->rb[table] and go out as one multi-row statement per
- * table and batch (arrays unnested: S_EVENTS_INSERT, S_STEPS_INSERT, S_STEPS_UPDATE,
- * S_COUNTERS_UPSERT), queued just before the COMMIT. A step inserted and then updated in
- * one batch is one insert of its last state; a counter set twice is one upsert (the
- * larger count, the last request: what the upserts one by one leave). Reads inside the
- * batch see them: a step or counter read by its key is answered from the held rows
- * first, and a statement that reads such a table some other way (a listing, a count, a
- * rate limit's count) first sends that table's rows. Where they sit in the queue then
+ * table and batch (arrays unnested: S_EVENTS_INSERT, S_STEPS_INSERT, S_COUNTERS_UPSERT),
+ * queued just before the COMMIT; a step's update is its own statement then (see
+ * queue_steps), unless the batch inserted the step: then it is one insert of its last
+ * state. A counter set twice is one upsert (the larger count, the last request: what the
+ * upserts one by one leave). Reads inside the batch see them: a step or counter read by
+ * its key is answered from the held rows first, a rate limit's count adds the held steps
+ * it takes (held_rule_steps), and a statement that reads such a table some other way (a
+ * listing, the indeterminate check) first sends that table's rows. Where they sit in the queue then
  * matters for the savepoints: rows of operations that ended well must never be inside a
  * later operation's savepoint that may roll back. So the earlier ones go before the
  * current operation's SAVEPOINT when that is still queued, else after it (if that
