@@ -964,6 +964,41 @@ BOTH_STORES(an_operation_writing_many_steps_keeps_every_one)
     store_close(st);
 }
 
+/* A held step's text goes into array literals: quotes, backslashes, braces, commas, a
+ * literal NULL word and non-ASCII must come back byte for byte, and NULL stays NULL. */
+BOTH_STORES(held_steps_keep_hostile_text_byte_for_byte)
+{
+    char why[512];
+    struct store *st = store_open(spec, why, sizeof why);
+    cr_assert_not_null(st, "%s", why);
+    struct execution e;
+    running_exec(&e);
+    cr_assert_eq(store_begin(st), 0);
+    cr_assert_eq(store_exec_insert(st, &e), 0);
+    cr_assert_eq(store_commit(st), 0);
+    execution_fini(&e);
+    const char *target = "NULL", *args = "{\"q\":\"a \\\"quoted\\\" \\\\ word\",\"x\":\"{1,2}\",\"u\":\"\xc3\xa9\"}";
+    struct step s, got;
+    new_step(&s, "h1", target, "h");
+    free(s.args);
+    s.args = strdup(args);
+    cr_assert_eq(store_begin(st), 0);
+    op_read(st, NULL, NULL, NULL, "h1");
+    cr_assert_eq(store_step_insert(st, &s), 0);
+    cr_assert_eq(store_counter_set(st, EXEC_ID, "tool_call", target, "h", 0, "r,\"1\"}"), 0);
+    cr_assert_eq(store_op_end(st, true), 0);
+    cr_assert_eq(store_commit(st), 0);
+    cr_assert_eq(store_step_get(st, EXEC_ID, "h1", &got), 0);
+    cr_assert_str_eq(got.target, "NULL");
+    cr_assert_str_eq(got.args, args);
+    cr_assert_null(got.result);
+    cr_assert_null(got.resources);
+    step_fini(&got);
+    counter_is(st, "NULL", 0, "r,\"1\"}");
+    step_fini(&s);
+    store_close(st);
+}
+
 /* PostgreSQL only: an update held or queued for the batch whose row the database does not
  * have fails the batch at its commit (never a 2xx for it) and leaves nothing of the batch,
  * even when it goes out in the COMMIT's own message. */
